@@ -1,0 +1,67 @@
+"""The one reader of ``PTXGYM_*`` environment variables.
+
+Every setting that can come from the environment has one getter here, so a user can find them all in
+one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
+
+| variable | meaning | default |
+| --- | --- | --- |
+| ``PTXGYM_CACHE_DIR`` | root of the content-addressed caches (builds, baselines, ncu verdicts) | ``~/.cache/ptxgym`` |
+| ``PTXGYM_NVCC`` | path of the nvcc to use (overrides discovery) | discovered |
+| ``PTXGYM_CUDA_HOME`` | CUDA toolkit root to use (overrides discovery) | discovered |
+| ``PTXGYM_EVALUATOR`` | ``auto``, ``none`` or ``local``: which evaluator an env attaches | ``auto`` |
+| ``PTXGYM_DEVICE`` | CUDA device index of the local evaluator | ``0`` |
+| ``PTXGYM_COMPILE_TIMEOUT`` | wall-time limit of one nvcc build, seconds | ``120`` |
+| ``PTXGYM_COMPILE_MEMORY_MB`` | address-space limit of one nvcc build, MiB | ``8192`` |
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PREFIX = "PTXGYM_"
+
+
+def _get(name: str) -> str | None:
+    value = os.environ.get(_PREFIX + name)
+    return value if value not in (None, "") else None
+
+
+def cache_dir() -> Path:
+    """Root of every on-disk cache; created on first use."""
+    root = Path(_get("CACHE_DIR") or Path.home() / ".cache" / "ptxgym").expanduser()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def nvcc_override() -> str | None:
+    """An explicit nvcc path, if the user set one."""
+    return _get("NVCC")
+
+
+def cuda_home_override() -> str | None:
+    """An explicit CUDA toolkit root, if the user set one."""
+    return _get("CUDA_HOME")
+
+
+def evaluator_choice() -> str:
+    """``auto`` (GPU evaluator when a GPU is visible), ``none`` or ``local``."""
+    choice = (_get("EVALUATOR") or "auto").lower()
+    if choice not in {"auto", "none", "local"}:
+        raise ValueError(f"PTXGYM_EVALUATOR must be auto, none or local, got {choice!r}")
+    return choice
+
+
+def device_index() -> int:
+    """CUDA device index the local evaluator uses."""
+    return int(_get("DEVICE") or 0)
+
+
+def compile_timeout_s() -> float:
+    """Wall-time limit of one nvcc build."""
+    return float(_get("COMPILE_TIMEOUT") or 120.0)
+
+
+def compile_memory_mb() -> int:
+    """Address-space limit of one nvcc build (RLIMIT_AS), in MiB."""
+    return int(_get("COMPILE_MEMORY_MB") or 8192)
