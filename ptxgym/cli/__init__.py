@@ -1,1 +1,1 @@
-"""TODO."""
+"""The ``ptxgym`` command: one small module per subcommand."""

@@ -1,0 +1,178 @@
+"""KernelEnv: one GPU-kernel optimisation task as a multi-turn Gymnasium environment."""
+
+from __future__ import annotations
+
+import string
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from ptxgym.evaluation.base import EvalSettings, Evaluator
+from ptxgym.feedback import Feedback, Status, Verdict
+from ptxgym.feedback_text import render_feedback
+from ptxgym.pipeline import Pipeline
+from ptxgym.prompting import TaskPrompt, build_task_prompt
+from ptxgym.rewards import RewardFn, resolve_reward
+from ptxgym.tasks import Task, get_task
+
+#: Order of the ``target_executed`` observation index.
+VERDICTS: tuple[Verdict, ...] = (Verdict.NOT_CHECKED, Verdict.UNKNOWN, Verdict.NO, Verdict.YES)
+CHARSET = string.printable
+MAX_ACTION_CHARS = 200_000
+MAX_OBS_CHARS = 1_000_000
+
+
+class KernelEnv(gymnasium.Env):
+    """Write a fast, correct GPU kernel for one task, over several turns of feedback.
+
+    **Task.** A workload (e.g. BF16 GEMM 8192x7168x5120), a target architecture (``sm_90a`` Hopper or
+    ``sm_100a`` Blackwell) whose instruction family (wgmma/TMA or tcgen05) the kernel must execute,
+    and a frontier-library baseline (cuBLAS, cuDNN) it is timed against.
+
+    **Action.** ``Text``: the model's whole response. The last fenced ```cpp/```cuda block that looks
+    like a kernel is taken; it must export a TVM-FFI ``run`` (inputs, then outputs; nothing returned).
+    Anything else in the action (no code, junk, megabytes) is a turn with a precise status, never an
+    exception.
+
+    **Observation.** ``Dict``: ``text`` (the task prompt after ``reset``, the rendered feedback after
+    ``step``), ``status`` and ``stage`` (strings), ``correct`` (0/1), ``speedup`` (baseline / candidate
+    latency, 0 unless PASSED), ``target_executed`` (index into ``VERDICTS``), ``turn``.
+
+    **Reward.** ``reward(feedback, history)``: a registered name (default ``staged``) or a callable;
+    components are in ``info["reward_components"]``.
+
+    **Episode end.** Terminated when a PASSED turn reaches ``target_speedup``; truncated after
+    ``max_turns`` turns.
+
+    **Info.** ``feedback`` (the Feedback record), ``feedback_json``, ``reward_components``, ``task_id``,
+    ``turn``; after ``reset`` also ``prompt`` (TaskPrompt).
+
+    **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local" or an Evaluator),
+    ``settings`` (EvalSettings for a local evaluator), ``reward``, ``max_turns`` (8), ``target_speedup``
+    (1.2), ``variant`` (knowledge-pack prompt variant or None).
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        task: str | Task,
+        evaluator: str | Evaluator | None = None,
+        settings: EvalSettings | None = None,
+        reward: str | RewardFn | None = None,
+        max_turns: int = 8,
+        target_speedup: float = 1.2,
+        variant: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.task = task if isinstance(task, Task) else get_task(task)
+        self.max_turns = max_turns
+        self.target_speedup = target_speedup
+        self.variant = variant
+        self.render_mode = render_mode
+        self.reward_fn = resolve_reward(reward)
+        self.evaluator = _make_evaluator(evaluator, settings)
+        self.pipeline = Pipeline(self.task, self.evaluator)
+        self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
+        self.observation_space = spaces.Dict(
+            {
+                "text": spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=CHARSET),
+                "status": spaces.Text(max_length=32, min_length=0, charset=CHARSET),
+                "stage": spaces.Text(max_length=16, min_length=0, charset=CHARSET),
+                "correct": spaces.Discrete(2),
+                "speedup": spaces.Box(low=0.0, high=np.inf, shape=(1,), dtype=np.float32),
+                "target_executed": spaces.Discrete(len(VERDICTS)),
+                "turn": spaces.Discrete(max_turns + 1),
+            }
+        )
+        self._history: list[Feedback] = []
+        self._turn = 0
+        self._episode_id = ""
+        self._prompt: TaskPrompt | None = None
+        self._last_text = ""
+
+    # ---------------------------------------------------------------------------------- Gymnasium API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode; the observation text is the task prompt."""
+        super().reset(seed=seed)
+        self._history = []
+        self._turn = 0
+        self._episode_id = uuid.uuid4().hex[:12]
+        self._prompt = build_task_prompt(self.task, self.variant)
+        self._last_text = self._prompt.text
+        obs = self._obs(self._prompt.text, status="", stage="", correct=False, speedup=0.0,
+                        verdict=Verdict.NOT_CHECKED)
+        return obs, {"prompt": self._prompt, "task_id": self.task.id, "turn": 0,
+                     "episode_id": self._episode_id}
+
+    def step(self, action: str):
+        """Evaluate one response; never raises for anything in the action."""
+        if self._prompt is None:
+            raise gymnasium.error.ResetNeeded("call reset() before step()")
+        if self._turn >= self.max_turns:
+            raise gymnasium.error.ResetNeeded("the episode is over (truncated); call reset()")
+        first_correct = not any(f.correct for f in self._history)
+        fb = self.pipeline.run(action, turn=self._turn, episode_id=self._episode_id,
+                               first_correct=first_correct)
+        result = self.reward_fn(fb, tuple(self._history))
+        self._history.append(fb)
+        self._turn += 1
+        speedup = fb.speedup or 0.0
+        terminated = fb.status is Status.PASSED and speedup >= self.target_speedup
+        truncated = not terminated and self._turn >= self.max_turns
+        self._last_text = render_feedback(fb)
+        obs = self._obs(self._last_text, status=fb.status.value, stage=fb.stage.value,
+                        correct=fb.correct, speedup=speedup, verdict=fb.target_executed)
+        info = {
+            "feedback": fb, "feedback_json": fb.to_json(), "reward_components": dict(result.components),
+            "task_id": self.task.id, "turn": self._turn, "episode_id": self._episode_id,
+        }
+        return obs, float(result.total), terminated, truncated, info
+
+    def render(self) -> str | None:
+        """``ansi``: the last observation text."""
+        return self._last_text if self.render_mode == "ansi" else None
+
+    def close(self) -> None:
+        """Release the evaluator's processes and GPU memory."""
+        self.evaluator.close()
+
+    # -------------------------------------------------------------------------------------- helpers
+
+    @property
+    def history(self) -> Sequence[Feedback]:
+        """Feedback of every turn so far in this episode."""
+        return tuple(self._history)
+
+    def _obs(self, text: str, *, status: str, stage: str, correct: bool, speedup: float,
+             verdict: Verdict) -> dict[str, Any]:
+        return {
+            "text": _printable(text, MAX_OBS_CHARS),
+            "status": status,
+            "stage": stage,
+            "correct": int(correct),
+            "speedup": np.array([max(speedup, 0.0)], dtype=np.float32),
+            "target_executed": VERDICTS.index(verdict),
+            "turn": self._turn,
+        }
+
+
+def _printable(text: str, limit: int) -> str:
+    """Keep the observation inside its space: printable ASCII, bounded length."""
+    clean = "".join(ch if ch in CHARSET else "?" for ch in text)
+    return clean[:limit]
+
+
+def _make_evaluator(evaluator: str | Evaluator | None, settings: EvalSettings | None) -> Evaluator:
+    if isinstance(evaluator, Evaluator):
+        return evaluator
+    from ptxgym.evaluation.select import select_evaluator
+
+    return select_evaluator(evaluator, settings=settings)

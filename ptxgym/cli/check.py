@@ -1,0 +1,55 @@
+"""``ptxgym check FILE --task ID``: run the pipeline on one kernel file (or response text) and print the feedback."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ptxgym.feedback import Status
+from ptxgym.feedback_text import render_feedback
+from ptxgym.pipeline import Pipeline
+from ptxgym.schema import Solution
+from ptxgym.tasks import get_task
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``check`` parser."""
+    p = sub.add_parser("check", help="run the pipeline on a kernel file and print the feedback")
+    p.add_argument("file", help="a .cu file, a model response (.md/.txt) with a fenced block, "
+                                "a FlashInfer-Trace Solution .json, or - for standard input")
+    p.add_argument("--task", required=True, help="task id (Gemm-sm90a), env id, or definition@arch")
+    p.add_argument("--evaluator", default=None, choices=["auto", "none", "local"],
+                   help="GPU evaluator (default: PTXGYM_EVALUATOR or auto)")
+    p.add_argument("--json", action="store_true", help="print the Feedback record as JSON")
+    p.set_defaults(func=run)
+
+
+def _as_action(path: str, text: str) -> str:
+    """A bare source file becomes a fenced response; a response is passed as is."""
+    if path.endswith((".cu", ".cuh", ".cpp", ".cc")) and "```" not in text:
+        return f"```cuda\n{text}\n```"
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when the kernel passed (or built and was not evaluated), 1 otherwise."""
+    from ptxgym.evaluation.select import select_evaluator
+
+    task = get_task(args.task)
+    if args.file == "-":
+        text = sys.stdin.read()
+    else:
+        path = Path(args.file)
+        if not path.is_file():
+            print(f"ptxgym check: no such file: {path}", file=sys.stderr)
+            return 2
+        text = path.read_text(encoding="utf-8", errors="replace")
+    with select_evaluator(args.evaluator) as evaluator:
+        pipeline = Pipeline(task, evaluator)
+        if args.file.endswith(".json"):
+            fb = pipeline.run_solution(Solution.from_json(text))
+        else:
+            fb = pipeline.run(_as_action(args.file, text))
+    print(fb.to_json(indent=2) if args.json else render_feedback(fb))
+    return 0 if fb.status in (Status.PASSED, Status.NOT_EVALUATED) else 1

@@ -1,0 +1,55 @@
+"""Shared test set-up: markers that skip cleanly (and visibly) when the hardware or tool is absent."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+
+import pytest
+
+
+@functools.cache
+def gpu_reason() -> str | None:
+    """None when a CUDA GPU is usable from torch, else why not."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible"
+    return None
+
+
+@functools.cache
+def nvcc_reason() -> str | None:
+    """None when ptxgym finds a CUDA compiler, else why not."""
+    try:
+        from ptxgym.toolchain import find_toolchain
+
+        find_toolchain()
+    except Exception as exc:  # noqa: BLE001 - any failure means "skip the nvcc tests", with the reason
+        return f"no CUDA toolchain: {exc}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip gpu- and nvcc-marked tests with the precise reason when the machine lacks them."""
+    for item in items:
+        if "gpu" in item.keywords and gpu_reason():
+            item.add_marker(pytest.mark.skip(reason=f"gpu test: {gpu_reason()}"))
+        if "nvcc" in item.keywords and nvcc_reason():
+            item.add_marker(pytest.mark.skip(reason=f"nvcc test: {nvcc_reason()}"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every test session gets its own build/baseline cache unless PTXGYM_CACHE_DIR is set."""
+    import os
+
+    if not os.environ.get("PTXGYM_CACHE_DIR"):
+        os.environ["PTXGYM_CACHE_DIR"] = str(tmp_path_factory.mktemp("ptxgym-cache"))
+
+
+def have(tool: str) -> bool:
+    """Whether a command is on PATH."""
+    return shutil.which(tool) is not None
