@@ -1,0 +1,128 @@
+"""KernelEnv: Gymnasium conformance and bad input as observations (CPU; NullEvaluator)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import ptxgym  # noqa: F401 - registers the ids
+from ptxgym.envs.registration import register_envs
+from ptxgym.feedback import Feedback, Status
+
+ALL_IDS = register_envs()
+
+PLAIN_KERNEL = (Path(__file__).parents[1] / "data" / "plain_gemm.cu").read_text()
+
+
+def make(env_id: str = "ptxgym/Gemm-sm90a-v0", **kw):
+    return gymnasium.make(env_id, evaluator="none", **kw)
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_check_env_every_registered_id(env_id: str) -> None:
+    env = make(env_id)
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+def test_reset_returns_task_prompt() -> None:
+    env = make()
+    obs, info = env.reset(seed=0)
+    assert "run(tvm::ffi::TensorView A, tvm::ffi::TensorView B, tvm::ffi::TensorView C)" in obs["text"]
+    assert "gemm_n7168_k5120" in obs["text"] and info["task_id"] == "Gemm-sm90a"
+    assert env.observation_space.contains(obs)
+
+
+@pytest.mark.nvcc
+def test_plain_kernel_builds_and_is_not_evaluated_without_gpu() -> None:
+    env = make()
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(f"Here you go:\n```cuda\n{PLAIN_KERNEL}\n```\n")
+    fb: Feedback = info["feedback"]
+    assert fb.status is Status.NOT_EVALUATED, fb.message
+    assert "GPU evaluator" in fb.message
+    assert fb.compile.ok and fb.sass is not None and fb.sass.static_target is False
+    assert obs["correct"] == 0 and float(obs["speedup"][0]) == 0.0  # never a fake verdict
+    assert fb.correctness is None and fb.timing is None
+    assert set(info["reward_components"]) >= {"compiled", "correct"}
+    assert info["reward_components"]["correct"] == 0.0
+    assert not terminated and not truncated
+    assert env.observation_space.contains(obs)
+
+
+BAD_ACTIONS = {
+    "empty": ("", Status.EXTRACT_ERROR),
+    "random_text": ("the quick brown fox " * 50, Status.EXTRACT_ERROR),
+    "megabytes": ("x" * 3_000_000, Status.EXTRACT_ERROR),
+    "binary_junk": (os.urandom(4096).decode("latin-1"), Status.EXTRACT_ERROR),
+    "python_block": ("```python\nprint('hi')\n```", Status.EXTRACT_ERROR),
+    "etc_passwd": ('```cuda\n#include "/etc/passwd"\n__global__ void k(){}\n```', Status.STATIC_REJECT),
+    "outside_include": ('```cuda\n#include "../../secret.h"\n__global__ void k(){}\n```', Status.STATIC_REJECT),
+    "cublas": ("```cuda\n#include <cublas_v2.h>\n__global__ void k(){}\n```", Status.STATIC_REJECT),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ACTIONS))
+def test_bad_actions_are_observations(name: str) -> None:
+    action, expected = BAD_ACTIONS[name]
+    env = make()
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(action)
+    fb: Feedback = info["feedback"]
+    assert fb.status is expected, (fb.status, fb.message)
+    assert fb.message, "every failure carries a message"
+    assert obs["status"] == expected.value and obs["text"]
+    assert env.observation_space.contains(obs)
+
+
+@pytest.mark.nvcc
+def test_wrong_arch_code_is_a_compile_error() -> None:
+    tcgen05 = PLAIN_KERNEL.replace(
+        "if (row >= M || col >= N) return;",
+        'if (row >= M || col >= N) return;\n  asm volatile("tcgen05.fence::before_thread_sync;");',
+    )
+    env = make()
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(f"```cpp\n{tcgen05}\n```")
+    fb: Feedback = info["feedback"]
+    assert fb.status is Status.COMPILE_ERROR, fb.message
+    assert "tcgen05" in (fb.compile.log + fb.message)
+
+
+def test_episode_truncates_after_max_turns() -> None:
+    env = make(max_turns=2)
+    env.reset(seed=0)
+    assert env.step("no code")[3] is False
+    _, _, terminated, truncated, info = env.step("still no code")
+    assert truncated and not terminated and info["turn"] == 2
+    with pytest.raises(gymnasium.error.ResetNeeded):
+        env.step("after the end")
+
+
+def test_reward_callable_and_unknown_name() -> None:
+    seen = []
+
+    def my_reward(fb, history):
+        from ptxgym.rewards import RewardResult
+
+        seen.append((fb.status, len(history)))
+        return RewardResult(total=-1.0, components={"mine": -1.0})
+
+    env = make(reward=my_reward)
+    env.reset(seed=0)
+    _, r, *_ = env.step("")
+    _, r2, *_ = env.step("")
+    assert r == -1.0 and seen == [(Status.EXTRACT_ERROR, 0), (Status.EXTRACT_ERROR, 1)]
+    with pytest.raises(KeyError, match="staged"):
+        make(reward="no-such-reward")
+
+
+def test_speedup_observation_dtype() -> None:
+    env = make()
+    obs, _ = env.reset(seed=0)
+    assert obs["speedup"].dtype == np.float32 and obs["speedup"].shape == (1,)

@@ -1,0 +1,49 @@
+"""Packaging: the layout installs as ptxgym.*, import is light, the wheel carries the data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_does_not_load_heavy_dependencies() -> None:
+    code = (
+        "import sys, ptxgym, gymnasium; gymnasium.make('ptxgym/Gemm-sm90a-v0', evaluator='none');"
+        "heavy = [m for m in ('torch', 'trl', 'vllm', 'sglang', 'transformers') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"import ptxgym pulled in: {out.stdout}"
+
+
+def test_every_package_folder_is_listed() -> None:
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(conf["packages"])
+    mapping = conf["package-dir"]
+    for pkg, folder in mapping.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            name = ".".join([pkg, *rel.parts]) if rel.parts else pkg
+            assert name in listed, f"{init.parent} is a package but {name} is not in pyproject packages"
+
+
+@pytest.mark.slow
+def test_wheel_contains_task_data_and_knowledge_packs(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(ROOT)], check=True, capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("ptxgym-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "ptxgym/envs/data/definitions/gemm/gemm_n7168_k5120.json" in names
+    assert "ptxgym/envs/data/workloads/attention/mha_bwd_d128_causal.jsonl" in names
+    assert any(n.startswith("ptxgym/knowledge_packs/") and n.endswith(".md") for n in names)
+    for pkg in ("envs", "rewards", "policies", "train", "knowledge_packs", "cli", "evaluation"):
+        assert f"ptxgym/{pkg}/__init__.py" in names
