@@ -53,6 +53,11 @@ class TaskPrompt(BaseModel):
         """Both messages as one text (the env's first observation)."""
         return f"{self.system}\n\n{self.user}"
 
+    def messages(self) -> list[dict[str, str]]:
+        """The opening chat messages (system, user). Later turns: ``ptxgym.policies.Conversation``."""
+        msgs = [{"role": "system", "content": self.system}] if self.system else []
+        return [*msgs, {"role": "user", "content": self.user}]
+
 
 def entry_signature(task: Task) -> str:
     """The C++ parameter list of ``run`` for a task, e.g. ``TensorView A, TensorView B, TensorView C``."""

@@ -56,6 +56,13 @@ class TurnRecord(BaseModel):
     timestamp: str = ""
     terminated: bool = False
     truncated: bool = False
+    # Added by the runner (ptxgym eval); defaults keep older files readable.
+    trajectory_index: int = Field(0, description="Index of the trajectory within its (task, variant).")
+    observation: str = Field("", description="The env's observation text after this turn (the feedback).")
+    finish_reason: str | None = Field(None, description="Why generation stopped: stop, length, replay, ...")
+    dropped_turns: int = Field(0, description="Earlier turns left out of this turn's prompt.")
+    policy_wall_s: float = Field(0.0, description="Seconds the policy took to answer.")
+    env_wall_s: float = Field(0.0, description="Seconds env.step took (build + evaluation).")
 
     @property
     def feedback(self) -> Feedback:

@@ -2,9 +2,63 @@
 
 A reward function takes the turn's Feedback and the Feedbacks of earlier turns of the episode and returns
 a ``RewardResult``: the total and every named component (logged even at weight 0). Envs look rewards up
-by name with ``resolve_reward``.
+by name with ``resolve_reward`` (``"staged"``, ``"staged + 0.5*log_speedup"``, a mapping or a callable).
+No reward pays for correctness or speed unless the turn qualifies (``rewards.gate``: PASSED, with the
+target instruction proven where required).
+
+| name | module | formula (short) |
+| --- | --- | --- |
+| staged | staged | stage credits extracted/compiled/ran/correct/target + capped speed |
+| compiled, correct | staged | 0/1 indicators |
+| speedup | speedup | min(s, cap) |
+| log_speedup | speedup | clip(log2 s, -c, c) |
+| fast_p | fast_p | 1[s > p] |
+| target | target | bonus when the target family executed |
+| kevin | kevin | 0.3 c + s c per turn; ``discounted_returns`` over an episode |
+| drkernel | drkernel | 0.5 c + 0.5 1[s >= (1+eps) best earlier] |
+| cuda_agent, kernrl | milestones | discrete milestones with penalties |
 """
 
-from ptxgym.rewards.base import RewardFn, RewardResult, register_reward, resolve_reward, reward_names
+from ptxgym.rewards.base import (
+    RewardFn,
+    RewardResult,
+    parse_spec,
+    register_reward,
+    resolve_reward,
+    reward_names,
+)
+from ptxgym.rewards.drkernel import DrKernelReward
+from ptxgym.rewards.fast_p import FastPReward
+from ptxgym.rewards.gate import qualifies, speedup_of
+from ptxgym.rewards.kevin import KevinReward, discounted_returns, episode_returns
+from ptxgym.rewards.milestones import CudaAgentReward, KernrlReward
+from ptxgym.rewards.rubric import Rubric, WeightedReward
+from ptxgym.rewards.speedup import LogSpeedupReward, SpeedupReward
+from ptxgym.rewards.staged import StagedReward, StageIndicator, staged_reward
+from ptxgym.rewards.target import TargetBonus
 
-__all__ = ["RewardFn", "RewardResult", "register_reward", "resolve_reward", "reward_names"]
+__all__ = [
+    "CudaAgentReward",
+    "DrKernelReward",
+    "FastPReward",
+    "KernrlReward",
+    "KevinReward",
+    "LogSpeedupReward",
+    "RewardFn",
+    "RewardResult",
+    "Rubric",
+    "SpeedupReward",
+    "StageIndicator",
+    "StagedReward",
+    "TargetBonus",
+    "WeightedReward",
+    "discounted_returns",
+    "episode_returns",
+    "parse_spec",
+    "qualifies",
+    "register_reward",
+    "resolve_reward",
+    "reward_names",
+    "speedup_of",
+    "staged_reward",
+]

@@ -7,7 +7,7 @@ import importlib
 import sys
 
 #: Subcommand modules under ptxgym.cli; each has ``register(subparsers)`` and ``run(args) -> int``.
-COMMANDS = ["tasks", "check"]
+COMMANDS = ["tasks", "check", "eval", "report", "serve", "train"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -68,6 +69,21 @@ class EvalSettings(BaseModel):
     profile_timeout_s: float = Field(120.0, gt=0, description="Wall limit for the Nsight Compute check.")
     memcheck_timeout_s: float = Field(180.0, gt=0, description="Wall limit for compute-sanitizer.")
     seed: int | None = Field(None, description="Base seed; None draws one per turn (and records it).")
+    max_candidate_gpu_gb: float = Field(
+        16.0, gt=0, description="GPU memory a candidate process may hold beyond its CUDA context, GiB."
+    )
+    wall_slack_ms: float = Field(
+        0.3, ge=0, description="Per-call trusted wall time allowed beyond GPU time + calibrated overhead, ms."
+    )
+    wall_slack_fraction: float = Field(
+        0.10, ge=0, description="Same allowance as a fraction of the median latency (the larger wins)."
+    )
+    floor_slack: float = Field(
+        1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
+    )
+    baseline_from_disk: bool = Field(
+        True, description="Reuse baseline timings cached on disk for this GPU, driver, torch and workload."
+    )
 
 
 class BuiltCandidate(BaseModel):
@@ -103,6 +119,11 @@ class GpuVerdict(BaseModel):
     environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
     log: str = ""
+    seed: int | None = Field(None, description="Per-turn seed that drew the input perturbations.")
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Evaluator-specific measurements (timing cross-check, calibration, baseline source).",
+    )
 
 
 class Evaluator(ABC):

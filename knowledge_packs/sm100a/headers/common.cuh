@@ -117,6 +117,13 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return r;
 }
 
+// Order this thread's generic-proxy shared-memory writes (st.shared, plain C++ stores) before later
+// async-proxy reads of the same bytes: a TMA store or a tcgen05.mma reading an operand from smem.
+// Every writing thread executes it, then the threads synchronise, then one thread issues the op.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 // %globaltimer in nanoseconds (used by the bounded mbarrier wait to report hangs).
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;

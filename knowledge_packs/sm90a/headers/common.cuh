@@ -134,6 +134,7 @@ __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
 }
 
+// The release direction: lower the warpgroup's budget to N (frees registers for setmaxnreg_inc).
 template <uint32_t N>
 __device__ __forceinline__ void setmaxnreg_dec() {
     static_assert(N >= 24 && N <= 256 && N % 8 == 0, "setmaxnreg: N must be in [24,256], multiple of 8");
@@ -142,13 +143,22 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 
 // ---------------------------------------------------------------------------------- diagnostics
 
-// Print a message with the CTA and thread that hit it, then stop the whole grid with `trap`. The
-// host then sees cudaErrorLaunchFailure ("unspecified launch failure") and the printf text on stdout
-// after the next synchronisation. Use it instead of spinning forever when an invariant breaks.
+// Stop the whole grid now: the host then sees cudaErrorLaunchFailure ("unspecified launch failure")
+// at the next synchronisation, and the CUDA context is unusable afterwards. Inline, no call: safe
+// inside a wgmma pipeline.
+__device__ __forceinline__ void trap_now() {
+    asm volatile("trap;");
+}
+
+// Print a message with the CTA and thread that hit it (visible on stdout after the failing
+// synchronisation), then trap. printf is a real function call, and ptxas (CUDA 13.0) serialises
+// EVERY wgmma of a kernel that contains a call anywhere, even on another warpgroup's branch
+// ("C7510 ... wgmma pipeline crossing function boundary"): a large slowdown. So use it only in kernels
+// without wgmma (or in debug builds); trap_now() is the production choice.
 __device__ __noinline__ inline void trap_with_message(const char* what, uint32_t a, uint32_t b) {
     printf("[sm90 trap] %s (a=%u b=%u) block=(%d,%d,%d) thread=%d\n", what, a, b,
            (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)threadIdx.x);
-    asm volatile("trap;");
+    trap_now();
 }
 
 }  // namespace sm90

@@ -1,0 +1,95 @@
+"""Building a policy from a plain, serialisable config (what ``ptxgym eval --policy ...`` records)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ptxgym.policies.base import Policy
+from ptxgym.policies.history import HistoryMode
+from ptxgym.policies.sampling import SamplingParams, get_preset
+from ptxgym.policies.serve import DEFAULT_PORTS
+from ptxgym.tasks import Task
+
+PolicyKind = Literal["reference", "replay", "openai", "vllm", "sglang", "transformers"]
+POLICY_KINDS: tuple[str, ...] = ("reference", "replay", "openai", "vllm", "sglang", "transformers")
+
+
+class PolicyConfig(BaseModel):
+    """Everything needed to rebuild a policy (no secrets: the API key is passed separately)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: PolicyKind = "reference"
+    model: str | None = Field(None, description="Served model name, or model path (transformers).")
+    base_url: str | None = Field(None, description="Server URL; default http://127.0.0.1:<engine port>/v1.")
+    preset: str = Field("default", description="Sampling preset name (qwen-paper, greedy, default).")
+    sampling: dict[str, Any] = Field(default_factory=dict, description="Overrides on top of the preset.")
+    history: HistoryMode = HistoryMode.FULL
+    max_context_tokens: int | None = None
+    lora: str | None = Field(None, description="Adapter name (servers) or adapter directory (transformers).")
+    enable_thinking: bool | None = None
+    tokenizer: str | None = Field(None, description="Tokenizer for token counting / the local model.")
+    replay_files: list[str] = Field(default_factory=list)
+    replay_trajectory: str | None = None
+    device: str | None = None
+    seed: int | None = None
+    transport: str = "auto"
+    timeout_s: float = 3600.0
+    retries: int = Field(6, ge=1, description="Tries per server request (the first included).")
+    retry_delay_s: float = Field(1.0, ge=0, description="Backoff before the second try; doubles after.")
+
+    def sampling_params(self) -> SamplingParams:
+        """The preset with the overrides applied."""
+        return get_preset(self.preset).merged(**self.sampling)
+
+
+def build_policy(cfg: PolicyConfig, tasks: Sequence[Task] = (), api_key: str = "EMPTY") -> Policy:
+    """A ready policy for ``cfg`` (the reference policy checks it has a solution for every task)."""
+    if cfg.kind == "reference":
+        from ptxgym.policies.reference import ReferencePolicy
+
+        return ReferencePolicy(tasks=tasks)
+    if cfg.kind == "replay":
+        from ptxgym.policies.replay import ReplayPolicy
+
+        if not cfg.replay_files:
+            raise ValueError("the replay policy needs at least one trajectory file (--replay FILE)")
+        return ReplayPolicy(cfg.replay_files, trajectory_id=cfg.replay_trajectory)
+    if not cfg.model:
+        raise ValueError(f"the {cfg.kind} policy needs --model")
+    if cfg.kind == "transformers":
+        from ptxgym.policies.hf import TransformersPolicy
+
+        return TransformersPolicy(
+            cfg.model,
+            cfg.tokenizer,
+            lora=cfg.lora,
+            sampling=cfg.sampling_params(),
+            history=cfg.history,
+            max_context_tokens=cfg.max_context_tokens,
+            device=cfg.device,
+            enable_thinking=cfg.enable_thinking,
+            seed=cfg.seed,
+        )
+    from ptxgym.policies.openai_chat import OpenAIChatPolicy, RetryPolicy
+
+    engine = None if cfg.kind == "openai" else cfg.kind
+    base_url = cfg.base_url or f"http://127.0.0.1:{DEFAULT_PORTS.get(engine or 'vllm')}/v1"
+    return OpenAIChatPolicy(
+        cfg.model,
+        base_url,
+        api_key=api_key,
+        sampling=cfg.sampling_params(),
+        history=cfg.history,
+        max_context_tokens=cfg.max_context_tokens,
+        lora=cfg.lora,
+        engine=engine,
+        enable_thinking=cfg.enable_thinking,
+        tokenizer=cfg.tokenizer,
+        transport=cfg.transport,
+        timeout_s=cfg.timeout_s,
+        retry=RetryPolicy(attempts=cfg.retries, base_delay_s=cfg.retry_delay_s),
+    )

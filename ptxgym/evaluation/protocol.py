@@ -1,0 +1,70 @@
+"""Typed messages between the trusted evaluator and a disposable candidate worker.
+
+Direction matters for trust. Commands (trusted -> worker) are pickled: the worker trusts its parent,
+and CUDA tensors travel as IPC handles through torch's pickling reducers. Replies (worker -> trusted)
+are JSON validated by these frozen models and nothing else: the worker runs the candidate's host code,
+so a reply may be forged or garbage, and unpickling it would hand the candidate the evaluator.
+
+Every command carries a sequence number that its reply must echo; a reply that does not parse, is too
+long, or answers another command is a protocol violation (the candidate wrote to the channel).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_REPLY_BYTES = 1 << 20
+"""A reply longer than this is a protocol violation."""
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Hello(_Msg):
+    """Sent once, unasked, when the worker has torch, CUDA and TVM-FFI up."""
+
+    pid: int
+    device: int
+    warm_s: float = Field(description="Seconds from interpreter start to ready.")
+    torch: str
+    context_id: int | None = Field(None, description="CUDA context id (cuCtxGetId) of the worker.")
+
+
+class AttachResult(_Msg):
+    """The worker mapped the arena's buffers."""
+
+    arena: str
+    cupti: bool = Field(description="Whether CUPTI activity tracing works in this worker.")
+    cupti_error: str = ""
+    flush_bytes: int
+
+
+class CallResult(_Msg):
+    """GPU times of one call, measured inside the worker (so: untrusted, cross-checked)."""
+
+    ev_stream_ms: float = Field(description="Event time on the caller stream, start to return.")
+    ev_device_ms: float = Field(description="Event time from start to after a device-wide synchronisation.")
+    host_ms: float = Field(description="Worker host time of the call up to the device synchronisation.")
+
+
+class Spans(_Msg):
+    """CUPTI activity spans of the timed calls of one trial, by command sequence number."""
+
+    spans: dict[int, float | None] = Field(
+        default_factory=dict, description="seq -> max(end) - min(start) over GPU activities in the call, ms."
+    )
+    activities: dict[int, int] = Field(default_factory=dict, description="seq -> GPU activities counted.")
+
+
+class Reply(_Msg):
+    """Answer to one command."""
+
+    seq: int
+    ok: bool
+    error: str = Field("", description="What failed (exception text, load error).")
+    cuda_error: str = Field("", description="Sticky CUDA error of the worker's context, if any.")
+    hello: Hello | None = None
+    attach: AttachResult | None = None
+    call: CallResult | None = None
+    spans: Spans | None = None

@@ -1,0 +1,83 @@
+"""The one rule every reward obeys before it pays for correctness or speed.
+
+A turn *qualifies* when its status is PASSED and, where the task requires one (``require_target=True``,
+the default), the target instruction family is proven:
+
+| ``feedback.target.mode`` | qualifies when |
+| --- | --- |
+| ``executed`` (default) | ``target.executed == yes`` (Nsight Compute counted predicate-true threads) |
+| ``static`` | ``target.static`` is true (the evaluator was configured to accept SASS presence) |
+| ``off`` | always (the evaluator was configured not to check) |
+| no target record | never |
+
+So NOT_EVALUATED (no GPU), TIMING_ANOMALY, every INCORRECT_* and an ``unknown`` or ``no`` verdict pay no
+correctness and no speed. This is PTXBench's "target-instruction turn correctness" (ptxbench.md 7.4:
+C_i and I_i, NCU unknowns never count). Stage credit (extracted, compiled, ran) is not gated here: it is
+how a staged reward shapes the failures.
+
+``speedup_of`` is the speedup a reward may use: a finite positive number for a qualifying turn, else None.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ptxgym.feedback import Feedback, Status, Verdict
+
+
+def target_proven(feedback: Feedback) -> bool:
+    """Whether the target-instruction requirement is met under the evaluator's configured mode."""
+    t = feedback.target
+    if t is None:
+        return False
+    if t.mode == "off":
+        return True
+    if t.mode == "static":
+        return bool(t.static)
+    return t.executed is Verdict.YES
+
+
+def qualifies(feedback: Feedback, require_target: bool = True) -> bool:
+    """PASSED, and the target instruction proven where required (see the module docstring)."""
+    if feedback.status is not Status.PASSED:
+        return False
+    return target_proven(feedback) if require_target else True
+
+
+def speedup_of(feedback: Feedback, require_target: bool = True) -> float | None:
+    """Speedup over the baseline of a qualifying turn (finite, > 0), else None."""
+    if not qualifies(feedback, require_target):
+        return None
+    s = feedback.speedup
+    if s is None or not math.isfinite(s) or s <= 0.0:
+        return None
+    return float(s)
+
+
+def extracted(feedback: Feedback) -> bool:
+    """A code block was found in the response."""
+    if feedback.status is Status.INFRA_ERROR:
+        return feedback.source_sha256 is not None
+    return feedback.status is not Status.EXTRACT_ERROR
+
+
+def compiled(feedback: Feedback) -> bool:
+    """The candidate passed the static policy and nvcc produced a shared object."""
+    if feedback.status is Status.INFRA_ERROR:
+        return feedback.compile is not None and feedback.compile.ok
+    return feedback.status.compiled
+
+
+def ran(feedback: Feedback) -> bool:
+    """The candidate ran to completion at least once without a runtime fault."""
+    return feedback.status.ran
+
+
+def static_target(feedback: Feedback) -> bool:
+    """A target-family opcode appears in the SASS (necessary, never sufficient: see FACTS.md)."""
+    return compiled(feedback) and feedback.sass is not None and feedback.sass.static_target
+
+
+def clipped_log2(x: float, clip: float) -> float:
+    """``clip(log2(x), -clip, clip)``."""
+    return max(-clip, min(clip, math.log2(x)))

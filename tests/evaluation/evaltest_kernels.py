@@ -1,0 +1,96 @@
+"""Build the GEMM test candidates of ``tests/gpu_kernels`` with the product's nvcc flags.
+
+The hostile candidates (exit, device reset, wild stores, private streams...) are exactly what the static
+policy of the build stage rejects, so they are compiled here directly with ``ptxgym.build.nvcc_flags``
+(same flags, same toolchain) to test the evaluator's containment behind that first layer. Products are
+cached in ``tests/gpu_kernels/build`` by a hash of the sources and the arch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+from ptxgym.arch import get_arch
+from ptxgym.evaluation.base import BuiltCandidate
+from ptxgym.tasks import Task
+
+KERNELS = Path(__file__).resolve().parents[1] / "gpu_kernels"
+BUILD = KERNELS / "build"
+HOSTILE = (
+    "noop",
+    "half_written",
+    "nan_output",
+    "input_mutating",
+    "side_stream",
+    "pointer_cache",
+    "call_counting",
+    "hang",
+    "illegal_address",
+    "exit_process",
+    "device_reset",
+    "huge_alloc",
+    "host_hidden",
+)
+HONEST = ("naive", "tma_gemm", "decoy_wgmma", "oob_read", "mha_fwd_naive")
+
+
+def _digest(name: str, arch: str) -> str:
+    h = hashlib.sha256(arch.encode())
+    for path in (KERNELS / f"{name}.cu", KERNELS / "gemm_common.cuh"):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_kernel(name: str, arch: str = "sm_90a") -> Path:
+    """The shared object of ``tests/gpu_kernels/<name>.cu`` (built once, then cached)."""
+    from ptxgym.build import nvcc_flags
+    from ptxgym.toolchain import find_toolchain
+
+    out = BUILD / f"{name}-{_digest(name, arch)}.so"
+    if out.exists():
+        return out
+    BUILD.mkdir(parents=True, exist_ok=True)
+    toolchain = find_toolchain()
+    argv = [
+        str(toolchain.nvcc),
+        *nvcc_flags(get_arch(arch), toolchain, [KERNELS]),
+        "-o",
+        str(out),
+        str(KERNELS / f"{name}.cu"),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"nvcc failed for {name}:\n{done.stdout}\n{done.stderr}")
+    return out
+
+
+def static_target(so_path: Path, arch: str = "sm_90a") -> bool:
+    """Whether the SASS of a built object holds a target-family opcode (cuobjdump census)."""
+    from ptxgym.sass import sass_census
+
+    return sass_census(so_path, get_arch(arch)).static_target
+
+
+def candidate(name: str, task: Task, turn: int = 0, first_correct: bool = False) -> BuiltCandidate:
+    """A BuiltCandidate for one test kernel and task."""
+    so = build_kernel(name, task.arch)
+    digest = hashlib.sha256(so.read_bytes()).hexdigest()
+    return BuiltCandidate(
+        task_id=task.id,
+        so_path=so,
+        entry_symbol="run",
+        source_sha256=_digest(name, task.arch),
+        artifact_sha256=digest,
+        static_target=static_target(so, task.arch),
+        episode_id="tests",
+        turn=turn,
+        first_correct_in_episode=first_correct,
+    )
+
+
+if __name__ == "__main__":
+    for kernel in (*HONEST, *HOSTILE):
+        path = build_kernel(kernel)
+        print(f"{kernel:16s} {path.name} static_target={static_target(path)}")

@@ -1,0 +1,74 @@
+"""A stand-in worker for the process-management tests (error paths only; no torch, no GPU).
+
+It speaks the real protocol (pickled commands in, JSON ``Reply`` out on the given descriptors), says
+hello, then misbehaves on its first command according to ``--mode``: ``echo`` answers properly (but,
+having no GPU, never writes an output),
+``hang`` never answers, ``crash`` dies by SIGSEGV, ``exit`` exits with code 3, ``garbage`` writes bytes
+that are not a reply, ``wrong_seq`` answers another command, ``oversize`` answers with 2 MiB, ``child``
+forks a sleeping grandchild and then hangs (for the process-group kill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import signal
+import time
+from multiprocessing.connection import Connection
+
+
+def _reply(seq: int, **extra) -> bytes:
+    return json.dumps({"seq": seq, "ok": True, **extra}).encode()
+
+
+def _payload(cmd: dict) -> dict:
+    """What a well-behaved worker would add to its reply (it never touches the output buffers)."""
+    if cmd.get("op") == "call":
+        return {"call": {"ev_stream_ms": 1.0, "ev_device_ms": 1.02, "host_ms": 1.0}}
+    if cmd.get("op") == "trial_end":
+        return {"spans": {}}
+    return {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", required=True)
+    parser.add_argument("--fd-in", type=int, required=True)
+    parser.add_argument("--fd-out", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args()
+    conn_in = Connection(args.fd_in, writable=False)
+    conn_out = Connection(args.fd_out, readable=False)
+    hello = {"pid": os.getpid(), "device": 0, "warm_s": 0.0, "torch": "none"}
+    conn_out.send_bytes(_reply(0, hello=hello))
+    if args.mode == "child":
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+    while True:
+        try:
+            cmd = pickle.loads(conn_in.recv_bytes())
+        except EOFError:
+            return
+        seq = cmd["seq"]
+        if args.mode == "echo":
+            conn_out.send_bytes(_reply(seq, **_payload(cmd)))
+        elif args.mode in ("hang", "child"):
+            time.sleep(600)
+        elif args.mode == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif args.mode == "exit":
+            print("about to exit", flush=True)
+            os._exit(3)
+        elif args.mode == "garbage":
+            conn_out.send_bytes(b"\x00not a reply{")
+        elif args.mode == "wrong_seq":
+            conn_out.send_bytes(_reply(seq + 5))
+        elif args.mode == "oversize":
+            conn_out.send_bytes(b" " * (2 << 20))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""The local GPU evaluator on the H200 with real candidates (``-m gpu``; skipped without a GPU).
+
+One evaluator serves every test of this module, in order, on the real GEMM workload (8192x7168x5120):
+honest kernels (naive, TMA, decoy wgmma), then hostile ones, then a check that it is still healthy and
+that GPU memory came back. Timing settings are reduced (3 warm-up + 10 timed calls, 2 trials) to keep
+the run short; the bench uses the defaults.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+from ptxgym.evaluation.base import EvalSettings, MemcheckMode, TargetMode  # noqa: E402
+from ptxgym.feedback import Status, Verdict  # noqa: E402
+from ptxgym.tasks import get_task  # noqa: E402
+
+SETTINGS = EvalSettings(
+    warmup=3,
+    iterations=10,
+    trials=2,
+    call_timeout_s=10.0,
+    memcheck=MemcheckMode.NEVER,
+    target_mode=TargetMode.EXECUTED,
+    seed=1234,
+)
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    import torch
+
+    from ptxgym.evaluation.local import LocalGpuEvaluator
+
+    ev = LocalGpuEvaluator(settings=SETTINGS, spares=3)
+    ev.free_at_start = None
+    yield ev
+    ev.close()
+    torch.cuda.synchronize()
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    return get_task("Gemm-sm90a")
+
+
+def _evaluate(evaluator, task, name, **kw):
+    from evaltest_kernels import candidate
+
+    verdict = evaluator.evaluate(task, candidate(name, task, **kw))
+    print(f"\n{name}: {verdict.status.value} [{verdict.stage.value}] {verdict.message[:300]}")
+    return verdict
+
+
+def _free_gib(evaluator) -> float:
+    """Free device memory with every spare worker warm and the evaluator's allocator cache emptied."""
+    import torch
+
+    evaluator.settle()
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info(evaluator.device)[0] / 2**30
+
+
+def test_mha_fwd_naive_passes(evaluator):
+    task = get_task("MhaFwd-sm90a")
+    evaluator.settings = SETTINGS.model_copy(
+        update={"target_mode": TargetMode.STATIC, "iterations": 3, "warmup": 1, "trials": 1}
+    )
+    try:
+        verdict = _evaluate(evaluator, task, "mha_fwd_naive")
+    finally:
+        evaluator.settings = SETTINGS
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.timing.baseline is not None and verdict.timing.speedup < 1.0
+    assert verdict.correctness.rel_norm_error < 1e-2
+
+
+def test_naive_gemm_passes_with_target_no(evaluator, gemm):
+    verdict = _evaluate(evaluator, gemm, "naive")
+    evaluator.free_at_start = _free_gib(evaluator)
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.correctness.calls_checked >= 3 + 2 * 3
+    assert verdict.correctness.rel_norm_error < 1e-2
+    t = verdict.timing
+    assert t.baseline is not None and t.baseline.median_ms > t.floor_ms
+    assert t.candidate.n == 20 and t.candidate.median_ms > t.baseline.median_ms
+    assert 0 < t.speedup < 0.5
+    assert t.backend in ("cupti", "events+device-sync")
+    assert verdict.target.static is False and verdict.target.executed is Verdict.NO
+    assert verdict.environment.gpu and verdict.environment.driver and verdict.environment.torch
+    assert verdict.seed is not None
+
+
+def test_tma_gemm_passes_with_target_yes(evaluator, gemm):
+    verdict = _evaluate(evaluator, gemm, "tma_gemm")
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.target.static is True
+    assert verdict.target.executed is Verdict.YES, verdict.target.message
+    assert verdict.target.counts.get("UTMALDG", 0) > 0
+
+
+def test_decoy_wgmma_is_static_yes_executed_no(evaluator, gemm):
+    verdict = _evaluate(evaluator, gemm, "decoy_wgmma")
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.target.static is True
+    assert verdict.target.executed is Verdict.NO, verdict.target.message
+
+
+HOSTILE = [
+    ("noop", {Status.UNWRITTEN}, "never written"),
+    ("half_written", {Status.UNWRITTEN}, "never written"),
+    ("nan_output", {Status.NONFINITE}, "NaN"),
+    ("input_mutating", {Status.INPUT_MUTATED}, "input"),
+    ("pointer_cache", {Status.INCORRECT_NUMERICAL}, "timed call"),
+    ("call_counting", {Status.UNWRITTEN}, "timed call"),
+    ("hang", {Status.TIMEOUT}, "did not return"),
+    ("illegal_address", {Status.RUNTIME_ERROR}, "illegal"),
+    ("exit_process", {Status.CRASH}, "exit code 3"),
+    ("device_reset", {Status.RUNTIME_ERROR, Status.CRASH}, ""),
+    ("huge_alloc", {Status.RUNTIME_ERROR}, "GiB"),
+]
+
+
+@pytest.mark.parametrize(("name", "statuses", "words"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_candidate_gets_the_right_status(evaluator, gemm, name, statuses, words):
+    verdict = _evaluate(evaluator, gemm, name)
+    assert verdict.status in statuses, verdict.message
+    assert words in verdict.message
+    assert verdict.timing is None or verdict.timing.speedup is None
+
+
+def test_side_stream_is_charged_its_real_time(evaluator, gemm):
+    verdict = _evaluate(evaluator, gemm, "side_stream")
+    assert verdict.status in (Status.PASSED, Status.TIMING_ANOMALY), verdict.message
+    if verdict.status is Status.PASSED:
+        assert verdict.timing.speedup < 0.5  # the naive kernel's true speed, not the caller stream's
+
+
+def test_host_side_work_is_not_hidden(evaluator, gemm):
+    verdict = _evaluate(evaluator, gemm, "host_hidden")
+    if evaluator.backend == "cupti":
+        assert verdict.status is Status.TIMING_ANOMALY, verdict.message
+        assert "exceeds the reported GPU time" in verdict.message
+    else:
+        assert verdict.status is Status.PASSED and verdict.timing.candidate.median_ms > 5.0
+
+
+def test_memcheck_clean_and_error(evaluator, gemm):
+    evaluator.settings = SETTINGS.model_copy(
+        update={"memcheck": MemcheckMode.ALWAYS, "target_mode": TargetMode.STATIC}
+    )
+    try:
+        clean = _evaluate(evaluator, gemm, "naive")
+        bad = _evaluate(evaluator, gemm, "oob_read")
+    finally:
+        evaluator.settings = SETTINGS
+    assert clean.status is Status.PASSED and clean.memcheck.ran and clean.memcheck.clean is True
+    assert bad.status is Status.MEMORY_ERROR, bad.message
+    assert bad.memcheck.clean is False and "read" in bad.memcheck.first_error.lower()
+
+
+def test_still_healthy_and_memory_returned(evaluator, gemm):
+    verdict = _evaluate(evaluator, gemm, "naive")
+    assert verdict.status is Status.PASSED, verdict.message
+    assert abs(_free_gib(evaluator) - evaluator.free_at_start) < 1.0

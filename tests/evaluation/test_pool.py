@@ -1,0 +1,127 @@
+"""Process management with a fake worker: hangs, crashes, exits, garbage and forged replies.
+
+The fake worker speaks the real protocol; these tests cover only the error paths of our own code, and
+that a killed worker leaves no process behind (its whole process group goes).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ptxgym.evaluation.pool import ProtocolViolation, WorkerDied, WorkerHandle, WorkerPool, WorkerTimeout
+from ptxgym.evaluation.verdicts import worker_error_verdict
+from ptxgym.feedback import EnvironmentInfo, Stage, Status
+
+
+def _handle(argv: list[str], tmp_path) -> WorkerHandle:
+    handle = WorkerHandle(argv, None, tmp_path)
+    hello = handle.receive(30.0)
+    assert hello.ok and hello.hello is not None and hello.hello.pid == handle.pid
+    return handle
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of a process group that are not dead (zombies awaiting a reaper count as dead)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
+
+
+def test_echo_round_trip(fake_worker_argv, tmp_path):
+    handle = _handle(fake_worker_argv("echo"), tmp_path)
+    reply = handle.request({"op": "call"}, 10.0)
+    assert reply.ok and reply.seq == handle.seq
+    handle.kill()
+    assert _gone(handle.pid)
+
+
+def test_hang_times_out_and_kill_reaps_the_group(fake_worker_argv, tmp_path):
+    handle = _handle(fake_worker_argv("child"), tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerTimeout) as info:
+        handle.request({"op": "call"}, 0.5)
+    assert 0.4 < time.monotonic() - t0 < 5.0
+    assert "no reply within 0.5 s" in info.value.message
+    handle.kill()
+    assert _gone(handle.pid)
+    time.sleep(0.2)
+    assert _live_members(handle.pid) == []  # the forked grandchild went with the group
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("crash", "signal SIGSEGV"), ("exit", "exit code 3")])
+def test_death_reports_how(fake_worker_argv, tmp_path, mode, expected):
+    handle = _handle(fake_worker_argv(mode), tmp_path)
+    with pytest.raises(WorkerDied) as info:
+        handle.request({"op": "call"}, 10.0)
+    assert expected in info.value.message
+    if mode == "exit":
+        assert "about to exit" in info.value.log_tail
+    handle.kill()
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("garbage", "malformed reply"), ("wrong_seq", "was awaited"), ("oversize", "oversized reply")],
+)
+def test_protocol_violations(fake_worker_argv, tmp_path, mode, expected):
+    handle = _handle(fake_worker_argv(mode), tmp_path)
+    with pytest.raises(ProtocolViolation) as info:
+        handle.request({"op": "call"}, 10.0)
+    assert expected in info.value.message
+    handle.kill()
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "words"),
+    [
+        ("hang", Status.TIMEOUT, "did not return"),
+        ("crash", Status.CRASH, "SIGSEGV"),
+        ("exit", Status.CRASH, "exit code 3"),
+        ("garbage", Status.RUNTIME_ERROR, "protocol"),
+    ],
+)
+def test_worker_errors_become_verdicts(fake_worker_argv, tmp_path, mode, status, words):
+    handle = _handle(fake_worker_argv(mode), tmp_path)
+    try:
+        handle.request({"op": "call"}, 0.5)
+    except (WorkerTimeout, WorkerDied, ProtocolViolation) as exc:
+        verdict = worker_error_verdict(exc, Stage.CHECK, 0.5, EnvironmentInfo(evaluator="test"))
+    finally:
+        handle.kill()
+    assert verdict.status is status
+    assert words in verdict.message and "during a correctness call" in verdict.message
+
+
+def test_pool_replaces_what_it_hands_out(fake_worker_argv, tmp_path):
+    pool = WorkerPool(spares=2, argv=fake_worker_argv("echo"), log_dir=tmp_path)
+    pool.fill()
+    first = pool.take()
+    assert pool.spawned == 3
+    first.drain(30.0)
+    assert first.request({"op": "call"}, 10.0).ok
+    first.discard()
+    primed = []
+    pool.primer = lambda handle: primed.append(handle.pid)
+    pool.prime_all()
+    assert len(primed) == 2
+    pids = [h.pid for h in pool._ready]
+    pool.close()
+    assert all(_gone(p) for p in [*pids, first.pid])

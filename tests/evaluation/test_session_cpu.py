@@ -1,0 +1,100 @@
+"""The trusted side's arena and session logic on CPU tensors, driven against the fake worker.
+
+No GPU: the arena lives on the CPU and the fake worker answers every call without computing (as a
+no-op candidate would). What is checked is our own control flow: perturbation and verification of the
+arena, the strict (candidate) and lenient (baseline) handling of failed checks, and the protocol.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from evaltest_helpers import small_task  # noqa: E402
+
+from ptxgym.evaluation.arena import Arena  # noqa: E402
+from ptxgym.evaluation.base import EvalSettings  # noqa: E402
+from ptxgym.evaluation.inputs import run_reference  # noqa: E402
+from ptxgym.evaluation.pool import WorkerHandle  # noqa: E402
+from ptxgym.evaluation.protocol import AttachResult, Reply  # noqa: E402
+from ptxgym.evaluation.session import Session, SessionResult  # noqa: E402
+from ptxgym.evaluation.timing import EVENTS  # noqa: E402
+from ptxgym.feedback import Stage, Status  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory):
+    return Arena(small_task("Gemm-sm90a", M=8), [1, 2, 3], "cpu", tmp_path_factory.mktemp("arena"))
+
+
+def _compute(arena: Arena, index: int) -> None:
+    """Play an honest candidate: write the reference of the current shared inputs into the outputs."""
+    s = arena.sets[index]
+    out = run_reference(arena.task, arena.namespace, s.shared_in)
+    for name, value in out.items():
+        s.shared_out[name].copy_(value)
+
+
+def test_arena_perturbs_in_place_and_verifies(arena):
+    gen = torch.Generator().manual_seed(0)
+    s = arena.sets[0]
+    ptr, before = s.shared_in["A"].data_ptr(), s.shared_in["A"].clone()
+    arena.prepare(0, gen)
+    assert s.shared_in["A"].data_ptr() == ptr and not torch.equal(s.shared_in["A"], before)
+    assert arena.verify(0).status is Status.UNWRITTEN  # poisoned, nothing computed yet
+    _compute(arena, 0)
+    assert arena.verify(0).passed
+    stale = s.shared_out["C"].clone()
+    arena.prepare(0, gen)
+    s.shared_out["C"].copy_(stale)  # a pointer-keyed cache replays the previous output
+    assert arena.verify(0).status is Status.INCORRECT_NUMERICAL
+    _compute(arena, 0)
+    assert arena.verify(0).passed and arena.mutated_inputs() == []
+    s.shared_in["B"][3, 3] += 1  # the candidate writes into an input
+    assert arena.verify(0).status is Status.INPUT_MUTATED
+    assert arena.mutated_inputs() == ["B"]
+    arena.prepare(0, gen)  # later perturbations keep the damage visible
+    assert arena.mutated_inputs() == ["B"]
+    s.shared_in["B"].copy_(arena.expected_inputs(0)["B"])
+    assert arena.mutated_inputs() == []
+
+
+def _session(arena, fake_worker_argv, tmp_path, settings) -> Session:
+    handle = WorkerHandle(fake_worker_argv("echo"), None, tmp_path)
+    handle.drain(30.0)
+    attach = AttachResult(arena=arena.id, cupti=False, flush_bytes=1)
+    handle.primed = {"arena": arena.id, "reply": Reply(seq=0, ok=True, attach=attach)}
+    session = Session(handle, arena, settings, EVENTS, seed=5, timeout_s=10.0)
+    session.attach(1, cupti=False)
+    return session
+
+
+def test_candidate_stops_at_the_first_failed_check(arena, fake_worker_argv, tmp_path):
+    session = _session(arena, fake_worker_argv, tmp_path, EvalSettings(warmup=1, iterations=4, trials=2))
+    try:
+        cal = session.calibrate(n=5)
+        assert cal.n == 5 and cal.sync_gap_ms == pytest.approx(0.02)
+        session.load({"kind": "so", "path": "x.so", "entry": "run"})
+        result = SessionResult()
+        session.correctness(result)
+        assert result.failure.status is Status.UNWRITTEN and result.failure.stage is Stage.CHECK
+        assert result.calls_checked == 1 and "in a correctness call" in result.failure.message
+    finally:
+        session.worker.kill()
+
+
+def test_baseline_is_timed_even_when_a_check_fails(arena, fake_worker_argv, tmp_path):
+    settings = EvalSettings(warmup=1, iterations=4, trials=2, correctness_sets=2)
+    session = _session(arena, fake_worker_argv, tmp_path, settings)
+    try:
+        session.calibrate(n=3)
+        result = SessionResult()
+        session.correctness(result, strict=False)
+        session.timing(result, crosscheck=False, strict=False)
+        assert result.failure.status is Status.UNWRITTEN  # recorded, not fatal
+        assert result.calls_checked == 2 + 2 * 3
+        assert [len(t) for t in result.trials] == [4, 4]
+        assert all(x == pytest.approx(1.0) for t in result.trials for x in t)
+    finally:
+        session.worker.kill()

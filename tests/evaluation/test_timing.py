@@ -1,0 +1,64 @@
+"""Latency statistics, per-call latency, calibration, the wall-clock cross-check and CUPTI windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptxgym.evaluation.cupti_spans import spans_by_window
+from ptxgym.evaluation.timing import CUPTI, EVENTS, calibrate, call_latency, cross_check, iqr, latency_stats
+
+
+def test_latency_stats_median_over_all_calls_and_worst_trial_cv():
+    stats = latency_stats([[1.0, 1.0, 1.0, 1.0], [2.0, 2.2, 1.8, 2.0]])
+    assert stats.median_ms == pytest.approx(1.4)  # (1.0 + 1.8) / 2
+    assert stats.n == 8 and stats.min_ms == 1.0
+    assert stats.trials_median_ms == [1.0, 2.0]
+    assert stats.cv == pytest.approx(0.0707, abs=1e-3)
+    assert iqr([1, 2, 3, 4, 5]) == pytest.approx(2.0)
+
+
+def test_call_latency_backends():
+    assert call_latency(CUPTI, 0.01, 5.0, 4.9, 0.02) == 4.9
+    assert call_latency(CUPTI, 0.01, 5.0, None, 0.02) is None
+    # honest: all work on the caller stream, device sync costs its calibrated gap
+    assert call_latency(EVENTS, 1.00, 1.02, None, 0.02) == pytest.approx(1.00)
+    # side stream: the stream event returns at once, the device-wide sync waits for the real work
+    assert call_latency(EVENTS, 0.01, 26.7, None, 0.02) == pytest.approx(26.68)
+
+
+def _cal():
+    walls = [0.30 + 0.01 * (i % 3) for i in range(20)]
+    lat = [0.005] * 20
+    return calibrate(walls, lat, [0.005] * 20, [0.02] * 20)
+
+
+def test_calibration():
+    cal = _cal()
+    assert cal.overhead_ms == pytest.approx(0.305, abs=0.006)
+    assert cal.sync_gap_ms == pytest.approx(0.015)
+    assert cal.n == 20
+
+
+def test_cross_check_accepts_honest_calls():
+    cal = _cal()
+    lat = [0.78] * 50
+    walls = [x + cal.overhead_ms + 0.05 for x in lat]
+    check = cross_check(walls, lat, cal, slack_ms=0.3, slack_fraction=0.1)
+    assert check.ok and check.message == ""
+
+
+def test_cross_check_catches_time_hidden_from_the_gpu_timer():
+    cal = _cal()
+    lat = [0.01] * 50  # what the worker claims
+    walls = [0.78 + cal.overhead_ms] * 50  # what the evaluator's clock saw
+    check = cross_check(walls, lat, cal, slack_ms=0.3, slack_fraction=0.1)
+    assert not check.ok
+    assert "exceeds the reported GPU time" in check.message and "0.770 ms per call" in check.message
+
+
+def test_spans_cover_all_activity_in_a_window():
+    records = [(100, 150), (120, 400), (405, 420), (1000, 1100)]  # two kernels on two streams, then others
+    windows = [(7, 90, 402), (8, 500, 900), (9, 950, 1200)]
+    spans, counts = spans_by_window(records, windows)
+    assert spans == {7: pytest.approx(300 / 1e6), 8: None, 9: pytest.approx(100 / 1e6)}
+    assert counts == {7: 2, 8: 0, 9: 1}

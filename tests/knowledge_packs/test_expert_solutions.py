@@ -1,0 +1,93 @@
+"""The sm_90a expert solutions: in sync with their sources, built by ptxgym's own pipeline, HGMMA + TMA.
+
+CPU (nvcc): the shipped one-file Gemm.cu goes through extract -> policy -> build -> SASS exactly as
+the reference policy's action does (one nvcc call for the module); the SASS must hold HGMMA, UTMALDG and
+UTMASTG, ptxas must report no spills, no stack frame and no wgmma serialisation.
+GPU (gpu): the same action through LocalGpuEvaluator must pass correctness and execute HGMMA/UTMALDG.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "knowledge_packs" / "sm90a" / "solutions"
+
+
+def _bench():
+    """bench/expert_bench.py as a module (it owns the amalgamation and the evaluator driver)."""
+    spec = importlib.util.spec_from_file_location("expert_bench", ROOT / "bench" / "expert_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shipped_gemm_is_the_amalgamated_source() -> None:
+    """solutions/Gemm.cu is generated from solutions/src/Gemm.cu + the pack headers; never edited."""
+    bench = _bench()
+    expected = bench.amalgamate(SOLUTIONS / "src" / "Gemm.cu")
+    regenerate = "python bench/expert_bench.py source > knowledge_packs/sm90a/solutions/Gemm.cu"
+    assert (SOLUTIONS / "Gemm.cu").read_text() == expected, f"solutions/Gemm.cu is stale: {regenerate}"
+
+
+def test_shipped_gemm_is_self_contained_and_uses_only_pack_wrappers() -> None:
+    text = (SOLUTIONS / "Gemm.cu").read_text()
+    assert '#include "' not in text, "a quoted include would not resolve when the file is an action"
+    assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run," in text
+    kernel_source = (SOLUTIONS / "src" / "Gemm.cu").read_text()
+    assert "asm volatile" not in kernel_source and "asm(" not in kernel_source, (
+        "the expert kernel must use the pack's wrappers, not its own inline PTX")
+    for wrapper in ("tma_load_multicast", "wgmma_ss<256>", "mbar_wait", "mbar_arrive_expect_tx",
+                    "setmaxnreg_inc", "stmatrix_x4", "tma_store", "fence_proxy_async_shared"):
+        assert wrapper in kernel_source, wrapper
+
+
+@pytest.fixture(scope="module")
+def gemm_feedback():
+    """The shipped Gemm.cu through the pipeline with no GPU evaluator: build + SASS census."""
+    from ptxgym.pipeline import Pipeline
+    from ptxgym.tasks import get_task
+
+    text = (SOLUTIONS / "Gemm.cu").read_text()
+    return Pipeline(get_task("Gemm-sm90a")).run(f"```cuda\n{text}\n```")
+
+
+@pytest.mark.nvcc
+def test_gemm_builds_through_the_pipeline(gemm_feedback) -> None:
+    fb = gemm_feedback
+    assert fb.compile is not None and fb.compile.ok, fb.message
+    assert fb.status.value in ("NOT_EVALUATED", "PASSED"), f"{fb.status}: {fb.message}"
+
+
+@pytest.mark.nvcc
+def test_gemm_sass_holds_hgmma_and_tma(gemm_feedback) -> None:
+    kernels = gemm_feedback.sass.kernels
+    assert len(kernels) == 1
+    targets = kernels[0].target_opcodes
+    for opcode in ("HGMMA", "UTMALDG", "UTMASTG"):
+        assert targets.get(opcode, 0) > 0, f"{opcode} missing from {targets}"
+    families = kernels[0].families
+    assert "LDL" not in families and "STL" not in families, "accumulators spilled to local memory"
+
+
+@pytest.mark.nvcc
+def test_gemm_ptxas_report_is_clean(gemm_feedback) -> None:
+    (res,) = gemm_feedback.compile.resources
+    assert res.spill_stores == 0 and res.spill_loads == 0 and res.stack_bytes == 0, res
+    log = gemm_feedback.compile.log
+    for code in ("C7510", "C7517", "C7519", "C7508"):
+        assert code not in log, f"ptxas {code}: wgmma serialised / setmaxnreg ignored\n{log[-2000:]}"
+
+
+@pytest.mark.gpu
+def test_gemm_passes_the_evaluator_and_executes_wgmma_and_tma() -> None:
+    """Correct on fresh inputs and HGMMA/UTMALDG executed (ncu), as judged by LocalGpuEvaluator."""
+    summary = _bench().evaluate_with_pipeline()
+    print("EXPERT_GEMM_FEEDBACK " + json.dumps(summary))
+    assert summary["status"] == "PASSED", summary
+    assert summary["target_executed"] == "yes", summary
+    assert summary["target_counts"].get("HGMMA", 0) > 0 and summary["target_counts"].get("UTMALDG", 0) > 0

@@ -1,0 +1,104 @@
+"""The quality gate and the staged reward, against hand-computed values for every status."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ptxgym.feedback import Feedback, Status, Verdict
+from ptxgym.rewards import StagedReward, qualifies, resolve_reward, speedup_of
+
+# Default weights: extracted 0.05, compiled 0.10, ran 0.10, correct 0.30, target 0.15, speed 0.30 (cap 2).
+EXPECTED_FAILURES = {
+    Status.EXTRACT_ERROR: 0.0,
+    Status.STATIC_REJECT: 0.05,
+    Status.COMPILE_ERROR: 0.05,
+    Status.COMPILE_TIMEOUT: 0.05,
+    Status.NOT_EVALUATED: 0.15,
+    Status.RUNTIME_ERROR: 0.15,
+    Status.TIMEOUT: 0.15,
+    Status.CRASH: 0.15,
+    Status.MEMORY_ERROR: 0.15,
+    Status.INCORRECT_SHAPE: 0.25,
+    Status.INCORRECT_DTYPE: 0.25,
+    Status.INCORRECT_NUMERICAL: 0.25,
+    Status.NONFINITE: 0.25,
+    Status.UNWRITTEN: 0.25,
+    Status.INPUT_MUTATED: 0.25,
+    Status.TIMING_ANOMALY: 0.25,
+    Status.INFRA_ERROR: 0.15,
+}
+
+
+def test_every_status_is_covered():
+    assert set(EXPECTED_FAILURES) | {Status.PASSED} == set(Status)
+
+
+@pytest.mark.parametrize("status", list(EXPECTED_FAILURES))
+def test_staged_failures_pay_stage_credit_only(fb, status):
+    f = fb(status, speedup=5.0)
+    res = StagedReward()(f, [])
+    assert res.total == pytest.approx(EXPECTED_FAILURES[status])
+    assert res.components["correct"] == res.components["speed"] == res.components["target"] == 0.0
+    assert not qualifies(f) and speedup_of(f) is None
+
+
+def test_infra_error_without_a_build_pays_nothing(fb):
+    f = fb(Status.INFRA_ERROR, compile_ok=False).replace(source_sha256=None)
+    assert StagedReward()(f, []).total == 0.0
+
+
+@pytest.mark.parametrize(
+    ("speedup", "executed", "expected"),
+    [
+        (1.5, Verdict.YES, 0.25 + 0.30 + 0.15 + 0.30 * 1.5 / 2),
+        (3.0, Verdict.YES, 1.0),  # speed capped at 2x
+        (0.1, Verdict.YES, 0.25 + 0.30 + 0.15 + 0.015),
+        (1.5, Verdict.UNKNOWN, 0.25),  # profiling failed: never a yes
+        (1.5, Verdict.NO, 0.25),
+        (1.5, Verdict.NOT_CHECKED, 0.25),
+    ],
+)
+def test_staged_passed(fb, speedup, executed, expected):
+    res = StagedReward()(fb(Status.PASSED, speedup=speedup, executed=executed), [])
+    assert res.total == pytest.approx(expected)
+
+
+def test_staged_without_target_requirement(fb):
+    f = fb(Status.PASSED, speedup=0.5, executed=Verdict.UNKNOWN)
+    res = StagedReward(require_target=False)(f, [])
+    assert res.total == pytest.approx(0.25 + 0.30 + 0.0 + 0.30 * 0.25)
+    assert res.components["target"] == 0.0
+
+
+def test_gate_modes(fb):
+    off = fb(Status.PASSED, speedup=1.0, executed=Verdict.NOT_CHECKED, mode="off")
+    static_yes = fb(Status.PASSED, speedup=1.0, executed=Verdict.NOT_CHECKED, mode="static", static=True)
+    static_no = fb(Status.PASSED, speedup=1.0, executed=Verdict.NOT_CHECKED, mode="static", static=False)
+    no_record = fb(Status.PASSED, speedup=1.0, with_target=False)
+    assert qualifies(off) and qualifies(static_yes)
+    assert not qualifies(static_no) and not qualifies(no_record)
+    assert qualifies(no_record, require_target=False)
+    # mode off: correct + speed, but the target stage (needs an executed yes) is unpaid
+    assert StagedReward()(off, []).total == pytest.approx(0.25 + 0.30 + 0.15)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -1.0])
+def test_gate_rejects_nonsense_speedups(fb, bad):
+    f = fb(Status.PASSED, speedup=bad)
+    assert qualifies(f) and speedup_of(f) is None
+    assert StagedReward()(f, []).components["speed"] == 0.0
+
+
+def test_static_target_is_logged_at_weight_zero_and_paid_when_weighted(fb):
+    f = fb(Status.NOT_EVALUATED, static=True)
+    assert "static_target" in StagedReward()(f, []).components
+    assert StagedReward()(f, []).components["static_target"] == 0.0
+    assert resolve_reward("staged", static_target=0.2)(f, []).total == pytest.approx(0.35)
+
+
+def test_rewards_are_pure_functions_of_the_json(fb):
+    f = fb(Status.PASSED, speedup=1.25)
+    again = Feedback.from_json(json.loads(f.to_json()))
+    assert StagedReward()(again, []) == StagedReward()(f, [])
