@@ -77,6 +77,7 @@ class KernelEnv(gymnasium.Env):
         self.variant = variant
         self.render_mode = render_mode
         self.reward_fn = resolve_reward(reward)
+        self._owns_evaluator = not isinstance(evaluator, Evaluator)
         self.evaluator = _make_evaluator(evaluator, settings)
         self.pipeline = Pipeline(self.task, self.evaluator)
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
@@ -100,16 +101,32 @@ class KernelEnv(gymnasium.Env):
     # ---------------------------------------------------------------------------------- Gymnasium API
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start an episode; the observation text is the task prompt."""
+        """Start an episode; the observation text is the task prompt.
+
+        ``options={"history": [Feedback, ...]}`` resumes an episode recorded earlier: the turn counter
+        and the history (which rewards and memcheck scheduling read) continue from it, and the
+        observation is that of the last recorded turn.
+        """
         super().reset(seed=seed)
-        self._history = []
-        self._turn = 0
+        prior = list((options or {}).get("history") or [])
+        if len(prior) >= self.max_turns:
+            raise ValueError(f"cannot resume: {len(prior)} recorded turns >= max_turns={self.max_turns}")
+        if not all(isinstance(f, Feedback) for f in prior):
+            raise TypeError("options['history'] must be a list of ptxgym.feedback.Feedback records")
+        self._history = prior
+        self._turn = len(prior)
         self._episode_id = uuid.uuid4().hex[:12]
         self._prompt = build_task_prompt(self.task, self.variant)
         self._last_text = self._prompt.text
-        obs = self._obs(self._prompt.text, status="", stage="", correct=False, speedup=0.0,
-                        verdict=Verdict.NOT_CHECKED)
-        return obs, {"prompt": self._prompt, "task_id": self.task.id, "turn": 0,
+        if prior:
+            last = prior[-1]
+            self._last_text = render_feedback(last)
+            obs = self._obs(self._last_text, status=last.status.value, stage=last.stage.value,
+                            correct=last.correct, speedup=last.speedup or 0.0, verdict=last.target_executed)
+        else:
+            obs = self._obs(self._prompt.text, status="", stage="", correct=False, speedup=0.0,
+                            verdict=Verdict.NOT_CHECKED)
+        return obs, {"prompt": self._prompt, "task_id": self.task.id, "turn": self._turn,
                      "episode_id": self._episode_id}
 
     def step(self, action: str):
@@ -141,8 +158,12 @@ class KernelEnv(gymnasium.Env):
         return self._last_text if self.render_mode == "ansi" else None
 
     def close(self) -> None:
-        """Release the evaluator's processes and GPU memory."""
-        self.evaluator.close()
+        """Release the evaluator's processes and GPU memory, if this env created the evaluator.
+
+        An evaluator passed in by the caller is shared (vector envs, trainers) and stays open.
+        """
+        if self._owns_evaluator:
+            self.evaluator.close()
 
     # -------------------------------------------------------------------------------------- helpers
 

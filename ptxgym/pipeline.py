@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import time
 import traceback
+from pathlib import Path
 from collections.abc import Callable
 from typing import TypeVar
 
+from ptxgym.arch import get_arch
 from ptxgym.build import BuildOutcome, build_solution
 from ptxgym.errors import ToolchainNotFoundError
 from ptxgym.evaluation.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
@@ -36,6 +38,19 @@ from ptxgym.tasks import Task
 from ptxgym.toolchain import find_toolchain
 
 T = TypeVar("T")
+
+
+def pack_include_dirs(arch: str) -> list[Path]:
+    """Trusted header directories of the knowledge packs, on every build's include path.
+
+    Models may ``#include <sm90a/headers/wgmma.cuh>`` (pack root) or ``#include "sm90a.cuh"`` (the
+    arch's ``headers/``) instead of pasting the wrappers into their answer.
+    """
+    from ptxgym.knowledge_packs import PACK_ROOT
+
+    root = Path(PACK_ROOT)
+    headers = root / get_arch(arch).short / "headers"
+    return [root, headers] if headers.is_dir() else [root]
 
 
 class _StageFailed(Exception):
@@ -84,7 +99,7 @@ class Pipeline:
         parts["source_chars"] = sum(len(s.content) for s in solution.sources)
         try:
             others = {s.path: s.content for s in solution.sources if s.path != entry}
-            self._timed(parts, Stage.POLICY, lambda: self._policy(main_source, others))
+            self._timed(parts, Stage.POLICY, lambda: self._policy(main_source, others, entry))
             built = self._timed(parts, Stage.BUILD, lambda: self._build(solution, parts))
             sass = self._timed(parts, Stage.SASS, lambda: sass_census(built.so_path, self.task.arch_spec))
             parts["sass"] = sass
@@ -112,13 +127,13 @@ class Pipeline:
             raise _StageFailed(Status.EXTRACT_ERROR, Stage.EXTRACT, got.message)
         return got.code
 
-    def _policy(self, source: str, others: dict[str, str]) -> None:
-        verdict = check_source(source, others)
+    def _policy(self, source: str, others: dict[str, str], entry: str) -> None:
+        verdict = check_source(source, others, entry_name=entry)
         if not verdict.ok:
             raise _StageFailed(Status.STATIC_REJECT, Stage.POLICY, verdict.message)
 
     def _build(self, solution: Solution, parts: dict) -> BuildOutcome:
-        outcome = build_solution(solution, self.task.arch_spec)
+        outcome = build_solution(solution, self.task.arch_spec, include_dirs=pack_include_dirs(self.task.arch))
         parts["compile"] = outcome.info
         if outcome.status is not None:
             stage = Stage.POLICY if outcome.status is Status.STATIC_REJECT else Stage.BUILD

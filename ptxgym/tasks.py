@@ -119,6 +119,11 @@ def _bytes(defn: Definition, wl: Workload) -> float:
     return total
 
 
+# The backward outputs hold 3 x 100M elements; on the H200 cuDNN's own causal backward misses the
+# elementwise rule on 1 of them (3 bf16 ulps of dV). Allow one element in a million, never more, and keep
+# the relative-norm bound: the baseline must pass its own task.
+_BACKWARD_TOLERANCE = Tolerance(required_match=1.0 - 1e-6)
+
 # name -> (definition, baseline, FLOP formula, summary)
 _PRIMARY = {
     "Gemm": ("gemm_n7168_k5120", Baseline(name="cublas", library="cuBLAS via torch.matmul",
@@ -150,6 +155,7 @@ def catalog() -> dict[str, Task]:
             defn = defs[dname]
             wl = load_workloads(dname)[0]
             task = Task(name=name, arch=arch.name, definition=defn, workload=wl, baseline=baseline,
+                        tolerance=_BACKWARD_TOLERANCE if name.startswith("MhaBwd") else Tolerance(),
                         flops=flop_fn(defn.axis_values(wl)), min_bytes=_bytes(defn, wl), summary=summary)
             tasks[task.id] = task
     return tasks

@@ -126,3 +126,31 @@ def test_speedup_observation_dtype() -> None:
     env = make()
     obs, _ = env.reset(seed=0)
     assert obs["speedup"].dtype == np.float32 and obs["speedup"].shape == (1,)
+
+
+def test_reset_with_history_resumes_the_episode() -> None:
+    env = make(max_turns=4)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("no code at all")
+    recorded = [info["feedback"]]
+    fresh = make(max_turns=4)
+    obs, info = fresh.reset(seed=0, options={"history": recorded})
+    assert obs["turn"] == 1 and info["turn"] == 1 and obs["status"] == "EXTRACT_ERROR"
+    assert fresh.unwrapped.history == tuple(recorded)
+    _, _, _, _, info = fresh.step("still none")
+    assert info["turn"] == 2 and info["feedback"].turn == 1
+
+
+def test_shared_evaluator_survives_env_close() -> None:
+    from ptxgym.evaluation.base import NullEvaluator
+
+    class Counting(NullEvaluator):
+        closed = 0
+
+        def close(self) -> None:
+            Counting.closed += 1
+
+    shared = Counting()
+    make_shared = gymnasium.make("ptxgym/Gemm-sm90a-v0", evaluator=shared)
+    make_shared.close()
+    assert Counting.closed == 0
