@@ -5,7 +5,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 
 | variable | meaning | default |
 | --- | --- | --- |
-| ``PTXGYM_CACHE_DIR`` | root of the content-addressed caches (builds, baselines, ncu verdicts) | ``~/.cache/ptxgym`` |
+| ``PTXGYM_CACHE_DIR`` | root of the content-addressed caches (builds, baselines, ncu) | ``~/.cache/ptxgym`` |
 | ``PTXGYM_NVCC`` | path of the nvcc to use (overrides discovery) | discovered |
 | ``PTXGYM_CUDA_HOME`` | CUDA toolkit root to use (overrides discovery) | discovered |
 | ``PTXGYM_EVALUATOR`` | ``auto``, ``none`` or ``local``: which evaluator an env attaches | ``auto`` |

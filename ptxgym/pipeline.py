@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import time
 import traceback
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from ptxgym.arch import get_arch
@@ -70,7 +70,9 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------------ public
 
-    def run(self, action: str, *, turn: int = 0, episode_id: str = "", first_correct: bool = True) -> Feedback:
+    def run(
+        self, action: str, *, turn: int = 0, episode_id: str = "", first_correct: bool = True
+    ) -> Feedback:
         """Evaluate a model response (text with a fenced CUDA block)."""
         parts: dict = {"stage_wall_s": {}}
         try:
@@ -133,7 +135,8 @@ class Pipeline:
             raise _StageFailed(Status.STATIC_REJECT, Stage.POLICY, verdict.message)
 
     def _build(self, solution: Solution, parts: dict) -> BuildOutcome:
-        outcome = build_solution(solution, self.task.arch_spec, include_dirs=pack_include_dirs(self.task.arch))
+        includes = pack_include_dirs(self.task.arch)
+        outcome = build_solution(solution, self.task.arch_spec, include_dirs=includes)
         parts["compile"] = outcome.info
         if outcome.status is not None:
             stage = Stage.POLICY if outcome.status is Status.STATIC_REJECT else Stage.BUILD

@@ -139,9 +139,11 @@ _PRIMARY = {
     "MhaBwd": ("mha_bwd_d128", Baseline(name="cudnn_sdpa", library="cuDNN SDPA backward via torch",
                                         function="mha_bwd_cudnn"),
                lambda a: 10.0 * a["B"] * a["H"] * a["S"] ** 2 * a["D"], "MHA backward, 4x48x4096x128"),
-    "MhaBwdCausal": ("mha_bwd_d128_causal", Baseline(name="cudnn_sdpa", library="cuDNN SDPA backward via torch",
-                                                     function="mha_bwd_cudnn"),
-                     lambda a: 5.0 * a["B"] * a["H"] * a["S"] ** 2 * a["D"], "causal MHA backward, 4x48x4096x128"),
+    "MhaBwdCausal": ("mha_bwd_d128_causal",
+                     Baseline(name="cudnn_sdpa", library="cuDNN SDPA backward via torch",
+                              function="mha_bwd_cudnn"),
+                     lambda a: 5.0 * a["B"] * a["H"] * a["S"] ** 2 * a["D"],
+                     "causal MHA backward, 4x48x4096x128"),
 }
 
 

@@ -1,4 +1,4 @@
-"""``ptxgym check FILE --task ID``: run the pipeline on one kernel file (or response text) and print the feedback."""
+"""``ptxgym check FILE --task ID``: run the pipeline on one kernel file and print the feedback."""
 
 from __future__ import annotations
 

@@ -146,6 +146,22 @@ def parse_tasks(items: list[str] | None) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _reference_defaults(args: argparse.Namespace) -> list[str]:
+    """Default tasks of the reference policy: the primary tasks that have a shipped solution.
+
+    The ones without a solution are named on stderr, so the main job runs what exists and says what not.
+    """
+    from ptxgym.policies.reference import available_solutions
+
+    wanted = parse_tasks(None)
+    have = set(available_solutions())
+    missing = [t for t in wanted if t not in have]
+    if missing:
+        print(f"ptxgym eval: no shipped reference solution yet for {', '.join(missing)}; "
+              "running the primary tasks that have one", file=sys.stderr)
+    return [t for t in wanted if t in have]
+
+
 def _split(items: list[str]) -> list[str]:
     return list(dict.fromkeys(s.strip() for item in items for s in item.split(",") if s.strip()))
 
@@ -174,7 +190,8 @@ def build_config(args: argparse.Namespace):
         timeout_s=args.request_timeout,
     )
     return EvalConfig(
-        tasks=parse_tasks(args.tasks),
+        tasks=_reference_defaults(args) if args.tasks is None and args.policy == "reference"
+        else parse_tasks(args.tasks),
         variants=_split(args.variants),
         trajectories=args.trajectories,
         turns=args.turns,

@@ -13,7 +13,8 @@ COMMANDS = ["tasks", "check", "eval", "report", "serve", "train"]
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     parser = argparse.ArgumentParser(
-        prog="ptxgym", description="GPU-kernel optimisation with architecture-specific PTX as an RL environment."
+        prog="ptxgym",
+        description="GPU-kernel optimisation with architecture-specific PTX as an RL environment.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

@@ -256,3 +256,19 @@ def test_main_job_reference_without_gpu_says_so(tmp_path: Path, capsys: pytest.C
     assert result["summary"]["gpu_evaluated"] is False and result["turns_on_disk"] == 1
     records, _ = read_turns(tmp_path / "run" / "trajectories.jsonl")
     assert records[0].policy == "reference" and "```cpp" in records[0].action
+    # The shipped kernel builds with the pack headers on the include path and shows wgmma/TMA statically.
+    fb = records[0].feedback
+    assert records[0].status == "NOT_EVALUATED", fb.message
+    assert fb.sass is not None and fb.sass.static_target
+
+
+def test_reference_defaults_skip_tasks_without_solutions(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from ptxgym.cli.eval import _reference_defaults
+    from ptxgym.policies.reference import available_solutions
+
+    tasks = _reference_defaults(argparse.Namespace())
+    assert tasks and set(tasks) <= set(available_solutions())
+    if len(tasks) < 5:
+        assert "no shipped reference solution yet" in capsys.readouterr().err

@@ -62,7 +62,9 @@ BAD_ACTIONS = {
     "binary_junk": (os.urandom(4096).decode("latin-1"), Status.EXTRACT_ERROR),
     "python_block": ("```python\nprint('hi')\n```", Status.EXTRACT_ERROR),
     "etc_passwd": ('```cuda\n#include "/etc/passwd"\n__global__ void k(){}\n```', Status.STATIC_REJECT),
-    "outside_include": ('```cuda\n#include "../../secret.h"\n__global__ void k(){}\n```', Status.STATIC_REJECT),
+    "outside_include": (
+        '```cuda\n#include "../../secret.h"\n__global__ void k(){}\n```', Status.STATIC_REJECT
+    ),
     "cublas": ("```cuda\n#include <cublas_v2.h>\n__global__ void k(){}\n```", Status.STATIC_REJECT),
 }
 

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from ptxgym.knowledge_packs import PACK_ROOT, variant_parts
 
 from ptxgym.arch import BLACKWELL
+from ptxgym.knowledge_packs import PACK_ROOT, variant_parts
 
 SM100 = PACK_ROOT / "sm100a"
 HEADERS = sorted((SM100 / "headers").glob("*.cuh"))

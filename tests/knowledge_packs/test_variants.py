@@ -7,6 +7,7 @@ import posixpath
 import re
 
 import pytest
+
 from ptxgym.knowledge_packs import (
     PACK_ROOT,
     UnknownVariantError,
