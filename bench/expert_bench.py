@@ -11,14 +11,12 @@ trials, median over all timed calls. ``ncu`` mode proves that HGMMA / UTMALDG ex
     python bench/expert_bench.py run SO [SO ...] [--json FILE]          # GPU
     python bench/expert_bench.py ncu SO [--csv FILE]                    # GPU, Nsight Compute
     python bench/expert_bench.py evaluate [--json FILE]                  # GPU, ptxgym pipeline + evaluator
-    python bench/expert_bench.py source                                  # print the one-file action
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -28,11 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACK = ROOT / "knowledge_packs" / "sm90a"
 HEADERS = PACK / "headers"
-GEMM_SOURCE = PACK / "solutions" / "src" / "Gemm.cu"   # hand-written, #includes the pack headers
-GEMM_SHIPPED = PACK / "solutions" / "Gemm.cu"          # one self-contained file (the policy action)
+# The shipped solution #includes the pack headers; every ptxgym build has them on its include path.
+GEMM_SOURCE = GEMM_SHIPPED = PACK / "solutions" / "Gemm.cu"
 M, N, K = 8192, 7168, 5120
 ATOL = RTOL = 1e-2
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 
 # Variants tried on the GPU (flags on top of the defaults in Gemm.cu).
 DEFAULT_VARIANTS = {
@@ -46,44 +43,6 @@ DEFAULT_VARIANTS = {
 
 
 # ------------------------------------------------------------------------------------ sources
-
-
-BANNER = """// GENERATED FILE - do not edit. The expert solution {name} of the ptxgym sm_90a knowledge pack:
-// solutions/src/{name} with every pack header it includes (headers/*.cuh) inlined, so that it is one
-// self-contained source, as a policy submits it. Regenerate with
-//   python bench/expert_bench.py source > knowledge_packs/sm90a/solutions/{name}
-"""
-
-
-def amalgamate(source: Path, include_dirs: tuple[Path, ...] = (HEADERS,)) -> str:
-    """One self-contained CUDA file: every quoted ``#include`` of a pack header inlined once.
-
-    This is what a policy submits as its action (one code block); system and TVM-FFI includes
-    (angle brackets) stay as they are. The result starts with a "generated" banner.
-    """
-    seen: set[Path] = set()
-
-    def expand(path: Path) -> list[str]:
-        out: list[str] = []
-        for line in path.read_text().splitlines():
-            m = _INCLUDE.match(line)
-            if m is None:
-                if line.strip() != "#pragma once":
-                    out.append(line)
-                continue
-            dirs = (path.parent, *include_dirs)
-            target = next((d / m.group(1) for d in dirs if (d / m.group(1)).is_file()), None)
-            if target is None:
-                out.append(line)
-            elif target.resolve() not in seen:
-                seen.add(target.resolve())
-                out.extend([f"// ---- begin {m.group(1)}", *expand(target), f"// ---- end {m.group(1)}"])
-        return out
-
-    return BANNER.format(name=source.name) + "\n".join(expand(source)) + "\n"
-
-
-# -------------------------------------------------------------------------------------- build
 
 
 def nvcc_command(source: Path, out: Path, flags: list[str]) -> list[str]:
@@ -343,7 +302,6 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("--csv")
     d = sub.add_parser("ncu-driver")
     d.add_argument("so")
-    sub.add_parser("source")
     e = sub.add_parser("evaluate", help="the shipped Gemm.cu through ptxgym's pipeline + LocalGpuEvaluator")
     e.add_argument("--json")
     e.add_argument("--memcheck", action="store_true")
@@ -375,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "ncu-driver":
         ncu_driver(args.so)
         return 0
-    sys.stdout.write(amalgamate(GEMM_SOURCE))
-    return 0
+    p.print_help()
+    return 2
 
 
 if __name__ == "__main__":
