@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.train.common import device_flags, load_model_and_tokenizer, lora_config, quiet_trl
+from ptxgym.train.common import device_flags, load_model_and_tokenizer, quiet_trl, recipe_lora
 
 
 class GrpoRecipe(BaseModel):
@@ -200,17 +200,7 @@ def build_trainer(
             pool,
         )
         reward_funcs = [RolloutReward()]
-    peft = (
-        lora_config(
-            recipe.lora_rank,
-            recipe.lora_alpha,
-            recipe.lora_dropout,
-            recipe.target_modules,
-            recipe.modules_to_save,
-        )
-        if recipe.use_lora
-        else None
-    )
+    peft = recipe_lora(recipe)
     trainer = GRPOTrainer(
         model=model_obj,
         reward_funcs=reward_funcs,

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.train.common import device_flags, load_model_and_tokenizer, lora_config
+from ptxgym.train.common import device_flags, load_model_and_tokenizer, recipe_lora
 
 
 class SftRecipe(BaseModel):
@@ -166,17 +166,7 @@ def train_sft(
     data, dropped = prepare_dataset(dataset, tok, recipe)
     if len(data) == 0:
         raise ValueError(f"no SFT rows left: all {dropped} are longer than max_length={recipe.max_length}")
-    peft = (
-        lora_config(
-            recipe.lora_rank,
-            recipe.lora_alpha,
-            recipe.lora_dropout,
-            recipe.target_modules,
-            recipe.modules_to_save,
-        )
-        if recipe.use_lora
-        else None
-    )
+    peft = recipe_lora(recipe)
     trainer = SFTTrainer(
         model=model_obj,
         args=sft_config(recipe, output_dir),
