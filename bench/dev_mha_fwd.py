@@ -104,18 +104,25 @@ def nvcc_command(source: Path, out: Path, flags: list[str], cudart: str) -> list
             f"-L{stub}", "-lcuda"]
 
 
-def sass_census(so: Path) -> dict:
-    """Counts of the instructions that matter in the SASS of ``so`` (needs cuobjdump + nvdisasm)."""
+def sass_text(so: Path) -> str | None:
+    """``cuobjdump --dump-sass`` of ``so`` (needs cuobjdump + nvdisasm), or None without cuobjdump."""
     exe = shutil.which("cuobjdump")
     if exe is None:
         import nvidia
 
         cand = Path(nvidia.__path__[0]) / "cu13" / "bin" / "cuobjdump"
         if not cand.exists():
-            return {"error": "cuobjdump not found"}
+            return None
         exe = str(cand)
     env = dict(os.environ, PATH=f"{Path(exe).parent}:{os.environ.get('PATH', '')}")
-    sass = subprocess.run([exe, "--dump-sass", str(so)], capture_output=True, text=True, env=env).stdout
+    return subprocess.run([exe, "--dump-sass", str(so)], capture_output=True, text=True, env=env).stdout
+
+
+def sass_census(so: Path) -> dict:
+    """Counts of the instructions that matter in the SASS of ``so`` (needs cuobjdump + nvdisasm)."""
+    sass = sass_text(so)
+    if sass is None:
+        return {"error": "cuobjdump not found"}
     keys = ["HGMMA", "UTMALDG", "UTMASTG", "WARPGROUP.DEPBAR", "WARPGROUP.ARRIVE", "LDL", "STL", "USETMAXREG"]
     return {k: len(re.findall(rf"\b{re.escape(k)}", sass)) for k in keys}
 
@@ -338,12 +345,14 @@ def summary_line(tag: str, r: dict) -> str:
             + (f" ERROR {r['error'][:300]}" if "error" in r else ""))
 
 
-def run_worker(cmd: list[str], quiet_s: float) -> tuple[str, str, str]:
+def run_worker(cmd: list[str], quiet_s: float, total_s: float | None = None) -> tuple[str, str, str]:
     """Run a worker; kill it when no result line arrived for ``quiet_s`` seconds.
 
-    That catches a hung kernel that no mbarrier timeout ends (a named-barrier deadlock, say).
+    That catches a hung kernel that no mbarrier timeout ends (a named-barrier deadlock, say). With
+    ``total_s`` it is also killed once it has run that long, lines or not.
     Returns (stdout, stderr, how it ended).
     """
+    deadline = None if total_s is None else time.monotonic() + total_s
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str | None] = queue.Queue()
     err_parts: list[str] = []
@@ -362,11 +371,15 @@ def run_worker(cmd: list[str], quiet_s: float) -> tuple[str, str, str]:
     out: list[str] = []
     why = ""
     while True:
+        left = quiet_s if deadline is None else min(quiet_s, deadline - time.monotonic())
         try:
-            ln = lines.get(timeout=quiet_s)
+            ln = lines.get(timeout=max(left, 0.0))
         except queue.Empty:
             proc.kill()
-            why = f"killed after {quiet_s:.0f} s without a result"
+            if left < quiet_s:
+                why = f"killed at its limit of {total_s:.0f} s"
+            else:
+                why = f"killed after {quiet_s:.0f} s without a result"
             break
         if ln is None:
             break

@@ -12,7 +12,7 @@
 # Resumable: run it again with the same OUTDIR after an interruption and it continues (--resume).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-bench/results/eval_reference}
+out=$(realpath -m "${1:-bench/results/eval_reference}")
 turns=${2:-1}
 trajs=${3:-1}
 tasks=${TASKS:-sm90a}          # e.g. TASKS=Gemm-sm90a,MhaFwd-sm90a
@@ -21,14 +21,15 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 
 # Machines without network: install ptxgym and its light dependencies from the carried wheels (.whl/).
-if ! python3 -c "import ptxgym, gymnasium" 2>/dev/null; then
+if ! (cd / && python3 -c "import ptxgym.envs, gymnasium") 2>/dev/null; then
   if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps .whl/*.whl
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
   fi
-  python3 -c "import ptxgym, gymnasium" || { echo "ptxgym is not importable here" >&2; exit 2; }
+  (cd / && python3 -c "import ptxgym.envs, gymnasium") || { echo "ptxgym is not importable here" >&2; exit 2; }
 fi
-ptxgym() { python3 -c "import sys; from ptxgym.cli.main import main; sys.exit(main(sys.argv[1:]))" "$@"; }
+# Python runs from / so the source folders here (ptxgym/, envs/ ...) cannot shadow the installed package.
+ptxgym() { (cd / && python3 -c "import sys; from ptxgym.cli.main import main; sys.exit(main(sys.argv[1:]))" "$@"); }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv 2>&1 \
   || echo "no nvidia-smi here"; } | tee "$out/gpu.txt"

@@ -193,6 +193,27 @@ class Arena:
             bad.update(n for n, t in s.shared_in.items() if not torch.equal(t, want[n]))
         return sorted(bad)
 
+    def restore(self) -> list[str]:
+        """Rewrite every shared input that differs from what it must hold; return the names rewritten.
+
+        A candidate that writes to its inputs gets INPUT_MUTATED, but the buffers it wrote are shared with
+        every later worker of this arena: without this, the next candidates would inherit the damage (and
+        be judged INPUT_MUTATED or compared against a reference of other inputs). Called before each
+        worker session; costs one comparison pass over the inputs when nothing was touched.
+        """
+        import torch
+
+        fixed = set()
+        for i, s in enumerate(self.sets):
+            want = self.expected_inputs(i)
+            for n, t in s.shared_in.items():
+                if not torch.equal(t, want[n]):
+                    t.copy_(want[n])
+                    fixed.add(n)
+        if fixed and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return sorted(fixed)
+
     @property
     def seeds(self) -> list[int]:
         """Seeds of the input sets."""

@@ -60,6 +60,24 @@ def test_arena_perturbs_in_place_and_verifies(arena):
     assert arena.mutated_inputs() == []
 
 
+def test_restore_undoes_a_previous_candidates_writes_to_shared_inputs(arena):
+    """The next candidate must not inherit a mutating candidate's damage.
+
+    Seen on the H200: every later candidate was judged INPUT_MUTATED before the evaluator restored the
+    inputs between sessions.
+    """
+    gen = torch.Generator().manual_seed(1)
+    arena.prepare(1, gen)
+    assert arena.restore() == []  # nothing touched: nothing rewritten
+    arena.sets[1].shared_in["A"][0, :4] = 7.0
+    arena.sets[2].shared_in["B"].zero_()
+    assert arena.mutated_inputs() == ["A", "B"]
+    assert arena.restore() == ["A", "B"]
+    assert arena.mutated_inputs() == []
+    _compute(arena, 1)
+    assert arena.verify(1).passed  # an honest candidate afterwards is judged on intact inputs
+
+
 def _session(arena, fake_worker_argv, tmp_path, settings) -> Session:
     handle = WorkerHandle(fake_worker_argv("echo"), None, tmp_path)
     handle.drain(30.0)

@@ -275,6 +275,16 @@ __device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t 
                  ::"l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
 }
 
+// cp.reduce.async.bulk shared->global with .add.f32: global[i] += smem[i] for `bytes / 4` floats
+// (bytes a multiple of 16, both addresses 16-byte aligned). The adds are performed at L2 and are
+// atomic per element, so many CTAs may reduce into the same buffer (split-K partial sums, the dQ of an
+// attention backward). Completion through bulk groups like bulk_store: tma_store_commit(), then
+// tma_store_wait_read<k>() before the smem source is overwritten. Shows in SASS as UBLKRED.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                 ::"l"(dst), "r"(smem_u32(src)), "r"(bytes) : "memory");
+}
+
 #undef SM90_TMA_MAP
 
 }  // namespace sm90
