@@ -12,6 +12,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_DEVICE`` | CUDA device index of the local evaluator | ``0`` |
 | ``PTXGYM_COMPILE_TIMEOUT`` | wall-time limit of one nvcc build, seconds | ``120`` |
 | ``PTXGYM_COMPILE_MEMORY_MB`` | address-space limit of one nvcc build, MiB | ``8192`` |
+| ``PTXGYM_SANDBOX`` | host sandbox of candidate workers: ``on``, ``strict`` or ``off`` | ``on`` |
 """
 
 from __future__ import annotations
@@ -65,3 +66,15 @@ def compile_timeout_s() -> float:
 def compile_memory_mb() -> int:
     """Address-space limit of one nvcc build (RLIMIT_AS), in MiB."""
     return int(_get("COMPILE_MEMORY_MB") or 8192)
+
+
+def sandbox_mode() -> str:
+    """Host sandbox of candidate workers (``evaluation/sandbox.py``).
+
+    ``on``: every layer best effort, each reported; ``strict``: a layer unavailable on this machine is an
+    infrastructure error; ``off``: none (the candidate's host code runs unrestricted).
+    """
+    mode = (_get("SANDBOX") or "on").lower()
+    if mode not in {"on", "strict", "off"}:
+        raise ValueError(f"PTXGYM_SANDBOX must be on, strict or off, got {mode!r}")
+    return mode

@@ -204,6 +204,12 @@ class EnvironmentInfo(_Part):
     cuda_runtime: str | None = None
     torch: str | None = None
     evaluator: str | None = None
+    sandbox: dict[str, str] | None = Field(
+        None,
+        description="Host sandbox of the candidate's worker: layer (no_new_privs, network, filesystem, "
+        "rlimits, environment) -> 'active', 'partial: ...', 'unavailable: ...' or 'off'. None where no "
+        "candidate ran in a worker.",
+    )
 
 
 class Feedback(BaseModel):

@@ -6,8 +6,11 @@ in it. Each candidate gets a fresh pre-warmed worker process (``pool.py``), mapp
 buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did.
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from
-the disk cache) -> worker + calibration -> load -> correctness -> timing (+ wall-clock cross-check,
-floor) -> memcheck (per MemcheckMode) -> executed target instructions (ncu, per TargetMode).
+the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
+-> correctness -> timing (+ wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed
+target instructions (ncu, per TargetMode). The sandbox report of the worker is recorded in the
+verdict's ``environment.sandbox``. The memcheck and ncu runs start their own processes
+(``driver.py``), which are not sandboxed.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ptxgym.evaluation.baseline import BaselineRecord, BaselineStore
 from ptxgym.evaluation.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.memcheck import run_memcheck
 from ptxgym.evaluation.pool import WorkerError, WorkerHandle, WorkerPool
+from ptxgym.evaluation.sandbox import check_mode
 from ptxgym.evaluation.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.verdicts import correctness_info, fault_verdict, worker_error_verdict
@@ -57,6 +61,7 @@ class LocalGpuEvaluator(Evaluator):
         spares: int = 2,
         max_arenas: int = 5,
         worker_start_timeout_s: float = 180.0,
+        sandbox_mode: str | None = None,
     ) -> None:
         import torch
 
@@ -71,7 +76,10 @@ class LocalGpuEvaluator(Evaluator):
         self.start_timeout_s = worker_start_timeout_s
         self.max_arenas = max_arenas
         self.scratch = Path(tempfile.mkdtemp(prefix="ptxgym-eval-"))
-        self.pool = WorkerPool(self.device, spares, log_dir=self.scratch)
+        self.sandbox_mode = check_mode(config.sandbox_mode() if sandbox_mode is None else sandbox_mode)
+        self.pool = WorkerPool(
+            self.device, spares, log_dir=self.scratch, sandboxed=self.sandbox_mode != "off"
+        )
         self.backend: str | None = None
         self.cupti_error = ""
         self._arenas: collections.OrderedDict[tuple[str, str], Arena] = collections.OrderedDict()
@@ -232,14 +240,25 @@ class LocalGpuEvaluator(Evaluator):
         for handle in list(self.pool._ready):
             self._ready(handle, self._current)
 
-    def _session(self, arena: Arena, seed: int) -> tuple[Session, WorkerHandle, float]:
-        """Take a worker, attach, calibrate (before any candidate code is loaded)."""
+    def _session(
+        self, arena: Arena, seed: int, sandboxed: bool = False
+    ) -> tuple[Session, WorkerHandle, float]:
+        """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
+
+        The sandbox comes before the calibration so that the harness overhead is measured under the same
+        syscall filter as the candidate's calls. A sandbox that cannot be applied (strict mode) is an
+        infrastructure error, not the candidate's.
+        """
+        arena.restore()  # an earlier candidate may have written to the shared inputs
         handle = self._take_worker(arena)
         session = Session(handle, arena, self.settings, self.backend, seed, self.settings.call_timeout_s)
         try:
             attached = session.attach(self.flush_bytes, self.backend == CUPTI).attach
             if self.backend == CUPTI and not attached.cupti:
+                handle.discard()
                 raise InfraError(f"CUPTI failed in a new worker: {attached.cupti_error}")
+            if sandboxed:
+                session.sandbox(self.sandbox_mode)
             session.calibrate()
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
@@ -306,11 +325,28 @@ class LocalGpuEvaluator(Evaluator):
         seed: int,
         walls: dict[str, float],
     ) -> GpuVerdict:
+        """A sandboxed worker, then load, check and time; the verdict records the worker's sandbox."""
+        t = time.perf_counter()
+        session, handle, free_before = self._session(arena, seed, sandboxed=True)
+        walls["worker"] = round(time.perf_counter() - t, 4)
+        verdict = self._measure(task, cand, arena, baseline, session, handle, free_before, walls)
+        env = verdict.environment.model_copy(update={"sandbox": session.sandbox_report.summary()})
+        return verdict.model_copy(update={"environment": env})
+
+    def _measure(
+        self,
+        task: Task,
+        cand: BuiltCandidate,
+        arena: Arena,
+        baseline: BaselineRecord,
+        session: Session,
+        handle: WorkerHandle,
+        free_before: float,
+        walls: dict[str, float],
+    ) -> GpuVerdict:
+        """Load the candidate into the prepared worker, check and time it; the worker is discarded after."""
         import torch
 
-        t = time.perf_counter()
-        session, handle, free_before = self._session(arena, seed)
-        walls["worker"] = round(time.perf_counter() - t, 4)
         result = SessionResult()
         stage = Stage.RUN
         clocks = [sm_clock_mhz(self.device)]

@@ -2,9 +2,11 @@
 
 A worker is a fresh interpreter (``python -m ptxgym.evaluation.worker``) in its own session (so the whole
 process group can be killed, children included), SIGKILLed when the thread that spawned it exits, with
-stdout and stderr in a log file. Commands go down one pipe, JSON replies come up another. Every
-failure to get a well-formed, matching reply in time is an exception the evaluator turns into a
-verdict: ``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or ``ProtocolViolation``.
+stdout and stderr in a log file and its own scratch directory as working directory (deleted with it).
+A worker meant for the host sandbox (``sandbox.py``) is spawned with a scrubbed environment whose CUDA
+JIT cache and TMPDIR lie in that scratch directory. Commands go down one pipe, JSON replies come up
+another. Every failure to get a well-formed, matching reply in time is an exception the evaluator turns
+into a verdict: ``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or ``ProtocolViolation``.
 
 Spawning happens on one long-lived thread, because the parent-death signal is tied to the spawning
 thread, not the process. A fresh interpreter with CUDA costs about 4 s, so the pool keeps ``spares``
@@ -16,6 +18,7 @@ from __future__ import annotations
 import collections
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ptxgym.evaluation.protocol import MAX_REPLY_BYTES, Reply
+from ptxgym.evaluation.sandbox import worker_environ
 
 
 class WorkerError(Exception):
@@ -70,10 +74,15 @@ def describe_exit(returncode: int | None) -> str:
 class WorkerHandle:
     """The trusted side of one worker process."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None, log_dir: Path) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str] | None, log_dir: Path, sandboxed: bool = False
+    ) -> None:
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         self.log_path = Path(tempfile.mkstemp(prefix="worker-", suffix=".log", dir=log_dir)[1])
+        self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=log_dir))
+        if sandboxed:
+            env = worker_environ(os.environ if env is None else env, self.scratch)
         argv = [*argv, "--fd-in", str(cmd_r), "--fd-out", str(rep_w), "--parent-pid", str(os.getpid())]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
@@ -82,7 +91,7 @@ class WorkerHandle:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(cmd_r, rep_w),
-                cwd=log_dir,
+                cwd=self.scratch,
                 start_new_session=True,
                 env=env,
             )
@@ -181,7 +190,7 @@ class WorkerHandle:
             return ""
 
     def kill(self) -> None:
-        """SIGKILL the worker's whole process group and reap it."""
+        """SIGKILL the worker's whole process group, reap it and delete its scratch directory."""
         if self.dead:
             return
         self.dead = True
@@ -195,6 +204,7 @@ class WorkerHandle:
             self.proc.kill()
         for conn in (self._to, self._from):
             conn.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def discard(self) -> None:
         """Kill and delete the log file."""
@@ -203,7 +213,11 @@ class WorkerHandle:
 
 
 class WorkerPool:
-    """Hands out fresh workers, keeping ``spares`` of them warming in the background."""
+    """Hands out fresh workers, keeping ``spares`` of them warming in the background.
+
+    ``sandboxed``: spawn every worker ready for the host sandbox (scrubbed environment, private CUDA JIT
+    cache); the sandbox itself is applied later, by a command, after the worker's warm-up.
+    """
 
     def __init__(
         self,
@@ -212,11 +226,13 @@ class WorkerPool:
         argv: list[str] | None = None,
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
+        sandboxed: bool = False,
     ) -> None:
         self.device = device
         self.spares = max(0, spares)
         self.argv = argv or [sys.executable, "-m", "ptxgym.evaluation.worker", "--device", str(device)]
         self.env = env
+        self.sandboxed = sandboxed
         self._own_dir = tempfile.TemporaryDirectory(prefix="ptxgym-workers-") if log_dir is None else None
         self.log_dir = Path(self._own_dir.name) if self._own_dir else log_dir
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptxgym-spawner")
@@ -225,7 +241,9 @@ class WorkerPool:
         self.spawned = 0
 
     def _spawn(self) -> WorkerHandle:
-        handle = self._spawner.submit(WorkerHandle, self.argv, self.env, self.log_dir).result()
+        handle = self._spawner.submit(
+            WorkerHandle, self.argv, self.env, self.log_dir, self.sandboxed
+        ).result()
         self.spawned += 1
         if self.primer is not None:
             self.primer(handle)

@@ -11,6 +11,8 @@ long, or answers another command is a protocol violation (the candidate wrote to
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_REPLY_BYTES = 1 << 20
@@ -57,6 +59,28 @@ class Spans(_Msg):
     activities: dict[int, int] = Field(default_factory=dict, description="seq -> GPU activities counted.")
 
 
+class SandboxLayer(_Msg):
+    """One layer of the worker's host sandbox (``sandbox.py``) as the worker applied it."""
+
+    name: str = Field(description="no_new_privs, network, filesystem, rlimits or environment.")
+    state: Literal["active", "partial", "unavailable", "off"] = Field(
+        description="active: enforced on every thread; partial: enforced with the gap named in detail; "
+        "unavailable: not enforced here (detail says why); off: disabled by the evaluator's setting."
+    )
+    detail: str = Field("", description="What the layer enforces, or why it does not.")
+
+
+class SandboxReport(_Msg):
+    """A worker's host sandbox, reported before the candidate is loaded (so not the candidate's word)."""
+
+    mode: Literal["on", "strict", "off"]
+    layers: list[SandboxLayer] = Field(default_factory=list)
+
+    def summary(self) -> dict[str, str]:
+        """Layer name -> ``state`` or ``state: detail``, the form recorded in ``EnvironmentInfo.sandbox``."""
+        return {x.name: f"{x.state}: {x.detail}" if x.detail else x.state for x in self.layers}
+
+
 class Reply(_Msg):
     """Answer to one command."""
 
@@ -68,3 +92,4 @@ class Reply(_Msg):
     attach: AttachResult | None = None
     call: CallResult | None = None
     spans: Spans | None = None
+    sandbox: SandboxReport | None = None

@@ -17,7 +17,7 @@ from ptxgym.evaluation.arena import Arena, ipc_pickle
 from ptxgym.evaluation.base import EvalSettings
 from ptxgym.evaluation.compare import SetCheck
 from ptxgym.evaluation.pool import WorkerHandle
-from ptxgym.evaluation.protocol import CallResult, Reply
+from ptxgym.evaluation.protocol import CallResult, Reply, SandboxReport
 from ptxgym.evaluation.timing import (
     CUPTI,
     Calibration,
@@ -91,6 +91,7 @@ class Session:
         self.generator = torch.Generator(device=arena.device).manual_seed(seed)
         self.rng = random.Random(seed)
         self.cal: Calibration | None = None
+        self.sandbox_report: SandboxReport | None = None
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -113,6 +114,19 @@ class Session:
             raise CandidateFault(reply.error, reply.cuda_error, Stage.RUN)
         self.worker.primed = {"arena": self.arena.id, "reply": reply}
         return reply
+
+    def sandbox(self, mode: str) -> SandboxReport:
+        """Apply the host sandbox in the worker (mode on, strict or off); before the candidate is loaded.
+
+        The report arrives before any candidate code runs in the worker, so it is the worker's own word.
+        """
+        reply = self._request({"op": "sandbox", "mode": mode, "scratch": str(self.worker.scratch)}, Stage.RUN)
+        if reply.sandbox is None:
+            raise CandidateFault(
+                "the worker acknowledged the sandbox command without a report", "", Stage.RUN
+            )
+        self.sandbox_report = reply.sandbox
+        return reply.sandbox
 
     def load(self, cmd: dict) -> None:
         """Load the subject (``{"kind": "so"|"baseline"|"noop", ...}``)."""

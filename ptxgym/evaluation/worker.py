@@ -6,6 +6,11 @@ output buffers through CUDA IPC, loads the candidate's shared object with ``tvm_
 calls its entry point on the harness stream when told to. It owns nothing that decides a verdict: the
 trusted side poisons outputs, perturbs inputs, checks every result and measures wall time itself.
 
+Before a candidate's shared object is loaded the trusted side sends ``sandbox``: the worker, warm and
+attached, applies the host sandbox (``sandbox.py``: no network, no writes outside its scratch directory,
+process limits) and replies with the report of each layer, before any candidate code exists in it. A
+``load`` of a shared object without that command is refused.
+
 Each call: device-wide sync, L2 flush, reset of persisting L2 lines, device-wide sync, start event
 (and CUPTI timestamp), the call, stream event, device-wide sync, device event. Replies are JSON on a
 dedicated pipe (stdout and stderr go to a log file the trusted side reads when the worker dies).
@@ -23,7 +28,7 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
-from ptxgym.evaluation.protocol import AttachResult, CallResult, Hello, Reply, Spans
+from ptxgym.evaluation.protocol import AttachResult, CallResult, Hello, Reply, SandboxReport, Spans
 
 _T0 = time.perf_counter()
 _PR_SET_PDEATHSIG = 1
@@ -113,6 +118,7 @@ class Worker:
         self.copy_back = False
         self.cupti = None
         self.arena = ""
+        self.sandbox: SandboxReport | None = None
 
     # ---------------------------------------------------------------------------------------- loop
 
@@ -218,8 +224,27 @@ class Worker:
         self.cupti = spans
         return True, ""
 
+    def _op_sandbox(self, seq: int, cmd: dict) -> Reply:
+        """Apply the host sandbox (once, before the candidate is loaded) and report its layers."""
+        from ptxgym.evaluation import sandbox
+
+        if self.sandbox is not None:
+            return Reply(seq=seq, ok=False, error="the sandbox is already applied in this worker")
+        try:
+            self.sandbox = sandbox.apply(cmd["mode"], cmd["scratch"])
+        except (sandbox.SandboxError, ValueError) as exc:
+            return Reply(seq=seq, ok=False, error=str(exc)[:4000])
+        return Reply(seq=seq, ok=True, sandbox=self.sandbox)
+
     def _op_load(self, seq: int, cmd: dict) -> Reply:
         kind = cmd["kind"]
+        if kind == "so" and self.sandbox is None:
+            return Reply(
+                seq=seq,
+                ok=False,
+                error="refusing to load a candidate before the 'sandbox' command (its mode 'off' runs "
+                "the candidate unsandboxed)",
+            )
         if kind == "noop":
             tiny = self.tiny
             self.fn, self.copy_back = (lambda *_: tiny.add_(1)), False

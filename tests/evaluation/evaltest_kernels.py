@@ -32,8 +32,21 @@ HOSTILE = (
     "device_reset",
     "huge_alloc",
     "host_hidden",
+    "sandbox_escape",
 )
 HONEST = ("naive", "tma_gemm", "decoy_wgmma", "oob_read", "mha_fwd_naive")
+
+
+SANDBOX_ESCAPE_PORT = 47613
+"""The 127.0.0.1 port that ``sandbox_escape.cu`` dials."""
+
+
+def sandbox_escape_markers(home: Path) -> list[Path]:
+    """The files ``sandbox_escape.cu`` writes outside the worker's scratch directory if it can."""
+    who = ("main", "thread")
+    return [Path(f"/tmp/ptxgym-sandbox-escape-{w}.marker") for w in who] + [
+        home / f".ptxgym-sandbox-escape-{w}.marker" for w in who
+    ]
 
 
 def _digest(name: str, arch: str) -> str:

@@ -89,6 +89,13 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
     assert t.backend in ("cupti", "events+device-sync")
     assert verdict.target.static is False and verdict.target.executed is Verdict.NO
     assert verdict.environment.gpu and verdict.environment.driver and verdict.environment.torch
+    assert verdict.environment.sandbox is not None and set(verdict.environment.sandbox) == {
+        "no_new_privs",
+        "network",
+        "filesystem",
+        "rlimits",
+        "environment",
+    }
     assert verdict.seed is not None
 
 
@@ -130,6 +137,13 @@ def test_hostile_candidate_gets_the_right_status(evaluator, gemm, name, statuses
     assert verdict.timing is None or verdict.timing.speedup is None
 
 
+def test_candidate_after_an_input_mutating_one_sees_intact_inputs(evaluator, gemm):
+    """The shared inputs a mutating candidate wrote are restored before the next candidate runs."""
+    assert _evaluate(evaluator, gemm, "input_mutating").status is Status.INPUT_MUTATED
+    verdict = _evaluate(evaluator, gemm, "naive")
+    assert verdict.status is Status.PASSED, verdict.message
+
+
 def test_side_stream_is_charged_its_real_time(evaluator, gemm):
     verdict = _evaluate(evaluator, gemm, "side_stream")
     assert verdict.status in (Status.PASSED, Status.TIMING_ANOMALY), verdict.message
@@ -144,6 +158,50 @@ def test_host_side_work_is_not_hidden(evaluator, gemm):
         assert "exceeds the reported GPU time" in verdict.message
     else:
         assert verdict.status is Status.PASSED and verdict.timing.candidate.median_ms > 5.0
+
+
+def test_host_sandbox_contains_hostile_host_code(evaluator, gemm):
+    """A candidate that dials 127.0.0.1 and writes files in /tmp and $HOME: all fail, the GEMM passes.
+
+    ``sandbox_escape`` spoils its own output for every attempt that works (a file written outside
+    scratch: UNWRITTEN; a socket opened: NONFINITE), so PASSED means that nothing got out.
+    """
+    import socket
+    from pathlib import Path
+
+    from evaltest_kernels import SANDBOX_ESCAPE_PORT, sandbox_escape_markers
+
+    if evaluator.sandbox_mode == "off":
+        pytest.skip("PTXGYM_SANDBOX=off")
+    markers = sandbox_escape_markers(Path.home())
+    for marker in markers:
+        marker.unlink(missing_ok=True)
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        server.bind(("127.0.0.1", SANDBOX_ESCAPE_PORT))
+        server.listen(4)
+        server.setblocking(False)
+        listening = True
+    except OSError:
+        listening = False
+    try:
+        verdict = _evaluate(evaluator, gemm, "sandbox_escape")
+        escaped = [str(m) for m in markers if m.exists()]
+        if listening:
+            with pytest.raises(BlockingIOError):
+                server.accept()
+    finally:
+        server.close()
+        for marker in markers:
+            marker.unlink(missing_ok=True)
+    layers = verdict.environment.sandbox
+    print(f"sandbox: {layers}")
+    assert layers is not None and layers["network"].startswith("active"), layers
+    assert verdict.status is not Status.NONFINITE, verdict.message
+    if layers["filesystem"].startswith("unavailable"):
+        pytest.skip(f"no Landlock on the GPU host, so files outside scratch are not contained: {layers}")
+    assert verdict.status is Status.PASSED, verdict.message
+    assert escaped == []
 
 
 def test_memcheck_clean_and_error(evaluator, gemm):
