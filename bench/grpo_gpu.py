@@ -56,6 +56,12 @@ def parse_args() -> argparse.Namespace:
         default=0.0,
         help="staged-reward weight of static target presence (CPU dry runs)",
     )
+    p.add_argument(
+        "--turns",
+        type=int,
+        default=1,
+        help="turns per episode; > 1 plays multi-turn episodes through the rollout_func (per-turn credit)",
+    )
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "grpo_gpu.txt"))
     return p.parse_args()
 
@@ -154,6 +160,8 @@ def main() -> int:
             "memcheck": "never",
         },
         max_steps=args.steps,
+        max_turns=args.turns,
+        credit="turn",
         batch_size=args.generations,
         num_generations=args.generations,
         max_completion_length=longest + 64,
@@ -167,20 +175,29 @@ def main() -> int:
         logging_steps=1,
     )
     steps: list[dict] = []
+    episodes = EpisodeLog(steps, expert_sha, t0)
     trainer = build_trainer(
-        warm, recipe, scratch / "grpo", tokenizer=tok, callbacks=[budget_callback(t0, args.budget_s)]
+        warm,
+        recipe,
+        scratch / "grpo",
+        tokenizer=tok,
+        callbacks=[budget_callback(t0, args.budget_s), episodes.callback()],
     )
-    env_reward = trainer.reward_funcs[0]
-    env_reward.on_feedback = lambda fbs: steps.append(_step_record(fbs, expert_sha, t0))
+    pool = trainer.ptxgym_pool
+    if args.turns == 1:
+        trainer.reward_funcs[0].on_feedback = lambda fbs: steps.append(_step_record(fbs, expert_sha, t0))
+    else:
+        episodes.rollout = trainer.rollout_func
     say(
-        f"GRPO: {args.generations} completions per step, evaluator {env_reward.pool.evaluator.name}, "
+        f"GRPO: {args.generations} completions per step, {args.turns} turn(s) per episode"
+        f"{' (per-turn discounted credit)' if args.turns > 1 else ''}, evaluator {pool.evaluator.name}, "
         f"reward staged{' + static ' + str(args.static_credit) if args.static_credit else ''}"
     )
     say("step  reward_mean  reward_std  target_share  exact_expert  compiled  statuses  wall_s")
     try:
         trainer.train()
     finally:
-        env_reward.pool.close()
+        pool.close()
     rewards = [h for h in trainer.state.log_history if "reward" in h]
     for i, (h, s) in enumerate(zip(rewards, steps, strict=False), 1):
         say(
@@ -188,6 +205,8 @@ def main() -> int:
             f"{s['exact_expert']:>12.2f}  {h.get('ptxgym/compiled', 0):>8.2f}  {s['statuses']}  "
             f"{s['wall_s']:>6.0f}"
         )
+        if "by_turn" in s:
+            say(f"      by turn: {s['by_turn']}  credited returns: {s['returns']}")
     shares = [round(s["target_share"], 3) for s in steps]
     say(f"target_share per step {shares}; whole run {time.perf_counter() - t0:.0f} s")
     _write(args.out, log, {"gpu": gpu, "steps": steps, "log_history": rewards, "evaluator": args.evaluator})
@@ -223,6 +242,43 @@ def _step_record(feedbacks, expert_sha: str, t0: float) -> dict:
         "speedups": speedups,
         "wall_s": time.perf_counter() - t0,
     }
+
+
+class EpisodeLog:
+    """Per-step record of a multi-turn run: the rollout's last episodes, read when a step ends."""
+
+    def __init__(self, steps: list[dict], expert_sha: str, t0: float) -> None:
+        self.steps, self.expert_sha, self.t0 = steps, expert_sha, t0
+        self.rollout = None
+
+    def record(self) -> None:
+        if self.rollout is None or not self.rollout.last_episodes:
+            return
+        from collections import Counter
+
+        eps = self.rollout.last_episodes
+        feedbacks = [t.feedback for e in eps for t in e.turns]
+        rec = _step_record(feedbacks, self.expert_sha, self.t0)
+        by_turn: dict[int, Counter] = {}
+        for e in eps:
+            for k, t in enumerate(e.turns, 1):
+                fb = t.feedback
+                by_turn.setdefault(k, Counter())[f"{fb.status.value}/{fb.target_executed.value}"] += 1
+        rec["by_turn"] = {k: dict(v) for k, v in sorted(by_turn.items())}
+        gamma = self.rollout.config.gamma
+        rec["returns"] = [[round(r, 3) for r in e.returns(gamma)] for e in eps]
+        self.steps.append(rec)
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        log = self
+
+        class _OnStep(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201 - HF signature
+                log.record()
+
+        return _OnStep()
 
 
 def _versions() -> str:
