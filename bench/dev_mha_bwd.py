@@ -64,6 +64,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # dev_mha_fwd beside this file
 from dev_mha_fwd import nvcc_command, randn_bf16, run_worker, sass_text, time_calls  # noqa: E402
+from dev_mha_fwd import reference as forward_reference  # noqa: E402  (fp32 O and LSE, chunked over heads)
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKS = ROOT / "knowledge_packs"
@@ -278,28 +279,6 @@ def build(only: list[str] | None, jobs: int, cudart: str, source: Path | None = 
 
 
 # ------------------------------------------------------------------------------------ reference math
-
-
-def forward_reference(q, k, v, causal: bool):  # noqa: ANN001, ANN201 - torch tensors
-    """fp32 O [B,H,S,D] and natural-log LSE [B,H,S] of softmax(Q K^T / sqrt(D)) V, a few heads at a time."""
-    import torch
-
-    bb, hh, ss, dd = q.shape
-    qf, kf, vf = (x.reshape(bb * hh, ss, dd) for x in (q, k, v))
-    o = torch.empty(bb * hh, ss, dd, dtype=torch.float32, device=q.device)
-    lse = torch.empty(bb * hh, ss, dtype=torch.float32, device=q.device)
-    mask = torch.ones(ss, ss, dtype=torch.bool, device=q.device).tril() if causal else None
-    step = max(1, (1 << 28) // (ss * ss))  # <= 1 GB of fp32 scores per chunk
-    for i in range(0, bb * hh, step):
-        sl = slice(i, i + step)
-        sc = torch.bmm(qf[sl].float(), kf[sl].float().transpose(1, 2)) / math.sqrt(dd)  # [h, S, S]
-        if mask is not None:
-            sc.masked_fill_(~mask, float("-inf"))
-        ls = torch.logsumexp(sc, dim=-1)
-        o[sl] = torch.bmm(sc.sub_(ls[..., None]).exp_(), vf[sl].float())
-        lse[sl] = ls
-        del sc
-    return o.reshape(bb, hh, ss, dd), lse.reshape(bb, hh, ss)
 
 
 def backward_reference(q, k, v, o, do, lse, causal: bool):  # noqa: ANN001, ANN201 - torch tensors

@@ -192,7 +192,7 @@ def reference(q, k, v, causal: bool):  # noqa: ANN001, ANN201 - torch tensors
         if mask is not None:
             sc.masked_fill_(~mask, float("-inf"))
         ls = torch.logsumexp(sc, dim=-1)
-        o[sl] = torch.bmm(torch.exp(sc - ls[..., None]), vf[sl].float())
+        o[sl] = torch.bmm(sc.sub_(ls[..., None]).exp_(), vf[sl].float())  # in place: one S x S buffer
         lse[sl] = ls
         del sc
     return o.reshape(bb, hh, ss, dd), lse.reshape(bb, hh, ss)
