@@ -20,6 +20,8 @@ Issue 6, run on one H200 in about three minutes (the tiny model leaves the time 
 
 Usage (on the GPU machine; trl and datasets travel as wheels, see the device notes):
     python bench/grpo_gpu.py --out bench/results/grpo_gpu.txt
+    python bench/grpo_gpu.py --turns 2 ...   # multi-turn episodes (rollout_func, per-turn discounted credit):
+                                             # each step also prints the statuses by turn and the returns
 Without a GPU, ``--evaluator none --static-credit 0.5`` dry-runs the same loop with a CPU-only reward
 (the target opcode's static presence in the SASS stands in for the GPU verdict).
 """
