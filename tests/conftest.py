@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+# A real local HTTP server speaking the OpenAI chat API (policies, runner and CLI tests use it).
+_spec = importlib.util.spec_from_file_location(
+    "fake_openai_server", Path(__file__).parent / "policies" / "fake_openai_server.py"
+)
+fake = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake)
 
 
 @functools.cache
@@ -53,3 +63,18 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 def have(tool: str) -> bool:
     """Whether a command is on PATH."""
     return shutil.which(tool) is not None
+
+
+@pytest.fixture
+def fake_server(tmp_path: Path) -> Iterator[Callable[[dict], fake.FakeServer]]:
+    """Factory: ``fake_server(script)`` starts one; all are stopped after the test."""
+    servers: list = []
+
+    def _start(script: dict):
+        s = fake.start_server(script, tmp_path / f"server{len(servers)}")
+        servers.append(s)
+        return s
+
+    yield _start
+    for s in servers:
+        s.stop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,28 +15,8 @@ from ptxgym.policies.replay import ReplayPolicy
 from ptxgym.runner import EvalConfig, RunDirError, SharedEvaluator, run_eval
 from ptxgym.trajectory import read_turns
 
-_spec = importlib.util.spec_from_file_location(
-    "fake_openai_server", Path(__file__).parent / "policies" / "fake_openai_server.py"
-)
-fake = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake)
-
 FAST_RETRY = RetryPolicy(attempts=2, base_delay_s=0.01, max_delay_s=0.02)
 PLAIN_KERNEL = (Path(__file__).parent / "data" / "plain_gemm.cu").read_text()
-
-
-@pytest.fixture
-def server(tmp_path: Path):
-    started = []
-
-    def _start(script: dict):
-        s = fake.start_server(script, tmp_path / f"srv{len(started)}")
-        started.append(s)
-        return s
-
-    yield _start
-    for s in started:
-        s.stop()
 
 
 def config(**kw) -> EvalConfig:
@@ -57,8 +36,8 @@ def chat(url: str) -> OpenAIChatPolicy:
     return OpenAIChatPolicy("test-model", url, retry=FAST_RETRY, transport="urllib")
 
 
-def test_bad_model_output_becomes_turns_with_clear_statuses(server, tmp_path: Path) -> None:
-    srv = server(
+def test_bad_model_output_becomes_turns_with_clear_statuses(fake_server, tmp_path: Path) -> None:
+    srv = fake_server(
         {
             "responses": [
                 {"content": "I am not sure how to write this kernel."},
@@ -92,9 +71,9 @@ def test_bad_model_output_becomes_turns_with_clear_statuses(server, tmp_path: Pa
     assert res.summary.rows[0].turns == 3 and not res.summary.gpu_evaluated
 
 
-def test_records_load_with_datasets(server, tmp_path: Path) -> None:
+def test_records_load_with_datasets(fake_server, tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
-    srv = server({"default": {"content": "no code", "reasoning": "hmm"}})
+    srv = fake_server({"default": {"content": "no code", "reasoning": "hmm"}})
     run_eval(
         config(tasks=["Gemm-sm90a", "MhaFwd-sm90a"], turns=2),
         tmp_path / "run",
@@ -111,8 +90,8 @@ def test_records_load_with_datasets(server, tmp_path: Path) -> None:
     assert ds[0]["reasoning"] == "hmm" and ds[0]["messages"][0]["role"] == "system"
 
 
-def test_server_errors_mid_run_keep_finished_turns_and_resume_continues(server, tmp_path: Path) -> None:
-    failing = server(
+def test_server_errors_mid_run_keep_finished_turns_and_resume_continues(fake_server, tmp_path: Path) -> None:
+    failing = fake_server(
         {"responses": [{"content": "a"}, {"content": "b"}], "default": {"type": "status", "code": 500}}
     )
     cfg = config(trajectories=2, concurrency=1)
@@ -122,7 +101,7 @@ def test_server_errors_mid_run_keep_finished_turns_and_resume_continues(server, 
     assert '"reason":"policy_error"' in events and "kept failing" in events
     with pytest.raises(RunDirError, match="--resume"):
         run_eval(cfg, tmp_path / "run", policy=chat(failing.base_url), progress=False)
-    healthy = server({"default": {"content": "c"}})
+    healthy = fake_server({"default": {"content": "c"}})
     res2 = run_eval(cfg, tmp_path / "run", resume=True, policy=chat(healthy.base_url), progress=False)
     records, _ = read_turns(tmp_path / "run" / "trajectories.jsonl")
     keys = [(r.trajectory_id, r.turn) for r in records]
@@ -147,8 +126,8 @@ def test_unreachable_server_fails_before_any_work(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "trajectories.jsonl").exists()
 
 
-def test_server_dying_mid_run_stops_the_run_resumably(server, tmp_path: Path) -> None:
-    srv = server({"default": {"content": "x", "delay": 0.05}})
+def test_server_dying_mid_run_stops_the_run_resumably(fake_server, tmp_path: Path) -> None:
+    srv = fake_server({"default": {"content": "x", "delay": 0.05}})
     pol = chat(srv.base_url)
     pol.check()
     original = pol.transport.chat
@@ -168,8 +147,8 @@ def test_server_dying_mid_run_stops_the_run_resumably(server, tmp_path: Path) ->
     assert res.turns_on_disk == 2 and len(res.incomplete) == 2
 
 
-def test_truncated_last_line_is_reported_dropped_and_rerun(server, tmp_path: Path) -> None:
-    srv = server({"default": {"content": "x"}})
+def test_truncated_last_line_is_reported_dropped_and_rerun(fake_server, tmp_path: Path) -> None:
+    srv = fake_server({"default": {"content": "x"}})
     run = tmp_path / "run"
     run_eval(config(turns=2), run, policy=chat(srv.base_url), progress=False)
     path = run / "trajectories.jsonl"
@@ -183,8 +162,8 @@ def test_truncated_last_line_is_reported_dropped_and_rerun(server, tmp_path: Pat
     assert path.read_text().startswith(lines[0])
 
 
-def test_concurrency_keeps_k_requests_in_flight(server, tmp_path: Path) -> None:
-    srv = server({"default": {"content": "x", "delay": 0.3}})
+def test_concurrency_keeps_k_requests_in_flight(fake_server, tmp_path: Path) -> None:
+    srv = fake_server({"default": {"content": "x", "delay": 0.3}})
     run_eval(
         config(trajectories=3, turns=1, concurrency=3),
         tmp_path / "run",
@@ -194,8 +173,8 @@ def test_concurrency_keeps_k_requests_in_flight(server, tmp_path: Path) -> None:
     assert max(r["inflight"] for r in srv.requests()) >= 2
 
 
-def test_replay_of_a_recorded_run(server, tmp_path: Path) -> None:
-    srv = server({"responses": [{"content": "first"}, {"content": "second"}]})
+def test_replay_of_a_recorded_run(fake_server, tmp_path: Path) -> None:
+    srv = fake_server({"responses": [{"content": "first"}, {"content": "second"}]})
     run_eval(config(turns=2), tmp_path / "a", policy=chat(srv.base_url), progress=False)
     pol = ReplayPolicy(tmp_path / "a" / "trajectories.jsonl")
     res = run_eval(config(turns=3), tmp_path / "b", policy=pol, progress=False)

@@ -183,15 +183,19 @@ class Arena:
             s.shared_out, expected, s.shared_in, self.expected_inputs(index), self.task.tolerance
         )
 
-    def mutated_inputs(self) -> list[str]:
-        """Names of inputs (in any set) that differ from what they must hold."""
+    def _damaged(self):
+        """(shared tensor, what it must hold, input name) for every input of any set that differs."""
         import torch
 
-        bad = set()
         for i, s in enumerate(self.sets):
             want = self.expected_inputs(i)
-            bad.update(n for n, t in s.shared_in.items() if not torch.equal(t, want[n]))
-        return sorted(bad)
+            for n, t in s.shared_in.items():
+                if not torch.equal(t, want[n]):
+                    yield t, want[n], n
+
+    def mutated_inputs(self) -> list[str]:
+        """Names of inputs (in any set) that differ from what they must hold."""
+        return sorted({n for _, _, n in self._damaged()})
 
     def restore(self) -> list[str]:
         """Rewrite every shared input that differs from what it must hold; return the names rewritten.
@@ -204,12 +208,9 @@ class Arena:
         import torch
 
         fixed = set()
-        for i, s in enumerate(self.sets):
-            want = self.expected_inputs(i)
-            for n, t in s.shared_in.items():
-                if not torch.equal(t, want[n]):
-                    t.copy_(want[n])
-                    fixed.add(n)
+        for tensor, want, name in list(self._damaged()):
+            tensor.copy_(want)
+            fixed.add(name)
         if fixed and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return sorted(fixed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -16,27 +15,7 @@ import pytest
 from ptxgym.cli.main import main
 from ptxgym.trajectory import read_turns
 
-_spec = importlib.util.spec_from_file_location(
-    "fake_openai_server", Path(__file__).parents[1] / "policies" / "fake_openai_server.py"
-)
-fake = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake)
-
 CLI = [sys.executable, "-c", "from ptxgym.cli.main import entry; entry()"]
-
-
-@pytest.fixture
-def server(tmp_path: Path):
-    started = []
-
-    def _start(script: dict):
-        s = fake.start_server(script, tmp_path / f"srv{len(started)}")
-        started.append(s)
-        return s
-
-    yield _start
-    for s in started:
-        s.stop()
 
 
 def _eval_args(url: str, out: Path) -> list[str]:
@@ -64,8 +43,8 @@ def _eval_args(url: str, out: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_resume_loses_no_turn_and_duplicates_none(server, tmp_path: Path) -> None:
-    srv = server({"default": {"content": "no kernel, sorry", "delay": 0.15}})
+def test_sigkill_mid_run_then_resume_loses_no_turn_and_duplicates_none(fake_server, tmp_path: Path) -> None:
+    srv = fake_server({"default": {"content": "no kernel, sorry", "delay": 0.15}})
     out = tmp_path / "run"
     traj = out / "trajectories.jsonl"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -143,9 +122,9 @@ def test_unreachable_server_is_a_clear_usage_error(
 
 
 def test_server_failing_mid_run_exits_3_and_says_resume(
-    server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    srv = server({"responses": [{"content": "a"}], "default": {"type": "status", "code": 502}})
+    srv = fake_server({"responses": [{"content": "a"}], "default": {"type": "status", "code": 502}})
     rc = main(
         [
             "eval",

@@ -1,33 +1,8 @@
-"""Fixtures for policy tests: a real local HTTP server speaking the OpenAI chat API."""
+"""Fixtures for policy tests (``fake_server``, the local OpenAI server, lives in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
 import pytest
-
-_spec = importlib.util.spec_from_file_location(
-    "fake_openai_server", Path(__file__).with_name("fake_openai_server.py")
-)
-fake = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fake)
-
-
-@pytest.fixture
-def fake_server(tmp_path: Path) -> Iterator[Callable[[dict], fake.FakeServer]]:
-    """Factory: ``fake_server(script)`` starts one; all are stopped after the test."""
-    servers: list = []
-
-    def _start(script: dict):
-        s = fake.start_server(script, tmp_path / f"server{len(servers)}")
-        servers.append(s)
-        return s
-
-    yield _start
-    for s in servers:
-        s.stop()
 
 
 @pytest.fixture

@@ -79,6 +79,15 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return r;
 }
 
+// ex2.approx.ftz.f32: 2^x on the special-function unit (MUFU.EX2 in SASS), a few ulp, denormal results
+// flushed to zero, exp2(-inf) = 0. Softmax kernels fold log2(e) into the score scale (one FFMA per
+// element) and call this instead of expf, which costs an extra multiply and range handling.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // ------------------------------------------------------------------------------------- fences
 
 // fence.proxy.async.shared::cta: orders this thread's earlier generic-proxy accesses to shared memory

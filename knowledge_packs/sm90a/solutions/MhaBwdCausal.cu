@@ -109,12 +109,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kScale = 0.08838834764831845f;  // 1 / sqrt(128)
 constexpr float kScaleLog2 = kLog2e * kScale;
 
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // CTA order. Non-causal: the key blocks of one head are consecutive (they share Q, dO in L2). Causal:
 // groups of kHeadGroup heads, inside a group the low key blocks (the longest walks) first.
 struct Work {
@@ -332,7 +326,7 @@ mha_bwd_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int r = 4 * jb + e;
-                    float p = fast_exp2(fmaf(s[r], kScaleLog2, -((e & 1) ? l2.y : l2.x)));
+                    float p = exp2_approx(fmaf(s[r], kScaleLog2, -((e & 1) ? l2.y : l2.x)));
                     if (diag) {
                         const int q = i * kBM + 8 * jb + col0 + (e & 1);
                         const int key = key_r0 + 8 * (e >> 1);

@@ -140,12 +140,6 @@ __device__ __forceinline__ int kv_blocks(int qb, int nkb) {
     return nkb;
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // ------------------------------------------------------------------------------------ the GEMMs
 
 // S[64 x 128] = Q_wg[64 x 128] * K_blk[128 x 128]^T. Both operands K-major in 128B-swizzled halves of
@@ -224,7 +218,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[64], float (&m)[2], floa
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
         const float m_use = (v == -INFINITY) ? 0.f : v;  // a fully masked row would give NaN otherwise
-        corr[h] = kFirst ? 0.f : fast_exp2((m[h] - m_use) * kScaleLog2);
+        corr[h] = kFirst ? 0.f : exp2_approx((m[h] - m_use) * kScaleLog2);
         m[h] = v;
         nb[h] = -m_use * kScaleLog2;
     }
@@ -232,7 +226,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[64], float (&m)[2], floa
 #pragma unroll
     for (int i = 0; i < 64; ++i) {
         const int h = (i >> 1) & 1;
-        s[i] = fast_exp2(fmaf(s[i], kScaleLog2, nb[h]));
+        s[i] = exp2_approx(fmaf(s[i], kScaleLog2, nb[h]));
         sum[h][(i >> 2) & 1] += s[i];
     }
 #pragma unroll
