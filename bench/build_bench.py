@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ptxgym.arch import get_arch
-from ptxgym.build import BuildOutcome, build_solution
-from ptxgym.extract import extract_code
-from ptxgym.sass import sass_census
-from ptxgym.schema import Solution
-from ptxgym.static_policy import check_artifact, check_source
-from ptxgym.toolchain import find_toolchain, libcuda_stub_symbols
+from ptxgym.cpu.build import BuildOutcome, build_solution
+from ptxgym.cpu.extract import extract_code
+from ptxgym.cpu.sass import sass_census
+from ptxgym.cpu.screen import check_artifact, check_source
+from ptxgym.cpu.toolchain import find_toolchain, libcuda_stub_symbols
+from ptxgym.records.arch import get_arch
+from ptxgym.records.schema import Solution
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,7 +45,7 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
 
 @contextlib.contextmanager
 def cache_dir(path: str) -> Iterator[None]:
-    """Point PTXGYM_CACHE_DIR at ``path`` for the duration (ptxgym.config reads it on every use)."""
+    """Point PTXGYM_CACHE_DIR at ``path`` for the duration (ptxgym.records.settings reads it on every use)."""
     old = os.environ.get("PTXGYM_CACHE_DIR")
     os.environ["PTXGYM_CACHE_DIR"] = path
     try:
@@ -71,8 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     toolchain = find_toolchain()
     discovery_s = time.perf_counter() - start
     solution = Solution.from_cuda_source(source, "bench", arch=arch.name)
-    print(f"toolchain: nvcc {toolchain.nvcc_build} ({toolchain.source}), {os.cpu_count()} CPU cores; "
-          f"kernel {args.kernel.name} for {arch.name}")
+    print(
+        f"toolchain: nvcc {toolchain.nvcc_build} ({toolchain.source}), {os.cpu_count()} CPU cores; "
+        f"kernel {args.kernel.name} for {arch.name}"
+    )
 
     def build() -> BuildOutcome:
         return build_solution(solution, arch, toolchain=toolchain)
@@ -97,16 +99,20 @@ def main(argv: list[str] | None = None) -> int:
             "policy (source)": median_time(lambda: check_source(source), 200),
             "artifact check (.so)": median_time(lambda: check_artifact(so_path, driver_names=driver), 10),
             "sass census (cuobjdump)": median_time(
-                lambda: sass_census(so_path, arch, toolchain, use_cache=False), 5),
+                lambda: sass_census(so_path, arch, toolchain, use_cache=False), 5
+            ),
             "sass census (cached)": median_time(lambda: sass_census(so_path, arch, toolchain), 50),
         }
 
     cold_s = statistics.median(colds)
     print(f"toolchain discovery (first call in a process): {discovery_s * 1000:.1f} ms")
-    print(f"build cold   (median of {len(colds)}, fresh cache each): {cold_s:.3f} s  "
-          f"[{', '.join(f'{c:.2f}' for c in colds)}]")
-    print(f"build cached (median of 50 cache hits): {cached_s * 1000:.2f} ms "
-          f"({cold_s / cached_s:,.0f}x faster)")
+    print(
+        f"build cold   (median of {len(colds)}, fresh cache each): {cold_s:.3f} s  "
+        f"[{', '.join(f'{c:.2f}' for c in colds)}]"
+    )
+    print(
+        f"build cached (median of 50 cache hits): {cached_s * 1000:.2f} ms ({cold_s / cached_s:,.0f}x faster)"
+    )
     print("static pipeline per step, excluding nvcc (median):")
     for name, seconds in steps.items():
         print(f"  {name:<26} {seconds * 1000:9.3f} ms")
@@ -114,11 +120,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'total (uncached census)':<26} {uncached * 1000:9.3f} ms")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "kernel": args.kernel.name, "arch": arch.name, "nvcc": toolchain.nvcc_build,
-            "cpus": os.cpu_count(), "discovery_s": discovery_s, "cold_s": colds, "cold_median_s": cold_s,
-            "cached_median_s": cached_s, "steps_s": steps,
-        }, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "kernel": args.kernel.name,
+                    "arch": arch.name,
+                    "nvcc": toolchain.nvcc_build,
+                    "cpus": os.cpu_count(),
+                    "discovery_s": discovery_s,
+                    "cold_s": colds,
+                    "cold_median_s": cold_s,
+                    "cached_median_s": cached_s,
+                    "steps_s": steps,
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

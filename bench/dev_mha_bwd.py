@@ -17,12 +17,12 @@ the next one; what it printed before dying is kept) and:
   elements, with rel-norm <= 2e-2; per tensor the report gives mismatches, unwritten and NaN counts,
   max abs error with its index, the first bad index, and where the bad elements are: per 64-row and
   128-row block of S, per 16-column group of D, per 16-row group inside a 64-row block, per head.
-* times it at the task shape against cuDNN's backward (ptxgym.evaluation.baselines.mha_bwd_cudnn, the
-  task's baseline, fed the same O/dO/LSE) in the same process: CUDA events, a 256 MB buffer zeroed before
-  every call, interleaved trials, medians; FLOPs 10 B H S^2 D (half causal). Then: cuDNN's own outputs
-  against the same reference (a harness sanity check), the last timed output re-checked and compared
-  bitwise with the first call's, and a torch.profiler breakdown per kernel (time, grid, block, registers,
-  shared memory) of both.
+* times it at the task shape against cuDNN's backward
+  (ptxgym.evaluation.sandboxed.library_baselines.mha_bwd_cudnn, the task's baseline, fed the same O/dO/LSE) in
+  the same process: CUDA events, a 256 MB buffer zeroed before every call, interleaved trials, medians; FLOPs
+  10 B H S^2 D (half causal). Then: cuDNN's own outputs against the same reference (a harness sanity check),
+  the last timed output re-checked and compared bitwise with the first call's, and a torch.profiler breakdown
+  per kernel (time, grid, block, registers, shared memory) of both.
 
     python bench/dev_mha_bwd.py sync                       # regenerate MhaBwdCausal.cu from MhaBwd.cu
     python bench/dev_mha_bwd.py build [--only NAME ...]    # CPU: bench/build/mha_bwd/<variant>.so + manifest
@@ -98,9 +98,26 @@ CAUSAL_BANNER = """// MhaBwdCausal.cu - expert CAUSAL attention backward (sm_90a
 """
 
 # SASS opcodes counted per kernel (exact opcode, any modifiers).
-SASS_KEYS = ["HGMMA", "UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UBLKRED", "REDG", "RED", "ATOMG",
-             "WARPGROUP.DEPBAR", "WARPGROUP.ARRIVE", "BAR.SYNC", "BAR.ARV", "SYNCS", "MUFU.EX2", "LDL", "STL",
-             "USETMAXREG"]
+SASS_KEYS = [
+    "HGMMA",
+    "UTMALDG",
+    "UTMASTG",
+    "UTMAREDG",
+    "UBLKCP",
+    "UBLKRED",
+    "REDG",
+    "RED",
+    "ATOMG",
+    "WARPGROUP.DEPBAR",
+    "WARPGROUP.ARRIVE",
+    "BAR.SYNC",
+    "BAR.ARV",
+    "SYNCS",
+    "MUFU.EX2",
+    "LDL",
+    "STL",
+    "USETMAXREG",
+]
 NCU_FAMILIES = ("HGMMA", "UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UBLKRED", "REDG", "RED", "ATOMG")
 
 # ------------------------------------------------------------------------------------------ CPU side
@@ -117,8 +134,10 @@ def causal_source(bwd_text: str) -> str:
 
 
 def missing_source_message(path: Path) -> str:
-    return (f"{path} does not exist yet: write it first (the lead's MhaBwd.cu), or point `build` at a "
-            f"stand-in with --source FILE")
+    return (
+        f"{path} does not exist yet: write it first (the lead's MhaBwd.cu), or point `build` at a "
+        f"stand-in with --source FILE"
+    )
 
 
 def sync(src: Path = BWD, dst: Path = CAUSAL) -> int:
@@ -141,8 +160,9 @@ def inputs_digest(source: Path) -> str:
 def demangle(names: list[str]) -> dict[str, str]:
     """Mangled -> short readable name (c++filt where present; argument lists dropped)."""
     try:
-        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True,
-                             timeout=20).stdout.splitlines()
+        out = subprocess.run(
+            ["c++filt"], input="\n".join(names), capture_output=True, text=True, timeout=20
+        ).stdout.splitlines()
     except (OSError, subprocess.TimeoutExpired):
         out = names
     if len(out) != len(names):
@@ -200,9 +220,18 @@ def build_one(name: str, flags: list[str], source: Path, out_dir: Path, cudart: 
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
-    info = {"tag": name, "variant": name, "causal": is_causal(flags), "flags": flags, "cudart": cudart,
-            "source": _rel(source), "digest": inputs_digest(source), "so": _rel(out),
-            "ok": proc.returncode == 0, "build_s": round(time.time() - start, 1)}
+    info = {
+        "tag": name,
+        "variant": name,
+        "causal": is_causal(flags),
+        "flags": flags,
+        "cudart": cudart,
+        "source": _rel(source),
+        "digest": inputs_digest(source),
+        "so": _rel(out),
+        "ok": proc.returncode == 0,
+        "build_s": round(time.time() - start, 1),
+    }
     info["kernels"] = ptxas_report(log)
     info["ptxas_warnings"], info["other_warnings"] = warnings_of(log)
     if proc.returncode != 0:
@@ -219,12 +248,16 @@ def build_one(name: str, flags: list[str], source: Path, out_dir: Path, cudart: 
 
 
 def build_report(r: dict) -> str:
-    lines = [f"{r['tag']:12s} ok={r['ok']} causal={r['causal']} flags={r['flags']} {r['build_s']} s "
-             f"source={r['source']} so={r['so']}"]
+    lines = [
+        f"{r['tag']:12s} ok={r['ok']} causal={r['causal']} flags={r['flags']} {r['build_s']} s "
+        f"source={r['source']} so={r['so']}"
+    ]
     for k in r.get("kernels", []):
         sass = " ".join(f"{n}={c}" for n, c in k.get("sass", {}).items() if c)
-        lines.append(f"    {k['name'][:60]:60s} regs={k['regs']} spill(st/ld B)={k['spill']} "
-                     f"stack={k['stack']} smem_static={k['smem_static']} bar={k['barriers']} | {sass}")
+        lines.append(
+            f"    {k['name'][:60]:60s} regs={k['regs']} spill(st/ld B)={k['spill']} "
+            f"stack={k['stack']} smem_static={k['smem_static']} bar={k['barriers']} | {sass}"
+        )
     for w in r.get("ptxas_warnings", []):
         lines.append(f"!!!!!!!! PTXAS WARNING [{r['tag']}]: {w}")
     if r.get("other_warnings"):
@@ -257,9 +290,11 @@ def build(only: list[str] | None, jobs: int, cudart: str, source: Path | None = 
             print(missing_source_message(BWD), file=sys.stderr)
             return 1
         if any(is_causal(VARIANTS[n]) for n in names) and (
-                not CAUSAL.exists() or CAUSAL.read_text() != causal_source(BWD.read_text())):
-            print(f"{CAUSAL.name} is missing or stale: run `python bench/dev_mha_bwd.py sync`",
-                  file=sys.stderr)
+            not CAUSAL.exists() or CAUSAL.read_text() != causal_source(BWD.read_text())
+        ):
+            print(
+                f"{CAUSAL.name} is missing or stale: run `python bench/dev_mha_bwd.py sync`", file=sys.stderr
+            )
             return 1
     out_dir = STANDIN_BUILD if source else BUILD
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -272,8 +307,11 @@ def build(only: list[str] | None, jobs: int, cudart: str, source: Path | None = 
     for r in results:
         print(build_report(r), flush=True)
     manifest = out_dir / "manifest.json"  # merged: a partial build keeps the other variants' entries
-    kept = [e for e in (json.loads(manifest.read_text()) if manifest.exists() else [])
-            if e["tag"] not in {r["tag"] for r in results}]
+    kept = [
+        e
+        for e in (json.loads(manifest.read_text()) if manifest.exists() else [])
+        if e["tag"] not in {r["tag"] for r in results}
+    ]
     manifest.write_text(json.dumps(kept + results, indent=1))
     return 0 if all(r["ok"] for r in results) else 1
 
@@ -333,14 +371,21 @@ def diagnose(out, ref, unwritten) -> dict:  # noqa: ANN001
     n_unwritten = int(unwritten.sum())
     ref_norm = float(torch.linalg.vector_norm(r))
     rel_norm = float(torch.linalg.vector_norm(diff)) / ref_norm if ref_norm > 0 else 0.0
-    res = {"mismatch": nbad, "allowed": int(ALLOWED_FRACTION * n), "numel": n, "unwritten": n_unwritten,
-           "nonfinite_written": int((~finite).sum()) - n_unwritten, "rel_norm": rel_norm}
+    res = {
+        "mismatch": nbad,
+        "allowed": int(ALLOWED_FRACTION * n),
+        "numel": n,
+        "unwritten": n_unwritten,
+        "nonfinite_written": int((~finite).sum()) - n_unwritten,
+        "rel_norm": rel_norm,
+    }
     imax = int(diff.flatten().argmax())
     res["max_abs"] = float(diff.flatten()[imax])
     res["max_abs_at"] = _at(o, imax)
     res["max_abs_got_ref"] = [float(o.flatten()[imax]), float(r.flatten()[imax])]
-    res["pass"] = (n_unwritten == 0 and res["nonfinite_written"] == 0 and nbad <= res["allowed"]
-                   and rel_norm <= REL_NORM)
+    res["pass"] = (
+        n_unwritten == 0 and res["nonfinite_written"] == 0 and nbad <= res["allowed"] and rel_norm <= REL_NORM
+    )
     if nbad:
         first = int(bad.flatten().to(torch.uint8).argmax())
         res["first_bad"] = _at(o, first)
@@ -360,8 +405,11 @@ def where_bad(bad) -> dict:  # noqa: ANN001
     for blk in (64, 128):
         counts = F.pad(rows, (0, (-ss) % blk)).view(-1, blk).sum(-1)
         nz = counts.nonzero().flatten().tolist()
-        res[f"rows{blk}"] = {"bad_blocks": len(nz), "blocks": len(counts),
-                             "first": {i: int(counts[i]) for i in nz[:12]}}
+        res[f"rows{blk}"] = {
+            "bad_blocks": len(nz),
+            "blocks": len(counts),
+            "first": {i: int(counts[i]) for i in nz[:12]},
+        }
     res["cols16"] = bad.sum((0, 1, 2)).view(-1, 16).sum(-1).tolist() if dd % 16 == 0 else None
     res["row16_in_64"] = F.pad(rows, (0, (-ss) % 64)).view(-1, 4, 16).sum((0, 2)).tolist()
     heads = per_row.sum(-1).flatten().nonzero().flatten().tolist()
@@ -392,8 +440,14 @@ def _bits(t):  # noqa: ANN001, ANN202
     return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
-def check(fn, shape: tuple[int, int, int], causal: bool, seed: int, keep: bool = False,  # noqa: ANN001, ANN201
-          device: str = "cuda"):
+def check(
+    fn,
+    shape: tuple[int, int, int],
+    causal: bool,
+    seed: int,
+    keep: bool = False,  # noqa: ANN001, ANN201
+    device: str = "cuda",
+):
     """One call on fresh inputs, every output diagnosed; with ``keep`` also the tensors (for timing).
 
     Returns (result, tensors or None). ``device`` "cpu" serves the tests (with a torch stand-in for fn).
@@ -404,8 +458,9 @@ def check(fn, shape: tuple[int, int, int], causal: bool, seed: int, keep: bool =
 
     bb, hh, ss = shape
     gen = torch.Generator(device=device).manual_seed(seed)
-    q, k, v, do = (torch.randn((bb, hh, ss, D), generator=gen, device=device).to(torch.bfloat16)
-                   for _ in range(4))
+    q, k, v, do = (
+        torch.randn((bb, hh, ss, D), generator=gen, device=device).to(torch.bfloat16) for _ in range(4)
+    )
     o32, lse = forward_reference(q, k, v, causal)
     o = o32.to(torch.bfloat16)  # the forward state the task hands over: O in bf16, LSE in fp32
     del o32
@@ -423,8 +478,11 @@ def check(fn, shape: tuple[int, int, int], causal: bool, seed: int, keep: bool =
     del saved
     refs = {n: g.to(torch.bfloat16) for n, g in zip(GRADS, grads, strict=True)}
     del grads
-    res = {"shape": list(shape), "mutated_inputs": mutated,
-           "tensors": {n: diagnose(outs[n], refs[n], unwritten_mask(outs[n])) for n in GRADS}}
+    res = {
+        "shape": list(shape),
+        "mutated_inputs": mutated,
+        "tensors": {n: diagnose(outs[n], refs[n], unwritten_mask(outs[n])) for n in GRADS},
+    }
     res["bad_tensors"] = [n for n in GRADS if not res["tensors"][n]["pass"]]
     res["pass"] = not mutated and not res["bad_tensors"]
     if not keep:
@@ -452,10 +510,20 @@ def kernel_profile(call, calls: int = 3) -> list[dict]:  # noqa: ANN001
         if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memset", "gpu_memcpy"):
             continue
         a = e.get("args", {})
-        g = agg.setdefault(e["name"], {
-            "name": re.sub(r"^void ", "", e["name"].split("(")[0])[:90], "cat": e["cat"], "launches": 0,
-            "us": 0.0, "grid": a.get("grid"), "block": a.get("block"), "regs": a.get("registers per thread"),
-            "smem": a.get("shared memory"), "occupancy": a.get("est. achieved occupancy %")})
+        g = agg.setdefault(
+            e["name"],
+            {
+                "name": re.sub(r"^void ", "", e["name"].split("(")[0])[:90],
+                "cat": e["cat"],
+                "launches": 0,
+                "us": 0.0,
+                "grid": a.get("grid"),
+                "block": a.get("block"),
+                "regs": a.get("registers per thread"),
+                "smem": a.get("shared memory"),
+                "occupancy": a.get("est. achieved occupancy %"),
+            },
+        )
         g["launches"] += 1
         g["us"] += float(e.get("dur", 0.0))
     rows = sorted(agg.values(), key=lambda g: -g["us"])
@@ -469,8 +537,8 @@ def stages_at_task_shape(fn, state: dict, causal: bool):  # noqa: ANN001, ANN201
     """cuDNN sanity check, interleaved timing, re-check of the last timed output, per-kernel profile."""
     import torch
 
-    from ptxgym.evaluation.baselines import mha_bwd_cudnn
     from ptxgym.evaluation.compare import unwritten_mask
+    from ptxgym.evaluation.sandboxed.library_baselines import mha_bwd_cudnn
 
     args = [state["inputs"][n] for n in ("Q", "K", "V", "O", "dO", "LSE")]
     outs, refs = state["outs"], state["refs"]
@@ -488,11 +556,17 @@ def stages_at_task_shape(fn, state: dict, causal: bool):  # noqa: ANN001, ANN201
         yield {"stage": "cudnn_check", "error": f"{type(exc).__name__}: {exc}"[:1000]}
         cudnn = None
     else:
-        yield {"stage": "cudnn_check", "tensors": {
-            n: {key: d[key] for key in ("pass", "mismatch", "max_abs", "rel_norm", "unwritten",
-                                        "nonfinite_written")}
-            for n, t in zip(GRADS, got, strict=True)
-            for d in [diagnose(t, refs[n], torch.zeros_like(t, dtype=torch.bool))]}}
+        yield {
+            "stage": "cudnn_check",
+            "tensors": {
+                n: {
+                    key: d[key]
+                    for key in ("pass", "mismatch", "max_abs", "rel_norm", "unwritten", "nonfinite_written")
+                }
+                for n, t in zip(GRADS, got, strict=True)
+                for d in [diagnose(t, refs[n], torch.zeros_like(t, dtype=torch.bool))]
+            },
+        }
         del got
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=args[0].device)
     calls = [cand] + ([cudnn] if cudnn else [])
@@ -508,15 +582,28 @@ def stages_at_task_shape(fn, state: dict, causal: bool):  # noqa: ANN001, ANN201
     line = {"stage": "time", "calls": len(times[0])}
     for who, ts in zip(("cand", "cudnn"), times, strict=False):
         med, qs = statistics.median(ts), statistics.quantiles(ts, n=4)
-        line |= {f"{who}_ms": med, f"{who}_tflops": flops / med / 1e9, f"{who}_min_ms": min(ts),
-                 f"{who}_iqr_ms": qs[2] - qs[0]}
+        line |= {
+            f"{who}_ms": med,
+            f"{who}_tflops": flops / med / 1e9,
+            f"{who}_min_ms": min(ts),
+            f"{who}_iqr_ms": qs[2] - qs[0],
+        }
     if cudnn:
         line["speedup"] = line["cudnn_ms"] / line["cand_ms"]
     yield line
-    yield {"stage": "recheck", "tensors": {n: {
-        "pass": d["pass"], "mismatch": d["mismatch"], "max_abs": d["max_abs"],
-        "bitwise_same_as_first_call": bool(torch.equal(_bits(outs[n]), _bits(state["first"][n])))}
-        for n in GRADS for d in [diagnose(outs[n], refs[n], unwritten_mask(outs[n]))]}}
+    yield {
+        "stage": "recheck",
+        "tensors": {
+            n: {
+                "pass": d["pass"],
+                "mismatch": d["mismatch"],
+                "max_abs": d["max_abs"],
+                "bitwise_same_as_first_call": bool(torch.equal(_bits(outs[n]), _bits(state["first"][n]))),
+            }
+            for n in GRADS
+            for d in [diagnose(outs[n], refs[n], unwritten_mask(outs[n]))]
+        },
+    }
     del flush
     try:
         theirs = kernel_profile(cudnn) if cudnn else []
@@ -539,8 +626,16 @@ def worker(so: str, causal: bool, shapes: list[tuple[int, int, int]]) -> int:
     torch.set_float32_matmul_precision("highest")
     stage = "start"
     try:
-        emit({"stage": "env", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "so": so, "causal": causal})
+        emit(
+            {
+                "stage": "env",
+                "gpu": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "cudnn": torch.backends.cudnn.version(),
+                "so": so,
+                "causal": causal,
+            }
+        )
         stage = "load"
         fn = load(so)
         state = None
@@ -549,8 +644,17 @@ def worker(so: str, causal: bool, shapes: list[tuple[int, int, int]]) -> int:
             try:
                 res, st = check(fn, shape, causal, 100 + i, keep=tuple(shape) == (B, H, S))
             except Exception as exc:  # noqa: BLE001 - e.g. the kernel refuses this shape: go on if CUDA is fine
-                emit({"stage": "check", "shape": list(shape), "pass": False, "mutated_inputs": [],
-                      "tensors": {}, "bad_tensors": [], "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                emit(
+                    {
+                        "stage": "check",
+                        "shape": list(shape),
+                        "pass": False,
+                        "mutated_inputs": [],
+                        "tensors": {},
+                        "bad_tensors": [],
+                        "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    }
+                )
                 stage = f"CUDA health probe after the error in check {shape}"
                 torch.cuda.synchronize()
                 torch.ones(1, device="cuda").add_(1).item()
@@ -629,8 +733,11 @@ def ensure_objects(names: list[str]) -> dict[str, dict]:
     if not redo:
         return entries
     print(f"!!!! rebuilding on this machine: {redo}", flush=True)
-    if BWD.exists() and any(is_causal(VARIANTS[n]) for n in redo) and (
-            not CAUSAL.exists() or CAUSAL.read_text() != causal_source(BWD.read_text())):
+    if (
+        BWD.exists()
+        and any(is_causal(VARIANTS[n]) for n in redo)
+        and (not CAUSAL.exists() or CAUSAL.read_text() != causal_source(BWD.read_text()))
+    ):
         print("!!!! MhaBwdCausal.cu was stale here: regenerated (run `sync` on the CPU host too)", flush=True)
         sync()
     build(list(redo), os.cpu_count() or 4, "static")
@@ -641,8 +748,14 @@ def ensure_objects(names: list[str]) -> dict[str, dict]:
     return entries
 
 
-def gpu(out_dir: Path, only: list[str] | None, per_variant_s: float, quiet_s: float, small_only: bool,
-        deadline: float | None = None) -> dict[str, dict]:
+def gpu(
+    out_dir: Path,
+    only: list[str] | None,
+    per_variant_s: float,
+    quiet_s: float,
+    small_only: bool,
+    deadline: float | None = None,
+) -> dict[str, dict]:
     """Run every selected variant in its own worker; results.json in ``out_dir``; returns the results."""
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [n for n in VARIANTS if not only or n in only]
@@ -680,9 +793,12 @@ def gpu(out_dir: Path, only: list[str] | None, per_variant_s: float, quiet_s: fl
 
 def passed(res: dict) -> bool:
     """Every check of the worker ran and passed, and so did the re-check after timing (if it ran)."""
-    return ("done" in res and len(res["checks"]) == res["done"]["checks"]
-            and all(c["pass"] for c in res["checks"])
-            and all(t["pass"] for t in res.get("recheck", {}).get("tensors", {}).values()))
+    return (
+        "done" in res
+        and len(res["checks"]) == res["done"]["checks"]
+        and all(c["pass"] for c in res["checks"])
+        and all(t["pass"] for t in res.get("recheck", {}).get("tensors", {}).values())
+    )
 
 
 # ---------------------------------------------------------------------------------------- reporting
@@ -691,18 +807,22 @@ def passed(res: dict) -> bool:
 def _tensor_line(name: str, t: dict) -> str:
     if t.get("pass") and not t.get("mismatch"):
         return f"{name} ok (max_abs {t['max_abs']:.3g}, rel_norm {t['rel_norm']:.2g})"
-    s = (f"{name} {'PASS' if t.get('pass') else 'FAIL'}: {t.get('mismatch')} bad "
-         f"(allowed {t.get('allowed')}), "
-         f"unwritten {t.get('unwritten')}, NaN/inf {t.get('nonfinite_written')}, "
-         f"rel_norm {t.get('rel_norm', 0):.3g}, max_abs {t.get('max_abs', 0):.3g} at {t.get('max_abs_at')} "
-         f"got/ref {t.get('max_abs_got_ref')}")
+    s = (
+        f"{name} {'PASS' if t.get('pass') else 'FAIL'}: {t.get('mismatch')} bad "
+        f"(allowed {t.get('allowed')}), "
+        f"unwritten {t.get('unwritten')}, NaN/inf {t.get('nonfinite_written')}, "
+        f"rel_norm {t.get('rel_norm', 0):.3g}, max_abs {t.get('max_abs', 0):.3g} at {t.get('max_abs_at')} "
+        f"got/ref {t.get('max_abs_got_ref')}"
+    )
     if "first_bad" in t:
         hd, r64, r128 = t["heads"], t["rows64"], t["rows128"]
-        s += (f"\n        first bad {t['first_bad']} got/ref {t['first_bad_got_ref']}; bad rows "
-              f"{t['bad_row_fraction']:.3g}; heads {hd['bad']}/{hd['of']} first {hd['first']}"
-              f"\n        by 64-row block {r64['bad_blocks']}/{r64['blocks']} {r64['first']}"
-              f"\n        by 128-row block {r128['bad_blocks']}/{r128['blocks']} {r128['first']}"
-              f"\n        by 16-col group {t['cols16']}; by 16-row group within 64 rows {t['row16_in_64']}")
+        s += (
+            f"\n        first bad {t['first_bad']} got/ref {t['first_bad_got_ref']}; bad rows "
+            f"{t['bad_row_fraction']:.3g}; heads {hd['bad']}/{hd['of']} first {hd['first']}"
+            f"\n        by 64-row block {r64['bad_blocks']}/{r64['blocks']} {r64['first']}"
+            f"\n        by 128-row block {r128['bad_blocks']}/{r128['blocks']} {r128['first']}"
+            f"\n        by 16-col group {t['cols16']}; by 16-row group within 64 rows {t['row16_in_64']}"
+        )
     return s
 
 
@@ -714,9 +834,11 @@ def variant_report(name: str, res: dict, entry: dict | None) -> str:
         head += f" (worker {res['wall_s']} s, {res.get('ended')})"
     if entry:
         head += f" causal={entry['causal']} flags={entry['flags']} source={entry['source']}"
-        head += "".join(f"\n   build: {k['name'][:50]} regs={k['regs']} spill={k['spill']} smem_static="
-                        f"{k['smem_static']} HGMMA={k.get('sass', {}).get('HGMMA')}"
-                        for k in entry.get("kernels", []))
+        head += "".join(
+            f"\n   build: {k['name'][:50]} regs={k['regs']} spill={k['spill']} smem_static="
+            f"{k['smem_static']} HGMMA={k.get('sass', {}).get('HGMMA')}"
+            for k in entry.get("kernels", [])
+        )
         head += "".join(f"\n   !!!! PTXAS WARNING: {w}" for w in entry.get("ptxas_warnings", []))
     lines = [head]
     if "env" in res:
@@ -725,31 +847,47 @@ def variant_report(name: str, res: dict, entry: dict | None) -> str:
         status = "PASS" if c["pass"] else f"FAIL in {c['bad_tensors']}"
         if "error" in c:
             status = f"ERROR {c['error']}"
-        lines.append(f"   check {tuple(c['shape'])}: {status}"
-                     + (f" MUTATED INPUTS {c['mutated_inputs']}" if c["mutated_inputs"] else ""))
+        lines.append(
+            f"   check {tuple(c['shape'])}: {status}"
+            + (f" MUTATED INPUTS {c['mutated_inputs']}" if c["mutated_inputs"] else "")
+        )
         lines += [f"      {_tensor_line(n, t)}" for n, t in c["tensors"].items()]
     if "cudnn_check" in res:
         cc = res["cudnn_check"]
-        lines.append("   cuDNN vs reference (harness sanity): " + cc.get("error", "")[:300] + "; ".join(
-            f"{n} pass={t['pass']} bad={t['mismatch']} rel_norm={t['rel_norm']:.2g}"
-            for n, t in cc.get("tensors", {}).items()))
+        lines.append(
+            "   cuDNN vs reference (harness sanity): "
+            + cc.get("error", "")[:300]
+            + "; ".join(
+                f"{n} pass={t['pass']} bad={t['mismatch']} rel_norm={t['rel_norm']:.2g}"
+                for n, t in cc.get("tensors", {}).items()
+            )
+        )
     if "time" in res:
         t = res["time"]
-        lines.append(f"   time: ours {t['cand_ms']:.3f} ms ({t['cand_tflops']:.0f} TFLOP/s, "
-                     f"min {t['cand_min_ms']:.3f}, iqr {t['cand_iqr_ms']:.3f})  "
-                     f"cuDNN {t.get('cudnn_ms', nan):.3f} ms ({t.get('cudnn_tflops', nan):.0f} TFLOP/s)  "
-                     f"speedup {t.get('speedup', nan):.3f}x")
+        lines.append(
+            f"   time: ours {t['cand_ms']:.3f} ms ({t['cand_tflops']:.0f} TFLOP/s, "
+            f"min {t['cand_min_ms']:.3f}, iqr {t['cand_iqr_ms']:.3f})  "
+            f"cuDNN {t.get('cudnn_ms', nan):.3f} ms ({t.get('cudnn_tflops', nan):.0f} TFLOP/s)  "
+            f"speedup {t.get('speedup', nan):.3f}x"
+        )
     if "recheck" in res:
-        lines.append("   after timing: " + "; ".join(
-            f"{n} pass={t['pass']} bad={t['mismatch']} bitwise-repeatable={t['bitwise_same_as_first_call']}"
-            for n, t in res["recheck"]["tensors"].items()))
+        lines.append(
+            "   after timing: "
+            + "; ".join(
+                f"{n} pass={t['pass']} bad={t['mismatch']} "
+                f"bitwise-repeatable={t['bitwise_same_as_first_call']}"
+                for n, t in res["recheck"]["tensors"].items()
+            )
+        )
     prof = res.get("profile", {})
     if "error" in prof:
         lines.append(f"   profile: {prof['error']}")
     for who in ("cand", "cudnn"):
         for g in prof.get(who, []):
-            lines.append(f"   {who:5s} {g['us_per_call']:9.1f} us x{g['launches']} {g['name'][:60]} "
-                         f"grid={g['grid']} block={g['block']} regs={g['regs']} smem={g['smem']}")
+            lines.append(
+                f"   {who:5s} {g['us_per_call']:9.1f} us x{g['launches']} {g['name'][:60]} "
+                f"grid={g['grid']} block={g['block']} regs={g['regs']} smem={g['smem']}"
+            )
     if "error" in res:
         lines.append(f"   !!!! ERROR during {res['error'].get('during')}: {res['error'].get('error')}")
     if "skipped" in res:
@@ -757,8 +895,10 @@ def variant_report(name: str, res: dict, entry: dict | None) -> str:
     tail = res.get("stderr_tail", "").strip()[-1500:]
     if "ended" in res and "done" not in res and ("error" not in res or tail):
         last = f", last line: {res['last']}" if res.get("last") else ""
-        lines.append(f"   !!!! worker ended ({res['ended']}) after {len(res['checks'])} checks{last}; "
-                     f"stderr tail:\n{tail}")
+        lines.append(
+            f"   !!!! worker ended ({res['ended']}) after {len(res['checks'])} checks{last}; "
+            f"stderr tail:\n{tail}"
+        )
     return "\n".join(lines)
 
 
@@ -785,7 +925,7 @@ def ncu_driver(so: str, causal: bool) -> int:
 
 def ncu_counts(csv_text: str) -> dict[str, dict[str, list[int]]]:
     """Kernel -> family -> [warp instructions executed, predicate-true thread instructions] (NCU_FAMILIES)."""
-    from ptxgym.evaluation.ncu import parse_ncu_csv
+    from ptxgym.evaluation.trusted.ncu import parse_ncu_csv
 
     kernels: dict[str, dict[str, list[int]]] = {}
     for kp in parse_ncu_csv(csv_text):
@@ -801,13 +941,30 @@ def ncu_counts(csv_text: str) -> dict[str, dict[str, list[int]]]:
 
 def ncu(so: str, causal: bool, out_dir: Path, timeout_s: float = 150) -> dict:
     """Executed instruction counts (warp-level, predicate-true threads) per kernel and family, by ncu."""
-    cmd = ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "candidate/", "--metrics",
-           "inst_executed,thread_inst_executed_true", "--page", "source", "--print-source", "sass", "--csv",
-           sys.executable, __file__, "ncu-driver", so] + (["--causal"] if causal else [])
+    cmd = [
+        "ncu",
+        "--clock-control",
+        "none",
+        "--nvtx",
+        "--nvtx-include",
+        "candidate/",
+        "--metrics",
+        "inst_executed,thread_inst_executed_true",
+        "--page",
+        "source",
+        "--print-source",
+        "sass",
+        "--csv",
+        sys.executable,
+        __file__,
+        "ncu-driver",
+        so,
+    ] + (["--causal"] if causal else [])
     out_dir.mkdir(parents=True, exist_ok=True)
     try:  # own session: a timeout kills ncu and the profiled driver together
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
     except OSError as exc:
         print(f"ncu {Path(so).name}: {exc}", flush=True)
         return {"so": so, "error": f"{type(exc).__name__}: {exc}"[:500]}
@@ -824,8 +981,10 @@ def ncu(so: str, causal: bool, out_dir: Path, timeout_s: float = 150) -> dict:
     res = {"so": so, "rc": proc.returncode, "kernels": kernels}
     totals = {f: sum(k.get(f, [0, 0])[1] for k in kernels.values()) for f in NCU_FAMILIES}
     res["executed"] = {f: c for f, c in totals.items() if c}
-    print(f"ncu {Path(so).name}: rc={proc.returncode} executed (predicate-true threads) {res['executed']}",
-          flush=True)
+    print(
+        f"ncu {Path(so).name}: rc={proc.returncode} executed (predicate-true threads) {res['executed']}",
+        flush=True,
+    )
     for name, counts in kernels.items():
         print(f"    {name[:70]}: " + " ".join(f"{f}={w}/{t}" for f, (w, t) in counts.items()), flush=True)
     if proc.returncode != 0 or not kernels:
@@ -840,14 +999,16 @@ def ncu(so: str, causal: bool, out_dir: Path, timeout_s: float = 150) -> dict:
 def gpu_info() -> str:
     try:
         query = "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw"
-        return subprocess.run(["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True,
-                              timeout=30).stdout.strip()
+        return subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"nvidia-smi: {exc}"
 
 
-def run_all(out_dir: Path, budget_s: float, only: list[str] | None, per_variant_s: float,
-            quiet_s: float) -> int:
+def run_all(
+    out_dir: Path, budget_s: float, only: list[str] | None, per_variant_s: float, quiet_s: float
+) -> int:
     """gpu over the variants, then ncu of base and causal; no step starts after ``budget_s`` seconds."""
     start = time.monotonic()
     deadline = start + budget_s
@@ -871,8 +1032,10 @@ def run_all(out_dir: Path, budget_s: float, only: list[str] | None, per_variant_
     text += [variant_report(n, r, manifest.get(n)) for n, r in results.items()]
     for n, r in ncus.items():
         text.append(f"== ncu {n}: {r.get('executed', r.get('error', r.get('skipped')))}")
-        text += [f"   {k[:70]}: " + " ".join(f"{f}={w}/{t}" for f, (w, t) in c.items())
-                 for k, c in r.get("kernels", {}).items()]
+        text += [
+            f"   {k[:70]}: " + " ".join(f"{f}={w}/{t}" for f, (w, t) in c.items())
+            for k, c in r.get("kernels", {}).items()
+        ]
     ok = bool(results) and all(passed(r) for r in results.values())
     text.append(f"ALL PASSED: {ok}")
     (out_dir / "summary.txt").write_text("\n".join(text) + "\n")

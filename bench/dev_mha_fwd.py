@@ -90,18 +90,48 @@ def toolchain() -> tuple[str, str, str]:
     if not (stub / "libcuda.so").exists():
         stub.mkdir(parents=True, exist_ok=True)
         (stub / "empty.c").write_text("\n")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so"),
-                        str(stub / "empty.c")], check=True)
+        subprocess.run(
+            [
+                "gcc",
+                "-shared",
+                "-fPIC",
+                "-Wl,-soname,libcuda.so.1",
+                "-o",
+                str(stub / "libcuda.so"),
+                str(stub / "empty.c"),
+            ],
+            check=True,
+        )
     return info.find_include_path(), os.path.dirname(info.find_libtvm_ffi()), str(stub)
 
 
 def nvcc_command(source: Path, out: Path, flags: list[str], cudart: str) -> list[str]:
     """The DESIGN.md flags (``cudart`` "shared" there; "static" makes the object load anywhere)."""
     inc, lib, stub = toolchain()
-    return ["nvcc", "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
-            "-gencode=arch=compute_90a,code=sm_90a", "-cudart", cudart, "-lineinfo", "-Xptxas", "-v",
-            f"-I{inc}", f"-I{PACKS}", *flags, str(source), "-o", str(out), f"-L{lib}", "-ltvm_ffi",
-            f"-L{stub}", "-lcuda"]
+    return [
+        "nvcc",
+        "-O3",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-std=c++17",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-cudart",
+        cudart,
+        "-lineinfo",
+        "-Xptxas",
+        "-v",
+        f"-I{inc}",
+        f"-I{PACKS}",
+        *flags,
+        str(source),
+        "-o",
+        str(out),
+        f"-L{lib}",
+        "-ltvm_ffi",
+        f"-L{stub}",
+        "-lcuda",
+    ]
 
 
 def sass_text(so: Path) -> str | None:
@@ -135,9 +165,16 @@ def build_one(name: str, causal: bool, flags: list[str], out_dir: Path, cudart: 
     start = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
-    info = {"tag": tag, "variant": name, "causal": causal, "flags": flags, "cudart": cudart,
-            "so": str(out.relative_to(ROOT)), "ok": proc.returncode == 0,
-            "build_s": round(time.time() - start, 1)}
+    info = {
+        "tag": tag,
+        "variant": name,
+        "causal": causal,
+        "flags": flags,
+        "cudart": cudart,
+        "so": str(out.relative_to(ROOT)),
+        "ok": proc.returncode == 0,
+        "build_s": round(time.time() - start, 1),
+    }
     m = re.search(r"Used (\d+) registers", log)
     info["regs"] = int(m.group(1)) if m else None
     m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
@@ -162,13 +199,18 @@ def build(only: list[str] | None, jobs: int, cudart: str) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(lambda a: build_one(*a, BUILD, cudart), todo))
     for r in results:
-        print(f"{r['tag']:28s} ok={r['ok']} regs={r['regs']} spill={r['spill']} warn={r['warnings']} "
-              f"sass={r.get('sass')}")
+        print(
+            f"{r['tag']:28s} ok={r['ok']} regs={r['regs']} spill={r['spill']} warn={r['warnings']} "
+            f"sass={r.get('sass')}"
+        )
         if not r["ok"]:
             print(r["log"])
     manifest = BUILD / "manifest.json"  # merged: a partial build keeps the other variants' entries
-    kept = [e for e in (json.loads(manifest.read_text()) if manifest.exists() else [])
-            if e["tag"] not in {r["tag"] for r in results}]
+    kept = [
+        e
+        for e in (json.loads(manifest.read_text()) if manifest.exists() else [])
+        if e["tag"] not in {r["tag"] for r in results}
+    ]
     manifest.write_text(json.dumps(kept + results, indent=1))
     return 0 if all(r["ok"] for r in results) else 1
 
@@ -205,10 +247,14 @@ def compare(out, ref) -> dict:  # noqa: ANN001
     diff = (out - ref).abs()
     bad = ~((diff <= TOL) | (diff <= TOL * ref.abs()))
     bad |= ~torch.isfinite(out)
-    return {"mismatch": int(bad.sum()), "nonfinite": int((~torch.isfinite(out)).sum()),
-            "max_abs": float(torch.nan_to_num(diff, nan=float("inf")).max()),
-            "rel_norm": float(torch.linalg.vector_norm(torch.nan_to_num(out - ref, nan=1e9))
-                              / torch.linalg.vector_norm(ref))}
+    return {
+        "mismatch": int(bad.sum()),
+        "nonfinite": int((~torch.isfinite(out)).sum()),
+        "max_abs": float(torch.nan_to_num(diff, nan=float("inf")).max()),
+        "rel_norm": float(
+            torch.linalg.vector_norm(torch.nan_to_num(out - ref, nan=1e9)) / torch.linalg.vector_norm(ref)
+        ),
+    }
 
 
 def randn_bf16(shape: tuple[int, ...], gen):  # noqa: ANN001, ANN201
@@ -298,9 +344,16 @@ def measure(so: str, causal: bool, timed: bool) -> dict:
         bt += time_calls(cudnn, flush, 1, 15)
     flops = 4.0 * B * H * S * S * D * (0.5 if causal else 1.0)
     cm, bm = statistics.median(ct), statistics.median(bt)
-    res["time"] = {"cand_ms": cm, "cudnn_ms": bm, "speedup": bm / cm, "cand_tflops": flops / cm / 1e9,
-                   "cudnn_tflops": flops / bm / 1e9, "cand_min_ms": min(ct), "cudnn_min_ms": min(bt),
-                   "cand_iqr_ms": statistics.quantiles(ct, n=4)[2] - statistics.quantiles(ct, n=4)[0]}
+    res["time"] = {
+        "cand_ms": cm,
+        "cudnn_ms": bm,
+        "speedup": bm / cm,
+        "cand_tflops": flops / cm / 1e9,
+        "cudnn_tflops": flops / bm / 1e9,
+        "cand_min_ms": min(ct),
+        "cudnn_min_ms": min(bt),
+        "cand_iqr_ms": statistics.quantiles(ct, n=4)[2] - statistics.quantiles(ct, n=4)[0],
+    }
     # The output of the last timed call must still be right (first 4 heads against fp32).
     ro, rl = reference(q[:1, :4], k[:1, :4], v[:1, :4], causal)
     res["timed_recheck"] = {"O": compare(o[:1, :4], ro), "LSE": compare(lse[:1, :4], rl)}
@@ -319,8 +372,10 @@ def worker(sos: list[str], causals: list[bool], timed: bool) -> int:
         try:
             res = measure(so, causal, timed)
         except Exception as exc:  # noqa: BLE001 - reported to the driver, then this process ends
-            print(json.dumps({"so": so, "causal": causal, "error": f"{type(exc).__name__}: {exc}"[:2000]}),
-                  flush=True)
+            print(
+                json.dumps({"so": so, "causal": causal, "error": f"{type(exc).__name__}: {exc}"[:2000]}),
+                flush=True,
+            )
             return 3
         print(json.dumps(res), flush=True)
         try:  # ragged and single-block shapes: after the main line, so a failure here costs nothing above
@@ -338,11 +393,13 @@ def summary_line(tag: str, r: dict) -> str:
     nan = float("nan")
     small = [s.get("pass") for s in r.get("small", [])]
     fo, fl = full.get("O", {}), full.get("LSE", {})
-    return (f"{tag:26s} pass={r.get('pass')} small={small} O_mis={fo.get('mismatch')} "
-            f"O_max={fo.get('max_abs', nan):.3g} LSE_mis={fl.get('mismatch')} "
-            f"ms={t.get('cand_ms', nan):.3f} cudnn={t.get('cudnn_ms', nan):.3f} "
-            f"x={t.get('speedup', nan):.3f} TF={t.get('cand_tflops', nan):.0f}"
-            + (f" ERROR {r['error'][:300]}" if "error" in r else ""))
+    return (
+        f"{tag:26s} pass={r.get('pass')} small={small} O_mis={fo.get('mismatch')} "
+        f"O_max={fo.get('max_abs', nan):.3g} LSE_mis={fl.get('mismatch')} "
+        f"ms={t.get('cand_ms', nan):.3f} cudnn={t.get('cudnn_ms', nan):.3f} "
+        f"x={t.get('speedup', nan):.3f} TF={t.get('cand_tflops', nan):.0f}"
+        + (f" ERROR {r['error'][:300]}" if "error" in r else "")
+    )
 
 
 def run_worker(cmd: list[str], quiet_s: float, total_s: float | None = None) -> tuple[str, str, str]:
@@ -400,8 +457,14 @@ def gpu(out_dir: Path, per_variant_s: float, only: list[str] | None, order: list
     log = open(out_dir / "workers.log", "a")  # noqa: SIM115 - appended to across workers
     while tags:
         sos = [str(ROOT / manifest[t]["so"]) for t in tags]
-        cmd = [sys.executable, __file__, "worker", *sos, "--causal",
-               *["1" if manifest[t]["causal"] else "0" for t in tags]]
+        cmd = [
+            sys.executable,
+            __file__,
+            "worker",
+            *sos,
+            "--causal",
+            *["1" if manifest[t]["causal"] else "0" for t in tags],
+        ]
         out, err, why = run_worker(cmd, per_variant_s)
         log.write(f"=== worker over {tags}\n{err[-6000:]}\n")
         log.flush()
@@ -415,7 +478,7 @@ def gpu(out_dir: Path, per_variant_s: float, only: list[str] | None, order: list
             results[tag]["extras"] = r
             ok = [e["pass"] for e in r.get("extras", [])]
             print(f"   extras {tag}: pass={ok} {r.get('error', '')[:300]}", flush=True)
-        rest = tags[len(done):]
+        rest = tags[len(done) :]
         last = lines[-1] if lines else {}
         if rest and "error" not in last:  # the worker died without a word
             if last and "extras_for" not in last:  # ... in the extras of the variant it had just reported
@@ -448,9 +511,25 @@ def ncu_driver(so: str, causal: bool) -> int:
 
 def ncu(so: str, causal: bool, out_dir: Path) -> int:
     """Executed (predicate-true thread) instruction counts of HGMMA / UTMALDG / UTMASTG, by ncu."""
-    cmd = ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "candidate/", "--metrics",
-           "inst_executed,thread_inst_executed_true", "--page", "source", "--print-source", "sass", "--csv",
-           sys.executable, __file__, "ncu-driver", so] + (["--causal"] if causal else [])
+    cmd = [
+        "ncu",
+        "--clock-control",
+        "none",
+        "--nvtx",
+        "--nvtx-include",
+        "candidate/",
+        "--metrics",
+        "inst_executed,thread_inst_executed_true",
+        "--page",
+        "source",
+        "--print-source",
+        "sass",
+        "--csv",
+        sys.executable,
+        __file__,
+        "ncu-driver",
+        so,
+    ] + (["--causal"] if causal else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"ncu_{Path(so).stem}.csv").write_text(proc.stdout[-2_000_000:] + proc.stderr[-20000:])

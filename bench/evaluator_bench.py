@@ -8,7 +8,7 @@ independent measurements, per-trial CV, whether the baseline passes the task tol
 reference time), warm evaluation wall time per candidate against its GPU-time floor (183 executions x
 median latency), recovery time after a hang and after a crash (wall time of the next verdict), Nsight
 Compute wall time per candidate, and GPU memory before/after N hostile candidates. Test candidates are
-the kernels in ``tests/gpu_kernels`` (built with the product's nvcc flags).
+the kernels in ``ptxgym/audit/kernels`` (built with the product's nvcc flags).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "evaluation"))
 
 TASKS = ("Gemm-sm90a", "MhaFwd-sm90a", "MhaFwdCausal-sm90a", "MhaBwd-sm90a", "MhaBwdCausal-sm90a")
 FACTS_MS = {
@@ -59,7 +58,7 @@ def task_for(task_id: str):
     The catalog's ``forward_state`` returned a set literal (``{{...}}``, reported to its owner); while it
     does, the bench uses a repaired copy and says so in its output.
     """
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     task = get_task(task_id)
     ref = task.definition.reference
@@ -84,11 +83,11 @@ def probe(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     say("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda)
     say("gpu", torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
-    from ptxgym.evaluation.gpuinfo import device_facts, sm_clock_mhz
+    from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 
     say("facts", device_facts(0), "sm clock", sm_clock_mhz(0))
     for tool in ("ncu", "compute-sanitizer", "nvidia-smi", "cuobjdump"):
-        from ptxgym.evaluation.tools import find_tool
+        from ptxgym.evaluation.trusted.tools import find_tool
 
         say("tool", tool, find_tool(tool) or shutil.which(tool))
     for name in ("_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward"):
@@ -103,7 +102,7 @@ def _probe_cupti() -> None:
     try:
         import torch
 
-        from ptxgym.evaluation.cupti_spans import CuptiSpans
+        from ptxgym.evaluation.sandboxed.cupti_spans import CuptiSpans
 
         spans = CuptiSpans()
         x = torch.randn(4096, 4096, device="cuda")
@@ -122,9 +121,14 @@ def _probe_cupti() -> None:
 def _probe_baselines() -> None:
     import torch
 
-    from ptxgym.evaluation import baselines
     from ptxgym.evaluation.compare import check_call
-    from ptxgym.evaluation.inputs import generate_inputs, load_reference, reference_options, run_reference
+    from ptxgym.evaluation.sandboxed import library_baselines as baselines
+    from ptxgym.evaluation.trusted.inputs import (
+        generate_inputs,
+        load_reference,
+        reference_options,
+        run_reference,
+    )
 
     for task_id in TASKS:
         try:
@@ -154,12 +158,12 @@ def _probe_baselines() -> None:
 
 def _probe_tools(out: Path) -> None:
     import torch
-    from evaltest_kernels import build_kernel
 
-    from ptxgym.arch import HOPPER
-    from ptxgym.evaluation import ncu
-    from ptxgym.evaluation.memcheck import run_memcheck
-    from ptxgym.evaluation.tools import driver_argv, find_tool, run_tool
+    from ptxgym.audit.corpus import build_kernel
+    from ptxgym.evaluation.trusted import ncu
+    from ptxgym.evaluation.trusted.memcheck import run_memcheck
+    from ptxgym.evaluation.trusted.tools import driver_argv, find_tool, run_tool
+    from ptxgym.records.arch import HOPPER
 
     g = torch.Generator(device="cuda").manual_seed(0)
     inputs = Path("/tmp/ptxgym_probe_gemm_inputs.pt")
@@ -197,8 +201,8 @@ def _probe_tools(out: Path) -> None:
 
 def bench(hostile: int, budget_s: float, spares: int, tasks: tuple[str, ...], chosen: set[str]) -> None:
     """All measurements, in order of importance, until the time budget runs out."""
-    from ptxgym.evaluation.base import EvalSettings, MemcheckMode, TargetMode
-    from ptxgym.evaluation.local import LocalGpuEvaluator
+    from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode, TargetMode
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     t_start = time.perf_counter()
     settings = EvalSettings(
@@ -269,8 +273,6 @@ def _baselines(ev, tasks: tuple[str, ...]) -> None:
         wall_b = time.perf_counter() - t0
         if a.stats is None or b.stats is None:
             say(f"{task_id} | FAILED: {a.message}")
-            if task.baseline.function == "mha_bwd_cudnn":
-                _autograd_backward(ev, task)
             continue
         floor = 183 * b.stats.median_ms / 1e3
         say(
@@ -285,21 +287,8 @@ def _baselines(ev, tasks: tuple[str, ...]) -> None:
         )
 
 
-def _autograd_backward(ev, task) -> None:
-    """Where the direct cuDNN backward op fails: time forward+backward through autograd, labelled so."""
-    alt = task.model_copy(
-        update={"baseline": task.baseline.model_copy(update={"function": "mha_bwd_cudnn_autograd"})}
-    )
-    rec = ev.measure_baseline(alt)
-    median = f"{rec.stats.median_ms:.4f} ms" if rec.stats else "no latency"
-    say(
-        f"   autograd path (cuDNN forward + backward, NOT backward-only): {median}, correct {rec.correct}, "
-        f"rel-norm {rec.rel_norm_error}; {rec.message[:300]}"
-    )
-
-
 def _evaluate(ev, task, name):
-    from evaltest_kernels import candidate
+    from ptxgym.audit.corpus import candidate
 
     cand = candidate(name, task)
     t0 = time.perf_counter()
@@ -313,7 +302,7 @@ def _executions(settings) -> int:
 
 
 def _candidates(ev) -> None:
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     saved = ev.settings
     ev.settings = saved.model_copy(update={"warmup": 2, "iterations": 10, "trials": 1})
@@ -346,7 +335,7 @@ def _candidates(ev) -> None:
 
 def _recovery(ev) -> None:
     """Wall time of the next verdict after a hang, a crash and a sticky CUDA error (reduced protocol)."""
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     task = get_task("Gemm-sm90a")
     saved = ev.settings
@@ -369,11 +358,10 @@ def _recovery(ev) -> None:
 
 def _ncu(ev) -> None:
     """Nsight Compute check wall time: a TMA candidate, and the cuBLAS / cuDNN baselines driven alike."""
-    from evaltest_kernels import build_kernel
-
-    from ptxgym.evaluation import ncu
-    from ptxgym.evaluation.tools import driver_argv
-    from ptxgym.tasks import get_task
+    from ptxgym.audit.corpus import build_kernel
+    from ptxgym.evaluation.trusted import ncu
+    from ptxgym.evaluation.trusted.tools import driver_argv
+    from ptxgym.records.tasks import get_task
 
     for task_id, name in (("Gemm-sm90a", "tma_gemm"), ("Gemm-sm90a", None), ("MhaFwd-sm90a", None)):
         task = get_task(task_id)
@@ -416,7 +404,7 @@ def _stable_free(ev) -> int:
 def _memory(ev, hostile: int, deadline: float) -> None:
     import torch
 
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     task = get_task("Gemm-sm90a")
     saved = ev.settings

@@ -47,13 +47,29 @@ DEFAULT_VARIANTS = {
 
 def nvcc_command(source: Path, out: Path, flags: list[str]) -> list[str]:
     """The DESIGN.md build line (static cudart here, so the .so runs on any host with a driver)."""
-    from ptxgym.toolchain import find_toolchain
+    from ptxgym.cpu.toolchain import find_toolchain
 
     tc = find_toolchain()
-    return [str(tc.nvcc), "-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17",
-            "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo", "-Xptxas", "-v",
-            f"-I{tc.tvm_ffi_include}", f"-I{HEADERS}", *flags, str(source), "-o", str(out),
-            f"-L{tc.tvm_ffi_lib_dir}", "-ltvm_ffi"]
+    return [
+        str(tc.nvcc),
+        "-O3",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-std=c++17",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-lineinfo",
+        "-Xptxas",
+        "-v",
+        f"-I{tc.tvm_ffi_include}",
+        f"-I{HEADERS}",
+        *flags,
+        str(source),
+        "-o",
+        str(out),
+        f"-L{tc.tvm_ffi_lib_dir}",
+        "-ltvm_ffi",
+    ]
 
 
 def build(out_dir: Path, variants: dict[str, list[str]]) -> int:
@@ -93,9 +109,13 @@ def _check(fn, torch, seed: int) -> dict:  # noqa: ANN001
     err = (out - ref).abs()
     bad = ~((err <= ATOL) | (err <= RTOL * ref.abs()))
     nbad = int(bad.sum())
-    rec = {"seed": seed, "nonfinite": int((~torch.isfinite(out)).sum()), "mismatches": nbad,
-           "max_abs": float(torch.nan_to_num(err, nan=float("inf")).max()),
-           "rel_norm": float(torch.linalg.norm(torch.nan_to_num(out - ref)) / torch.linalg.norm(ref))}
+    rec = {
+        "seed": seed,
+        "nonfinite": int((~torch.isfinite(out)).sum()),
+        "mismatches": nbad,
+        "max_abs": float(torch.nan_to_num(err, nan=float("inf")).max()),
+        "rel_norm": float(torch.linalg.norm(torch.nan_to_num(out - ref)) / torch.linalg.norm(ref)),
+    }
     if nbad:
         idx = bad.nonzero()
         rec["first_bad"] = [int(idx[0, 0]), int(idx[0, 1])]
@@ -170,14 +190,25 @@ def run(sos: list[str], json_out: str | None, timeout_s: float) -> int:
     for so in sos:
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run([sys.executable, __file__, "worker", so], capture_output=True, text=True,
-                                  timeout=timeout_s)
+            proc = subprocess.run(
+                [sys.executable, __file__, "worker", so], capture_output=True, text=True, timeout=timeout_s
+            )
             line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
-            rec = json.loads(line) if line else {"so": Path(so).name, "error": f"rc={proc.returncode}",
-                                                 "tail": (proc.stdout + proc.stderr)[-2000:]}
+            rec = (
+                json.loads(line)
+                if line
+                else {
+                    "so": Path(so).name,
+                    "error": f"rc={proc.returncode}",
+                    "tail": (proc.stdout + proc.stderr)[-2000:],
+                }
+            )
         except subprocess.TimeoutExpired as exc:
-            rec = {"so": Path(so).name, "error": f"timeout after {timeout_s}s",
-                   "tail": str(exc.stdout or "")[-1000:]}
+            rec = {
+                "so": Path(so).name,
+                "error": f"timeout after {timeout_s}s",
+                "tail": str(exc.stdout or "")[-1000:],
+            }
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         results.append(rec)
         print(json.dumps(rec), flush=True)
@@ -186,8 +217,10 @@ def run(sos: list[str], json_out: str | None, timeout_s: float) -> int:
         if "error" in r:
             print(f"{r['so']:28s} ERROR {r['error']}")
         else:
-            print(f"{r['so']:28s} {str(r['correct'] and r['timed_output_ok']):8s} {r['ms']:8.4f} "
-                  f"{r['cublas_ms']:8.4f} {r['speedup']:8.3f} {r['tflops']:8.1f}")
+            print(
+                f"{r['so']:28s} {str(r['correct'] and r['timed_output_ok']):8s} {r['ms']:8.4f} "
+                f"{r['cublas_ms']:8.4f} {r['speedup']:8.3f} {r['tflops']:8.1f}"
+            )
     if json_out:
         Path(json_out).write_text(json.dumps(results, indent=1))
     return 0
@@ -215,9 +248,25 @@ def ncu_driver(so: str) -> None:
 
 def ncu(so: str, csv_out: str | None) -> int:
     """Executed counts (predicate-true thread instructions) of the target SASS families."""
-    cmd = ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "candidate/",
-           "--metrics", "inst_executed,thread_inst_executed_true", "--page", "source", "--print-source",
-           "sass", "--csv", sys.executable, __file__, "ncu-driver", so]
+    cmd = [
+        "ncu",
+        "--clock-control",
+        "none",
+        "--nvtx",
+        "--nvtx-include",
+        "candidate/",
+        "--metrics",
+        "inst_executed,thread_inst_executed_true",
+        "--page",
+        "source",
+        "--print-source",
+        "sass",
+        "--csv",
+        sys.executable,
+        __file__,
+        "ncu-driver",
+        so,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if csv_out:
         Path(csv_out).write_text(proc.stdout + proc.stderr)
@@ -244,18 +293,19 @@ def ncu(so: str, csv_out: str | None) -> int:
 # ------------------------------------------------------------------------- the team's evaluator
 
 
-def evaluate_with_pipeline(source: Path = GEMM_SHIPPED, task_id: str = "Gemm-sm90a",
-                           memcheck: bool = False) -> dict:
+def evaluate_with_pipeline(
+    source: Path = GEMM_SHIPPED, task_id: str = "Gemm-sm90a", memcheck: bool = False
+) -> dict:
     """Run the shipped solution through ptxgym's own pipeline and LocalGpuEvaluator (GPU only).
 
     The action is the file in a fenced block, exactly as the reference policy sends it: extract ->
     policy -> build -> SASS -> run/check/time against the baseline -> ncu executed-instruction check.
     Memcheck is off by default (a full-size compute-sanitizer pass costs minutes of device time).
     """
-    from ptxgym.evaluation.base import EvalSettings, MemcheckMode
-    from ptxgym.evaluation.local import LocalGpuEvaluator
+    from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
     from ptxgym.pipeline import Pipeline
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     settings = EvalSettings(memcheck=MemcheckMode.FIRST_CORRECT if memcheck else MemcheckMode.NEVER)
     with LocalGpuEvaluator(settings=settings, spares=1) as evaluator:
@@ -263,21 +313,29 @@ def evaluate_with_pipeline(source: Path = GEMM_SHIPPED, task_id: str = "Gemm-sm9
     return feedback_summary(fb)
 
 
-def feedback_summary(fb) -> dict:  # noqa: ANN001 - ptxgym.feedback.Feedback
+def feedback_summary(fb) -> dict:  # noqa: ANN001 - ptxgym.records.feedback.Feedback
     """The fields of a Feedback that the results file cites."""
     t, c, g = fb.timing, fb.correctness, fb.target
     return {
-        "status": fb.status.value, "stage": fb.stage.value, "message": fb.message,
-        "max_abs_error": c.max_abs_error if c else None, "rel_norm_error": c.rel_norm_error if c else None,
-        "mismatch_ratio": c.mismatch_ratio if c else None, "calls_checked": c.calls_checked if c else None,
+        "status": fb.status.value,
+        "stage": fb.stage.value,
+        "message": fb.message,
+        "max_abs_error": c.max_abs_error if c else None,
+        "rel_norm_error": c.rel_norm_error if c else None,
+        "mismatch_ratio": c.mismatch_ratio if c else None,
+        "calls_checked": c.calls_checked if c else None,
         "candidate_ms": t.candidate.median_ms if t and t.candidate else None,
         "candidate_iqr_ms": t.candidate.iqr_ms if t and t.candidate else None,
         "baseline_ms": t.baseline.median_ms if t and t.baseline else None,
-        "baseline": t.baseline_name if t else None, "speedup": t.speedup if t else None,
-        "timing_backend": t.backend if t else None, "sol_fraction": t.sol_fraction if t else None,
+        "baseline": t.baseline_name if t else None,
+        "speedup": t.speedup if t else None,
+        "timing_backend": t.backend if t else None,
+        "sol_fraction": t.sol_fraction if t else None,
         "sm_clock_mhz": [t.sm_clock_mhz_before, t.sm_clock_mhz_after] if t else None,
-        "target_executed": g.executed.value if g else None, "target_counts": g.counts if g else None,
-        "gpu": fb.environment.gpu, "stage_wall_s": fb.stage_wall_s,
+        "target_executed": g.executed.value if g else None,
+        "target_counts": g.counts if g else None,
+        "gpu": fb.environment.gpu,
+        "stage_wall_s": fb.stage_wall_s,
     }
 
 

@@ -14,29 +14,40 @@ import sys
 import time
 from pathlib import Path
 
-from ptxgym.evaluation.base import EvalSettings, MemcheckMode
-from ptxgym.evaluation.local import LocalGpuEvaluator
+from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode
+from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 from ptxgym.pipeline import Pipeline
-from ptxgym.tasks import get_task
+from ptxgym.records.tasks import get_task
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "knowledge_packs" / "sm90a" / "solutions"
 
 
 def summary(task, fb) -> dict:  # noqa: ANN001 - Task, Feedback
     t = fb.timing
-    out = {"task": task.id, "status": fb.status.value, "message": fb.message[:300],
-           "target_static": fb.target.static if fb.target else None,
-           "target_executed": fb.target_executed.value,
-           "target_counts": fb.target.counts if fb.target else {}, "stage_wall_s": fb.stage_wall_s}
+    out = {
+        "task": task.id,
+        "status": fb.status.value,
+        "message": fb.message[:300],
+        "target_static": fb.target.static if fb.target else None,
+        "target_executed": fb.target_executed.value,
+        "target_counts": fb.target.counts if fb.target else {},
+        "stage_wall_s": fb.stage_wall_s,
+    }
     if fb.correctness:
         out["max_abs_error"] = fb.correctness.max_abs_error
         out["rel_norm_error"] = fb.correctness.rel_norm_error
     if t and t.candidate:
-        out.update(candidate_ms=t.candidate.median_ms, speedup=t.speedup, backend=t.backend,
-                   candidate_tflops=task.flops / (t.candidate.median_ms * 1e-3) / 1e12)
+        out.update(
+            candidate_ms=t.candidate.median_ms,
+            speedup=t.speedup,
+            backend=t.backend,
+            candidate_tflops=task.flops / (t.candidate.median_ms * 1e-3) / 1e12,
+        )
     if t and t.baseline:
-        out.update(baseline_ms=t.baseline.median_ms,
-                   baseline_tflops=task.flops / (t.baseline.median_ms * 1e-3) / 1e12)
+        out.update(
+            baseline_ms=t.baseline.median_ms,
+            baseline_tflops=task.flops / (t.baseline.median_ms * 1e-3) / 1e12,
+        )
     out["gpu"] = fb.environment.gpu
     return out
 

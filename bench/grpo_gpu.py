@@ -73,14 +73,14 @@ def main() -> int:
     t0 = time.perf_counter()
     import torch
 
-    from ptxgym.evaluation.base import NullEvaluator
+    from ptxgym.evaluation.trusted.base import NullEvaluator
     from ptxgym.pipeline import Pipeline
     from ptxgym.policies.reference import available_solutions
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
     from ptxgym.train.grpo import build_trainer, get_recipe
     from ptxgym.train.kernelgen import build_kernelgen_from_sources
-    from ptxgym.train.records import fenced, to_hf_dataset
     from ptxgym.train.sft import SftRecipe, train_sft
+    from ptxgym.train.sft_examples import fenced, to_hf_dataset
     from ptxgym.train.tiny import TinyConfig, corpus_for_tasks, tiny_model, train_tokenizer
 
     log: list[str] = []

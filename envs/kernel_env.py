@@ -11,13 +11,13 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from ptxgym.evaluation.base import EvalSettings, Evaluator
-from ptxgym.feedback import Feedback, Status, Verdict
-from ptxgym.feedback_text import render_feedback
+from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator
+from ptxgym.knowledge_packs.prompting import TaskPrompt, build_task_prompt
 from ptxgym.pipeline import Pipeline
-from ptxgym.prompting import TaskPrompt, build_task_prompt
+from ptxgym.records.feedback import Feedback, Status, Verdict
+from ptxgym.records.feedback_text import render_feedback
+from ptxgym.records.tasks import Task, get_task
 from ptxgym.rewards import RewardFn, resolve_reward
-from ptxgym.tasks import Task, get_task
 
 #: Order of the ``target_executed`` observation index.
 VERDICTS: tuple[Verdict, ...] = (Verdict.NOT_CHECKED, Verdict.UNKNOWN, Verdict.NO, Verdict.YES)
@@ -112,7 +112,7 @@ class KernelEnv(gymnasium.Env):
         if len(prior) >= self.max_turns:
             raise ValueError(f"cannot resume: {len(prior)} recorded turns >= max_turns={self.max_turns}")
         if not all(isinstance(f, Feedback) for f in prior):
-            raise TypeError("options['history'] must be a list of ptxgym.feedback.Feedback records")
+            raise TypeError("options['history'] must be a list of ptxgym.records.feedback.Feedback records")
         self._history = prior
         self._turn = len(prior)
         self._episode_id = uuid.uuid4().hex[:12]
@@ -121,13 +121,29 @@ class KernelEnv(gymnasium.Env):
         if prior:
             last = prior[-1]
             self._last_text = render_feedback(last)
-            obs = self._obs(self._last_text, status=last.status.value, stage=last.stage.value,
-                            correct=last.correct, speedup=last.speedup or 0.0, verdict=last.target_executed)
+            obs = self._obs(
+                self._last_text,
+                status=last.status.value,
+                stage=last.stage.value,
+                correct=last.correct,
+                speedup=last.speedup or 0.0,
+                verdict=last.target_executed,
+            )
         else:
-            obs = self._obs(self._prompt.text, status="", stage="", correct=False, speedup=0.0,
-                            verdict=Verdict.NOT_CHECKED)
-        return obs, {"prompt": self._prompt, "task_id": self.task.id, "turn": self._turn,
-                     "episode_id": self._episode_id}
+            obs = self._obs(
+                self._prompt.text,
+                status="",
+                stage="",
+                correct=False,
+                speedup=0.0,
+                verdict=Verdict.NOT_CHECKED,
+            )
+        return obs, {
+            "prompt": self._prompt,
+            "task_id": self.task.id,
+            "turn": self._turn,
+            "episode_id": self._episode_id,
+        }
 
     def step(self, action: str):
         """Evaluate one response; never raises for anything in the action."""
@@ -136,8 +152,9 @@ class KernelEnv(gymnasium.Env):
         if self._turn >= self.max_turns:
             raise gymnasium.error.ResetNeeded("the episode is over (truncated); call reset()")
         first_correct = not any(f.correct for f in self._history)
-        fb = self.pipeline.run(action, turn=self._turn, episode_id=self._episode_id,
-                               first_correct=first_correct)
+        fb = self.pipeline.run(
+            action, turn=self._turn, episode_id=self._episode_id, first_correct=first_correct
+        )
         result = self.reward_fn(fb, tuple(self._history))
         self._history.append(fb)
         self._turn += 1
@@ -145,11 +162,21 @@ class KernelEnv(gymnasium.Env):
         terminated = fb.status is Status.PASSED and speedup >= self.target_speedup
         truncated = not terminated and self._turn >= self.max_turns
         self._last_text = render_feedback(fb)
-        obs = self._obs(self._last_text, status=fb.status.value, stage=fb.stage.value,
-                        correct=fb.correct, speedup=speedup, verdict=fb.target_executed)
+        obs = self._obs(
+            self._last_text,
+            status=fb.status.value,
+            stage=fb.stage.value,
+            correct=fb.correct,
+            speedup=speedup,
+            verdict=fb.target_executed,
+        )
         info = {
-            "feedback": fb, "feedback_json": fb.to_json(), "reward_components": dict(result.components),
-            "task_id": self.task.id, "turn": self._turn, "episode_id": self._episode_id,
+            "feedback": fb,
+            "feedback_json": fb.to_json(),
+            "reward_components": dict(result.components),
+            "task_id": self.task.id,
+            "turn": self._turn,
+            "episode_id": self._episode_id,
         }
         return obs, float(result.total), terminated, truncated, info
 
@@ -172,8 +199,9 @@ class KernelEnv(gymnasium.Env):
         """Feedback of every turn so far in this episode."""
         return tuple(self._history)
 
-    def _obs(self, text: str, *, status: str, stage: str, correct: bool, speedup: float,
-             verdict: Verdict) -> dict[str, Any]:
+    def _obs(
+        self, text: str, *, status: str, stage: str, correct: bool, speedup: float, verdict: Verdict
+    ) -> dict[str, Any]:
         return {
             "text": _printable(text, MAX_OBS_CHARS),
             "status": status,
@@ -194,6 +222,6 @@ def _printable(text: str, limit: int) -> str:
 def _make_evaluator(evaluator: str | Evaluator | None, settings: EvalSettings | None) -> Evaluator:
     if isinstance(evaluator, Evaluator):
         return evaluator
-    from ptxgym.evaluation.select import select_evaluator
+    from ptxgym.evaluation.choose import select_evaluator
 
     return select_evaluator(evaluator, settings=settings)

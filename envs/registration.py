@@ -9,7 +9,7 @@ ENTRY_POINT = "ptxgym.envs.kernel_env:KernelEnv"
 
 def register_envs() -> list[str]:
     """Register every catalog task (idempotent); return the ids."""
-    from ptxgym.tasks import catalog
+    from ptxgym.records.tasks import catalog
 
     ids = []
     for task in catalog().values():

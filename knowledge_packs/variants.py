@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ptxgym.arch import get_arch
-from ptxgym.errors import PtxgymError
+from ptxgym.records.arch import get_arch
+from ptxgym.records.errors import PtxgymError
 
 from .tokens import Encoder, count_tokens
 

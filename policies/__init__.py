@@ -37,7 +37,7 @@ from ptxgym.policies.sampling import PRESETS, SamplingParams, get_preset
 _LAZY = {
     "OpenAIChatPolicy": "ptxgym.policies.openai_chat",
     "RetryPolicy": "ptxgym.policies.openai_chat",
-    "TransformersPolicy": "ptxgym.policies.hf",
+    "TransformersPolicy": "ptxgym.policies.transformers_policy",
     "ReferencePolicy": "ptxgym.policies.reference",
     "ReplayPolicy": "ptxgym.policies.replay",
     "ServeSpec": "ptxgym.policies.serve",

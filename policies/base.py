@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.errors import PtxgymError
 from ptxgym.policies.history import Conversation
-from ptxgym.trajectory import ChatMessage
+from ptxgym.records.errors import PtxgymError
+from ptxgym.records.turns import ChatMessage
 
 Observation = Mapping[str, Any]
 

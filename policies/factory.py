@@ -11,7 +11,7 @@ from ptxgym.policies.base import Policy
 from ptxgym.policies.history import HistoryMode
 from ptxgym.policies.sampling import SamplingParams, get_preset
 from ptxgym.policies.serve import DEFAULT_PORTS
-from ptxgym.tasks import Task
+from ptxgym.records.tasks import Task
 
 PolicyKind = Literal["reference", "replay", "openai", "vllm", "sglang", "transformers"]
 POLICY_KINDS: tuple[str, ...] = ("reference", "replay", "openai", "vllm", "sglang", "transformers")
@@ -61,7 +61,7 @@ def build_policy(cfg: PolicyConfig, tasks: Sequence[Task] = (), api_key: str = "
     if not cfg.model:
         raise ValueError(f"the {cfg.kind} policy needs --model")
     if cfg.kind == "transformers":
-        from ptxgym.policies.hf import TransformersPolicy
+        from ptxgym.policies.transformers_policy import TransformersPolicy
 
         return TransformersPolicy(
             cfg.model,

@@ -24,9 +24,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.feedback import truncate
-from ptxgym.prompting import TaskPrompt
-from ptxgym.trajectory import ChatMessage
+from ptxgym.knowledge_packs.prompting import TaskPrompt
+from ptxgym.records.feedback import truncate
+from ptxgym.records.turns import ChatMessage
 
 TokenCounter = Callable[[str], int]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from ptxgym.policies.base import Action, MissingSolutionError, Observation, Policy, PolicyError
 from ptxgym.policies.history import Conversation, build_messages
-from ptxgym.tasks import Task, catalog, get_task
+from ptxgym.records.tasks import Task, catalog, get_task
 
 
 def packs_root() -> Path:

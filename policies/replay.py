@@ -23,11 +23,11 @@ from typing import Any
 
 from ptxgym.policies.base import Action, Observation, Policy, PolicyError, PolicyExhausted
 from ptxgym.policies.history import Conversation
-from ptxgym.trajectory import TurnRecord, read_turns
+from ptxgym.records.turns import TurnRecord, read_turns
 
 
 class ReplayPolicy(Policy):
-    """Responses from trajectory JSONL files (``ptxgym.trajectory.TurnRecord`` lines)."""
+    """Responses from trajectory JSONL files (``ptxgym.records.turns.TurnRecord`` lines)."""
 
     name = "replay"
 

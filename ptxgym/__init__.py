@@ -2,13 +2,16 @@
 
 ``import ptxgym`` registers one Gymnasium id per task (``ptxgym/Gemm-sm90a-v0`` ...). It imports no
 torch, trl, vllm or sglang; those load where they are used.
+
+This module is the package's public face: the one module allowed to import from every layer
+(README, "Architecture"). No module inside the package imports it.
 """
 
 from ptxgym.envs.registration import register_envs
-from ptxgym.feedback import Feedback, Stage, Status, Verdict
-from ptxgym.tasks import Task, catalog, get_task
+from ptxgym.records.feedback import Feedback, Stage, Status, Verdict
+from ptxgym.records.tasks import Task, catalog, get_task
+from ptxgym.records.version import __version__
 
-__version__ = "0.1.0"
-__all__ = ["Feedback", "Stage", "Status", "Task", "Verdict", "catalog", "get_task", "__version__"]
+__all__ = ["Feedback", "Stage", "Status", "Task", "Verdict", "__version__", "catalog", "get_task"]
 
 register_envs()

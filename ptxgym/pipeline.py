@@ -16,12 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ptxgym.arch import get_arch
-from ptxgym.build import BuildOutcome, build_solution
-from ptxgym.errors import ToolchainNotFoundError
-from ptxgym.evaluation.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
-from ptxgym.extract import extract_code
-from ptxgym.feedback import (
+from ptxgym.cpu.build import BuildOutcome, build_solution
+from ptxgym.cpu.extract import extract_code
+from ptxgym.cpu.sass import sass_census
+from ptxgym.cpu.screen import check_source
+from ptxgym.cpu.toolchain import find_toolchain
+from ptxgym.evaluation.trusted.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
+from ptxgym.records.arch import get_arch
+from ptxgym.records.errors import ToolchainNotFoundError
+from ptxgym.records.feedback import (
     EnvironmentInfo,
     Feedback,
     SassInfo,
@@ -31,11 +34,8 @@ from ptxgym.feedback import (
     Verdict,
     truncate,
 )
-from ptxgym.sass import sass_census
-from ptxgym.schema import Solution
-from ptxgym.static_policy import check_source
-from ptxgym.tasks import Task
-from ptxgym.toolchain import find_toolchain
+from ptxgym.records.schema import Solution
+from ptxgym.records.tasks import Task
 
 T = TypeVar("T")
 
@@ -101,14 +101,19 @@ class Pipeline:
         parts["source_chars"] = sum(len(s.content) for s in solution.sources)
         try:
             others = {s.path: s.content for s in solution.sources if s.path != entry}
-            self._timed(parts, Stage.POLICY, lambda: self._policy(main_source, others, entry))
-            built = self._timed(parts, Stage.BUILD, lambda: self._build(solution, parts))
-            sass = self._timed(parts, Stage.SASS, lambda: sass_census(built.so_path, self.task.arch_spec))
+            self._timed(parts, Stage.SCREEN, lambda: self._screen(main_source, others, entry))
+            built, so_path = self._timed(parts, Stage.BUILD, lambda: self._build(solution, parts))
+            sass = self._timed(parts, Stage.SASS, lambda: sass_census(so_path, self.task.arch_spec))
             parts["sass"] = sass
             candidate = BuiltCandidate(
-                task_id=self.task.id, so_path=built.so_path, entry_symbol=solution.spec.entry_symbol,
-                source_sha256=parts["source_sha256"], artifact_sha256=built.info.artifact_sha256 or "",
-                static_target=sass.static_target, episode_id=episode_id, turn=turn,
+                task_id=self.task.id,
+                so_path=so_path,
+                entry_symbol=solution.spec.entry_symbol,
+                source_sha256=parts["source_sha256"],
+                artifact_sha256=built.info.artifact_sha256 or "",
+                static_target=sass.static_target,
+                episode_id=episode_id,
+                turn=turn,
                 first_correct_in_episode=first_correct,
             )
             verdict = self._gpu(candidate)
@@ -116,32 +121,41 @@ class Pipeline:
             return self._finish(parts, turn, fail.status, fail.stage, fail.message)
         except Exception as exc:  # noqa: BLE001 - our own fault: recorded, never raised into the episode
             tail = truncate(traceback.format_exc(), 3000)
-            return self._finish(parts, turn, Status.INFRA_ERROR, Stage.RUN,
-                                f"ptxgym internal error ({type(exc).__name__}: {exc})", log=tail)
+            return self._finish(
+                parts,
+                turn,
+                Status.INFRA_ERROR,
+                Stage.RUN,
+                f"ptxgym internal error ({type(exc).__name__}: {exc})",
+                log=tail,
+            )
         return self._merge(parts, turn, verdict)
 
     def _extract(self, action: str) -> str:
         if not isinstance(action, str):
-            raise _StageFailed(Status.EXTRACT_ERROR, Stage.EXTRACT,
-                               f"the action must be text, got {type(action).__name__}")
+            raise _StageFailed(
+                Status.EXTRACT_ERROR, Stage.EXTRACT, f"the action must be text, got {type(action).__name__}"
+            )
         got = extract_code(action)
         if got.code is None:
             raise _StageFailed(Status.EXTRACT_ERROR, Stage.EXTRACT, got.message)
         return got.code
 
-    def _policy(self, source: str, others: dict[str, str], entry: str) -> None:
+    def _screen(self, source: str, others: dict[str, str], entry: str) -> None:
         verdict = check_source(source, others, entry_name=entry)
         if not verdict.ok:
-            raise _StageFailed(Status.STATIC_REJECT, Stage.POLICY, verdict.message)
+            raise _StageFailed(Status.STATIC_REJECT, Stage.SCREEN, verdict.message)
 
-    def _build(self, solution: Solution, parts: dict) -> BuildOutcome:
+    def _build(self, solution: Solution, parts: dict) -> tuple[BuildOutcome, Path]:
         includes = pack_include_dirs(self.task.arch)
         outcome = build_solution(solution, self.task.arch_spec, include_dirs=includes)
         parts["compile"] = outcome.info
         if outcome.status is not None:
-            stage = Stage.POLICY if outcome.status is Status.STATIC_REJECT else Stage.BUILD
+            stage = Stage.SCREEN if outcome.status is Status.STATIC_REJECT else Stage.BUILD
             raise _StageFailed(outcome.status, stage, outcome.message)
-        return outcome
+        if outcome.so_path is None:
+            raise _StageFailed(Status.COMPILE_ERROR, Stage.BUILD, "the build left no shared object")
+        return outcome, outcome.so_path
 
     def _gpu(self, candidate: BuiltCandidate) -> GpuVerdict:
         return self.evaluator.evaluate(self.task, candidate)
@@ -161,7 +175,9 @@ class Pipeline:
         if sass is None:
             return TargetInfo(family=arch.target_family, mode="static")
         return TargetInfo(
-            family=arch.target_family, mode="static", static=sass.static_target,
+            family=arch.target_family,
+            mode="static",
+            static=sass.static_target,
             executed=Verdict.NOT_CHECKED,
             message="" if sass.static_target else "no target-family opcode in the SASS",
         )
@@ -175,23 +191,43 @@ class Pipeline:
         base["evaluator"] = base.get("evaluator") or self.evaluator.name
         return EnvironmentInfo(**base)
 
-    def _finish(self, parts: dict, turn: int, status: Status, stage: Stage, message: str,
-                log: str = "") -> Feedback:
+    def _finish(
+        self, parts: dict, turn: int, status: Status, stage: Stage, message: str, log: str = ""
+    ) -> Feedback:
         return Feedback(
-            task_id=self.task.id, turn=turn, status=status, stage=stage, message=message,
-            source_sha256=parts.get("source_sha256"), source_chars=parts.get("source_chars", 0),
-            compile=parts.get("compile"), sass=parts.get("sass"),
+            task_id=self.task.id,
+            turn=turn,
+            status=status,
+            stage=stage,
+            message=message,
+            source_sha256=parts.get("source_sha256"),
+            source_chars=parts.get("source_chars", 0),
+            compile=parts.get("compile"),
+            sass=parts.get("sass"),
             target=self._static_target(parts.get("sass")) if parts.get("sass") else None,
-            stage_wall_s=parts["stage_wall_s"], environment=self._environment(), log=log,
+            stage_wall_s=parts["stage_wall_s"],
+            environment=self._environment(),
+            log=log,
         )
 
     def _merge(self, parts: dict, turn: int, v: GpuVerdict) -> Feedback:
         stage_wall = {**parts["stage_wall_s"], **v.stage_wall_s}
         target = v.target or self._static_target(parts.get("sass"))
         return Feedback(
-            task_id=self.task.id, turn=turn, status=v.status, stage=v.stage, message=v.message,
-            source_sha256=parts.get("source_sha256"), source_chars=parts.get("source_chars", 0),
-            compile=parts.get("compile"), sass=parts.get("sass"), correctness=v.correctness,
-            timing=v.timing, target=target, memcheck=v.memcheck, stage_wall_s=stage_wall,
-            environment=self._environment(v.environment), log=v.log,
+            task_id=self.task.id,
+            turn=turn,
+            status=v.status,
+            stage=v.stage,
+            message=v.message,
+            source_sha256=parts.get("source_sha256"),
+            source_chars=parts.get("source_chars", 0),
+            compile=parts.get("compile"),
+            sass=parts.get("sass"),
+            correctness=v.correctness,
+            timing=v.timing,
+            target=target,
+            memcheck=v.memcheck,
+            stage_wall_s=stage_wall,
+            environment=self._environment(v.environment),
+            log=v.log,
         )

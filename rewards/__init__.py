@@ -32,7 +32,7 @@ from ptxgym.rewards.fast_p import FastPReward
 from ptxgym.rewards.gate import qualifies, speedup_of
 from ptxgym.rewards.kevin import KevinReward, discounted_returns, episode_returns
 from ptxgym.rewards.milestones import CudaAgentReward, KernrlReward
-from ptxgym.rewards.rubric import Rubric, WeightedReward
+from ptxgym.rewards.rubric import WeightedReward
 from ptxgym.rewards.speedup import LogSpeedupReward, SpeedupReward
 from ptxgym.rewards.staged import StagedReward, StageIndicator, staged_reward
 from ptxgym.rewards.target import TargetBonus
@@ -46,7 +46,6 @@ __all__ = [
     "LogSpeedupReward",
     "RewardFn",
     "RewardResult",
-    "Rubric",
     "SpeedupReward",
     "StageIndicator",
     "StagedReward",

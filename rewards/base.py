@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ptxgym.feedback import Feedback
+from ptxgym.records.feedback import Feedback
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,6 @@ def register_reward(name: str) -> Callable[[RewardFactory], RewardFactory]:
 
 def reward_names() -> list[str]:
     """Names ``resolve_reward`` accepts."""
-    _load_builtins()
     return sorted(_REGISTRY)
 
 
@@ -121,7 +120,6 @@ def parse_spec(text: str) -> dict[str, float]:
 
 
 def _build(name: str, options: Mapping[str, Any], used: set[str]) -> RewardFn:
-    _load_builtins()
     if name not in _REGISTRY:
         raise KeyError(f"unknown reward {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
     factory = _REGISTRY[name]
@@ -135,7 +133,3 @@ def _accepted_options(factory: RewardFactory, options: Mapping[str, Any]) -> dic
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return dict(options)
     return {k: v for k, v in options.items() if k in params}
-
-
-def _load_builtins() -> None:
-    from ptxgym.rewards import builtins  # noqa: F401 - registers on import

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from ptxgym.feedback import Feedback, Status, Verdict
+from ptxgym.records.feedback import Feedback, Status, Verdict
 
 
 def target_proven(feedback: Feedback) -> bool:

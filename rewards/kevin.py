@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ptxgym.feedback import Feedback
+from ptxgym.records.feedback import Feedback
 from ptxgym.rewards import gate
 from ptxgym.rewards.base import RewardFn, RewardResult, register_reward
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ptxgym.feedback import Feedback
+from ptxgym.records.feedback import Feedback
 from ptxgym.rewards.base import RewardFn, RewardResult
 
 
@@ -43,6 +43,3 @@ class WeightedReward:
             for part, value in res.components.items():
                 comp[f"{name}.{part}"] = float(value)
         return RewardResult(total=total, components=comp)
-
-
-Rubric = WeightedReward

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ptxgym.feedback import Feedback, Verdict
+from ptxgym.records.feedback import Feedback, Verdict
 from ptxgym.rewards import gate
 from ptxgym.rewards.base import RewardResult, register_reward
 

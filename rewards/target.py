@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ptxgym.feedback import Feedback, Status, Verdict
+from ptxgym.records.feedback import Feedback, Status, Verdict
 from ptxgym.rewards.base import RewardResult, register_reward
 
 

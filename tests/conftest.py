@@ -34,7 +34,7 @@ def gpu_reason() -> str | None:
 def nvcc_reason() -> str | None:
     """None when ptxgym finds a CUDA compiler, else why not."""
     try:
-        from ptxgym.toolchain import find_toolchain
+        from ptxgym.cpu.toolchain import find_toolchain
 
         find_toolchain()
     except Exception as exc:  # noqa: BLE001 - any failure means "skip the nvcc tests", with the reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -23,27 +24,48 @@ def test_import_does_not_load_heavy_dependencies() -> None:
     assert out.stdout.strip() == "", f"import ptxgym pulled in: {out.stdout}"
 
 
-def test_every_package_folder_is_listed() -> None:
+def test_every_package_folder_is_found_by_the_build() -> None:
+    """setuptools' package discovery (pyproject ``packages.find``) sees every folder with an __init__."""
+    from setuptools import find_packages
+
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(conf["packages"])
-    mapping = conf["package-dir"]
-    for pkg, folder in mapping.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder)
-            name = ".".join([pkg, *rel.parts]) if rel.parts else pkg
-            assert name in listed, f"{init.parent} is a package but {name} is not in pyproject packages"
+    found = set(find_packages(ROOT, include=conf["packages"]["find"]["include"]))
+    on_disk = {
+        ".".join(Path(d).relative_to(ROOT).parts)
+        for d, _, files in os.walk(ROOT / "ptxgym", followlinks=True)
+        if "__init__.py" in files
+    }
+    assert on_disk - found == set(), "package folders the build would leave out"
+    for top in ("envs", "rewards", "policies", "train", "knowledge_packs"):
+        link = ROOT / "ptxgym" / top
+        assert link.is_symlink() and link.resolve() == (ROOT / top).resolve(), f"ptxgym/{top} -> ../{top}"
 
 
 @pytest.mark.slow
 def test_wheel_contains_task_data_and_knowledge_packs(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
-         str(ROOT)], check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
     )
     (wheel,) = tmp_path.glob("ptxgym-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "ptxgym/envs/data/definitions/gemm/gemm_n7168_k5120.json" in names
     assert "ptxgym/envs/data/workloads/attention/mha_bwd_d128_causal.jsonl" in names
     assert any(n.startswith("ptxgym/knowledge_packs/") and n.endswith(".md") for n in names)
-    for pkg in ("envs", "rewards", "policies", "train", "knowledge_packs", "cli", "evaluation"):
+    assert "ptxgym/audit/kernels/naive.cu" in names
+    for pkg in ("envs", "rewards", "policies", "train", "knowledge_packs", "cli", "records", "cpu", "audit"):
         assert f"ptxgym/{pkg}/__init__.py" in names
+    for pkg in ("trusted", "sandboxed"):
+        assert f"ptxgym/evaluation/{pkg}/__init__.py" in names

@@ -79,8 +79,13 @@ def recipe_lora(recipe: Any) -> Any:
     """The LoraConfig a recipe asks for (its ``lora_*`` fields), or None when ``use_lora`` is off."""
     if not recipe.use_lora:
         return None
-    return lora_config(recipe.lora_rank, recipe.lora_alpha, recipe.lora_dropout, recipe.target_modules,
-                       recipe.modules_to_save)
+    return lora_config(
+        recipe.lora_rank,
+        recipe.lora_alpha,
+        recipe.lora_dropout,
+        recipe.target_modules,
+        recipe.modules_to_save,
+    )
 
 
 def quiet_trl() -> None:

@@ -1,7 +1,8 @@
 """GRPO prompts from the task catalog, and a reward function that scores completions in the environment.
 
 ``build_grpo_dataset`` makes one conversational row per (task, prompt variant): ``prompt`` is exactly the
-system and user message ``env.reset()`` gives for that task (``ptxgym.prompting.build_task_prompt``),
+system and user message ``env.reset()`` gives for that task
+(``ptxgym.knowledge_packs.prompting.build_task_prompt``),
 ``task_id`` and ``variant`` travel as columns (TRL passes them to reward functions). ``PromptIndex`` maps a
 prompt back to its task for ``rollout_func``, which receives the prompts only.
 
@@ -22,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptxgym.evaluation.base import EvalSettings, Evaluator
-from ptxgym.feedback import Feedback, Status
+from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator
+from ptxgym.records.feedback import Feedback, Status
 from ptxgym.rewards import RewardFn, gate, resolve_reward
 
 
@@ -60,8 +61,8 @@ def build_grpo_dataset(
     """A ``datasets.Dataset`` of task prompts (``repeats`` copies of each) and its ``PromptIndex``."""
     from datasets import Dataset
 
-    from ptxgym.prompting import build_task_prompt
-    from ptxgym.tasks import get_task
+    from ptxgym.knowledge_packs.prompting import build_task_prompt
+    from ptxgym.records.tasks import get_task
 
     rows, index = [], PromptIndex()
     for tid in task_ids:
@@ -88,7 +89,7 @@ def candidate_key(text: str) -> str:
     """SHA-256 of the kernel the pipeline would extract from a response (of the text if none)."""
     import hashlib
 
-    from ptxgym.extract import extract_code
+    from ptxgym.cpu.extract import extract_code
 
     code = extract_code(text).code
     return hashlib.sha256((code if code is not None else "\x00" + text).encode()).hexdigest()
@@ -103,7 +104,7 @@ class PipelinePool:
         settings: EvalSettings | None = None,
         max_workers: int = 8,
     ) -> None:
-        from ptxgym.evaluation.select import select_evaluator
+        from ptxgym.evaluation.choose import select_evaluator
 
         self.evaluator = (
             evaluator if isinstance(evaluator, Evaluator) else select_evaluator(evaluator, settings=settings)
@@ -115,7 +116,7 @@ class PipelinePool:
         """The pipeline of a task (built once)."""
         if task_id not in self._pipelines:
             from ptxgym.pipeline import Pipeline
-            from ptxgym.tasks import get_task
+            from ptxgym.records.tasks import get_task
 
             self._pipelines[task_id] = Pipeline(get_task(task_id), self.evaluator)
         return self._pipelines[task_id]

@@ -29,15 +29,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from ptxgym.feedback import Status
+from ptxgym.records.feedback import Status
+from ptxgym.records.tasks import get_task
+from ptxgym.records.turns import TurnRecord
 from ptxgym.rewards import gate
-from ptxgym.tasks import get_task
+from ptxgym.train.episodes import feedback_text_after, group_trajectories, task_messages
 from ptxgym.train.kernelgen import BuildResult
-from ptxgym.train.records import Message, SftExample, fenced, with_reasoning
 from ptxgym.train.selection import balance, dedup, extract_kernel, kernel_hash
+from ptxgym.train.sft_examples import Message, SftExample, fenced, with_reasoning
 from ptxgym.train.teachers import Quality, ReasoningTeacher, RepairTeacher
-from ptxgym.train.trajectories import feedback_text_after, group_trajectories, task_messages
-from ptxgym.trajectory import TurnRecord
 
 TARGET_FORMAT = "fixit_task_wrong_kernel_feedback_to_reasoned_fixed_kernel"
 

@@ -180,7 +180,7 @@ def build_trainer(
     config = grpo_config(recipe, output_dir)
     model_obj, tok = load_model_and_tokenizer(model, tokenizer, bf16=config.bf16)
     dataset, index = build_grpo_dataset(recipe.tasks, recipe.variants, repeats=prompt_repeats(recipe))
-    from ptxgym.evaluation.base import EvalSettings
+    from ptxgym.evaluation.trusted.base import EvalSettings
 
     settings = EvalSettings(**recipe.eval_settings) if recipe.eval_settings else None
     pool = PipelinePool(recipe.evaluator, settings=settings, max_workers=recipe.eval_workers)

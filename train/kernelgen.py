@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ptxgym.records.turns import TurnRecord
 from ptxgym.rewards import gate
-from ptxgym.train.records import Message, SftExample, fenced, with_reasoning
+from ptxgym.train.episodes import group_trajectories, task_messages
 from ptxgym.train.selection import balance, dedup, extract_kernel, kernel_hash
+from ptxgym.train.sft_examples import Message, SftExample, fenced, with_reasoning
 from ptxgym.train.teachers import Quality, ReasoningTeacher
-from ptxgym.train.trajectories import group_trajectories, task_messages
-from ptxgym.trajectory import TurnRecord
 
 TARGET_FORMAT = "kernelgen_task_to_reasoned_kernel"
 
@@ -161,8 +161,8 @@ def build_kernelgen_from_sources(
     reasonings: Mapping[str, str] | None = None,
 ) -> BuildResult:
     """KernelGen rows from kernel sources keyed by task id, one row per (task, prompt variant)."""
-    from ptxgym.prompting import build_task_prompt
-    from ptxgym.tasks import get_task
+    from ptxgym.knowledge_packs.prompting import build_task_prompt
+    from ptxgym.records.tasks import get_task
 
     examples = []
     for task_id, code in sorted(sources.items()):
@@ -187,7 +187,7 @@ def build_kernelgen_from_solutions(
 ) -> BuildResult:
     """KernelGen rows from the expert solutions shipped in the knowledge packs for one architecture."""
     from ptxgym.policies.reference import available_solutions
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     found = available_solutions(Path(root) if root else None)
     sources = {tid: p.read_text(encoding="utf-8") for tid, p in found.items() if get_task(tid).arch == arch}

@@ -35,11 +35,13 @@ def probe(
     """One env turn per (task, variant) answered by ``policy``; see the module docstring."""
     import gymnasium
 
-    import ptxgym  # noqa: F401 - registers the env ids
-    from ptxgym.evaluation.base import Evaluator
-    from ptxgym.evaluation.select import select_evaluator
+    from ptxgym.envs.registration import register_envs
+    from ptxgym.evaluation.choose import select_evaluator
+    from ptxgym.evaluation.trusted.base import Evaluator
     from ptxgym.policies.history import Conversation
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
+
+    register_envs()
 
     own = not isinstance(evaluator, Evaluator)
     ev = select_evaluator(evaluator) if own else evaluator

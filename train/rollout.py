@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ptxgym.feedback import Feedback, Status
+from ptxgym.records.feedback import Feedback, Status
 from ptxgym.rewards import discounted_returns, resolve_reward
 from ptxgym.train.env_reward import PipelinePool, PromptIndex, summarise
 
@@ -303,7 +303,7 @@ class MultiTurnRollout:
             return free.pop()
         import gymnasium
 
-        from ptxgym.tasks import get_task
+        from ptxgym.records.tasks import get_task
 
         return gymnasium.make(
             get_task(task_id).env_id,

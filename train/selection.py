@@ -26,7 +26,7 @@ _SPACE = re.compile(r"\s+")
 
 def extract_kernel(text: str) -> str | None:
     """The CUDA source the env would compile from a response, or None (same extractor as the pipeline)."""
-    from ptxgym.extract import extract_code
+    from ptxgym.cpu.extract import extract_code
 
     return extract_code(text).code
 

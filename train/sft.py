@@ -6,7 +6,7 @@ sequences up to 65,536 tokens (longer rows are dropped, not truncated), shuffle 
 every 50 steps, loss on the last assistant message only. LoRA alpha is not given there: we use
 alpha = rank (scale 1); LoRA goes on every linear layer.
 
-The dataset is a prompt-completion ``datasets.Dataset`` (``ptxgym.train.records``), so the loss is on
+The dataset is a prompt-completion ``datasets.Dataset`` (``ptxgym.train.sft_examples``), so the loss is on
 the completion (the last assistant message) with any chat template.
 """
 
@@ -100,13 +100,13 @@ def _token_lengths(dataset: Any, tokenizer: Any) -> list[int]:
 def prepare_dataset(dataset: Any, tokenizer: Any, recipe: SftRecipe) -> tuple[Any, int]:
     """Keep ``prompt``/``completion`` only; drop rows over ``max_length`` when the recipe says so."""
     if isinstance(dataset, (str, Path)):
-        from ptxgym.train.records import load_sft_dataset
+        from ptxgym.train.sft_examples import load_sft_dataset
 
         dataset = load_sft_dataset(dataset)
     missing = {"prompt", "completion"} - set(dataset.column_names)
     if missing:
         raise ValueError(
-            f"the SFT dataset lacks columns {sorted(missing)}; build it with ptxgym.train.records"
+            f"the SFT dataset lacks columns {sorted(missing)}; build it with ptxgym.train.sft_examples"
         )
     dataset = dataset.select_columns(["prompt", "completion"])
     if not recipe.drop_long:

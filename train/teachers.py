@@ -23,17 +23,17 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ptxgym.feedback import Feedback
-from ptxgym.feedback_text import render_feedback
+from ptxgym.records.feedback import Feedback
+from ptxgym.records.feedback_text import render_feedback
 from ptxgym.rewards import gate
-from ptxgym.train.records import fenced
 from ptxgym.train.selection import extract_kernel, normalise_kernel
+from ptxgym.train.sft_examples import fenced
 
 if TYPE_CHECKING:
-    from ptxgym.evaluation.base import Evaluator
+    from ptxgym.evaluation.trusted.base import Evaluator
     from ptxgym.policies.base import Action, Policy
     from ptxgym.policies.history import Conversation
-    from ptxgym.tasks import Task
+    from ptxgym.records.tasks import Task
 
 Quality = Literal["correct", "compiled"]
 

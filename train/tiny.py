@@ -132,8 +132,8 @@ def corpus_for_tasks(
     task_ids: Iterable[str], kernels: Iterable[str] = (), variant: str | None = None
 ) -> list[str]:
     """Texts to train a tiny tokenizer on: the task prompts, their feedback vocabulary and kernels."""
-    from ptxgym.prompting import build_task_prompt
-    from ptxgym.tasks import get_task
+    from ptxgym.knowledge_packs.prompting import build_task_prompt
+    from ptxgym.records.tasks import get_task
 
     texts = []
     for tid in task_ids:

@@ -6,21 +6,28 @@ import argparse
 import sys
 from pathlib import Path
 
-from ptxgym.feedback import Status
-from ptxgym.feedback_text import render_feedback
 from ptxgym.pipeline import Pipeline
-from ptxgym.schema import Solution
-from ptxgym.tasks import get_task
+from ptxgym.records.feedback import Status
+from ptxgym.records.feedback_text import render_feedback
+from ptxgym.records.schema import Solution
+from ptxgym.records.tasks import get_task
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``check`` parser."""
     p = sub.add_parser("check", help="run the pipeline on a kernel file and print the feedback")
-    p.add_argument("file", help="a .cu file, a model response (.md/.txt) with a fenced block, "
-                                "a FlashInfer-Trace Solution .json, or - for standard input")
+    p.add_argument(
+        "file",
+        help="a .cu file, a model response (.md/.txt) with a fenced block, "
+        "a FlashInfer-Trace Solution .json, or - for standard input",
+    )
     p.add_argument("--task", required=True, help="task id (Gemm-sm90a), env id, or definition@arch")
-    p.add_argument("--evaluator", default=None, choices=["auto", "none", "local"],
-                   help="GPU evaluator (default: PTXGYM_EVALUATOR or auto)")
+    p.add_argument(
+        "--evaluator",
+        default=None,
+        choices=["auto", "none", "local"],
+        help="GPU evaluator (default: PTXGYM_EVALUATOR or auto)",
+    )
     p.add_argument("--json", action="store_true", help="print the Feedback record as JSON")
     p.set_defaults(func=run)
 
@@ -34,7 +41,7 @@ def _as_action(path: str, text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the kernel passed (or built and was not evaluated), 1 otherwise."""
-    from ptxgym.evaluation.select import select_evaluator
+    from ptxgym.evaluation.choose import select_evaluator
 
     task = get_task(args.task)
     if args.file == "-":

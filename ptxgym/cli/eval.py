@@ -19,11 +19,11 @@ import json
 import os
 import sys
 
-from ptxgym.errors import PtxgymError
 from ptxgym.policies.factory import POLICY_KINDS, PolicyConfig
 from ptxgym.policies.history import HistoryMode
 from ptxgym.policies.sampling import PRESETS, parse_overrides
-from ptxgym.tasks import catalog
+from ptxgym.records.errors import PtxgymError
+from ptxgym.records.tasks import catalog
 
 EXIT_INCOMPLETE = 3
 EXIT_USAGE = 2
@@ -157,8 +157,11 @@ def _reference_defaults(args: argparse.Namespace) -> list[str]:
     have = set(available_solutions())
     missing = [t for t in wanted if t not in have]
     if missing:
-        print(f"ptxgym eval: no shipped reference solution yet for {', '.join(missing)}; "
-              "running the primary tasks that have one", file=sys.stderr)
+        print(
+            f"ptxgym eval: no shipped reference solution yet for {', '.join(missing)}; "
+            "running the primary tasks that have one",
+            file=sys.stderr,
+        )
     return [t for t in wanted if t in have]
 
 
@@ -190,7 +193,8 @@ def build_config(args: argparse.Namespace):
         timeout_s=args.request_timeout,
     )
     return EvalConfig(
-        tasks=_reference_defaults(args) if args.tasks is None and args.policy == "reference"
+        tasks=_reference_defaults(args)
+        if args.tasks is None and args.policy == "reference"
         else parse_tasks(args.tasks),
         variants=_split(args.variants),
         trajectories=args.trajectories,
@@ -215,9 +219,9 @@ def _no_gpu_warning(reason: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; print the summary table (or JSON)."""
-    from ptxgym.evaluation.select import select_evaluator
-    from ptxgym.report import format_table
+    from ptxgym.evaluation.choose import select_evaluator
     from ptxgym.runner import RunDirError, run_eval
+    from ptxgym.runner.report import format_table
 
     if args.resume and not args.out:
         print(

@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the table, write summary.md/json and fast_p.png."""
-    from ptxgym.metrics import Summary
-    from ptxgym.report import format_table, load_run, write_report
+    from ptxgym.runner.metrics import Summary
+    from ptxgym.runner.report import format_table, load_run, write_report
 
     try:
         records, problems = load_run(args.run_dir)

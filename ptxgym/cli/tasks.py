@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ptxgym.tasks import catalog
+from ptxgym.records.tasks import catalog
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,16 +21,22 @@ def run(args: argparse.Namespace) -> int:
     tasks = [t for t in catalog().values() if not args.arch or t.arch_spec.name == _norm(args.arch)]
     rows = [
         {
-            "id": t.id, "env_id": t.env_id, "definition": t.definition.name, "arch": t.arch,
-            "workload": t.definition.axis_values(t.workload), "baseline": t.baseline.library,
-            "target": t.arch_spec.target_family, "gflop": round(t.flops / 1e9, 1), "summary": t.summary,
+            "id": t.id,
+            "env_id": t.env_id,
+            "definition": t.definition.name,
+            "arch": t.arch,
+            "workload": t.definition.axis_values(t.workload),
+            "baseline": t.baseline.library,
+            "target": t.arch_spec.target_family,
+            "gflop": round(t.flops / 1e9, 1),
+            "summary": t.summary,
         }
         for t in tasks
     ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    width = max(len(r["env_id"]) for r in rows) if rows else 10
+    width = max(len(str(r["env_id"])) for r in rows) if rows else 10
     print(f"{'env id':<{width}}  {'definition':<26} {'GFLOP':>8}  baseline")
     for r in rows:
         print(f"{r['env_id']:<{width}}  {r['definition']:<26} {r['gflop']:>8}  {r['baseline']}")
@@ -38,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _norm(arch: str) -> str:
-    from ptxgym.arch import get_arch
+    from ptxgym.records.arch import get_arch
 
     return get_arch(arch).name

@@ -198,7 +198,7 @@ def _report(result: Any, out: Path) -> int:
 
 
 def _run_data(args: argparse.Namespace) -> int:
-    from ptxgym.train.records import save_examples
+    from ptxgym.train.sft_examples import save_examples
 
     out = Path(args.out)
     if args.data_kind == "solutions":
@@ -215,8 +215,8 @@ def _run_data(args: argparse.Namespace) -> int:
 
 
 def _build_from_trajectories(args: argparse.Namespace) -> Any:
+    from ptxgym.train.episodes import load_records
     from ptxgym.train.teachers import ReasoningTeacher, RepairTeacher
-    from ptxgym.train.trajectories import load_records
 
     records = load_records(args.trajectories)
     reasoning = parse_policy(args.reasoning_teacher)
@@ -233,7 +233,7 @@ def _build_from_trajectories(args: argparse.Namespace) -> Any:
             answer=args.answer,
         )
         return build_kernelgen(records, cfg, rt)
-    from ptxgym.evaluation.select import select_evaluator
+    from ptxgym.evaluation.choose import select_evaluator
     from ptxgym.train.fixit import FixitConfig, build_fixit
 
     repair = parse_policy(args.repair_teacher)

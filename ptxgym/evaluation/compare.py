@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ptxgym.feedback import Status
-from ptxgym.tasks import Tolerance
+from ptxgym.records.feedback import Status
+from ptxgym.records.tasks import Tolerance
 
 # Signalling-NaN payloads that no arithmetic produces (a GPU canonicalises computed NaNs to the quiet
 # form), written through an integer view so the bits survive exactly.

@@ -11,6 +11,9 @@ long, or answers another command is a protocol violation (the candidate wrote to
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -93,3 +96,34 @@ class Reply(_Msg):
     call: CallResult | None = None
     spans: Spans | None = None
     sandbox: SandboxReport | None = None
+
+
+# Spawning a worker: the trusted side chooses the sandbox mode and the environment the worker starts with.
+
+MODES = ("on", "strict", "off")
+"""Host sandbox modes (``PTXGYM_SANDBOX``)."""
+
+_SECRET = re.compile(
+    r"PROXY|TOKEN|SECRET|PASSW|CREDENTIAL|KEY|AUTH|COOKIE|SESSION|NETRC|KRB5|KUBECONFIG", re.IGNORECASE
+)
+
+
+def check_mode(mode: str) -> str:
+    """The mode, validated: ``on``, ``strict`` or ``off``."""
+    value = str(mode).lower()
+    if value not in MODES:
+        raise ValueError(f"sandbox mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return value
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable looks like a proxy setting or a credential (token, key, password)."""
+    return bool(_SECRET.search(name))
+
+
+def worker_environ(base: Mapping[str, str], scratch: Path) -> dict[str, str]:
+    """The environment of a sandboxed worker's spawn: no secrets; CUDA's JIT cache and TMPDIR in scratch."""
+    env = {k: v for k, v in base.items() if not is_secret_name(k)}
+    env["CUDA_CACHE_PATH"] = str(Path(scratch) / "cuda-cache")
+    env["TMPDIR"] = str(scratch)
+    return env

@@ -11,17 +11,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.evaluation.base import Evaluator
-from ptxgym.metrics import Summary, paper_ks, summarize
+from ptxgym.evaluation.trusted.base import Evaluator
+from ptxgym.knowledge_packs.prompting import build_task_prompt
 from ptxgym.policies.base import Policy
 from ptxgym.policies.factory import build_policy
-from ptxgym.prompting import build_task_prompt
+from ptxgym.records.tasks import get_task
+from ptxgym.records.turns import read_turns
 from ptxgym.runner.config import NO_VARIANT, EvalConfig, TrajectoryKey, default_tasks
 from ptxgym.runner.loop import Runner, SharedEvaluator, TrajectoryResult
+from ptxgym.runner.metrics import Summary, paper_ks, summarize
 from ptxgym.runner.progress import Progress
 from ptxgym.runner.store import Event, ResumeState, RunDirError, RunStore
-from ptxgym.tasks import get_task
-from ptxgym.trajectory import read_turns
 
 __all__ = [
     "EvalConfig",
@@ -86,7 +86,7 @@ def run_eval(
     api_key: str = "EMPTY",
 ) -> EvalResult:
     """Run (or resume) an evaluation into ``out_dir``."""
-    from ptxgym.evaluation.select import select_evaluator
+    from ptxgym.evaluation.choose import select_evaluator
 
     check_variants(config)
     tasks = [get_task(t) for t in config.tasks]

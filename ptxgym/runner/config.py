@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ptxgym.policies.factory import PolicyConfig
-from ptxgym.tasks import catalog, get_task
+from ptxgym.records.tasks import catalog, get_task
 
 #: Knowledge-pack variant name meaning "no pack" (the env's ``variant=None``).
 NO_VARIANT = "none"

@@ -23,10 +23,8 @@ from typing import Any
 import gymnasium
 from pydantic import BaseModel, ConfigDict, Field
 
-import ptxgym  # noqa: F401 - registers the env ids
-from ptxgym.evaluation.base import BuiltCandidate, Evaluator, GpuVerdict
-from ptxgym.feedback import Feedback
-from ptxgym.feedback_text import render_feedback
+from ptxgym.envs.registration import register_envs
+from ptxgym.evaluation.trusted.base import BuiltCandidate, Evaluator, GpuVerdict
 from ptxgym.policies.base import (
     Action,
     ContextOverflowError,
@@ -35,11 +33,13 @@ from ptxgym.policies.base import (
     ServerUnavailableError,
 )
 from ptxgym.policies.history import Conversation
+from ptxgym.records.feedback import Feedback
+from ptxgym.records.feedback_text import render_feedback
+from ptxgym.records.tasks import Task, get_task
+from ptxgym.records.turns import TurnRecord
 from ptxgym.runner.config import EvalConfig, TrajectoryKey
 from ptxgym.runner.progress import Progress
 from ptxgym.runner.store import Event, ResumeState, RunStore, now
-from ptxgym.tasks import Task, get_task
-from ptxgym.trajectory import TurnRecord
 
 
 class SharedEvaluator(Evaluator):
@@ -146,6 +146,7 @@ class Runner:
         }
         if self.config.reward:
             kwargs["reward"] = self.config.reward
+        register_envs()
         return gymnasium.make(get_task(key.task_id).env_id, **kwargs)
 
     def _trajectory(self, key: TrajectoryKey, prior: list[TurnRecord]) -> TrajectoryResult:

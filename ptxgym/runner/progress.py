@@ -7,7 +7,7 @@ import threading
 from collections import Counter
 from typing import TextIO
 
-from ptxgym.trajectory import TurnRecord
+from ptxgym.records.turns import TurnRecord
 
 
 class Progress:

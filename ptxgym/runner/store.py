@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.errors import PtxgymError
+from ptxgym.records.errors import PtxgymError
+from ptxgym.records.turns import TurnRecord, read_turns
 from ptxgym.runner.config import EvalConfig
-from ptxgym.trajectory import TurnRecord, read_turns
 
 RUN_SCHEMA = "ptxgym.run.v1"
 TRAJECTORY_FILE = "trajectories.jsonl"
@@ -147,7 +147,7 @@ class RunStore:
         meta.setdefault("created", now())
         if resume:
             meta.setdefault("resumed", []).append(now())
-        from ptxgym import __version__
+        from ptxgym.records.version import __version__
 
         meta["ptxgym_version"] = __version__
         self.meta_path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
@@ -178,7 +178,7 @@ class RunStore:
             by_traj[r.trajectory_id][r.turn] = r
         contiguous = {}
         for tid, turns in by_traj.items():
-            seq = []
+            seq: list[TurnRecord] = []
             while len(seq) in turns:
                 seq.append(turns[len(seq)])
             if len(seq) != len(turns):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ptxgym.cli.main import main
-from ptxgym.trajectory import read_turns
+from ptxgym.records.turns import read_turns
 
 CLI = [sys.executable, "-c", "from ptxgym.cli.main import entry; entry()"]
 

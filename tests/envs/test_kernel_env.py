@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 
 import ptxgym  # noqa: F401 - registers the ids
 from ptxgym.envs.registration import register_envs
-from ptxgym.feedback import Feedback, Status
+from ptxgym.records.feedback import Feedback, Status
 
 ALL_IDS = register_envs()
 
@@ -63,7 +63,8 @@ BAD_ACTIONS = {
     "python_block": ("```python\nprint('hi')\n```", Status.EXTRACT_ERROR),
     "etc_passwd": ('```cuda\n#include "/etc/passwd"\n__global__ void k(){}\n```', Status.STATIC_REJECT),
     "outside_include": (
-        '```cuda\n#include "../../secret.h"\n__global__ void k(){}\n```', Status.STATIC_REJECT
+        '```cuda\n#include "../../secret.h"\n__global__ void k(){}\n```',
+        Status.STATIC_REJECT,
     ),
     "cublas": ("```cuda\n#include <cublas_v2.h>\n__global__ void k(){}\n```", Status.STATIC_REJECT),
 }
@@ -144,7 +145,7 @@ def test_reset_with_history_resumes_the_episode() -> None:
 
 
 def test_shared_evaluator_survives_env_close() -> None:
-    from ptxgym.evaluation.base import NullEvaluator
+    from ptxgym.evaluation.trusted.base import NullEvaluator
 
     class Counting(NullEvaluator):
         closed = 0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ptxgym.schema import Workload
-from ptxgym.tasks import Task, get_task
+from ptxgym.records.schema import Workload
+from ptxgym.records.tasks import Task, get_task
 
 
 def small_task(task_id: str, **axes: int) -> Task:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ptxgym.evaluation.base import EvalSettings
-from ptxgym.evaluation.baseline import BaselineRecord, BaselineStore
-from ptxgym.feedback import LatencyStats
-from ptxgym.tasks import get_task
+from ptxgym.evaluation.trusted.base import EvalSettings
+from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore
+from ptxgym.records.feedback import LatencyStats
+from ptxgym.records.tasks import get_task
 
 
 def _record(correct=True, stats=True) -> BaselineRecord:

@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ptxgym.evaluation.compare import check_call, compare_output, poison_, unwritten_mask  # noqa: E402
-from ptxgym.feedback import Status  # noqa: E402
-from ptxgym.tasks import Tolerance  # noqa: E402
+from ptxgym.records.feedback import Status  # noqa: E402
+from ptxgym.records.tasks import Tolerance  # noqa: E402
 
 TOL = Tolerance()
 

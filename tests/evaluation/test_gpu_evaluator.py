@@ -12,9 +12,9 @@ import pytest
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
-from ptxgym.evaluation.base import EvalSettings, MemcheckMode, TargetMode  # noqa: E402
-from ptxgym.feedback import Status, Verdict  # noqa: E402
-from ptxgym.tasks import get_task  # noqa: E402
+from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode, TargetMode  # noqa: E402
+from ptxgym.records.feedback import Status, Verdict  # noqa: E402
+from ptxgym.records.tasks import get_task  # noqa: E402
 
 SETTINGS = EvalSettings(
     warmup=3,
@@ -31,7 +31,7 @@ SETTINGS = EvalSettings(
 def evaluator():
     import torch
 
-    from ptxgym.evaluation.local import LocalGpuEvaluator
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     ev = LocalGpuEvaluator(settings=SETTINGS, spares=3)
     ev.free_at_start = None
@@ -46,7 +46,7 @@ def gemm():
 
 
 def _evaluate(evaluator, task, name, **kw):
-    from evaltest_kernels import candidate
+    from ptxgym.audit.corpus import candidate
 
     verdict = evaluator.evaluate(task, candidate(name, task, **kw))
     print(f"\n{name}: {verdict.status.value} [{verdict.stage.value}] {verdict.message[:300]}")
@@ -169,7 +169,7 @@ def test_host_sandbox_contains_hostile_host_code(evaluator, gemm):
     import socket
     from pathlib import Path
 
-    from evaltest_kernels import SANDBOX_ESCAPE_PORT, sandbox_escape_markers
+    from ptxgym.audit.corpus import SANDBOX_ESCAPE_PORT, sandbox_escape_markers
 
     if evaluator.sandbox_mode == "off":
         pytest.skip("PTXGYM_SANDBOX=off")

@@ -8,14 +8,14 @@ torch = pytest.importorskip("torch")
 
 from evaltest_helpers import small_task  # noqa: E402
 
-from ptxgym.errors import InfraError  # noqa: E402
-from ptxgym.evaluation.inputs import (  # noqa: E402
+from ptxgym.evaluation.trusted.inputs import (  # noqa: E402
     generate_inputs,
     load_reference,
     reference_options,
     run_reference,
 )
-from ptxgym.tasks import get_task  # noqa: E402
+from ptxgym.records.errors import InfraError  # noqa: E402
+from ptxgym.records.tasks import get_task  # noqa: E402
 
 
 def test_inputs_are_seeded_random_and_never_zero():

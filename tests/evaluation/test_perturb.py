@@ -8,9 +8,9 @@ torch = pytest.importorskip("torch")
 
 from evaltest_helpers import fixed_backward, small_task  # noqa: E402
 
-from ptxgym.evaluation.inputs import generate_inputs, load_reference, run_reference  # noqa: E402
-from ptxgym.evaluation.perturb import SignPerturbation, groups_for  # noqa: E402
-from ptxgym.tasks import get_task  # noqa: E402
+from ptxgym.evaluation.trusted.inputs import generate_inputs, load_reference, run_reference  # noqa: E402
+from ptxgym.evaluation.trusted.perturb import SignPerturbation, groups_for  # noqa: E402
+from ptxgym.records.tasks import get_task  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from ptxgym.evaluation.pool import ProtocolViolation, WorkerDied, WorkerHandle, WorkerPool, WorkerTimeout
-from ptxgym.evaluation.verdicts import worker_error_verdict
-from ptxgym.feedback import EnvironmentInfo, Stage, Status
+from ptxgym.evaluation.trusted.pool import (
+    ProtocolViolation,
+    WorkerDied,
+    WorkerHandle,
+    WorkerPool,
+    WorkerTimeout,
+)
+from ptxgym.evaluation.trusted.verdicts import worker_error_verdict
+from ptxgym.records.feedback import EnvironmentInfo, Stage, Status
 
 
 def _handle(argv: list[str], tmp_path) -> WorkerHandle:

@@ -1,4 +1,4 @@
-"""The host sandbox of candidate workers (``ptxgym.evaluation.sandbox``), on the CPU.
+"""The host sandbox of candidate workers (``ptxgym.evaluation.sandboxed.sandbox``), on the CPU.
 
 Every test that applies the sandbox does it in a child interpreter (the sandbox cannot be lifted, and the
 test process must stay unrestricted); the child then tries what a hostile candidate's host code would try
@@ -19,10 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from ptxgym import config
-from ptxgym.evaluation import sandbox
 from ptxgym.evaluation.protocol import Reply, SandboxLayer, SandboxReport
-from ptxgym.feedback import EnvironmentInfo, Feedback, Stage, Status
+from ptxgym.evaluation.sandboxed import sandbox
+from ptxgym.records import settings
+from ptxgym.records.feedback import EnvironmentInfo, Feedback, Stage, Status
 
 if sys.platform != "linux" or platform.machine() not in ("x86_64", "aarch64"):
     pytest.skip("the sandbox is for Linux on x86_64 or aarch64", allow_module_level=True)
@@ -35,7 +35,7 @@ needs_landlock = pytest.mark.skipif(
 _PRELUDE = """
 import ctypes, errno, json, os, socket, sys, threading
 from pathlib import Path
-from ptxgym.evaluation import sandbox
+from ptxgym.evaluation.sandboxed import sandbox
 
 def attempt(fn, *args):
     try:
@@ -302,7 +302,7 @@ def listener():
     """A TCP listener on the port the hostile candidate dials (None if the port is taken)."""
     import socket
 
-    from evaltest_kernels import SANDBOX_ESCAPE_PORT
+    from ptxgym.audit.corpus import SANDBOX_ESCAPE_PORT
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -327,9 +327,8 @@ def test_native_candidate_host_code_is_contained(tmp_path, listener):
     """
     pytest.importorskip("tvm_ffi")
     numpy = pytest.importorskip("numpy")  # noqa: F841 - the child builds its tensors with it
-    from evaltest_kernels import build_kernel, sandbox_escape_markers
-
-    from ptxgym.errors import ToolchainNotFoundError
+    from ptxgym.audit.corpus import build_kernel, sandbox_escape_markers
+    from ptxgym.records.errors import ToolchainNotFoundError
 
     try:
         so = build_kernel("sandbox_escape")
@@ -372,7 +371,7 @@ def test_native_candidate_host_code_is_contained(tmp_path, listener):
 
 def test_off_applies_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PTXGYM_SANDBOX", "off")
-    assert config.sandbox_mode() == "off"
+    assert settings.sandbox_mode() == "off"
     out = _child(
         tmp_path,
         """
@@ -380,7 +379,7 @@ def test_off_applies_nothing(tmp_path, monkeypatch):
         s.close()
         out["outside"] = attempt(write, outside / "free.txt")
         """,
-        mode=config.sandbox_mode(),
+        mode=settings.sandbox_mode(),
     )
     assert set(out["layers"].values()) == {"off"} and list(out["layers"]) == list(sandbox.LAYERS)
     assert out["outside"] == "ok"
@@ -388,12 +387,12 @@ def test_off_applies_nothing(tmp_path, monkeypatch):
 
 def test_mode_setting(monkeypatch):
     monkeypatch.delenv("PTXGYM_SANDBOX", raising=False)
-    assert config.sandbox_mode() == "on"
+    assert settings.sandbox_mode() == "on"
     monkeypatch.setenv("PTXGYM_SANDBOX", "Strict")
-    assert config.sandbox_mode() == "strict"
+    assert settings.sandbox_mode() == "strict"
     monkeypatch.setenv("PTXGYM_SANDBOX", "maybe")
     with pytest.raises(ValueError, match="on, strict or off"):
-        config.sandbox_mode()
+        settings.sandbox_mode()
 
 
 _NO_LANDLOCK = "sandbox.landlock_abi = lambda: (0, 'simulated: no Landlock')"
@@ -457,7 +456,7 @@ def test_report_crosses_the_protocol_and_lands_in_feedback():
 
 
 def test_worker_refuses_a_candidate_before_the_sandbox():
-    from ptxgym.evaluation.worker import Worker
+    from ptxgym.evaluation.sandboxed.worker import Worker
 
     worker = Worker.__new__(Worker)  # no torch, no GPU: only the command's guard runs
     worker.sandbox = None
@@ -469,7 +468,7 @@ def test_worker_sandbox_command_replies_with_the_report_once(tmp_path):
     out = _child(
         tmp_path,
         """
-        from ptxgym.evaluation.worker import Worker
+        from ptxgym.evaluation.sandboxed.worker import Worker
         worker = Worker.__new__(Worker)  # the command handlers only; no torch, no GPU
         worker.sandbox = None
         first = worker._op_sandbox(7, {"mode": "on", "scratch": str(scratch)})
@@ -487,7 +486,7 @@ def test_worker_sandbox_command_replies_with_the_report_once(tmp_path):
 
 
 def test_pool_spawns_sandboxed_workers_clean_and_in_their_scratch(fake_worker_argv, tmp_path, monkeypatch):
-    from ptxgym.evaluation.pool import WorkerHandle
+    from ptxgym.evaluation.trusted.pool import WorkerHandle
 
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
     handle = WorkerHandle(fake_worker_argv("echo"), None, tmp_path, sandboxed=True)
@@ -505,8 +504,8 @@ def test_pool_spawns_sandboxed_workers_clean_and_in_their_scratch(fake_worker_ar
 
 def test_session_requires_a_report(fake_worker_argv, tmp_path):
     pytest.importorskip("torch")
-    from ptxgym.evaluation.pool import WorkerHandle
-    from ptxgym.evaluation.session import CandidateFault, Session
+    from ptxgym.evaluation.trusted.pool import WorkerHandle
+    from ptxgym.evaluation.trusted.session import CandidateFault, Session
 
     handle = WorkerHandle(fake_worker_argv("echo"), None, tmp_path)
     try:

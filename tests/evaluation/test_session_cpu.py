@@ -13,14 +13,14 @@ torch = pytest.importorskip("torch")
 
 from evaltest_helpers import small_task  # noqa: E402
 
-from ptxgym.evaluation.arena import Arena  # noqa: E402
-from ptxgym.evaluation.base import EvalSettings  # noqa: E402
-from ptxgym.evaluation.inputs import run_reference  # noqa: E402
-from ptxgym.evaluation.pool import WorkerHandle  # noqa: E402
 from ptxgym.evaluation.protocol import AttachResult, Reply  # noqa: E402
-from ptxgym.evaluation.session import Session, SessionResult  # noqa: E402
-from ptxgym.evaluation.timing import EVENTS  # noqa: E402
-from ptxgym.feedback import Stage, Status  # noqa: E402
+from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
+from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
+from ptxgym.evaluation.trusted.inputs import run_reference  # noqa: E402
+from ptxgym.evaluation.trusted.pool import WorkerHandle  # noqa: E402
+from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
+from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
+from ptxgym.records.feedback import Stage, Status  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from ptxgym.evaluation.cupti_spans import spans_by_window
-from ptxgym.evaluation.timing import CUPTI, EVENTS, calibrate, call_latency, cross_check, iqr, latency_stats
+from ptxgym.evaluation.sandboxed.cupti_spans import spans_by_window
+from ptxgym.evaluation.trusted.timing import (
+    CUPTI,
+    EVENTS,
+    calibrate,
+    call_latency,
+    cross_check,
+    iqr,
+    latency_stats,
+)
 
 
 def test_latency_stats_median_over_all_calls_and_worst_trial_cv():

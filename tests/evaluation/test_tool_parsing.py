@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ptxgym.arch import BLACKWELL, HOPPER
-from ptxgym.evaluation.memcheck import error_count, first_error
-from ptxgym.evaluation.ncu import opcode_of, parse_ncu_csv, verdict_from_profiles
-from ptxgym.feedback import Verdict
+from ptxgym.evaluation.trusted.memcheck import error_count, first_error
+from ptxgym.evaluation.trusted.ncu import opcode_of, parse_ncu_csv, verdict_from_profiles
+from ptxgym.records.arch import BLACKWELL, HOPPER
+from ptxgym.records.feedback import Verdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -76,6 +76,7 @@ def _exact(bwd, causal):
     def fn(q, k, v, o, do, lse, dq, dk, dv):
         for out, g in zip((dq, dk, dv), bwd.backward_reference(q, k, v, o, do, lse, causal), strict=True):
             out.copy_(g)
+
     return fn
 
 
@@ -163,24 +164,37 @@ def test_ptxas_report_per_kernel_and_loud_warnings(bwd) -> None:
     assert kernels[1]["name"] in ("mha::prep", "_ZN3mha4prepEPf")  # demangled where c++filt exists
     ptxas, other = bwd.warnings_of(PTXAS_LOG)
     assert len(ptxas) == 1 and "C7510" in ptxas[0] and len(other) == 1 and "#177-D" in other[0]
-    report = bwd.build_report({"tag": "base", "ok": True, "causal": False, "flags": [], "build_s": 1.0,
-                               "source": "x.cu", "so": "x.so", "kernels": kernels, "ptxas_warnings": ptxas,
-                               "other_warnings": other})
+    report = bwd.build_report(
+        {
+            "tag": "base",
+            "ok": True,
+            "causal": False,
+            "flags": [],
+            "build_s": 1.0,
+            "source": "x.cu",
+            "so": "x.so",
+            "kernels": kernels,
+            "ptxas_warnings": ptxas,
+            "other_warnings": other,
+        }
+    )
     assert "!!!!!!!! PTXAS WARNING [base]: ptxas warning : (C7510)" in report
 
 
 def test_sass_census_per_function(bwd) -> None:
-    sass = "\n".join([
-        "\t\tFunction : _ZN3mha4prepEPf",
-        "  /*0010*/ REDG.E.ADD.F32.FTZ.RN.STRONG.GPU [R2], R5 ;",
-        "  /*0020*/ RED.E.ADD [R2], R5 ;",
-        "\t\tFunction : _ZN3mha10bwd_kernelILb1EEEvPf",
-        "  /*0000*/ HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4] ;",
-        "  /*0010*/ HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;",
-        "  /*0020*/ UTMALDG.2D [UR8], [UR4] ;",
-        "  /*0030*/ UBLKRED.G.S.ADD.F32.RN [UR4], [UR6], UR8 ;",
-        "  /*0040*/ WARPGROUP.DEPBAR.LE gsb0, 0x0 ;",
-    ])
+    sass = "\n".join(
+        [
+            "\t\tFunction : _ZN3mha4prepEPf",
+            "  /*0010*/ REDG.E.ADD.F32.FTZ.RN.STRONG.GPU [R2], R5 ;",
+            "  /*0020*/ RED.E.ADD [R2], R5 ;",
+            "\t\tFunction : _ZN3mha10bwd_kernelILb1EEEvPf",
+            "  /*0000*/ HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4] ;",
+            "  /*0010*/ HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;",
+            "  /*0020*/ UTMALDG.2D [UR8], [UR4] ;",
+            "  /*0030*/ UBLKRED.G.S.ADD.F32.RN [UR4], [UR6], UR8 ;",
+            "  /*0040*/ WARPGROUP.DEPBAR.LE gsb0, 0x0 ;",
+        ]
+    )
     census = bwd.sass_by_kernel(sass)
     assert census["_ZN3mha4prepEPf"]["REDG"] == 1 and census["_ZN3mha4prepEPf"]["RED"] == 1
     main = census["_ZN3mha10bwd_kernelILb1EEEvPf"]
@@ -214,9 +228,12 @@ def test_worker_lines_fold_into_a_report(bwd) -> None:
             t.zero_()
 
     bad, _ = bwd.check(zero, (1, 1, 64), False, seed=2, device="cpu")
-    lines = [{"stage": "env", "gpu": "H200", "torch": "2.11", "cudnn": 91000, "so": "x.so", "causal": False},
-             {"stage": "check", **good}, {"stage": "check", **bad},
-             {"stage": "error", "during": "check (2, 3, 1000)", "error": "RuntimeError: illegal instruction"}]
+    lines = [
+        {"stage": "env", "gpu": "H200", "torch": "2.11", "cudnn": 91000, "so": "x.so", "causal": False},
+        {"stage": "check", **good},
+        {"stage": "check", **bad},
+        {"stage": "error", "during": "check (2, 3, 1000)", "error": "RuntimeError: illegal instruction"},
+    ]
     res = bwd.collect("noise\n" + "\n".join(json.dumps(x) for x in lines))
     res.update(ended="rc=3", stderr_tail="CUDA error: an illegal instruction was encountered")
     assert len(res["checks"]) == 2 and not bwd.passed(res)

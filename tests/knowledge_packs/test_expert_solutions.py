@@ -34,9 +34,18 @@ def test_shipped_gemm_uses_only_pack_wrappers() -> None:
     assert '#include "sm90a.cuh"' in text
     assert "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run," in text
     assert "asm volatile" not in text and "asm(" not in text, (
-        "the expert kernel must use the pack's wrappers, not its own inline PTX")
-    for wrapper in ("tma_load_multicast", "wgmma_ss<256>", "mbar_wait", "mbar_arrive_expect_tx",
-                    "setmaxnreg_inc", "stmatrix_x4", "tma_store", "fence_proxy_async_shared"):
+        "the expert kernel must use the pack's wrappers, not its own inline PTX"
+    )
+    for wrapper in (
+        "tma_load_multicast",
+        "wgmma_ss<256>",
+        "mbar_wait",
+        "mbar_arrive_expect_tx",
+        "setmaxnreg_inc",
+        "stmatrix_x4",
+        "tma_store",
+        "fence_proxy_async_shared",
+    ):
         assert wrapper in text, wrapper
 
 
@@ -44,7 +53,7 @@ def test_shipped_gemm_uses_only_pack_wrappers() -> None:
 def gemm_feedback():
     """The shipped Gemm.cu through the pipeline with no GPU evaluator: build + SASS census."""
     from ptxgym.pipeline import Pipeline
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     text = (SOLUTIONS / "Gemm.cu").read_text()
     return Pipeline(get_task("Gemm-sm90a")).run(f"```cuda\n{text}\n```")
@@ -85,10 +94,10 @@ MHA = ("MhaFwd", "MhaFwdCausal", "MhaBwd", "MhaBwdCausal")
 @pytest.mark.parametrize("name", MHA)
 def test_attention_solution_builds_clean_with_wgmma_and_tma(name) -> None:
     from ptxgym.pipeline import Pipeline
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     text = (SOLUTIONS / f"{name}.cu").read_text()
-    assert "#include <sm90a/headers/wgmma.cuh>" in text and "asm volatile(\"wgmma" not in text
+    assert "#include <sm90a/headers/wgmma.cuh>" in text and 'asm volatile("wgmma' not in text
     fb = Pipeline(get_task(f"{name}-sm90a")).run(f"```cuda\n{text}\n```")
     assert fb.compile is not None and fb.compile.ok, fb.message
     found: dict[str, int] = {}
@@ -106,8 +115,8 @@ def test_attention_solution_builds_clean_with_wgmma_and_tma(name) -> None:
 
 @pytest.fixture(scope="module")
 def gpu_evaluator():
-    from ptxgym.evaluation.base import EvalSettings, MemcheckMode
-    from ptxgym.evaluation.local import LocalGpuEvaluator
+    from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     settings = EvalSettings(memcheck=MemcheckMode.NEVER, call_timeout_s=40.0)
     with LocalGpuEvaluator(settings=settings, spares=1) as evaluator:
@@ -119,7 +128,7 @@ def gpu_evaluator():
 def test_expert_solution_passes_the_evaluator_with_target_executed(gpu_evaluator, name) -> None:
     """Correct on fresh inputs and HGMMA/UTMALDG executed (ncu), as judged by LocalGpuEvaluator."""
     from ptxgym.pipeline import Pipeline
-    from ptxgym.tasks import get_task
+    from ptxgym.records.tasks import get_task
 
     text = (SOLUTIONS / f"{name}.cu").read_text()
     fb = Pipeline(get_task(f"{name}-sm90a"), gpu_evaluator).run(f"```cuda\n{text}\n```")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ptxgym.arch import BLACKWELL
 from ptxgym.knowledge_packs import PACK_ROOT, variant_parts
+from ptxgym.records.arch import BLACKWELL
 
 SM100 = PACK_ROOT / "sm100a"
 HEADERS = sorted((SM100 / "headers").glob("*.cuh"))
@@ -44,7 +44,7 @@ _OPCODE = re.compile(
 _WRAPPER = re.compile(r"(?:__forceinline__|__noinline__|\binline)\s+[\w:<>]+\s+(\w+)\s*\(")
 
 
-def _compile(toolchain, source: Path, out_dir: Path) -> Path:  # noqa: ANN001 - ptxgym.toolchain.Toolchain
+def _compile(toolchain, source: Path, out_dir: Path) -> Path:  # noqa: ANN001 - ptxgym.cpu.toolchain.Toolchain
     obj = out_dir / f"{source.stem}.o"
     cmd = [
         str(toolchain.nvcc),
@@ -67,8 +67,8 @@ def _compile(toolchain, source: Path, out_dir: Path) -> Path:  # noqa: ANN001 - 
 @pytest.fixture(scope="module")
 def sass(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """cuobjdump --dump-sass text of every validation kernel and of the pasted-headers unit."""
-    from ptxgym.sass import dump_sass
-    from ptxgym.toolchain import find_toolchain
+    from ptxgym.cpu.sass import dump_sass
+    from ptxgym.cpu.toolchain import find_toolchain
 
     toolchain = find_toolchain()
     out = tmp_path_factory.mktemp("sm100a")

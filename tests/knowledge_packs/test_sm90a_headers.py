@@ -200,7 +200,7 @@ EXPECTED_SASS = {
 
 
 def _toolchain():
-    from ptxgym.toolchain import find_toolchain
+    from ptxgym.cpu.toolchain import find_toolchain
 
     return find_toolchain()
 

@@ -199,8 +199,8 @@ def test_table_rejects_cycles_and_gaps() -> None:
 
 
 def test_task_prompt_embeds_the_pack() -> None:
-    from ptxgym.prompting import build_task_prompt
-    from ptxgym.tasks import get_task
+    from ptxgym.knowledge_packs.prompting import build_task_prompt
+    from ptxgym.records.tasks import get_task
 
     prompt = build_task_prompt(get_task("Gemm-sm100a"), "contract")
     assert render_variant("sm_100a", "contract").text.strip() in prompt.system

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ptxgym.knowledge_packs.prompting import build_task_prompt
 from ptxgym.policies.history import (
     MESSAGE_OVERHEAD,
     Conversation,
@@ -11,8 +12,7 @@ from ptxgym.policies.history import (
     build_messages,
     estimate_tokens,
 )
-from ptxgym.prompting import build_task_prompt
-from ptxgym.tasks import get_task
+from ptxgym.records.tasks import get_task
 
 
 def _variants(arch: str) -> list[str | None]:

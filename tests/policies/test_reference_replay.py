@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from ptxgym.feedback import Feedback, Stage, Status
 from ptxgym.policies import (
     Conversation,
     MissingSolutionError,
@@ -20,8 +19,9 @@ from ptxgym.policies import (
 from ptxgym.policies.reference import ReferencePolicy, available_solutions, solution_path
 from ptxgym.policies.replay import ReplayPolicy
 from ptxgym.policies.sampling import parse_overrides
-from ptxgym.tasks import get_task
-from ptxgym.trajectory import TurnRecord
+from ptxgym.records.feedback import Feedback, Stage, Status
+from ptxgym.records.tasks import get_task
+from ptxgym.records.turns import TurnRecord
 
 
 def _fake_packs(root: Path) -> Path:

@@ -14,10 +14,10 @@ pytest.importorskip("tokenizers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from ptxgym.knowledge_packs.prompting import build_task_prompt  # noqa: E402
 from ptxgym.policies import Conversation, SamplingParams  # noqa: E402
-from ptxgym.policies.hf import TransformersPolicy  # noqa: E402
-from ptxgym.prompting import build_task_prompt  # noqa: E402
-from ptxgym.tasks import get_task  # noqa: E402
+from ptxgym.policies.transformers_policy import TransformersPolicy  # noqa: E402
+from ptxgym.records.tasks import get_task  # noqa: E402
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

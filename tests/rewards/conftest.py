@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ptxgym.feedback import (
+from ptxgym.records.feedback import (
     CompileInfo,
     Feedback,
     LatencyStats,
@@ -20,7 +20,7 @@ from ptxgym.feedback import (
 
 _STAGE = {
     Status.EXTRACT_ERROR: Stage.EXTRACT,
-    Status.STATIC_REJECT: Stage.POLICY,
+    Status.STATIC_REJECT: Stage.SCREEN,
     Status.COMPILE_ERROR: Stage.BUILD,
     Status.COMPILE_TIMEOUT: Stage.BUILD,
     Status.NOT_EVALUATED: Stage.RUN,

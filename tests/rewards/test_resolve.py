@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptxgym.feedback import Status, Verdict
+from ptxgym.records.feedback import Status, Verdict
 from ptxgym.rewards import (
     RewardResult,
     WeightedReward,

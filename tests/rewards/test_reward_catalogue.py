@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ptxgym.feedback import Status, Verdict
+from ptxgym.records.feedback import Status, Verdict
 from ptxgym.rewards import (
     CudaAgentReward,
     DrKernelReward,

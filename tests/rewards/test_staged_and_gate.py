@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ptxgym.feedback import Feedback, Status, Verdict
+from ptxgym.records.feedback import Feedback, Status, Verdict
 from ptxgym.rewards import StagedReward, qualifies, resolve_reward, speedup_of
 
 # Default weights: extracted 0.05, compiled 0.10, ran 0.10, correct 0.30, target 0.15, speed 0.30 (cap 2).

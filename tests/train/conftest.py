@@ -25,7 +25,7 @@ def trajectory_file() -> Path:
 @pytest.fixture(scope="session")
 def records(trajectory_file):
     """The fixture turns as TurnRecords."""
-    from ptxgym.train.trajectories import load_records
+    from ptxgym.train.episodes import load_records
 
     return load_records([trajectory_file])
 

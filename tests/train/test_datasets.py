@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from ptxgym.feedback_text import render_feedback
-from ptxgym.prompting import build_task_prompt
-from ptxgym.tasks import get_task
+from ptxgym.knowledge_packs.prompting import build_task_prompt
+from ptxgym.records.feedback_text import render_feedback
+from ptxgym.records.tasks import get_task
 from ptxgym.train.fixit import FixitConfig, build_fixit
 from ptxgym.train.kernelgen import KernelGenConfig, build_kernelgen, build_kernelgen_from_sources
-from ptxgym.train.records import SftExample, load_sft_dataset, read_examples, save_examples
 from ptxgym.train.selection import balance, kernel_hash, normalise_kernel
+from ptxgym.train.sft_examples import SftExample, load_sft_dataset, read_examples, save_examples
 
 
 def test_normalised_hash_ignores_prose_comments_and_layout(kernel_text):

@@ -20,14 +20,14 @@ import pytest
 
 pytest.importorskip("trl")
 
-from ptxgym.evaluation.base import NullEvaluator  # noqa: E402
-from ptxgym.feedback import Status  # noqa: E402
+from ptxgym.evaluation.trusted.base import NullEvaluator  # noqa: E402
 from ptxgym.pipeline import Pipeline  # noqa: E402
-from ptxgym.tasks import get_task  # noqa: E402
+from ptxgym.records.feedback import Status  # noqa: E402
+from ptxgym.records.tasks import get_task  # noqa: E402
 from ptxgym.train.kernelgen import build_kernelgen_from_sources  # noqa: E402
 from ptxgym.train.probe import probe  # noqa: E402
-from ptxgym.train.records import fenced, to_hf_dataset  # noqa: E402
 from ptxgym.train.sft import SftRecipe, train_sft  # noqa: E402
+from ptxgym.train.sft_examples import fenced, to_hf_dataset  # noqa: E402
 from ptxgym.train.tiny import TinyConfig, corpus_for_tasks, tiny_model, train_tokenizer  # noqa: E402
 
 TASKS = {"Gemm-sm90a": "naive_gemm", "MhaFwd-sm90a": "naive_mha_fwd"}
@@ -53,8 +53,8 @@ def training_kernels(kernel_text) -> dict[str, str]:
 
 
 def _policy(model, tok, max_tokens: int):
-    from ptxgym.policies.hf import TransformersPolicy
     from ptxgym.policies.sampling import SamplingParams
+    from ptxgym.policies.transformers_policy import TransformersPolicy
 
     return TransformersPolicy(
         model,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptxgym.evaluation.base import NullEvaluator
+from ptxgym.evaluation.trusted.base import NullEvaluator
 from ptxgym.policies.replay import ReplayPolicy
 from ptxgym.train.fixit import FixitConfig, build_fixit
 from ptxgym.train.kernelgen import build_kernelgen

@@ -12,10 +12,10 @@ pytest.importorskip("trl")
 from ptxgym.rewards import RewardResult, discounted_returns  # noqa: E402
 from ptxgym.train.fixit import FixitConfig, build_fixit  # noqa: E402
 from ptxgym.train.grpo import build_trainer, get_recipe, train_grpo  # noqa: E402
-from ptxgym.train.records import to_hf_dataset  # noqa: E402
 from ptxgym.train.rollout import MultiTurnRollout, RolloutConfig  # noqa: E402
 from ptxgym.train.sft import get_recipe as sft_recipe  # noqa: E402
 from ptxgym.train.sft import train_sft  # noqa: E402
+from ptxgym.train.sft_examples import to_hf_dataset  # noqa: E402
 from ptxgym.train.tiny import TinyConfig, corpus_for_tasks, tiny_model, train_tokenizer  # noqa: E402
 
 TINY = TinyConfig(vocab_size=768, hidden_size=32, intermediate_size=64, layers=1, heads=2)

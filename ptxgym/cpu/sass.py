@@ -1,0 +1,147 @@
+"""SASS stage: cuobjdump census of a built shared object.
+
+``cuobjdump --dump-sass`` lists, per embedded cubin, ``arch = sm_90a`` and then per function a
+``Function : <mangled name>`` header followed by instruction rows::
+
+    /*01c0*/                   UTMALDG.2D [UR4], [UR8] ;         /* 0x00000004080075b4 */
+    /*0070*/               @P0 EXIT ;                            /* 0x000000000000094d */
+
+The census counts opcodes per function. The histogram key is the mnemonic without predicate and
+without modifiers (``HGMMA.64x8x16.F32.BF16`` -> ``HGMMA``); the target family is decided by
+``ArchSpec.is_target_opcode``. Static presence is necessary, not sufficient: a target opcode in a
+kernel that is never launched still counts here (FACTS.md); execution is checked on the GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from ptxgym.cpu.toolchain import Toolchain, find_toolchain
+from ptxgym.records import settings
+from ptxgym.records.arch import ArchSpec
+from ptxgym.records.errors import InfraError, ToolchainNotFoundError
+from ptxgym.records.feedback import KernelSass, SassInfo
+
+PARSER_VERSION = "sass-census-v1"
+_CUOBJDUMP_TIMEOUT_S = 120.0
+_ARCH = re.compile(r"^\s*arch\s*=\s*(?P<arch>sm_\w+)")
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(?P<name>\S+)")
+_INSTRUCTION = re.compile(
+    r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:\{\s*)?(?:@!?U?P(?:T|\d+)\s+)?(?P<opcode>[A-Z][A-Z0-9_]*(?:\.[\w]+)*)"
+)
+
+
+def opcode_base(opcode: str) -> str:
+    """Mnemonic without modifiers: ``UTMALDG.2D`` -> ``UTMALDG``."""
+    return opcode.split(".", 1)[0]
+
+
+def parse_sass(text: str, arch: ArchSpec) -> SassInfo:
+    """Census of ``cuobjdump --dump-sass`` output. Pure function of the text."""
+    found_arch: str | None = None
+    section_arch: str | None = None
+    kernels: list[tuple[str, Counter[str]]] = []
+    current: Counter[str] | None = None
+    for line in text.splitlines():
+        if m := _ARCH.match(line):
+            section_arch, current = m.group("arch"), None
+        elif m := _FUNCTION.match(line):
+            current = Counter()
+            kernels.append((m.group("name"), current))
+            found_arch = found_arch or section_arch
+        elif current is not None and (m := _INSTRUCTION.match(line)):
+            current[opcode_base(m.group("opcode"))] += 1
+    infos = [_kernel_info(name, counts, arch) for name, counts in kernels]
+    histogram: Counter[str] = Counter()
+    for _, counts in kernels:
+        histogram.update(counts)
+    return SassInfo(
+        arch=found_arch or section_arch or arch.name,
+        kernels=infos,
+        histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
+        static_target=any(k.target_opcodes for k in infos),
+    )
+
+
+def _kernel_info(name: str, counts: Counter[str], arch: ArchSpec) -> KernelSass:
+    families = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    targets = {op: n for op, n in families.items() if arch.is_target_opcode(op)}
+    return KernelSass(
+        kernel=name, instructions=sum(counts.values()), families=families, target_opcodes=targets
+    )
+
+
+def dump_sass(so_path: Path, toolchain: Toolchain) -> str:
+    """Raw ``cuobjdump --dump-sass`` text ('' when the object holds no device code)."""
+    if toolchain.cuobjdump is None:
+        raise ToolchainNotFoundError(
+            "cuobjdump not found (CUDA_HOME/bin, PATH or the PyPI wheels): "
+            "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
+        )
+    try:
+        proc = subprocess.run(
+            [str(toolchain.cuobjdump), "--dump-sass", str(so_path)],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_CUOBJDUMP_TIMEOUT_S,
+            env=toolchain.subprocess_env(),
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise InfraError(f"cuobjdump --dump-sass {so_path} took over {_CUOBJDUMP_TIMEOUT_S:.0f} s") from exc
+    if proc.returncode != 0:
+        if "does not contain device code" in proc.stdout + proc.stderr:
+            return ""
+        raise InfraError(
+            f"cuobjdump --dump-sass {so_path} failed (exit {proc.returncode}): "
+            f"{(proc.stderr or proc.stdout).strip()[-600:]}"
+        )
+    return proc.stdout
+
+
+def sass_census(
+    so_path: Path, arch: ArchSpec, toolchain: Toolchain | None = None, *, use_cache: bool = True
+) -> SassInfo:
+    """SASS census of a built object, cached by the object's hash, the arch and the cuobjdump version.
+
+    Raises ToolchainNotFoundError without cuobjdump and InfraError when cuobjdump fails; a shared
+    object without device code gives an empty census (``static_target`` False).
+    """
+    toolchain = toolchain or find_toolchain()
+    so_path = Path(so_path)
+    key = _cache_key(so_path, arch, toolchain)
+    cache_file = settings.cache_dir() / "sass" / key[:2] / f"{key}.json"
+    if use_cache and cache_file.is_file():
+        try:
+            return SassInfo.model_validate_json(cache_file.read_text())
+        except ValueError:
+            cache_file.unlink(missing_ok=True)  # a corrupt entry is rebuilt below
+    info = parse_sass(dump_sass(so_path, toolchain), arch)
+    if use_cache:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(cache_file, info.model_dump_json())
+    return info
+
+
+def _cache_key(so_path: Path, arch: ArchSpec, toolchain: Toolchain) -> str:
+    h = hashlib.sha256()
+    with so_path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    for part in (PARSER_VERSION, arch.name, str(toolchain.cuobjdump_version), str(toolchain.cuobjdump)):
+        h.update(b"\0" + part.encode())
+    return h.hexdigest()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write via a unique temporary file and rename, so readers never see a partial file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,512 @@
+"""Policy stage: static rules over the candidate's source and over the built shared object.
+
+Two layers, because either alone fails (research/ptxbench.md, FACTS.md):
+
+* ``check_source``: rules over the comment-stripped source (line splices joined, comments blanked,
+  string literals kept apart), so a banned word in a comment is fine and a variable called
+  ``cublas_like_tile`` is not mistaken for a cuBLAS call. It rejects vendor libraries (cuBLAS,
+  cuBLASLt, cuDNN, CUTLASS, CuTe), dynamic loading, includes that reach outside the toolchain or the
+  solution's own files, file probes and embedding (``__has_include``, ``#embed``, ``.incbin``),
+  system calls in inline assembly, binary bytes and oversized sources.
+* ``check_artifact``: what the built ``.so`` imports (dynamic symbols) and needs (``DT_NEEDED``),
+  against allowlists, plus a scan of its host code for system-call instructions. This is the layer
+  that catches what regex cannot see, e.g. ``dlopen`` spelled by token pasting and a library name
+  computed at run time. It is only meaningful because the build uses ``-cudart shared`` (FACTS.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import posixpath
+import re
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_SOURCE_CHARS = 256 * 1024
+"""Cap on the total size of a solution's source files."""
+MAX_SOURCE_FILES = 32
+_TOOL_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ScreenVerdict:
+    """Outcome of a policy check; ``rule`` names the broken rule when ``ok`` is False."""
+
+    ok: bool
+    rule: str | None
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+
+PASS = ScreenVerdict(ok=True, rule=None, message="passed the static policy")
+
+
+# ---------------------------------------------------------------------------------------- lexing
+
+
+@dataclass(frozen=True)
+class _Views:
+    """One source file, spliced and split into views that keep character offsets aligned."""
+
+    code: str
+    """Comments blanked (newlines kept); string literals intact."""
+    bare: str
+    """Comments and the insides of string/char literals blanked."""
+    strings: list[tuple[int, str]]
+    """(offset, text) of each run of adjacent string literals, concatenated."""
+    line_starts: list[int]
+    line_map: list[int]
+    """Original 1-based line of each spliced line."""
+
+    def line_of(self, offset: int) -> int:
+        return self.line_map[bisect.bisect_right(self.line_starts, offset) - 1]
+
+
+_TOKEN = re.compile(
+    r"""(?P<cline>//[^\n]*)
+      | (?P<cblock>/\*.*?(?:\*/|\Z))
+      | (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^ ()\\\t\n"]{0,16})\((?P<rawbody>.*?)\)(?P=delim)")
+      | (?P<str>(?:u8|[uUL])?"(?P<strbody>(?:[^"\\\n]|\\.)*)(?:"|$))
+      | (?P<chr>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*(?:'|$))
+      | (?P<num>\.?\d(?:[eEpP][+-]|[\w.'])*)
+      | (?P<ident>[A-Za-z_]\w*)""",
+    re.S | re.X | re.M,
+)
+_BLANK = re.compile(r"[^\n]")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+
+
+def _splice(text: str) -> tuple[str, list[int]]:
+    """Join backslash-newline continuations (translation phase 2); original line of each new line."""
+    physical = text.replace("\r\n", "\n").split("\n")
+    logical: list[str] = []
+    line_map: list[int] = []
+    pending: list[str] = []
+    start = 1
+    for number, line in enumerate(physical, start=1):
+        if not pending:
+            start = number
+        stripped = line.rstrip(" \t")
+        if stripped.endswith("\\") and number < len(physical):
+            pending.append(stripped[:-1])
+            continue
+        logical.append("".join(pending) + line)
+        line_map.append(start)
+        pending = []
+    return "\n".join(logical), line_map
+
+
+def _inner_span(m: re.Match[str]) -> tuple[int, int] | None:
+    """Span of a literal's contents (between its quotes), or None for a non-literal token."""
+    kind = m.lastgroup
+    if kind == "raw":
+        return m.span("rawbody")
+    if kind == "str":
+        return m.span("strbody")
+    if kind == "chr":
+        token = m.group()
+        first = token.index("'") + 1
+        last = len(token) - 1 if len(token) > first and token.endswith("'") else len(token)
+        return m.start() + first, m.start() + max(first, last)
+    return None
+
+
+def _lex(text: str) -> _Views:
+    spliced, line_map = _splice(text)
+    code, bare = [], []
+    runs: list[tuple[int, int, str]] = []  # start, end, concatenated contents of adjacent literals
+    pos = 0
+    for m in _TOKEN.finditer(spliced):
+        between = spliced[pos : m.start()]
+        code.append(between)
+        bare.append(between)
+        token = m.group()
+        if m.lastgroup in ("cline", "cblock"):
+            blank = _BLANK.sub(" ", token)
+            code.append(blank)
+            bare.append(blank)
+        elif (span := _inner_span(m)) is not None:
+            a, b = span
+            code.append(token)
+            bare.append(spliced[m.start() : a] + _BLANK.sub(" ", spliced[a:b]) + spliced[b : m.end()])
+            if m.lastgroup in ("raw", "str"):
+                if runs and not spliced[runs[-1][1] : m.start()].strip():
+                    runs[-1] = (runs[-1][0], m.end(), runs[-1][2] + spliced[a:b])
+                else:
+                    runs.append((m.start(), m.end(), spliced[a:b]))
+        else:
+            code.append(token)
+            bare.append(token)
+        pos = m.end()
+    code.append(spliced[pos:])
+    bare.append(spliced[pos:])
+    starts = [0] + [i + 1 for i, ch in enumerate(spliced) if ch == "\n"]
+    return _Views("".join(code), "".join(bare), [(s, t) for s, _, t in runs], starts, line_map)
+
+
+# ----------------------------------------------------------------------------------------- rules
+
+
+_DIRECTIVE = re.compile(
+    r"^[ \t]*(?:#|%:)[ \t]*(?P<name>include_next|include|import|embed)\b[ \t]*(?P<arg>.*)$", re.M
+)
+_SAFE_HEADER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_+\-./]*")
+_BANNED_HEADERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^cublas", re.I), "cuBLAS/cuBLASLt header"),
+    (re.compile(r"^cudnn", re.I), "cuDNN header"),
+    (re.compile(r"^(cutlass|cute)(/|\.h|$)", re.I), "CUTLASS/CuTe header"),
+    (re.compile(r"^(cusparse|cusolver|cufft|cutensor|nvshmem|nccl)", re.I), "vendor math/comm library"),
+    (re.compile(r"^dlfcn\.h$"), "dynamic-loading header"),
+)
+_SOURCE_RULES: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
+    # (rule, view, pattern, what)
+    (
+        "vendor-library",
+        "bare",
+        re.compile(r"\bcublas[A-Z]\w*\s*\(|\bcublas[A-Z]\w*_t\b|\bcublasLt\w*"),
+        "cuBLAS/cuBLASLt API",
+    ),
+    ("vendor-library", "bare", re.compile(r"\bcudnn[A-Z]\w*|\bcudnn_frontend\b"), "cuDNN API"),
+    (
+        "vendor-library",
+        "bare",
+        re.compile(r"\b(?:cutlass|cute)\s*::|\bnamespace\s+(?:cutlass|cute)\b"),
+        "CUTLASS/CuTe",
+    ),
+    (
+        "dynamic-loading",
+        "bare",
+        re.compile(
+            r"\b(?:dlopen|dlmopen|dlsym|dlvsym|dlinfo|dladdr1?|dl_iterate_phdr|__libc_dlopen_mode|"
+            r"__libc_dlsym)\b"
+        ),
+        "dynamic loading",
+    ),
+    ("file-probe", "code", re.compile(r"\b__has_include(?:_next)?\b|\b__has_embed\b"), "file probe"),
+    ("syscall", "code", re.compile(r"\b(?:syscall|sysenter)\b|\bint\s*\$?0x80\b|\bsvc\s+#?0"), "system call"),
+)
+_ASM_STRING_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("asm-file-access", re.compile(r"\.(?:incbin|include)\b"), "assembler file inclusion"),
+    ("syscall", re.compile(r"\b(?:syscall|sysenter)\b|\bint\s*\$?0x80\b|\bsvc\s+#?0"), "system call in asm"),
+)
+
+
+def _reject(
+    rule: str, what: str, file: str, views: _Views | None = None, offset: int | None = None, snippet: str = ""
+) -> ScreenVerdict:
+    line = views.line_of(offset) if views is not None and offset is not None else None
+    where = f"{file}:{line}" if line else file
+    snippet = " ".join(snippet.split())[:120]
+    message = f"{rule}: {what} at {where}" + (f": `{snippet}`" if snippet else "")
+    return ScreenVerdict(ok=False, rule=rule, message=message, file=file, line=line)
+
+
+def _include_target(arg: str) -> tuple[str | None, str]:
+    """(path, kind) for the operand of an include directive; kind is quote, angle or computed."""
+    arg = arg.strip()
+    m = re.match(r'"([^"\n]*)"', arg) or re.match(r"<([^>\n]*)>", arg)
+    if m:
+        return m.group(1), "quote" if arg[0] == '"' else "angle"
+    return None, "computed"
+
+
+def _check_include(path: str, kind: str, file: str, files: set[str]) -> tuple[str, str] | None:
+    """(rule, what) if the include is not allowed: a solution file, or a plain toolchain header path."""
+    if kind == "quote":
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(file), path))
+        if target in files or posixpath.normpath(path) in files:
+            return None
+    parts = path.split("/")
+    if not _SAFE_HEADER.fullmatch(path) or ".." in parts or "" in parts or "." in parts:
+        return "include-path", f"include of {path!r}, which is neither a toolchain header nor a solution file"
+    for pattern, what in _BANNED_HEADERS:
+        if pattern.search(path):
+            return "vendor-library" if "dlfcn" not in path else "dynamic-loading", f"{what} <{path}>"
+    return None
+
+
+def _check_directives(views: _Views, file: str, files: set[str]) -> ScreenVerdict | None:
+    for m in _DIRECTIVE.finditer(views.code):
+        name, arg = m.group("name"), m.group("arg")
+        if name == "embed":
+            return _reject("file-embed", "#embed directive", file, views, m.start(), m.group())
+        path, kind = _include_target(arg)
+        if path is None:
+            return _reject(
+                "include-computed", f"#{name} of a macro-computed path", file, views, m.start(), m.group()
+            )
+        bad = _check_include(path, kind, file, files)
+        if bad:
+            return _reject(bad[0], bad[1], file, views, m.start(), m.group())
+    return None
+
+
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,8}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3}|.)", re.S)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "v": "\v", "f": "\f", "a": "\a", "b": "\b", "0": "\0"}
+
+
+def _unescape(body: str) -> str:
+    """Decode the C escape sequences of a string literal's contents (an escaped ``s`` spells syscall)."""
+
+    def one(m: re.Match[str]) -> str:
+        esc = m.group(1)
+        try:
+            if esc[0] in "xuU":
+                return chr(int(esc[1:], 16))
+            if esc[0] in "01234567":
+                return chr(int(esc, 8))
+        except (ValueError, OverflowError):
+            return " "
+        return _SIMPLE_ESCAPES.get(esc, esc)
+
+    return _ESCAPE.sub(one, body)
+
+
+def _check_file(file: str, text: str, files: set[str]) -> ScreenVerdict | None:
+    bad = _CONTROL.search(text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        message = f"binary: control byte {bad.group()!r} in the source at {file}:{line}"
+        return ScreenVerdict(False, "binary", message, file=file, line=line)
+    views = _lex(text)
+    verdict = _check_directives(views, file, files)
+    if verdict:
+        return verdict
+    for rule, view, pattern, what in _SOURCE_RULES:
+        m = pattern.search(getattr(views, view))
+        if m:
+            line_text = views.code.splitlines()[views.code.count("\n", 0, m.start())]
+            return _reject(rule, f"{what} (`{m.group().strip()}`)", file, views, m.start(), line_text)
+    for offset, string in views.strings:
+        decoded = _unescape(string)
+        for rule, pattern, what in _ASM_STRING_RULES:
+            m = pattern.search(decoded)
+            if m:
+                return _reject(
+                    rule, f"{what} (`{m.group()}` in a string literal)", file, views, offset, string
+                )
+    return None
+
+
+def check_source(
+    code: str, extra_files: dict[str, str] | None = None, *, entry_name: str = "kernel.cu"
+) -> ScreenVerdict:
+    """Apply the source rules to the entry file and every other file of the solution. Never raises."""
+    files = {entry_name: code, **(extra_files or {})}
+    for name, text in files.items():
+        if not isinstance(text, str):
+            return _reject("binary", f"file content is {type(text).__name__}, not text", name)
+    total = sum(len(t) for t in files.values())
+    if len(files) > MAX_SOURCE_FILES:
+        return _reject("size", f"{len(files)} source files (limit {MAX_SOURCE_FILES})", entry_name)
+    if total > MAX_SOURCE_CHARS:
+        return _reject("size", f"source of {total:,} characters (limit {MAX_SOURCE_CHARS:,})", entry_name)
+    names = set(files)
+    for name, text in files.items():
+        verdict = _check_file(name, text, names)
+        if verdict:
+            return verdict
+    return PASS
+
+
+def check_solution_sources(sources: Iterable[tuple[str, str]], entry_name: str) -> ScreenVerdict:
+    """``check_source`` over (path, content) pairs, e.g. a ``Solution``'s sources."""
+    files = dict(sources)
+    return check_source(files.pop(entry_name, ""), files, entry_name=entry_name)
+
+
+# ----------------------------------------------------------------------------------- artifact check
+
+NEEDED_ALLOWED = frozenset(
+    {
+        "libtvm_ffi.so",
+        "libcudart.so.13",
+        "libcuda.so.1",
+        "libstdc++.so.6",
+        "libgcc_s.so.1",
+        "libc.so.6",
+        "libm.so.6",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+    }
+)
+
+_LIBC_ALLOWED = frozenset(
+    """
+malloc free calloc realloc aligned_alloc posix_memalign memalign
+memcpy memmove memset memcmp memchr strlen strnlen strcmp strncmp strcpy strncpy strcat strncat strchr strrchr
+strstr strdup strerror strtol strtoul strtoll strtoull strtod strtof atoi atol atof abs labs llabs
+printf fprintf sprintf snprintf vprintf vfprintf vsnprintf vsprintf puts fputs fputc putc putchar fflush
+fwrite
+stdout stderr abort exit __assert_fail __stack_chk_fail __stack_chk_guard __errno_location
+qsort bsearch rand srand clock_gettime __cxa_atexit __cxa_finalize __cxa_thread_atexit_impl __dso_handle
+__tls_get_addr __gmon_start__ _ITM_registerTMCloneTable _ITM_deregisterTMCloneTable __libc_single_threaded
+__printf_chk __fprintf_chk __sprintf_chk __snprintf_chk __vsnprintf_chk __vfprintf_chk __vsprintf_chk
+__memcpy_chk __memmove_chk __memset_chk __strcpy_chk __strncpy_chk __strcat_chk __fwrite_chk
+__isoc23_strtol __isoc23_strtoul __isoc23_strtoll __isoc23_strtoull __isoc99_sscanf __isoc23_sscanf sscanf
+pthread_once pthread_mutex_lock pthread_mutex_unlock pthread_mutex_trylock pthread_mutex_init
+pthread_mutex_destroy pthread_key_create pthread_key_delete pthread_getspecific pthread_setspecific
+pthread_self pthread_equal pthread_cond_wait pthread_cond_signal pthread_cond_broadcast
+pthread_cond_destroy pthread_rwlock_rdlock pthread_rwlock_wrlock pthread_rwlock_unlock
+""".split()
+)
+_MATH = re.compile(
+    r"(?:sqrt|cbrt|rsqrt|exp|exp2|expm1|log|log2|log10|log1p|pow|fabs|floor|ceil|round|lround|"
+    r"llround|trunc|fmod|remainder|fmax|fmin|fma|sin|cos|tan|asin|acos|atan|atan2|sinh|cosh|tanh|"
+    r"erf|erfc|ldexp|frexp|modf|hypot|nearbyint|rint|lrint|llrint|copysign|nextafter|sincos|"
+    r"__isnan|__isinf|__finite|__isnanf|__isinff|__finitef)[fl]?"
+)
+_CXX_ALLOWED = re.compile(  # std::, libstdc++ internals, the C++ ABI, operator new/delete, tvm::ffi
+    r"_Z(?:T[VTIS]|GV)?(?:N[KVR]*)?(?:St|Sa|Sb|Ss|Si|So|Sd|9__gnu_cxx|10__cxxabiv|3tvm3ffi)\w*"
+    r"|_Z(?:nw|na|dl|da)\w*|_ZT[IS]P?K?[a-z]"
+)
+_CXX_DENIED = re.compile(r"filesystem|fstream|filebuf|6thread|this_thread|random_device|stdio_filebuf")
+_CXX_RUNTIME = re.compile(r"__cxa_\w+|__gxx_personality_v0|_Unwind_\w+|__aarch64_\w+")
+_TVMFFI_DENIED = frozenset(
+    {
+        "TVMFFIFunctionGetGlobal",
+        "TVMFFIFunctionSetGlobal",
+        "TVMFFIFunctionSetGlobalFromMethodInfo",
+        "TVMFFIEnvSetStream",
+        "TVMFFIEnvModLookupFromImports",
+        "TVMFFIEnvModRegisterContextSymbol",
+        "TVMFFIEnvModRegisterSystemLibSymbol",
+        "TVMFFIEnvRegisterCAPI",
+        "TVMFFISetCustomAllocator",
+        "TVMFFIEnvSetDLPackManagedTensorAllocator",
+    }
+)
+_DYNSYM = re.compile(
+    r"^[ \t]*\d+:[ \t]+[0-9a-fA-F]+[ \t]+\S+[ \t]+\w+[ \t]+(?P<bind>\w+)[ \t]+\w+"
+    r"(?:[ \t]+\[[^\]\n]*\])?[ \t]+(?P<ndx>\w+)[ \t]+(?P<name>\S+)",
+    re.M,
+)
+_HOST_SYSCALL = re.compile(r"\t(?:syscall|sysenter)\b|\tint\s+\$0x80\b|\tsvc\s")
+
+
+def policy_fingerprint() -> str:
+    """Hash of the rules and allowlists; part of the build cache key, so no cached verdict outlives them."""
+    parts = [
+        *sorted(NEEDED_ALLOWED),
+        *sorted(_LIBC_ALLOWED),
+        _MATH.pattern,
+        _CXX_ALLOWED.pattern,
+        _CXX_DENIED.pattern,
+        _CXX_RUNTIME.pattern,
+        *sorted(_TVMFFI_DENIED),
+        _HOST_SYSCALL.pattern,
+        *(p.pattern for _, _, p, _ in _SOURCE_RULES),
+        *(p.pattern for _, p, _ in _ASM_STRING_RULES),
+        str(MAX_SOURCE_CHARS),
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def import_allowed(name: str, driver_names: frozenset[str] | None = None) -> bool:
+    """Whether a dynamic import (version suffix stripped) is on the allowlist."""
+    if name in _LIBC_ALLOWED or _MATH.fullmatch(name) or _CXX_RUNTIME.fullmatch(name):
+        return True
+    if name.startswith("_Z"):
+        return bool(_CXX_ALLOWED.fullmatch(name)) and not _CXX_DENIED.search(name)
+    if name.startswith("TVMFFI"):
+        return name not in _TVMFFI_DENIED
+    if re.fullmatch(r"cuda[A-Z]\w*|__cuda\w+", name):
+        return True
+    if re.fullmatch(r"cu[A-Z]\w*", name):
+        return driver_names is None or name in driver_names
+    return False
+
+
+@dataclass(frozen=True)
+class DynamicInfo:
+    """Dynamic-linking facts of a shared object."""
+
+    imports: list[str]
+    """Undefined dynamic symbols, without version suffixes, sorted."""
+    exports: list[str]
+    """Defined global dynamic symbols."""
+    needed: list[str]
+    """DT_NEEDED entries, in order."""
+
+
+def _tool(argv: list[str]) -> str:
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=_TOOL_TIMEOUT_S,
+        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return proc.stdout
+
+
+def read_dynamic(so_path: Path) -> DynamicInfo:
+    """Imports, exports and DT_NEEDED of a shared object (``readelf -W -d --dyn-syms``)."""
+    out = _tool(["readelf", "-W", "-d", "--dyn-syms", str(so_path)])
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    imports, exports = set(), set()
+    for m in _DYNSYM.finditer(out):
+        bind, ndx, name = m.group("bind"), m.group("ndx"), m.group("name").split("@")[0]
+        if not name:
+            continue
+        if ndx == "UND":
+            imports.add(name)
+        elif bind in ("GLOBAL", "WEAK"):
+            exports.add(name)
+    return DynamicInfo(imports=sorted(imports), exports=sorted(exports), needed=needed)
+
+
+def host_syscall_sites(so_path: Path) -> list[str]:
+    """Disassembled system-call instructions in the host code (``objdump -d``), as text lines."""
+    out = _tool(["objdump", "-d", "--no-show-raw-insn", str(so_path)])
+    return [line.strip() for line in out.splitlines() if _HOST_SYSCALL.search(line)]
+
+
+def check_artifact(
+    so_path: Path,
+    *,
+    driver_names: frozenset[str] | None = None,
+    loader: Callable[[Path], DynamicInfo] = read_dynamic,
+) -> tuple[ScreenVerdict, list[str], list[str]]:
+    """Check a built ``.so``: (verdict, imports, needed). ``driver_names`` restricts ``cu*`` imports.
+
+    Raises RuntimeError only when the inspection tools themselves fail (an infrastructure fault).
+    """
+    info = loader(Path(so_path))
+    bad_needed = [lib for lib in info.needed if lib not in NEEDED_ALLOWED]
+    if bad_needed:
+        verdict = ScreenVerdict(
+            False,
+            "needed-library",
+            f"needed-library: the shared object needs {', '.join(bad_needed)}; only "
+            f"{', '.join(sorted(NEEDED_ALLOWED))} are allowed",
+            file=Path(so_path).name,
+        )
+        return verdict, info.imports, info.needed
+    banned = [name for name in info.imports if not import_allowed(name, driver_names)]
+    if banned:
+        shown = ", ".join(banned[:12]) + (f" and {len(banned) - 12} more" if len(banned) > 12 else "")
+        verdict = ScreenVerdict(
+            False,
+            "banned-import",
+            f"banned-import: the shared object imports {shown}; candidates may call only "
+            "the CUDA runtime/driver, TVM-FFI and basic libc/libstdc++/libm functions",
+            file=Path(so_path).name,
+        )
+        return verdict, info.imports, info.needed
+    sites = host_syscall_sites(Path(so_path))
+    if sites:
+        verdict = ScreenVerdict(
+            False,
+            "syscall",
+            f"syscall: host code contains system-call instructions ({'; '.join(sites[:3])})",
+            file=Path(so_path).name,
+        )
+        return verdict, info.imports, info.needed
+    return PASS, info.imports, info.needed

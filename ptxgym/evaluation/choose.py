@@ -1,0 +1,65 @@
+"""Choosing the evaluator an env attaches: ``select_evaluator()``.
+
+``auto`` (the default, ``PTXGYM_EVALUATOR``) attaches the local GPU evaluator when torch is importable
+and sees a CUDA device of a supported architecture, otherwise a ``NullEvaluator`` that states exactly
+why; ``none`` always attaches the NullEvaluator; ``local`` insists on the GPU evaluator and raises
+``EvaluatorUnavailableError`` with the reason if it cannot run. This module imports no torch at import
+time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator, NullEvaluator
+from ptxgym.records import settings as user_settings
+from ptxgym.records.arch import ARCHS, arch_for_capability
+from ptxgym.records.errors import EvaluatorUnavailableError
+
+
+def gpu_unavailable_reason(device: int | None = None) -> str | None:
+    """Why the local GPU evaluator cannot run here, or None if it can."""
+    for module, extra in (("torch", "pip install 'ptxgym[gpu]'"), ("tvm_ffi", "pip install apache-tvm-ffi")):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed ({extra})"
+    import torch
+
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        return f"torch {torch.__version__} ({build}) sees no CUDA device"
+    index = user_settings.device_index() if device is None else device
+    count = torch.cuda.device_count()
+    if index >= count:
+        return f"PTXGYM_DEVICE={index} but only {count} CUDA device(s) are visible"
+    major, minor = torch.cuda.get_device_capability(index)
+    if arch_for_capability(major, minor) is None:
+        supported = ", ".join(sorted(ARCHS))
+        return (
+            f"GPU {torch.cuda.get_device_name(index)} has compute capability {major}.{minor}; ptxgym's "
+            f"tasks target {supported}"
+        )
+    return None
+
+
+def select_evaluator(choice: str | None = None, settings: EvalSettings | None = None) -> Evaluator:
+    """The evaluator for ``choice`` (``auto``, ``none``, ``local``; default from PTXGYM_EVALUATOR)."""
+    choice = (choice or user_settings.evaluator_choice()).strip().lower()
+    if choice not in {"auto", "none", "local"}:
+        raise ValueError(f"evaluator choice must be auto, none or local, got {choice!r}")
+    if choice == "none":
+        return NullEvaluator("the evaluator is switched off (PTXGYM_EVALUATOR=none)")
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+
+        try:
+            return LocalGpuEvaluator(settings=settings)
+        except Exception as exc:  # noqa: BLE001 - auto degrades to a stated reason; local re-raises below
+            reason = f"the local GPU evaluator failed to start: {type(exc).__name__}: {exc}"
+    if choice == "local":
+        raise EvaluatorUnavailableError(
+            f"PTXGYM_EVALUATOR=local, but the GPU evaluator cannot run here: {reason}. Run on a machine "
+            "with an "
+            "NVIDIA GPU of a supported architecture, or choose auto/none."
+        )
+    return NullEvaluator(reason)

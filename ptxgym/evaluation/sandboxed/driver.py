@@ -1,0 +1,99 @@
+"""One-shot candidate driver for the profilers: ``python -m ptxgym.evaluation.sandboxed.driver``.
+
+Run under Nsight Compute (``--mode profile``) or compute-sanitizer (``--mode memcheck``) in a fresh,
+disposable process. It loads one input set saved by the trusted evaluator, allocates and poisons the
+outputs, loads the candidate with TVM-FFI (or, with ``--baseline``, takes a function of
+``library_baselines``, to profile the vendor library the same way) and calls it: once outside
+any NVTX range (module loading, lazy initialisation), then once inside the NVTX range ``candidate`` that
+the profiler filters on. It prints nothing on stdout (the profiler's CSV goes there) and exits 0 only if
+both calls returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _range():
+    """push/pop functions of an NVTX implementation (the nvtx package, else torch's)."""
+    try:
+        import nvtx
+
+        return (lambda name: nvtx.push_range(name)), nvtx.pop_range, "nvtx"
+    except ImportError:
+        import torch
+
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop, "torch.cuda.nvtx"
+
+
+def _target(args, outputs):
+    """The callable to drive: the candidate's entry point, or a baseline writing into ``outputs``."""
+    if args.so:
+        import tvm_ffi
+
+        return tvm_ffi.load_module(args.so)[args.entry]
+    import json
+
+    from ptxgym.evaluation.sandboxed import library_baselines as baselines
+
+    fn, options = getattr(baselines, args.baseline), json.loads(args.options)
+
+    def call(*tensors):
+        got = fn(*tensors, **options)
+        for dst, src in zip(outputs, got or (), strict=False):
+            dst.copy_(src.reshape(dst.shape))
+
+    return call
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    parser = argparse.ArgumentParser(prog="ptxgym.evaluation.sandboxed.driver")
+    parser.add_argument("--inputs", required=True)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--so")
+    target.add_argument("--baseline", help="function name in ptxgym.evaluation.sandboxed.library_baselines")
+    parser.add_argument("--options", default="{}", help="JSON keyword options of the baseline")
+    parser.add_argument("--entry", default="run")
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--mode", choices=("profile", "memcheck"), default="profile")
+    args = parser.parse_args(argv)
+
+    import torch
+    import tvm_ffi
+
+    from ptxgym.evaluation.compare import poison_
+
+    torch.cuda.set_device(args.device)
+    dev = torch.device("cuda", args.device)
+    saved = torch.load(args.inputs, weights_only=True)
+    inputs = [saved["inputs"][n].to(dev) for n in saved["order"]]
+    outputs = [
+        torch.empty(shape, dtype=getattr(torch, dtype), device=dev)
+        for shape, dtype in saved["outputs"].values()
+    ]
+    fn = _target(args, outputs)
+    stream = torch.cuda.Stream(device=dev)
+    torch.cuda.set_stream(stream)
+    push, pop, how = _range()
+    with tvm_ffi.use_torch_stream():
+        for out in outputs:
+            poison_(out)
+        torch.cuda.synchronize()
+        fn(*inputs, *outputs)
+        torch.cuda.synchronize()
+        if args.mode == "profile":
+            for out in outputs:
+                poison_(out)
+            torch.cuda.synchronize()
+            push("candidate")
+            fn(*inputs, *outputs)
+            torch.cuda.synchronize()
+            pop()
+    print(f"driver: {args.mode} done ({how})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

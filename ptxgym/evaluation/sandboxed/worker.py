@@ -1,0 +1,369 @@
+"""The disposable candidate worker: ``python -m ptxgym.evaluation.sandboxed.worker``.
+
+One worker process serves exactly one candidate (or one baseline timing) and is then killed. It starts
+warm (torch, CUDA context, TVM-FFI) before any candidate exists, maps the trusted evaluator's input and
+output buffers through CUDA IPC, loads the candidate's shared object with ``tvm_ffi.load_module`` and
+calls its entry point on the harness stream when told to. It owns nothing that decides a verdict: the
+trusted side poisons outputs, perturbs inputs, checks every result and measures wall time itself.
+
+Before a candidate's shared object is loaded the trusted side sends ``sandbox``: the worker, warm and
+attached, applies the host sandbox (``sandbox.py``: no network, no writes outside its scratch directory,
+process limits) and replies with the report of each layer, before any candidate code exists in it. A
+``load`` of a shared object without that command is refused.
+
+Each call: device-wide sync, L2 flush, reset of persisting L2 lines, device-wide sync, start event
+(and CUPTI timestamp), the call, stream event, device-wide sync, device event. Replies are JSON on a
+dedicated pipe (stdout and stderr go to a log file the trusted side reads when the worker dies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+
+from ptxgym.evaluation.protocol import AttachResult, CallResult, Hello, Reply, SandboxReport, Spans
+
+_T0 = time.perf_counter()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the thread that spawned it exits; exit now if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:
+        os._exit(70)
+
+
+class _Cuda:
+    """Driver-level facts through cuda.bindings (context identity, sticky errors, persisting L2)."""
+
+    def __init__(self) -> None:
+        try:
+            from cuda.bindings import driver, runtime
+        except ImportError:
+            driver = runtime = None
+        self.driver, self.runtime = driver, runtime
+
+    def context_id(self) -> int | None:
+        """Unique id of the current CUDA context (None if it cannot be read)."""
+        if self.driver is None:
+            return None
+        try:
+            err, ctx = self.driver.cuCtxGetCurrent()
+            if int(err) != 0 or not int(ctx):
+                return None
+            err, ident = self.driver.cuCtxGetId(ctx)
+        except (AttributeError, TypeError, RuntimeError):
+            return None
+        return int(ident) if int(err) == 0 else None
+
+    def sticky_error(self) -> str:
+        """'' if the context is healthy, else the CUDA error name and text."""
+        if self.driver is None:
+            return ""
+        try:
+            (err,) = self.driver.cuCtxSynchronize()
+            if int(err) == 0:
+                return ""
+            _, name = self.driver.cuGetErrorName(err)
+            _, text = self.driver.cuGetErrorString(err)
+        except (AttributeError, TypeError, RuntimeError) as exc:
+            return f"(context state unreadable: {exc})"
+        return f"{_s(name)}: {_s(text)}"
+
+    def reset_persisting_l2(self) -> None:
+        if self.runtime is not None:
+            self.runtime.cudaCtxResetPersistingL2Cache()
+
+    def zero_persisting_limit(self) -> None:
+        if self.runtime is not None:
+            self.runtime.cudaDeviceSetLimit(self.runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 0)
+
+
+def _s(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class Worker:
+    """Command loop of one worker."""
+
+    def __init__(self, conn_in: Connection, conn_out: Connection, device: int) -> None:
+        import torch
+        import tvm_ffi  # noqa: F401 - warm the import before any candidate exists
+
+        self.torch = torch
+        self.conn_in, self.conn_out, self.device = conn_in, conn_out, device
+        torch.cuda.set_device(device)
+        torch.zeros(1, device=f"cuda:{device}").add_(1)
+        torch.cuda.synchronize()
+        self.cuda = _Cuda()
+        self.context_id = self.cuda.context_id()
+        self.stream = torch.cuda.Stream(device=device)
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        self.tiny = torch.zeros(1, device=f"cuda:{device}")
+        self.args: list[list] = []
+        self.outputs: list[list] = []
+        self.flush = None
+        self.fn = None
+        self.copy_back = False
+        self.cupti = None
+        self.arena = ""
+        self.sandbox: SandboxReport | None = None
+
+    # ---------------------------------------------------------------------------------------- loop
+
+    def serve(self) -> None:
+        """Say hello, then answer commands until told to exit or the parent goes away."""
+        hello = Hello(
+            pid=os.getpid(),
+            device=self.device,
+            warm_s=round(time.perf_counter() - _T0, 3),
+            torch=self.torch.__version__,
+            context_id=self.context_id,
+        )
+        self._send(Reply(seq=0, ok=True, hello=hello))
+        expected = 1
+        while True:
+            try:
+                raw = self.conn_in.recv_bytes()
+            except EOFError:
+                return
+            try:
+                cmd = pickle.loads(raw)
+            except Exception as exc:  # noqa: BLE001 - e.g. a CUDA IPC handle that cannot be opened
+                print(traceback.format_exc(), file=sys.stderr, flush=True)
+                self._send(
+                    Reply(seq=expected, ok=False, error=f"command could not be unpacked: {exc!r}"[:4000])
+                )
+                expected += 1
+                continue
+            expected = int(cmd.get("seq", expected)) + 1
+            reply = self._dispatch(cmd)
+            self._send(reply)
+            if cmd.get("op") == "exit":
+                return
+
+    def _send(self, reply: Reply) -> None:
+        self.conn_out.send_bytes(reply.model_dump_json().encode())
+
+    def _dispatch(self, cmd: dict) -> Reply:
+        seq = int(cmd.get("seq", -1))
+        handler = getattr(self, f"_op_{cmd.get('op')}", None)
+        if handler is None:
+            return Reply(seq=seq, ok=False, error=f"unknown command {cmd.get('op')!r}")
+        try:
+            return handler(seq, cmd)
+        except Exception as exc:  # noqa: BLE001 - reported to the trusted side with the CUDA state
+            text = f"{type(exc).__name__}: {exc}"
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+            return Reply(seq=seq, ok=False, error=text[:4000], cuda_error=self.cuda.sticky_error())
+
+    # ------------------------------------------------------------------------------------ commands
+
+    def _op_exit(self, seq: int, cmd: dict) -> Reply:
+        return Reply(seq=seq, ok=True)
+
+    def _op_attach(self, seq: int, cmd: dict) -> Reply:
+        torch = self.torch
+        blob = cmd["blob"]
+        self.args, self.outputs = [], []
+        for entry in cmd["sets"]:
+            args, outs = [], []
+            for role, value in entry:
+                if role == "scalar":
+                    args.append(value)
+                    continue
+                offset, shape, dtype = value
+                nbytes = _numel(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+                view = blob[offset : offset + nbytes].view(getattr(torch, dtype)).view(shape)
+                args.append(view)
+                if role == "out":
+                    outs.append(view)
+            self.args.append(args)
+            self.outputs.append(outs)
+        self.flush = torch.empty(int(cmd["flush_bytes"]), dtype=torch.uint8, device=f"cuda:{self.device}")
+        cupti_ok, cupti_error = self._start_cupti(cmd.get("cupti", True))
+        self.arena = cmd["arena"]
+        return Reply(
+            seq=seq,
+            ok=True,
+            attach=AttachResult(
+                arena=self.arena, cupti=cupti_ok, cupti_error=cupti_error, flush_bytes=self.flush.numel()
+            ),
+        )
+
+    def _start_cupti(self, wanted: bool) -> tuple[bool, str]:
+        if not wanted:
+            return False, "not requested"
+        if self.cupti is not None:
+            return True, ""
+        try:
+            from ptxgym.evaluation.sandboxed.cupti_spans import CuptiSpans
+
+            spans = CuptiSpans()
+            spans.begin()
+            t0 = spans.now()
+            self.tiny.add_(1)
+            self.torch.cuda.synchronize()
+            spans.window(0, t0, spans.now())
+            got, _ = spans.end()
+        except Exception as exc:  # noqa: BLE001 - any failure means: time with events instead
+            return False, f"{type(exc).__name__}: {exc}"[:500]
+        if got.get(0) is None:
+            return False, "CUPTI recorded no activity for a probe kernel"
+        self.cupti = spans
+        return True, ""
+
+    def _op_sandbox(self, seq: int, cmd: dict) -> Reply:
+        """Apply the host sandbox (once, before the candidate is loaded) and report its layers."""
+        from ptxgym.evaluation.sandboxed import sandbox
+
+        if self.sandbox is not None:
+            return Reply(seq=seq, ok=False, error="the sandbox is already applied in this worker")
+        try:
+            self.sandbox = sandbox.apply(cmd["mode"], cmd["scratch"])
+        except (sandbox.SandboxError, ValueError) as exc:
+            return Reply(seq=seq, ok=False, error=str(exc)[:4000])
+        return Reply(seq=seq, ok=True, sandbox=self.sandbox)
+
+    def _op_load(self, seq: int, cmd: dict) -> Reply:
+        kind = cmd["kind"]
+        if kind == "so" and self.sandbox is None:
+            return Reply(
+                seq=seq,
+                ok=False,
+                error="refusing to load a candidate before the 'sandbox' command (its mode 'off' runs "
+                "the candidate unsandboxed)",
+            )
+        if kind == "noop":
+            tiny = self.tiny
+            self.fn, self.copy_back = (lambda *_: tiny.add_(1)), False
+        elif kind == "baseline":
+            from ptxgym.evaluation.sandboxed import library_baselines as baselines
+
+            fn = getattr(baselines, cmd["function"])
+            options = dict(cmd.get("options", {}))
+            self.fn, self.copy_back = (lambda *a: fn(*a, **options)), True
+        elif kind == "so":
+            import tvm_ffi
+
+            try:
+                module = tvm_ffi.load_module(cmd["path"])
+                self.fn = module[cmd["entry"]]
+            except Exception as exc:  # noqa: BLE001 - a load failure is the candidate's verdict
+                return Reply(
+                    seq=seq,
+                    ok=False,
+                    error=f"loading {cmd['entry']!r} failed: {exc}"[:4000],
+                    cuda_error=self.cuda.sticky_error(),
+                )
+            self.copy_back = False
+        else:
+            return Reply(seq=seq, ok=False, error=f"unknown load kind {kind!r}")
+        self._enter_stream()
+        return Reply(seq=seq, ok=True)
+
+    def _enter_stream(self) -> None:
+        import tvm_ffi
+
+        self.torch.cuda.set_stream(self.stream)
+        self._ffi_stream = tvm_ffi.use_torch_stream()
+        self._ffi_stream.__enter__()
+        self.cuda.zero_persisting_limit()
+
+    def _op_trial_begin(self, seq: int, cmd: dict) -> Reply:
+        self.cuda.zero_persisting_limit()
+        if self.cupti is not None and cmd.get("cupti", True):
+            self.cupti.begin()
+        return Reply(seq=seq, ok=True)
+
+    def _op_trial_end(self, seq: int, cmd: dict) -> Reply:
+        if self.cupti is None:
+            return Reply(seq=seq, ok=True, spans=Spans())
+        spans, counts = self.cupti.end()
+        return Reply(seq=seq, ok=True, spans=Spans(spans=spans, activities=counts))
+
+    def _op_call(self, seq: int, cmd: dict) -> Reply:
+        torch = self.torch
+        args = self.args[int(cmd["set"])]
+        ev0, ev1, ev2 = self.events
+        torch.cuda.synchronize()
+        if cmd.get("flush", True):
+            self.flush.zero_()
+            self.cuda.reset_persisting_l2()
+        torch.cuda.synchronize()
+        timed = self.cupti is not None and cmd.get("timed", False)
+        t_start = self.cupti.now() if timed else 0
+        h0 = time.perf_counter()
+        ev0.record(self.stream)
+        result = self.fn(*args)
+        ev1.record(self.stream)
+        torch.cuda.synchronize()
+        host_ms = (time.perf_counter() - h0) * 1e3
+        if timed:
+            self.cupti.window(seq, t_start, self.cupti.now())
+        ev2.record(self.stream)
+        ev2.synchronize()
+        if self.copy_back and result is not None:
+            self._copy_outputs(int(cmd["set"]), result)
+        lost = self._context_lost()
+        if lost:
+            return Reply(seq=seq, ok=False, error=lost, cuda_error=self.cuda.sticky_error())
+        return Reply(
+            seq=seq,
+            ok=True,
+            call=CallResult(
+                ev_stream_ms=ev0.elapsed_time(ev1), ev_device_ms=ev0.elapsed_time(ev2), host_ms=host_ms
+            ),
+        )
+
+    def _copy_outputs(self, index: int, result) -> None:
+        values = result if isinstance(result, tuple | list) else (result,)
+        for dst, src in zip(self.outputs[index], values, strict=True):
+            dst.copy_(src.reshape(dst.shape))
+        self.torch.cuda.synchronize()
+
+    def _context_lost(self) -> str:
+        now = self.cuda.context_id()
+        if self.context_id is not None and now != self.context_id:
+            return (
+                f"the CUDA context of the worker changed during the call (id {self.context_id} -> {now}): "
+                "the candidate reset or replaced the device context (cudaDeviceReset?)"
+            )
+        return ""
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``--fd-in N --fd-out M --device D --parent-pid P``."""
+    parser = argparse.ArgumentParser(prog="ptxgym.evaluation.sandboxed.worker")
+    parser.add_argument("--fd-in", type=int, required=True)
+    parser.add_argument("--fd-out", type=int, required=True)
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args(argv)
+    _die_with_parent(args.parent_pid)
+    conn_in = Connection(args.fd_in, readable=True, writable=False)
+    conn_out = Connection(args.fd_out, readable=False, writable=True)
+    Worker(conn_in, conn_out, args.device).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

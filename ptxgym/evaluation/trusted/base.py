@@ -1,0 +1,168 @@
+"""The evaluator interface: what crosses the GPU boundary of the pipeline.
+
+The CPU stages (extract, policy, build, sass) produce a ``BuiltCandidate``. An ``Evaluator`` takes it
+and returns a ``GpuVerdict``: run, check, time, execute. Backends (``NullEvaluator`` here, the local
+GPU evaluator in ``ptxgym.evaluation.trusted.local``, a Ray or remote one later) all honour this interface, so
+the env never knows which one it talks to.
+
+Every parameter that decides a verdict (tolerances, seeds, timeouts, repetitions) is owned by the
+evaluator through ``EvalSettings``; nothing in an action can change it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ptxgym.records.feedback import (
+    CorrectnessInfo,
+    EnvironmentInfo,
+    MemcheckInfo,
+    Stage,
+    Status,
+    TargetInfo,
+    TimingInfo,
+)
+from ptxgym.records.tasks import Task
+
+
+class TargetMode(str, Enum):
+    """How the target-instruction requirement is checked."""
+
+    OFF = "off"
+    STATIC = "static"
+    """SASS presence only (cuobjdump)."""
+    EXECUTED = "executed"
+    """Nsight Compute predicate-true counts inside the candidate's call (the default)."""
+
+
+class MemcheckMode(str, Enum):
+    """When compute-sanitizer memcheck runs."""
+
+    NEVER = "never"
+    FIRST_CORRECT = "first_correct"
+    """On the first correct candidate of each episode."""
+    ALWAYS = "always"
+    """On every correct candidate."""
+
+
+class EvalSettings(BaseModel):
+    """Evaluator-owned parameters of one evaluation (the defaults follow PTXBench's protocol)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    correctness_sets: int = Field(3, ge=1, description="Fresh random input sets checked per turn.")
+    warmup: int = Field(10, ge=0, description="Warm-up calls per trial.")
+    iterations: int = Field(50, ge=1, description="Timed calls per trial.")
+    trials: int = Field(3, ge=1, description="Trials; latency is the median over all timed calls.")
+    rotate_sets: int = Field(3, ge=1, description="Input sets the timed calls rotate through.")
+    verify_timed_fraction: float = Field(
+        0.25, ge=0.0, le=1.0, description="Fraction of timed calls whose outputs are verified too."
+    )
+    call_timeout_s: float = Field(60.0, gt=0, description="Wall limit for one candidate evaluation step.")
+    target_mode: TargetMode = TargetMode.EXECUTED
+    memcheck: MemcheckMode = MemcheckMode.FIRST_CORRECT
+    profile_timeout_s: float = Field(120.0, gt=0, description="Wall limit for the Nsight Compute check.")
+    memcheck_timeout_s: float = Field(180.0, gt=0, description="Wall limit for compute-sanitizer.")
+    seed: int | None = Field(None, description="Base seed; None draws one per turn (and records it).")
+    max_candidate_gpu_gb: float = Field(
+        16.0, gt=0, description="GPU memory a candidate process may hold beyond its CUDA context, GiB."
+    )
+    wall_slack_ms: float = Field(
+        0.3, ge=0, description="Per-call trusted wall time allowed beyond GPU time + calibrated overhead, ms."
+    )
+    wall_slack_fraction: float = Field(
+        0.10, ge=0, description="Same allowance as a fraction of the median latency (the larger wins)."
+    )
+    floor_slack: float = Field(
+        1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
+    )
+    baseline_from_disk: bool = Field(
+        True, description="Reuse baseline timings cached on disk for this GPU, driver, torch and workload."
+    )
+
+
+class BuiltCandidate(BaseModel):
+    """What the CPU stages hand to an evaluator."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    so_path: Path = Field(description="The built shared object (TVM-FFI module).")
+    entry_symbol: str = Field("run", description="Exported function to call.")
+    source_sha256: str
+    artifact_sha256: str
+    static_target: bool = Field(description="Whether the SASS holds a target-family opcode.")
+    episode_id: str = ""
+    turn: int = 0
+    first_correct_in_episode: bool = Field(
+        True, description="No earlier turn of this episode was correct (for MemcheckMode.FIRST_CORRECT)."
+    )
+
+
+class GpuVerdict(BaseModel):
+    """What an evaluator returns: the GPU-side parts of a Feedback."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Status
+    stage: Stage
+    message: str = ""
+    correctness: CorrectnessInfo | None = None
+    timing: TimingInfo | None = None
+    target: TargetInfo | None = None
+    memcheck: MemcheckInfo | None = None
+    environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
+    stage_wall_s: dict[str, float] = Field(default_factory=dict)
+    log: str = ""
+    seed: int | None = Field(None, description="Per-turn seed that drew the input perturbations.")
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Evaluator-specific measurements (timing cross-check, calibration, baseline source).",
+    )
+
+
+class Evaluator(ABC):
+    """A backend that runs, checks, times and profiles built candidates."""
+
+    name: str = "evaluator"
+
+    @abstractmethod
+    def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """Evaluate one candidate. Must not raise for anything the candidate does."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release processes and GPU memory."""
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NullEvaluator(Evaluator):
+    """Used when no GPU evaluator is available: says so, and never invents a verdict."""
+
+    name = "none"
+
+    def __init__(self, reason: str = "no GPU evaluator is attached") -> None:
+        self.reason = reason
+
+    def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """Return NOT_EVALUATED with instructions for attaching a GPU evaluator."""
+        return GpuVerdict(
+            status=Status.NOT_EVALUATED,
+            stage=Stage.RUN,
+            message=(
+                f"Built and inspected on the CPU, but not run: {self.reason}. Correctness and speed need a "
+                "GPU evaluator: run on a machine with an NVIDIA GPU of the task's architecture and "
+                "`pip install ptxgym[gpu]` (the env then attaches the local evaluator by default), or pass "
+                "evaluator=... to gymnasium.make."
+            ),
+            environment=EnvironmentInfo(evaluator=self.name),
+        )

@@ -1,0 +1,577 @@
+"""The local GPU evaluator: a trusted process per GPU, a disposable worker per candidate.
+
+The trusted side is the process that constructs ``LocalGpuEvaluator`` (the env's process). It owns the
+input sets, the output buffers, the fp32 reference outputs and every verdict; candidate code never runs
+in it. Each candidate gets a fresh pre-warmed worker process (``pool.py``), mapped onto the arena's
+buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did.
+
+Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from
+the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
+-> correctness -> timing (+ wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed
+target instructions (ncu, per TargetMode). The sandbox report of the worker is recorded in the
+verdict's ``environment.sandbox``. The memcheck and ncu runs start their own processes
+(``driver.py``), which are not sandboxed.
+"""
+
+from __future__ import annotations
+
+import collections
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from ptxgym.evaluation.protocol import check_mode
+from ptxgym.evaluation.trusted import ncu
+from ptxgym.evaluation.trusted.arena import Arena
+from ptxgym.evaluation.trusted.base import (
+    BuiltCandidate,
+    EvalSettings,
+    Evaluator,
+    GpuVerdict,
+    MemcheckMode,
+    TargetMode,
+)
+from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore
+from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
+from ptxgym.evaluation.trusted.memcheck import run_memcheck
+from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
+from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
+from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
+from ptxgym.evaluation.trusted.verdicts import correctness_info, fault_verdict, worker_error_verdict
+from ptxgym.records import settings as user_settings
+from ptxgym.records.arch import arch_for_capability
+from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
+from ptxgym.records.feedback import EnvironmentInfo, Stage, Status, TargetInfo, TimingInfo, Verdict, truncate
+from ptxgym.records.tasks import Task
+
+
+class LocalGpuEvaluator(Evaluator):
+    """Runs, checks, times and profiles candidates on one local GPU."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        settings: EvalSettings | None = None,
+        device: int | None = None,
+        spares: int = 2,
+        max_arenas: int = 5,
+        worker_start_timeout_s: float = 180.0,
+        sandbox_mode: str | None = None,
+    ) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise EvaluatorUnavailableError("LocalGpuEvaluator needs a CUDA device; torch sees none")
+        self.settings = settings or EvalSettings()
+        self.device = user_settings.device_index() if device is None else device
+        torch.cuda.set_device(self.device)
+        self.facts = device_facts(self.device)
+        self.arch = arch_for_capability(*self.facts.capability)
+        self.flush_bytes = 2 * self.facts.l2_bytes
+        self.start_timeout_s = worker_start_timeout_s
+        self.max_arenas = max_arenas
+        self.scratch = Path(tempfile.mkdtemp(prefix="ptxgym-eval-"))
+        self.sandbox_mode = check_mode(user_settings.sandbox_mode() if sandbox_mode is None else sandbox_mode)
+        self.pool = WorkerPool(
+            self.device, spares, log_dir=self.scratch, sandboxed=self.sandbox_mode != "off"
+        )
+        self.backend: str | None = None
+        self.cupti_error = ""
+        self._arenas: collections.OrderedDict[tuple[str, str], Arena] = collections.OrderedDict()
+        self._current: Arena | None = None
+        self._held: WorkerHandle | None = None
+        self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
+        self._lock = threading.Lock()
+        self.pool.fill()
+
+    # -------------------------------------------------------------------------------------- public
+
+    @property
+    def environment(self) -> EnvironmentInfo:
+        """GPU and library facts for the record."""
+        f = self.facts
+        return EnvironmentInfo(
+            gpu=f.name, driver=f.driver, cuda_runtime=f.cuda_runtime, torch=f.torch, evaluator=self.name
+        )
+
+    def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """Evaluate one candidate; never raises (infrastructure faults become INFRA_ERROR)."""
+        with self._lock:
+            t0 = time.perf_counter()
+            try:
+                verdict = self._evaluate(task, candidate)
+            except InfraError as exc:
+                verdict = self._infra(str(exc), traceback.format_exc())
+            except Exception as exc:  # noqa: BLE001 - never raise into the episode
+                verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            walls = {**verdict.stage_wall_s, "gpu_total": round(time.perf_counter() - t0, 4)}
+            return verdict.model_copy(update={"stage_wall_s": walls})
+
+    def baseline(self, task: Task) -> BaselineRecord:
+        """The baseline record of a task's workload (measured on first use in this evaluator)."""
+        with self._lock:
+            return self._baseline(task, self._arena(task))
+
+    def close(self) -> None:
+        """Kill the spare workers and free the arenas."""
+        if self._held is not None:
+            self._held.discard()
+            self._held = None
+        self.pool.close()
+        for arena in self._arenas.values():
+            arena.close()
+        self._arenas.clear()
+        self._current = None
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------ stages
+
+    def _evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        if self.arch is None or self.arch.name != task.arch:
+            gpu = f"{self.facts.name} (sm_{self.facts.capability[0]}{self.facts.capability[1]})"
+            return GpuVerdict(
+                status=Status.NOT_EVALUATED,
+                stage=Stage.RUN,
+                environment=self.environment,
+                message=f"task {task.id} targets {task.arch}, which this evaluator's GPU {gpu} "
+                "cannot run; use a GPU of that architecture",
+            )
+        walls: dict[str, float] = {}
+        t = time.perf_counter()
+        arena = self._arena(task)
+        baseline = self._baseline(task, arena)
+        walls["prepare"] = round(time.perf_counter() - t, 4)
+        seed = self._turn_seed(candidate)
+        verdict = self._run_candidate(task, candidate, arena, baseline, seed, walls)
+        if verdict.status is Status.PASSED:
+            verdict = self._post_checks(task, candidate, arena, verdict, walls)
+        return verdict.model_copy(update={"stage_wall_s": {**walls, **verdict.stage_wall_s}, "seed": seed})
+
+    def _turn_seed(self, candidate: BuiltCandidate) -> int:
+        if self.settings.seed is None:
+            return secrets.randbits(31)
+        return (
+            self.settings.seed * 1_000_003 + candidate.turn * 7919 + hash(candidate.episode_id) % 997
+        ) % 2**31
+
+    def _arena(self, task: Task) -> Arena:
+        key = (task.definition.name, task.workload.uuid)
+        if key in self._arenas:
+            self._arenas.move_to_end(key)
+        else:
+            while len(self._arenas) >= self.max_arenas:
+                self._arenas.popitem(last=False)[1].close()
+            n = max(self.settings.correctness_sets, self.settings.rotate_sets)
+            base = self.settings.seed
+            seeds = (
+                [base + i for i in range(n)] if base is not None else [secrets.randbits(31) for _ in range(n)]
+            )
+            self._arenas[key] = Arena(task, seeds, self.device, self.scratch)
+        arena = self._arenas[key]
+        if arena is not self._current:
+            self._current = arena
+            self.pool.primer = self._primer
+            self.pool.prime_all()
+        return arena
+
+    def _primer(self, handle: WorkerHandle) -> None:
+        """Queue the attach of the current arena on a warming worker (the reply is read at take time)."""
+        from ptxgym.evaluation.trusted.arena import ipc_pickle
+
+        arena = self._current
+        if arena is None or handle.primed.get("arena") == arena.id:
+            return
+        handle.send(arena.attach_command(self.flush_bytes, self.backend != EVENTS), ipc_pickle)
+        handle.primed = {"arena": arena.id}
+
+    def _ensure_backend(self, arena: Arena) -> None:
+        """Decide the timing backend once (CUPTI if it works in a worker, else events), keeping the worker."""
+        if self.backend is not None:
+            return
+        handle = self._take_worker(arena)
+        session = Session(handle, arena, self.settings, CUPTI, 0, self.start_timeout_s)
+        try:
+            attached = session.attach(self.flush_bytes, True).attach
+        except (WorkerError, CandidateFault) as exc:
+            handle.discard()
+            raise InfraError(f"worker set-up failed: {exc}") from exc
+        self.backend = CUPTI if attached.cupti else EVENTS
+        self.cupti_error = attached.cupti_error
+        self._held = handle
+
+    def _take_worker(self, arena: Arena) -> WorkerHandle:
+        """A warm worker with the arena attached; failures here are infrastructure, retried once."""
+        held, self._held = self._held, None
+        if held is not None:
+            if held.primed.get("arena") == arena.id:
+                return held
+            held.discard()
+        last: WorkerError | None = None
+        for _ in range(2):
+            handle = self.pool.take()
+            try:
+                self._ready(handle, arena)
+            except WorkerError as exc:
+                handle.discard()
+                last = exc
+                continue
+            return handle
+        raise InfraError(
+            f"no worker process could be started: {last.message}\n{truncate(last.log_tail, 1500)}"
+        )
+
+    def _ready(self, handle: WorkerHandle, arena: Arena | None) -> None:
+        """Wait for a worker's hello and queued attach; keep the attach reply only if it is this arena's."""
+        replies = handle.drain(self.start_timeout_s)
+        attached = [r for r in replies if r.attach is not None or (r.seq > 0 and not r.ok)]
+        if attached:
+            handle.primed["reply"] = attached[-1]
+        if arena is not None and handle.primed.get("arena") != arena.id:
+            handle.primed = {}
+
+    def settle(self) -> None:
+        """Wait until every spare worker is warm (for measurements that need a quiet machine)."""
+        self.pool.fill()
+        for handle in list(self.pool._ready):
+            self._ready(handle, self._current)
+
+    def _session(
+        self, arena: Arena, seed: int, sandboxed: bool = False
+    ) -> tuple[Session, WorkerHandle, float]:
+        """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
+
+        The sandbox comes before the calibration so that the harness overhead is measured under the same
+        syscall filter as the candidate's calls. A sandbox that cannot be applied (strict mode) is an
+        infrastructure error, not the candidate's.
+        """
+        arena.restore()  # an earlier candidate may have written to the shared inputs
+        handle = self._take_worker(arena)
+        session = Session(handle, arena, self.settings, self.backend, seed, self.settings.call_timeout_s)
+        try:
+            attached = session.attach(self.flush_bytes, self.backend == CUPTI).attach
+            if self.backend == CUPTI and not attached.cupti:
+                handle.discard()
+                raise InfraError(f"CUPTI failed in a new worker: {attached.cupti_error}")
+            if sandboxed:
+                session.sandbox(self.sandbox_mode)
+            session.calibrate()
+        except (WorkerError, CandidateFault) as exc:
+            handle.discard()
+            raise InfraError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
+        import torch
+
+        return session, handle, torch.cuda.mem_get_info(self.device)[0]
+
+    def _baseline(self, task: Task, arena: Arena) -> BaselineRecord:
+        self._ensure_backend(arena)
+        key = self.baselines.key(task, self.settings, self.flush_bytes, self.backend)
+        found = self.baselines.get(key, self.settings.baseline_from_disk)
+        if found is not None:
+            return found
+        record = self.measure_baseline(task, arena)
+        self.baselines.put(key, record)
+        return record
+
+    def measure_baseline(self, task: Task, arena: Arena | None = None) -> BaselineRecord:
+        """Check and time the task's baseline now, through the same worker machinery as a candidate."""
+        arena = arena or self._arena(task)
+        self._ensure_backend(arena)
+        session, handle, _ = self._session(arena, secrets.randbits(31))
+        result = SessionResult()
+        try:
+            session.load({"kind": "baseline", "function": task.baseline.function, "options": arena.options})
+            session.correctness(
+                result, strict=False
+            )  # the baseline is timed even where it misses the tolerance
+            session.timing(result, crosscheck=False, strict=False)
+        except (WorkerError, CandidateFault) as exc:
+            return BaselineRecord(
+                name=task.baseline.name,
+                backend=self.backend,
+                correct=None,
+                message=f"baseline {task.baseline.function} failed: {exc}",
+            )
+        finally:
+            handle.discard()
+        info = correctness_info(
+            result.checks,
+            arena.seeds,
+            result.calls_checked,
+            task.tolerance,
+            result.failure.check if result.failure else None,
+        )
+        stats = latency_stats(result.trials) if result.trials else None
+        message = result.failure.message if result.failure else ""
+        return BaselineRecord(
+            name=task.baseline.name,
+            backend=self.backend,
+            stats=stats,
+            correct=result.failure is None,
+            rel_norm_error=info.rel_norm_error,
+            message=message,
+        )
+
+    def _run_candidate(
+        self,
+        task: Task,
+        cand: BuiltCandidate,
+        arena: Arena,
+        baseline: BaselineRecord,
+        seed: int,
+        walls: dict[str, float],
+    ) -> GpuVerdict:
+        """A sandboxed worker, then load, check and time; the verdict records the worker's sandbox."""
+        t = time.perf_counter()
+        session, handle, free_before = self._session(arena, seed, sandboxed=True)
+        walls["worker"] = round(time.perf_counter() - t, 4)
+        verdict = self._measure(task, cand, arena, baseline, session, handle, free_before, walls)
+        env = verdict.environment.model_copy(update={"sandbox": session.sandbox_report.summary()})
+        return verdict.model_copy(update={"environment": env})
+
+    def _measure(
+        self,
+        task: Task,
+        cand: BuiltCandidate,
+        arena: Arena,
+        baseline: BaselineRecord,
+        session: Session,
+        handle: WorkerHandle,
+        free_before: float,
+        walls: dict[str, float],
+    ) -> GpuVerdict:
+        """Load the candidate into the prepared worker, check and time it; the worker is discarded after."""
+        import torch
+
+        result = SessionResult()
+        stage = Stage.RUN
+        clocks = [sm_clock_mhz(self.device)]
+        extra = {"details": {"calibration": session.cal.__dict__, "backend": self.backend}}
+        try:
+            session.load({"kind": "so", "path": str(cand.so_path), "entry": cand.entry_symbol})
+            stage = Stage.CHECK
+            t = time.perf_counter()
+            session.correctness(result)
+            walls["check"] = round(time.perf_counter() - t, 4)
+            hog = self._memory_hog(free_before)
+            if hog or result.failure is not None:
+                return self._failed(task, arena, result, hog, extra)
+            stage = Stage.TIME
+            t = time.perf_counter()
+            session.timing(result)
+            walls["time"] = round(time.perf_counter() - t, 4)
+            clocks.append(sm_clock_mhz(self.device))
+            hog = self._memory_hog(free_before)
+            if hog or result.failure is not None:
+                return self._failed(task, arena, result, hog, extra)
+        except WorkerError as exc:
+            return worker_error_verdict(exc, stage, self.settings.call_timeout_s, self.environment, **extra)
+        except CandidateFault as exc:
+            return fault_verdict(
+                exc.error,
+                exc.cuda_error,
+                exc.stage if stage is Stage.RUN else stage,
+                self.environment,
+                handle.log_tail(),
+                loading=stage is Stage.RUN,
+                **extra,
+            )
+        except torch.OutOfMemoryError as exc:
+            return GpuVerdict(
+                status=Status.RUNTIME_ERROR,
+                stage=stage,
+                environment=self.environment,
+                message=f"GPU memory ran out while the candidate's process held memory: {exc}"[:800],
+                **extra,
+            )
+        finally:
+            handle.discard()
+        return self._timed_verdict(task, arena, baseline, result, clocks, extra)
+
+    def _memory_hog(self, free_before: int) -> str:
+        import torch
+
+        used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**30
+        if used > self.settings.max_candidate_gpu_gb:
+            return (
+                f"the candidate's process holds {used:.1f} GiB of GPU memory, over the "
+                f"{self.settings.max_candidate_gpu_gb:g} GiB limit"
+            )
+        return ""
+
+    def _failed(self, task: Task, arena: Arena, result: SessionResult, hog: str, extra: dict) -> GpuVerdict:
+        failed = result.failure.check if result.failure else None
+        info = correctness_info(result.checks, arena.seeds, result.calls_checked, task.tolerance, failed)
+        if hog:
+            return GpuVerdict(
+                status=Status.RUNTIME_ERROR,
+                stage=Stage.RUN,
+                message=hog,
+                correctness=info,
+                environment=self.environment,
+                **extra,
+            )
+        f = result.failure
+        return GpuVerdict(
+            status=f.status,
+            stage=f.stage,
+            message=f.message,
+            correctness=info,
+            environment=self.environment,
+            **extra,
+        )
+
+    def _timed_verdict(
+        self,
+        task: Task,
+        arena: Arena,
+        baseline: BaselineRecord,
+        result: SessionResult,
+        clocks: list[int | None],
+        extra: dict,
+    ) -> GpuVerdict:
+        info = correctness_info(result.checks, arena.seeds, result.calls_checked, task.tolerance)
+        floor = task.floor_ms(self.facts.name)
+        stats = latency_stats(result.trials) if result.trials else None
+        speedup = None
+        if stats and baseline.stats and stats.median_ms > 0:
+            speedup = baseline.stats.median_ms / stats.median_ms
+        timing = TimingInfo(
+            backend=self.backend or EVENTS,
+            candidate=stats,
+            baseline=baseline.stats,
+            baseline_name=task.baseline.name,
+            speedup=speedup,
+            floor_ms=floor,
+            sol_fraction=(floor / stats.median_ms) if stats else None,
+            l2_flush_bytes=self.flush_bytes,
+            sm_clock_mhz_before=clocks[0],
+            sm_clock_mhz_after=clocks[-1] if len(clocks) > 1 else None,
+        )
+        cc = result.crosscheck
+        extra["details"].update(
+            {
+                "crosscheck": cc.__dict__ if cc else None,
+                "baseline_source": baseline.source,
+                "baseline_correct": baseline.correct,
+                "cupti_error": self.cupti_error,
+            }
+        )
+        anomaly = self._anomaly(stats, floor, result)
+        if anomaly:
+            timing = timing.model_copy(update={"speedup": None})
+            return GpuVerdict(
+                status=Status.TIMING_ANOMALY,
+                stage=Stage.TIME,
+                message=anomaly,
+                correctness=info,
+                timing=timing,
+                environment=self.environment,
+                **extra,
+            )
+        note = "" if baseline.stats else f"; no baseline latency ({baseline.message})"
+        if baseline.stats and baseline.correct is False:
+            note += f"; the baseline itself misses the task tolerance ({baseline.message[:200]})"
+        message = (
+            f"correct on {info.calls_checked} checked calls; median {stats.median_ms:.4f} ms"
+            + (f", {speedup:.3f}x {task.baseline.name}" if speedup else "")
+            + note
+        )
+        return GpuVerdict(
+            status=Status.PASSED,
+            stage=Stage.DONE,
+            message=message,
+            correctness=info,
+            timing=timing,
+            environment=self.environment,
+            **extra,
+        )
+
+    def _anomaly(self, stats, floor: float, result: SessionResult) -> str:
+        if result.missing_spans:
+            return (
+                f"CUPTI recorded no GPU activity for {result.missing_spans} timed call(s): the GPU timer was "
+                "disabled or bypassed"
+            )
+        if stats is None:
+            return "no timed call produced a latency"
+        if stats.median_ms < floor * self.settings.floor_slack:
+            return (
+                f"median latency {stats.median_ms:.4f} ms is below the physical floor {floor:.4f} ms of this "
+                "workload on this GPU: not a record, a measurement the evaluator cannot trust"
+            )
+        if result.crosscheck is not None and not result.crosscheck.ok:
+            return result.crosscheck.message
+        return ""
+
+    def _post_checks(
+        self, task: Task, cand: BuiltCandidate, arena: Arena, verdict: GpuVerdict, walls: dict[str, float]
+    ) -> GpuVerdict:
+        mode = self.settings.memcheck
+        update: dict = {}
+        if mode is MemcheckMode.ALWAYS or (
+            mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
+        ):
+            t = time.perf_counter()
+            info, _, tail = run_memcheck(
+                arena.inputs_file(),
+                cand.so_path,
+                cand.entry_symbol,
+                self.device,
+                self.settings.memcheck_timeout_s,
+            )
+            walls["memcheck"] = round(time.perf_counter() - t, 4)
+            update["memcheck"] = info
+            if info.clean is False:
+                update.update(
+                    status=Status.MEMORY_ERROR,
+                    stage=Stage.RUN,
+                    message=f"compute-sanitizer memcheck found an error: {info.first_error}",
+                    timing=verdict.timing.model_copy(update={"speedup": None}) if verdict.timing else None,
+                )
+                return verdict.model_copy(update=update)
+        t = time.perf_counter()
+        update["target"] = self._target(task, cand, arena)
+        walls["execute"] = round(time.perf_counter() - t, 4)
+        return verdict.model_copy(update=update)
+
+    def _target(self, task: Task, cand: BuiltCandidate, arena: Arena) -> TargetInfo:
+        arch = task.arch_spec
+        mode = self.settings.target_mode
+        if mode is not TargetMode.EXECUTED or not cand.static_target:
+            executed = Verdict.NO if mode is TargetMode.EXECUTED else Verdict.NOT_CHECKED
+            message = "" if cand.static_target else "no target-family opcode in the SASS, so none can execute"
+            return TargetInfo(
+                family=arch.target_family,
+                mode=mode.value,
+                static=cand.static_target,
+                executed=executed,
+                message=message,
+            )
+        key = ncu.cache_key(
+            cand.source_sha256, cand.artifact_sha256, task.arch, task.workload.uuid, cand.entry_symbol
+        )
+        info, _, _ = ncu.check_executed(
+            arch,
+            arena.inputs_file(),
+            cand.so_path,
+            cand.entry_symbol,
+            self.device,
+            self.settings.profile_timeout_s,
+            user_settings.cache_dir() / "ncu",
+            key,
+        )
+        return info
+
+    def _infra(self, message: str, tb: str) -> GpuVerdict:
+        return GpuVerdict(
+            status=Status.INFRA_ERROR,
+            stage=Stage.RUN,
+            environment=self.environment,
+            message=f"evaluator fault (not the candidate's): {message}"[:1500],
+            log=truncate(tb, 3000),
+        )

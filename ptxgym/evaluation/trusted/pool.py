@@ -1,0 +1,280 @@
+"""Disposable worker processes and the pool of pre-warmed spares.
+
+A worker is a fresh interpreter (``python -m ptxgym.evaluation.sandboxed.worker``) in its own session (so the
+whole process group can be killed, children included), SIGKILLed when the thread that spawned it exits, with
+stdout and stderr in a log file and its own scratch directory as working directory (deleted with it). A worker
+meant for the host sandbox (``sandbox.py``) is spawned with a scrubbed environment whose CUDA JIT cache and
+TMPDIR lie in that scratch directory. Commands go down one pipe, JSON replies come up another. Every failure
+to get a well-formed, matching reply in time is an exception the evaluator turns into a verdict:
+``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or ``ProtocolViolation``.
+
+Spawning happens on one long-lived thread, because the parent-death signal is tied to the spawning
+thread, not the process. A fresh interpreter with CUDA costs about 4 s, so the pool keeps ``spares``
+workers warming in the background and replaces each one it hands out at once.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ptxgym.evaluation.protocol import MAX_REPLY_BYTES, Reply, worker_environ
+
+
+class WorkerError(Exception):
+    """A worker did not answer a command properly."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.log_tail = log_tail
+
+
+class WorkerTimeout(WorkerError):
+    """No reply within the time limit (the candidate hangs)."""
+
+
+class WorkerDied(WorkerError):
+    """The worker process ended (exit, abort, signal) before replying."""
+
+    def __init__(self, message: str, log_tail: str = "", returncode: int | None = None) -> None:
+        super().__init__(message, log_tail)
+        self.returncode = returncode
+
+
+class ProtocolViolation(WorkerError):
+    """The reply was malformed, too long, or answered another command."""
+
+
+def describe_exit(returncode: int | None) -> str:
+    """'exit code 3' or 'signal SIGSEGV' for a Popen return code."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class WorkerHandle:
+    """The trusted side of one worker process."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str] | None, log_dir: Path, sandboxed: bool = False
+    ) -> None:
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        self.log_path = Path(tempfile.mkstemp(prefix="worker-", suffix=".log", dir=log_dir)[1])
+        self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=log_dir))
+        if sandboxed:
+            env = worker_environ(os.environ if env is None else env, self.scratch)
+        argv = [*argv, "--fd-in", str(cmd_r), "--fd-out", str(rep_w), "--parent-pid", str(os.getpid())]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(cmd_r, rep_w),
+                cwd=self.scratch,
+                start_new_session=True,
+                env=env,
+            )
+        os.close(cmd_r)
+        os.close(rep_w)
+        self._to = Connection(cmd_w, readable=False, writable=True)
+        self._from = Connection(rep_r, readable=True, writable=False)
+        self.spawned_at = time.monotonic()
+        self.seq = 0
+        self.pending: collections.deque[int] = collections.deque([0])  # the unasked hello
+        self.hello: Reply | None = None
+        self.primed: dict[str, object] = {}
+        self.dead = False
+
+    @property
+    def pid(self) -> int:
+        """Process id (also the process group id)."""
+        return self.proc.pid
+
+    # ---------------------------------------------------------------------------------------- I/O
+
+    def send(self, cmd: dict, pickler=None) -> int:
+        """Queue a command without waiting; returns its sequence number."""
+        self.seq += 1
+        cmd = {**cmd, "seq": self.seq}
+        data = pickler(cmd) if pickler else pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self._to.send_bytes(data)
+        except (BrokenPipeError, OSError) as exc:
+            raise self._died(f"the worker stopped reading commands ({exc})") from exc
+        self.pending.append(self.seq)
+        return self.seq
+
+    def receive(self, timeout_s: float) -> Reply:
+        """The reply to the oldest outstanding command."""
+        expected = self.pending[0]
+        try:
+            ready = self._from.poll(timeout_s)
+        except (OSError, EOFError) as exc:
+            raise self._died(f"the reply channel broke ({exc})") from exc
+        if not ready:
+            if self.proc.poll() is not None:
+                raise self._died("the worker ended without replying")
+            raise WorkerTimeout(f"no reply within {timeout_s:.1f} s", self.log_tail())
+        try:
+            raw = self._from.recv_bytes(MAX_REPLY_BYTES)
+        except EOFError as exc:
+            raise self._died("the worker ended without replying") from exc
+        except OSError as exc:
+            raise ProtocolViolation(f"unreadable or oversized reply ({exc})", self.log_tail()) from exc
+        reply = self._parse(raw)
+        if reply.seq != expected:
+            raise ProtocolViolation(
+                f"reply to command {reply.seq} arrived while {expected} was awaited: "
+                "something else wrote to the reply channel",
+                self.log_tail(),
+            )
+        self.pending.popleft()
+        return reply
+
+    def request(self, cmd: dict, timeout_s: float, pickler=None) -> Reply:
+        """Send a command and wait for its reply (earlier queued replies are consumed first)."""
+        self.drain(timeout_s)
+        self.send(cmd, pickler)
+        return self.receive(timeout_s)
+
+    def drain(self, timeout_s: float) -> list[Reply]:
+        """Collect the replies of every queued command."""
+        return [self.receive(timeout_s) for _ in range(len(self.pending))]
+
+    def _parse(self, raw: bytes) -> Reply:
+        try:
+            return Reply.model_validate_json(raw)
+        except ValidationError as exc:
+            raise ProtocolViolation(
+                f"malformed reply ({len(raw)} bytes: {raw[:80]!r})", self.log_tail()
+            ) from exc
+
+    def _died(self, message: str) -> WorkerDied:
+        try:
+            code = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        return WorkerDied(f"{message} ({describe_exit(code)})", self.log_tail(), code)
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def log_tail(self, limit: int = 3000) -> str:
+        """The last ``limit`` characters of the worker's stdout and stderr."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - limit))
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group, reap it and delete its scratch directory."""
+        if self.dead:
+            return
+        self.dead = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        for conn in (self._to, self._from):
+            conn.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def discard(self) -> None:
+        """Kill and delete the log file."""
+        self.kill()
+        self.log_path.unlink(missing_ok=True)
+
+
+class WorkerPool:
+    """Hands out fresh workers, keeping ``spares`` of them warming in the background.
+
+    ``sandboxed``: spawn every worker ready for the host sandbox (scrubbed environment, private CUDA JIT
+    cache); the sandbox itself is applied later, by a command, after the worker's warm-up.
+    """
+
+    def __init__(
+        self,
+        device: int = 0,
+        spares: int = 2,
+        argv: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+        sandboxed: bool = False,
+    ) -> None:
+        self.device = device
+        self.spares = max(0, spares)
+        self.argv = argv or [
+            sys.executable,
+            "-m",
+            "ptxgym.evaluation.sandboxed.worker",
+            "--device",
+            str(device),
+        ]
+        self.env = env
+        self.sandboxed = sandboxed
+        self._own_dir = tempfile.TemporaryDirectory(prefix="ptxgym-workers-") if log_dir is None else None
+        self.log_dir = Path(self._own_dir.name) if self._own_dir else log_dir
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptxgym-spawner")
+        self._ready: collections.deque[WorkerHandle] = collections.deque()
+        self.primer = None
+        self.spawned = 0
+
+    def _spawn(self) -> WorkerHandle:
+        handle = self._spawner.submit(
+            WorkerHandle, self.argv, self.env, self.log_dir, self.sandboxed
+        ).result()
+        self.spawned += 1
+        if self.primer is not None:
+            self.primer(handle)
+        return handle
+
+    def fill(self) -> None:
+        """Start workers until ``spares`` are warming or ready."""
+        while len(self._ready) < self.spares:
+            self._ready.append(self._spawn())
+
+    def take(self) -> WorkerHandle:
+        """A worker for one candidate (the oldest spare, or a new one); the spare is replaced."""
+        handle = self._ready.popleft() if self._ready else self._spawn()
+        self.fill()
+        return handle
+
+    def prime_all(self) -> None:
+        """Apply the current primer to every waiting spare (e.g. after the arena changed)."""
+        if self.primer is not None:
+            for handle in self._ready:
+                self.primer(handle)
+
+    def close(self) -> None:
+        """Kill every spare and stop the spawner."""
+        while self._ready:
+            self._ready.popleft().discard()
+        self._spawner.shutdown(wait=True)
+        if self._own_dir is not None:
+            self._own_dir.cleanup()

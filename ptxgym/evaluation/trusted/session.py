@@ -1,0 +1,252 @@
+"""One subject (a candidate or the baseline) run in one worker: calibrate, check, time.
+
+The trusted side drives every call: it perturbs the input set and poisons its outputs (own CUDA
+context, synchronised), sends the call, measures the wall time until the reply, and verifies the
+outputs itself. Correctness calls are all verified; timed calls rotate through the input sets, each
+with fresh values, and a random subset (unknown to the worker) is verified too.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+from ptxgym.evaluation.compare import SetCheck
+from ptxgym.evaluation.protocol import CallResult, Reply, SandboxReport
+from ptxgym.evaluation.trusted.arena import Arena, ipc_pickle
+from ptxgym.evaluation.trusted.base import EvalSettings
+from ptxgym.evaluation.trusted.pool import WorkerHandle
+from ptxgym.evaluation.trusted.timing import (
+    CUPTI,
+    Calibration,
+    CrossCheck,
+    calibrate,
+    call_latency,
+    cross_check,
+)
+from ptxgym.records.feedback import Stage, Status
+
+
+class CandidateFault(Exception):
+    """The worker answered, but the candidate's call failed (exception, sticky CUDA error, lost context)."""
+
+    def __init__(self, error: str, cuda_error: str, stage: Stage) -> None:
+        super().__init__(error)
+        self.error, self.cuda_error, self.stage = error, cuda_error, stage
+
+
+@dataclass
+class Failure:
+    """A verdict-deciding failure found by the trusted side."""
+
+    status: Status
+    stage: Stage
+    message: str
+    check: SetCheck | None = None
+
+
+@dataclass
+class TimedCall:
+    """One timed call as both sides saw it."""
+
+    seq: int
+    wall_ms: float
+    call: CallResult
+    span_ms: float | None = None
+    latency_ms: float | None = None
+
+
+@dataclass
+class SessionResult:
+    """Everything one subject's run produced."""
+
+    checks: list[SetCheck] = field(default_factory=list)
+    calls_checked: int = 0
+    failure: Failure | None = None
+    trials: list[list[float]] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    crosscheck: CrossCheck | None = None
+    missing_spans: int = 0
+
+
+class Session:
+    """Runs one subject in one worker against one arena."""
+
+    def __init__(
+        self,
+        worker: WorkerHandle,
+        arena: Arena,
+        settings: EvalSettings,
+        backend: str,
+        seed: int,
+        timeout_s: float,
+    ) -> None:
+        import torch
+
+        self.torch = torch
+        self.worker, self.arena, self.settings, self.backend = worker, arena, settings, backend
+        self.timeout_s = timeout_s
+        self.generator = torch.Generator(device=arena.device).manual_seed(seed)
+        self.rng = random.Random(seed)
+        self.cal: Calibration | None = None
+        self.sandbox_report: SandboxReport | None = None
+
+    # ------------------------------------------------------------------------------------ plumbing
+
+    def _request(self, cmd: dict, stage: Stage, pickler=None) -> Reply:
+        reply = self.worker.request(cmd, self.timeout_s, pickler)
+        if not reply.ok:
+            raise CandidateFault(reply.error, reply.cuda_error, stage)
+        return reply
+
+    def attach(self, flush_bytes: int, cupti: bool) -> Reply:
+        """Map the arena into the worker (skipped if the worker was primed with it)."""
+        primed = self.worker.primed
+        if primed.get("arena") == self.arena.id and primed.get("reply") is not None:
+            reply = primed["reply"]
+        else:
+            reply = self.worker.request(
+                self.arena.attach_command(flush_bytes, cupti), self.timeout_s, ipc_pickle
+            )
+        if not reply.ok:
+            raise CandidateFault(reply.error, reply.cuda_error, Stage.RUN)
+        self.worker.primed = {"arena": self.arena.id, "reply": reply}
+        return reply
+
+    def sandbox(self, mode: str) -> SandboxReport:
+        """Apply the host sandbox in the worker (mode on, strict or off); before the candidate is loaded.
+
+        The report arrives before any candidate code runs in the worker, so it is the worker's own word.
+        """
+        reply = self._request({"op": "sandbox", "mode": mode, "scratch": str(self.worker.scratch)}, Stage.RUN)
+        if reply.sandbox is None:
+            raise CandidateFault(
+                "the worker acknowledged the sandbox command without a report", "", Stage.RUN
+            )
+        self.sandbox_report = reply.sandbox
+        return reply.sandbox
+
+    def load(self, cmd: dict) -> None:
+        """Load the subject (``{"kind": "so"|"baseline"|"noop", ...}``)."""
+        self._request({"op": "load", **cmd}, Stage.RUN)
+
+    def _sync(self) -> None:
+        """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
+        if self.arena.device.type == "cuda":
+            self.torch.cuda.synchronize(self.arena.device)
+
+    def _call(self, index: int, timed: bool) -> TimedCall:
+        self._sync()
+        t0 = time.perf_counter()
+        reply = self._request({"op": "call", "set": index, "timed": timed, "flush": True}, Stage.RUN)
+        wall = (time.perf_counter() - t0) * 1e3
+        return TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call)
+
+    def _trial(
+        self,
+        calls: list[tuple[int, bool]],
+        verify: set[int],
+        result: SessionResult,
+        stage: Stage,
+        strict: bool = True,
+    ) -> list[TimedCall] | None:
+        """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline)."""
+        self._request({"op": "trial_begin", "cupti": self.backend == CUPTI}, stage)
+        timed: list[TimedCall] = []
+        for pos, (index, is_timed) in enumerate(calls):
+            self.arena.prepare(index, self.generator)
+            record = self._call(index, is_timed)
+            if is_timed:
+                timed.append(record)
+            if pos in verify:
+                check = self.arena.verify(index)
+                result.calls_checked += 1
+                if not check.passed and result.failure is None:
+                    result.failure = Failure(check.status, stage, self._where(stage, check), check)
+                if not check.passed and strict:
+                    return None
+        spans = self._request({"op": "trial_end"}, stage).spans
+        for record in timed:
+            record.span_ms = spans.spans.get(record.seq) if spans else None
+        return timed
+
+    @staticmethod
+    def _where(stage: Stage, check: SetCheck) -> str:
+        when = "a correctness call" if stage is Stage.CHECK else "a timed call (fresh values, same buffers)"
+        return f"{check.message} (in {when})"
+
+    # -------------------------------------------------------------------------------------- stages
+
+    def calibrate(self, n: int = 20) -> Calibration:
+        """Per-call harness overhead with a trivial kernel (the candidate is not loaded yet)."""
+        self.load({"kind": "noop"})
+        result = SessionResult()
+        timed = self._trial([(0, True)] * n, set(), result, Stage.RUN) or []
+        ev_s = [r.call.ev_stream_ms for r in timed]
+        ev_d = [r.call.ev_device_ms for r in timed]
+        gap = sorted(d - s for s, d in zip(ev_s, ev_d, strict=True))[len(timed) // 2]
+        lat = [
+            call_latency(self.backend, r.call.ev_stream_ms, r.call.ev_device_ms, r.span_ms, gap) or 0.0
+            for r in timed
+        ]
+        self.cal = calibrate([r.wall_ms for r in timed], lat, ev_s, ev_d)
+        return self.cal
+
+    def correctness(self, result: SessionResult, strict: bool = True) -> None:
+        """Check ``correctness_sets`` calls, each on freshly perturbed values of a rotating set.
+
+        ``strict``: stop at the first failure (candidates); otherwise record it and go on (the baseline).
+        """
+        n_sets = len(self.arena.sets)
+        for i in range(self.settings.correctness_sets):
+            index = i % n_sets
+            self.arena.prepare(index, self.generator)
+            self._call(index, timed=False)
+            check = self.arena.verify(index)
+            result.calls_checked += 1
+            result.checks.append(check)
+            if not check.passed and result.failure is None:
+                result.failure = Failure(check.status, Stage.CHECK, self._where(Stage.CHECK, check), check)
+            if not check.passed and strict:
+                return
+
+    def timing(self, result: SessionResult, crosscheck: bool = True, strict: bool = True) -> None:
+        """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls."""
+        s = self.settings
+        rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
+        for _ in range(s.trials):
+            calls = [(j % rotate, j >= s.warmup) for j in range(s.warmup + s.iterations)]
+            n_verify = min(s.iterations, max(math.ceil(s.verify_timed_fraction * s.iterations), 3))
+            verify = set(self.rng.sample(range(s.warmup, s.warmup + s.iterations), n_verify))
+            timed = self._trial(calls, verify, result, Stage.TIME, strict)
+            if timed is None:
+                return
+            self._collect(timed, result)
+        mutated = self.arena.mutated_inputs()
+        if mutated and result.failure is None:
+            result.failure = Failure(
+                Status.INPUT_MUTATED,
+                Stage.TIME,
+                f"the candidate modified its input(s) {', '.join(mutated)} during timing",
+            )
+            return
+        if crosscheck and self.cal is not None and result.trials:
+            lat = [x for t in result.trials for x in t]
+            result.crosscheck = cross_check(
+                result.walls, lat, self.cal, s.wall_slack_ms, s.wall_slack_fraction
+            )
+
+    def _collect(self, timed: list[TimedCall], result: SessionResult) -> None:
+        gap = self.cal.sync_gap_ms if self.cal else 0.0
+        trial = []
+        for r in timed:
+            lat = call_latency(self.backend, r.call.ev_stream_ms, r.call.ev_device_ms, r.span_ms, gap)
+            if lat is None:
+                result.missing_spans += 1
+                continue
+            trial.append(lat)
+            result.walls.append(r.wall_ms)
+        if trial:
+            result.trials.append(trial)

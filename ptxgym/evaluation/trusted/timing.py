@@ -1,0 +1,124 @@
+"""Latency statistics, per-call latency from the worker's clocks, and the trusted wall-clock cross-check.
+
+The worker reports GPU time per call (CUPTI spans over all GPU activity in the call, or CUDA events
+with a device-wide synchronisation). Those numbers come from the candidate's own process, so the
+trusted side also measures the wall time of every call (command sent -> reply received). Before the
+candidate's code is loaded, the same protocol is run with a trivial kernel to calibrate the harness's
+own per-call overhead (pipe, flush, synchronisations). A candidate whose wall time exceeds its claimed
+GPU time by more than that overhead plus a slack either lies about its GPU time or does work the GPU
+clock does not see (host compute, work between calls): TIMING_ANOMALY.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from ptxgym.records.feedback import LatencyStats
+
+CUPTI = "cupti"
+EVENTS = "events+device-sync"
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def iqr(values: list[float]) -> float:
+    """Interquartile range."""
+    return _quantile(values, 0.75) - _quantile(values, 0.25)
+
+
+def latency_stats(trials: list[list[float]]) -> LatencyStats:
+    """Median over all timed calls, IQR, mean, min, per-trial medians and the worst per-trial CV."""
+    every = [x for t in trials for x in t]
+    cvs = [
+        statistics.pstdev(t) / statistics.fmean(t) for t in trials if len(t) > 1 and statistics.fmean(t) > 0
+    ]
+    return LatencyStats(
+        median_ms=statistics.median(every),
+        iqr_ms=iqr(every),
+        mean_ms=statistics.fmean(every),
+        min_ms=min(every),
+        n=len(every),
+        trials_median_ms=[statistics.median(t) for t in trials],
+        cv=max(cvs) if cvs else 0.0,
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The harness's own per-call cost, measured with a trivial kernel before the candidate is loaded."""
+
+    overhead_ms: float
+    """Median of (trusted wall time - reported GPU time) per call."""
+    overhead_iqr_ms: float
+    sync_gap_ms: float
+    """Median of (device-synchronised event time - stream event time): the cost of the device sync."""
+    n: int
+
+
+def call_latency(
+    backend: str, ev_stream_ms: float, ev_device_ms: float, span_ms: float | None, sync_gap_ms: float
+) -> float | None:
+    """GPU latency of one call under a backend (None if CUPTI saw no GPU activity).
+
+    events: the stream-event time, unless the device-wide synchronisation took longer than its
+    calibrated cost (work on other streams), in which case the device-synchronised time minus that cost.
+    """
+    if backend == CUPTI:
+        return span_ms
+    return max(ev_stream_ms, ev_device_ms - sync_gap_ms)
+
+
+def calibrate(
+    walls_ms: list[float], latencies_ms: list[float], ev_stream_ms: list[float], ev_device_ms: list[float]
+) -> Calibration:
+    """Calibration from trivial-kernel calls."""
+    overheads = [w - g for w, g in zip(walls_ms, latencies_ms, strict=True)]
+    gaps = [d - s for s, d in zip(ev_stream_ms, ev_device_ms, strict=True)]
+    return Calibration(
+        overhead_ms=statistics.median(overheads),
+        overhead_iqr_ms=iqr(overheads),
+        sync_gap_ms=statistics.median(gaps),
+        n=len(overheads),
+    )
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """Trusted wall clock against the worker's claimed GPU times."""
+
+    ok: bool
+    median_overhead_ms: float
+    allowed_ms: float
+    message: str = ""
+
+
+def cross_check(
+    walls_ms: list[float], latencies_ms: list[float], cal: Calibration, slack_ms: float, slack_fraction: float
+) -> CrossCheck:
+    """Whether the median per-call wall time is explained by GPU time plus calibrated overhead."""
+    overheads = [w - g for w, g in zip(walls_ms, latencies_ms, strict=True)]
+    median_overhead = statistics.median(overheads)
+    median_latency = statistics.median(latencies_ms)
+    allowed = cal.overhead_ms + max(slack_ms, slack_fraction * median_latency, 5 * cal.overhead_iqr_ms)
+    if median_overhead <= allowed:
+        return CrossCheck(True, median_overhead, allowed)
+    return CrossCheck(
+        False,
+        median_overhead,
+        allowed,
+        f"per-call wall time measured by the evaluator exceeds the reported GPU time by "
+        f"{median_overhead:.3f} ms "
+        f"(median), more than the calibrated harness overhead plus slack ({allowed:.3f} ms): work outside "
+        "the "
+        f"GPU timer (host-side compute, work between calls, or a forged timing) of about "
+        f"{median_overhead - cal.overhead_ms:.3f} ms per call",
+    )

@@ -1,0 +1,289 @@
+"""The Feedback record: one per turn, the structured outcome of every pipeline stage.
+
+Every stage writes its part; the first failing stage sets ``status``, ``stage`` and ``message`` and
+ends the turn. The env exposes the whole record in ``info["feedback"]`` and renders it as text for
+the model (``render_feedback``); rewards are pure functions of it. The record crosses process
+boundaries (evaluator workers, trajectory files), so it is frozen, versioned and JSON round-trips.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "ptxgym.records.feedback.v1"
+
+
+class Status(str, Enum):
+    """Closed set of turn outcomes. Only PASSED is a correct, timed kernel."""
+
+    PASSED = "PASSED"
+    NOT_EVALUATED = "NOT_EVALUATED"
+    """Every CPU stage passed, but no GPU evaluator is attached: correctness and speed are unknown."""
+    EXTRACT_ERROR = "EXTRACT_ERROR"
+    STATIC_REJECT = "STATIC_REJECT"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    COMPILE_TIMEOUT = "COMPILE_TIMEOUT"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIMEOUT = "TIMEOUT"
+    CRASH = "CRASH"
+    MEMORY_ERROR = "MEMORY_ERROR"
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"
+    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
+    NONFINITE = "NONFINITE"
+    UNWRITTEN = "UNWRITTEN"
+    INPUT_MUTATED = "INPUT_MUTATED"
+    TIMING_ANOMALY = "TIMING_ANOMALY"
+    INFRA_ERROR = "INFRA_ERROR"
+    """The evaluator itself failed; the turn says nothing about the candidate."""
+
+    @property
+    def compiled(self) -> bool:
+        """Whether a turn with this status got past the build."""
+        return self not in _PRE_BUILD
+
+    @property
+    def ran(self) -> bool:
+        """Whether the candidate ran to completion at least once without a runtime fault."""
+        return self in _RAN
+
+
+_PRE_BUILD = {Status.EXTRACT_ERROR, Status.STATIC_REJECT, Status.COMPILE_ERROR, Status.COMPILE_TIMEOUT}
+_RAN = {
+    Status.PASSED,
+    Status.INCORRECT_SHAPE,
+    Status.INCORRECT_DTYPE,
+    Status.INCORRECT_NUMERICAL,
+    Status.NONFINITE,
+    Status.UNWRITTEN,
+    Status.INPUT_MUTATED,
+    Status.TIMING_ANOMALY,
+}
+
+
+class Stage(str, Enum):
+    """Pipeline stages, in order (DESIGN.md section 1)."""
+
+    EXTRACT = "extract"
+    SCREEN = "screen"
+    """The source screen (``ptxgym.cpu.screen``); records written before 0.2 call it ``policy``."""
+    BUILD = "build"
+    SASS = "sass"
+    RUN = "run"
+    CHECK = "check"
+    TIME = "time"
+    EXECUTE = "execute"
+    DONE = "done"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Stage | None:
+        return cls.SCREEN if value == "policy" else None
+
+
+class Verdict(str, Enum):
+    """Whether the target instruction family executed."""
+
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
+    """Profiling failed or was not possible; never counted as a yes."""
+    NOT_CHECKED = "not_checked"
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KernelResources(_Part):
+    """ptxas resource usage of one kernel (from ``-Xptxas -v``)."""
+
+    kernel: str = Field(description="Mangled kernel name as ptxas reports it.")
+    registers: int | None = Field(None, description="Registers per thread.")
+    shared_bytes: int | None = Field(None, description="Static shared memory per block, bytes.")
+    constant_bytes: int | None = Field(None, description="Constant bank 0 bytes.")
+    stack_bytes: int | None = Field(None, description="Stack frame per thread, bytes.")
+    spill_stores: int | None = Field(None, description="Spill store bytes.")
+    spill_loads: int | None = Field(None, description="Spill load bytes.")
+    barriers: int | None = Field(None, description="Named barriers used.")
+
+
+class CompileInfo(_Part):
+    """Outcome of the nvcc build."""
+
+    ok: bool = Field(description="Whether a shared object was produced.")
+    command: list[str] = Field(default_factory=list, description="The nvcc argv (paths shortened).")
+    log: str = Field("", description="nvcc/ptxas output, truncated to a few KiB.")
+    cache_hit: bool = Field(False, description="Whether the build came from the content-addressed cache.")
+    wall_s: float = Field(0.0, description="Wall time of the build (0 on a cache hit).")
+    nvcc_version: str | None = Field(None, description="Release reported by nvcc, e.g. 13.0.")
+    resources: list[KernelResources] = Field(default_factory=list, description="ptxas report per kernel.")
+    artifact_sha256: str | None = Field(None, description="SHA-256 of the built shared object.")
+    imports: list[str] = Field(default_factory=list, description="Dynamic symbols the .so imports.")
+    needed: list[str] = Field(default_factory=list, description="DT_NEEDED libraries of the .so.")
+
+
+class KernelSass(_Part):
+    """SASS census of one kernel."""
+
+    kernel: str
+    instructions: int = Field(description="Number of SASS instructions.")
+    families: dict[str, int] = Field(default_factory=dict, description="Opcode (no modifiers) -> count.")
+    target_opcodes: dict[str, int] = Field(default_factory=dict, description="Target-family opcode -> count.")
+
+
+class SassInfo(_Part):
+    """cuobjdump census of the built object."""
+
+    arch: str = Field(description="SASS architecture found, e.g. sm_90a.")
+    kernels: list[KernelSass] = Field(default_factory=list)
+    histogram: dict[str, int] = Field(default_factory=dict, description="Opcode counts over all kernels.")
+    static_target: bool = Field(False, description="Whether any kernel contains a target-family opcode.")
+
+
+class CorrectnessInfo(_Part):
+    """Comparison of the candidate's outputs with the reference, over all input sets checked."""
+
+    input_sets: int = Field(0, description="Fresh random input sets checked.")
+    seeds: list[int] = Field(default_factory=list, description="Seeds of those input sets.")
+    calls_checked: int = Field(0, description="Candidate calls whose outputs were verified (timed ones too).")
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    rel_norm_error: float | None = Field(None, description="max over outputs of ||out-ref|| / ||ref||.")
+    mismatch_ratio: float | None = Field(None, description="Fraction of elements outside tolerance.")
+    first_bad_output: str | None = None
+    first_bad_index: list[int] | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    rel_norm_tol: float | None = None
+
+
+class LatencyStats(_Part):
+    """Latency of one kernel over the timed calls, milliseconds."""
+
+    median_ms: float
+    iqr_ms: float = 0.0
+    mean_ms: float = 0.0
+    min_ms: float = 0.0
+    n: int = Field(0, description="Timed calls in all trials.")
+    trials_median_ms: list[float] = Field(default_factory=list)
+    cv: float = Field(0.0, description="Max over trials of std/mean of the timed calls.")
+
+
+class TimingInfo(_Part):
+    """Candidate against baseline, timed in the same evaluator process lifetime."""
+
+    backend: str = Field(description="How GPU time was measured, e.g. cupti or events+device-sync.")
+    candidate: LatencyStats | None = None
+    baseline: LatencyStats | None = None
+    baseline_name: str | None = None
+    speedup: float | None = Field(None, description="baseline median / candidate median.")
+    floor_ms: float | None = Field(None, description="Speed-of-light latency from FLOP and byte counts.")
+    sol_fraction: float | None = Field(None, description="floor_ms / candidate median (1.0 = at the floor).")
+    l2_flush_bytes: int | None = None
+    sm_clock_mhz_before: int | None = None
+    sm_clock_mhz_after: int | None = None
+
+
+class TargetInfo(_Part):
+    """Did the kernel use (statically) and execute (at run time) the target instruction family?"""
+
+    family: str = Field(description="Human name of the required family.")
+    mode: str = Field("executed", description="off, static or executed.")
+    static: bool | None = Field(None, description="Target opcode present in the SASS.")
+    executed: Verdict = Verdict.NOT_CHECKED
+    counts: dict[str, int] = Field(default_factory=dict, description="Opcode -> predicate-true thread count.")
+    message: str = ""
+
+
+class MemcheckInfo(_Part):
+    """compute-sanitizer memcheck stage."""
+
+    ran: bool = False
+    clean: bool | None = None
+    first_error: str | None = None
+
+
+class EnvironmentInfo(_Part):
+    """Toolchain and GPU facts of the turn."""
+
+    nvcc: str | None = None
+    cuobjdump: str | None = None
+    gpu: str | None = None
+    driver: str | None = None
+    cuda_runtime: str | None = None
+    torch: str | None = None
+    evaluator: str | None = None
+    sandbox: dict[str, str] | None = Field(
+        None,
+        description="Host sandbox of the candidate's worker: layer (no_new_privs, network, filesystem, "
+        "rlimits, environment) -> 'active', 'partial: ...', 'unavailable: ...' or 'off'. None where no "
+        "candidate ran in a worker.",
+    )
+
+
+class Feedback(BaseModel):
+    """One turn's structured outcome. ``status`` is the verdict; the parts say why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: str = SCHEMA_VERSION
+    task_id: str = Field(description="Catalog task id, e.g. gemm_bf16_m8192_n7168_k5120-sm_90a.")
+    turn: int = Field(0, description="0-based turn index within the episode.")
+    status: Status
+    stage: Stage = Field(description="Stage that decided the status (DONE when everything ran).")
+    message: str = Field("", description="One precise sentence or two about the status.")
+    source_sha256: str | None = Field(None, description="SHA-256 of the extracted source.")
+    source_chars: int = 0
+    compile: CompileInfo | None = None
+    sass: SassInfo | None = None
+    correctness: CorrectnessInfo | None = None
+    timing: TimingInfo | None = None
+    target: TargetInfo | None = None
+    memcheck: MemcheckInfo | None = None
+    stage_wall_s: dict[str, float] = Field(default_factory=dict, description="Wall seconds per stage.")
+    environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
+    log: str = Field("", description="Runtime log tail of the candidate process (truncated).")
+
+    @property
+    def speedup(self) -> float | None:
+        """Speedup over the baseline, only for a PASSED turn."""
+        if self.status is not Status.PASSED or self.timing is None:
+            return None
+        return self.timing.speedup
+
+    @property
+    def correct(self) -> bool:
+        """Whether the turn is functionally correct (PASSED)."""
+        return self.status is Status.PASSED
+
+    @property
+    def target_executed(self) -> Verdict:
+        """The run-time target-instruction verdict."""
+        return self.target.executed if self.target else Verdict.NOT_CHECKED
+
+    def to_json(self, indent: int | None = None) -> str:
+        """JSON text; NaN and infinities become null."""
+        return json.dumps(self.model_dump(mode="json"), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | dict[str, Any]) -> Feedback:
+        """Parse JSON text or a dict."""
+        data = json.loads(text) if isinstance(text, str) else text
+        return cls.model_validate(data)
+
+    def replace(self, **changes: Any) -> Feedback:
+        """A copy with some fields changed (validated)."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+def truncate(text: str, limit: int = 4000) -> str:
+    """Keep the head and the tail of a long text, marking the cut."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[-tail:]}"

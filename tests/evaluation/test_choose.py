@@ -1,0 +1,45 @@
+"""select_evaluator without a usable GPU: a NullEvaluator that says why, or a precise error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ptxgym.evaluation.choose import gpu_unavailable_reason, select_evaluator
+from ptxgym.evaluation.trusted.base import NullEvaluator
+from ptxgym.records.errors import EvaluatorUnavailableError
+
+
+@pytest.fixture
+def no_gpu():
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        pytest.skip("a supported GPU is usable here; these tests cover the machine without one")
+    return reason
+
+
+def test_auto_gives_null_evaluator_with_the_reason(no_gpu, monkeypatch):
+    monkeypatch.delenv("PTXGYM_EVALUATOR", raising=False)
+    evaluator = select_evaluator()
+    assert isinstance(evaluator, NullEvaluator)
+    assert evaluator.reason == no_gpu
+    assert "torch" in no_gpu
+
+
+def test_none_and_local(no_gpu, monkeypatch):
+    assert "switched off" in select_evaluator("none").reason
+    monkeypatch.setenv("PTXGYM_EVALUATOR", "local")
+    with pytest.raises(EvaluatorUnavailableError, match="cannot run here"):
+        select_evaluator()
+    with pytest.raises(ValueError, match="auto, none or local"):
+        select_evaluator("remote")
+
+
+def test_importing_select_does_not_import_torch():
+    code = (
+        "import sys, ptxgym.evaluation.choose, ptxgym.evaluation.trusted.local; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

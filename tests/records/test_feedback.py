@@ -1,0 +1,105 @@
+"""The Feedback record: versioned, JSON round-trip, rendered as text for the model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ptxgym.records.feedback import (
+    CompileInfo,
+    CorrectnessInfo,
+    Feedback,
+    KernelResources,
+    LatencyStats,
+    SassInfo,
+    Stage,
+    Status,
+    TargetInfo,
+    TimingInfo,
+    Verdict,
+    truncate,
+)
+from ptxgym.records.feedback_text import render_feedback
+
+
+def _passed() -> Feedback:
+    return Feedback(
+        task_id="Gemm-sm90a",
+        turn=2,
+        status=Status.PASSED,
+        stage=Stage.DONE,
+        compile=CompileInfo(
+            ok=True,
+            resources=[KernelResources(kernel="_Z4gemmv", registers=168, shared_bytes=0, spill_stores=0)],
+        ),
+        sass=SassInfo(arch="sm_90a", static_target=True, histogram={"HGMMA": 8}),
+        correctness=CorrectnessInfo(
+            input_sets=3,
+            calls_checked=40,
+            max_abs_error=0.0078,
+            max_rel_error=0.0039,
+            rel_norm_error=0.002,
+            mismatch_ratio=0.0,
+        ),
+        timing=TimingInfo(
+            backend="events+device-sync",
+            candidate=LatencyStats(median_ms=0.8, n=150),
+            baseline=LatencyStats(median_ms=0.778, n=150),
+            baseline_name="cublas",
+            speedup=0.9725,
+            sol_fraction=0.76,
+        ),
+        target=TargetInfo(family="wgmma", static=True, executed=Verdict.YES, counts={"HGMMA": 1024}),
+    )
+
+
+def test_json_round_trip_keeps_everything() -> None:
+    fb = _passed()
+    again = Feedback.from_json(fb.to_json())
+    assert again == fb
+    assert json.loads(fb.to_json())["schema_version"] == "ptxgym.records.feedback.v1"
+    assert again.speedup == pytest.approx(0.9725) and again.correct
+
+
+def test_speedup_only_for_passed() -> None:
+    fb = _passed().replace(status=Status.TIMING_ANOMALY)
+    assert fb.speedup is None and not fb.correct
+
+
+def test_record_is_frozen_and_closed() -> None:
+    fb = _passed()
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises its own ValidationError type
+        fb.status = Status.CRASH  # type: ignore[misc]
+    with pytest.raises(Exception):  # noqa: B017
+        Feedback.from_json({**json.loads(fb.to_json()), "made_up": 1})
+
+
+def test_render_passed_mentions_evidence() -> None:
+    text = render_feedback(_passed())
+    assert text.startswith("Turn 3 result: PASSED")
+    for needle in ("168 registers", "speedup 0.973x", "Target instructions", "executed", "HGMMA=1024"):
+        assert needle in text
+
+
+def test_render_compile_error_shows_log() -> None:
+    fb = Feedback(
+        task_id="Gemm-sm90a",
+        status=Status.COMPILE_ERROR,
+        stage=Stage.BUILD,
+        message="nvcc failed",
+        compile=CompileInfo(ok=False, log="kernel.cu(3): error: x"),
+    )
+    text = render_feedback(fb)
+    assert "kernel.cu(3): error: x" in text and "Fix the compile errors" in text
+
+
+def test_status_helpers() -> None:
+    assert not Status.COMPILE_ERROR.compiled and Status.RUNTIME_ERROR.compiled
+    assert Status.INCORRECT_NUMERICAL.ran and not Status.CRASH.ran
+
+
+def test_truncate_keeps_head_and_tail() -> None:
+    text = "a" * 5000 + "TAIL"
+    out = truncate(text, 1000)
+    assert len(out) < 1100 and out.endswith("TAIL") and "cut" in out

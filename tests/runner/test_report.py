@@ -1,0 +1,152 @@
+"""Report rendering: the summary table and the Fast_p PNG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ptxgym.cli.main import main
+from ptxgym.records.feedback import Feedback, Stage, Status
+from ptxgym.records.turns import TurnRecord
+from ptxgym.runner.metrics import summarize
+from ptxgym.runner.report import format_table
+
+
+def make_run(run_dir: Path) -> list[TurnRecord]:
+    """Two tasks x two variants x two trajectories of 4 turns, with known outcomes."""
+    fb = Feedback(task_id="x", status=Status.EXTRACT_ERROR, stage=Stage.EXTRACT).to_json()
+    plan = {  # (task, variant) -> per trajectory, per turn: (status, speedup, target)
+        ("Gemm-sm90a", "full"): [
+            [
+                ("COMPILE_ERROR", None, "not_checked"),
+                ("PASSED", 0.6, "yes"),
+                ("PASSED", 0.95, "yes"),
+                ("PASSED", 1.05, "unknown"),
+            ],
+            [
+                ("PASSED", 0.3, "no"),
+                ("RUNTIME_ERROR", None, "not_checked"),
+                ("PASSED", 0.8, "yes"),
+                ("EXTRACT_ERROR", None, "not_checked"),
+            ],
+        ],
+        ("Gemm-sm90a", "params"): [
+            [("COMPILE_ERROR", None, "not_checked")] * 3 + [("PASSED", 0.4, "no")],
+            [("PASSED", 0.7, "yes")] + [("INCORRECT_NUMERICAL", None, "yes")] * 3,
+        ],
+        ("MhaFwd-sm90a", "full"): [
+            [("PASSED", 0.2, "yes"), ("PASSED", 0.5, "yes"), ("TIMEOUT", None, "no"), ("PASSED", 0.75, "yes")]
+        ]
+        * 2,
+    }
+    records = []
+    for (task, variant), trajs in plan.items():
+        for i, turns in enumerate(trajs):
+            for t, (status, spd, target) in enumerate(turns):
+                records.append(
+                    TurnRecord(
+                        run_id="r",
+                        trajectory_id=f"{task}/{variant}/{i}",
+                        task_id=task,
+                        variant=variant,
+                        policy="p",
+                        turn=t,
+                        action="...",
+                        status=status,
+                        correct=status == "PASSED",
+                        target_executed=target,
+                        speedup=spd,
+                        feedback_json=fb,
+                        truncated=t == 3,
+                    )
+                )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "trajectories.jsonl").write_text("".join(r.to_line() + "\n" for r in records))
+    return records
+
+
+def test_table_has_paper_columns_and_values(tmp_path: Path) -> None:
+    records = make_run(tmp_path / "run")
+    text = format_table(summarize(records, [1, 4]))
+    head = text.splitlines()[0].split()
+    assert head == [
+        "task",
+        "traj",
+        "turns",
+        "correct<=1",
+        "correct<=4",
+        "inst<=1",
+        "inst<=4",
+        "best",
+        "best(inst)",
+        "not-eval",
+    ]
+    gemm = next(line for line in text.splitlines() if line.startswith("Gemm-sm90a")).split()
+    # Gemm: 16 turns, 7 correct; turn 0: 2 of 4 correct (1 with target yes); inst: 0.6, 0.95, 0.8, 0.7.
+    assert gemm[1:] == ["4", "16", "50.0%", "43.8%", "25.0%", "25.0%", "1.050x", "0.950x", "0"]
+    assert "NOTE" not in text
+    md = format_table(summarize(records), markdown=True)
+    assert md.startswith("| task | traj |") and "| all |" in md
+
+
+@pytest.mark.slow
+def test_report_writes_png_and_cli_prints_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    make_run(run)
+    rc = main(["report", str(run)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "Gemm-sm90a" in out and "MhaFwd-sm90a" in out
+    png = run / "report" / "fast_p.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    from PIL import Image
+
+    with Image.open(png) as img:
+        assert img.size[0] > img.size[1] > 300  # two task panels side by side
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert summary["rows"][0]["best_speedup"] == pytest.approx(1.05)
+    assert (run / "report" / "summary.md").read_text().startswith("| task |")
+
+
+def test_report_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "no trajectory file" in capsys.readouterr().err
+    (tmp_path / "trajectories.jsonl").write_text("")
+    assert main(["report", str(tmp_path)]) == 1
+
+
+def test_no_gpu_note(tmp_path: Path) -> None:
+    fb = Feedback(task_id="x", status=Status.NOT_EVALUATED, stage=Stage.RUN).to_json()
+    rec = TurnRecord(
+        run_id="r",
+        trajectory_id="t",
+        task_id="Gemm-sm90a",
+        variant="none",
+        policy="p",
+        turn=0,
+        action="",
+        status="NOT_EVALUATED",
+        feedback_json=fb,
+    )
+    text = format_table(summarize([rec]))
+    assert "Correctness and speed need a GPU evaluator" in text
+
+
+def test_cpu_stage_failures_are_not_blamed_on_a_missing_gpu() -> None:
+    fb = Feedback(task_id="x", status=Status.COMPILE_ERROR, stage=Stage.BUILD).to_json()
+    rec = TurnRecord(
+        run_id="r",
+        trajectory_id="t",
+        task_id="Gemm-sm90a",
+        variant="none",
+        policy="p",
+        turn=0,
+        action="",
+        status="COMPILE_ERROR",
+        feedback_json=fb,
+    )
+    text = format_table(summarize([rec]))
+    assert "no turn reached the GPU stage; every turn ended before it (COMPILE_ERROR x1)" in text
+    assert "need a GPU evaluator" not in text
