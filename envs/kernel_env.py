@@ -54,6 +54,14 @@ class KernelEnv(gymnasium.Env):
     **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local" or an Evaluator),
     ``settings`` (EvalSettings for a local evaluator), ``reward``, ``max_turns`` (8), ``target_speedup``
     (1.2), ``variant`` (knowledge-pack prompt variant or None).
+
+    **Version history.** The version suffix of an id fixes the reward and observation semantics: a change
+    to what a reward pays for, to an observation field's meaning or to the episode-end rule gets a new
+    suffix; fixes that close a loophole keep it (an exploit is not a semantics).
+
+    * ``-v0`` (ptxgym 0.1.0): as described above.
+    * ptxgym 0.1.0 layout release: the ``stage`` of a turn stopped by the source screen reads
+      ``"screen"`` (it read ``"policy"``; old records still load). Nothing else changed.
     """
 
     metadata = {"render_modes": ["ansi"]}

@@ -62,7 +62,7 @@ def extracted(feedback: Feedback) -> bool:
 
 
 def compiled(feedback: Feedback) -> bool:
-    """The candidate passed the static policy and nvcc produced a shared object."""
+    """The candidate passed the source screen and nvcc produced a shared object."""
     if feedback.status is Status.INFRA_ERROR:
         return feedback.compile is not None and feedback.compile.ok
     return feedback.status.compiled

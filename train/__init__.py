@@ -2,8 +2,8 @@
 
 | module | what |
 | --- | --- |
-| ``records`` | ``SftExample`` (last assistant message supervised), save/load as JSONL and HF datasets |
-| ``trajectories`` | reading ``TurnRecord`` files: grouping, task prompt, feedback text after a turn |
+| ``sft_examples`` | ``SftExample`` (last assistant message supervised), save/load as JSONL and HF datasets |
+| ``episodes`` | reading ``TurnRecord`` files: grouping, task prompt, feedback text after a turn |
 | ``selection`` | normalised kernel hash (dedup), per-task caps (balance) |
 | ``teachers`` | ``RepairTeacher``, ``ReasoningTeacher``: any policy; repairs verified by the pipeline |
 | ``kernelgen`` | KernelGen rows: task -> reasoning + correct kernel (from trajectories or kernel files) |
@@ -18,3 +18,5 @@
 CLI: ``ptxgym train data|tiny|sft|grpo``. Nothing here imports torch, transformers, trl or datasets at
 import time; they load inside the functions that need them (install ``ptxgym[train]``).
 """
+
+__all__: list[str] = []  # a folder of modules: import them by name

@@ -2,7 +2,7 @@
 
 ``probe(policy, task_ids)`` plays one turn per task (and prompt variant) through ``gymnasium.make`` and
 ``env.step``, exactly as an episode's first turn, and reports the share of answers that compiled
-(passed extract, static policy and nvcc) and that qualified as correct (``ptxgym.rewards.gate``). With no
+(passed extract, source screen and nvcc) and that qualified as correct (``ptxgym.rewards.gate``). With no
 GPU evaluator only the compile rate means anything; correctness needs the GPU.
 """
 

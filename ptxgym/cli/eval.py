@@ -211,7 +211,7 @@ def build_config(args: argparse.Namespace):
 def _no_gpu_warning(reason: str | None) -> str:
     return (
         f"WARNING: no GPU evaluator ({reason or 'none attached'}). Only the CPU stages run (extract, "
-        "static policy, nvcc build, SASS census); turns that build end NOT_EVALUATED. Correctness, "
+        "source screen, nvcc build, SASS census); turns that build end NOT_EVALUATED. Correctness, "
         "target-instruction execution and speed need a GPU evaluator: run on a machine with an NVIDIA "
         "GPU of the task's architecture with `pip install ptxgym[gpu]` and --evaluator local."
     )

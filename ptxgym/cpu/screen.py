@@ -42,7 +42,7 @@ class ScreenVerdict:
     line: int | None = None
 
 
-PASS = ScreenVerdict(ok=True, rule=None, message="passed the static policy")
+PASS = ScreenVerdict(ok=True, rule=None, message="passed the source screen")
 
 
 # ---------------------------------------------------------------------------------------- lexing

@@ -11,3 +11,27 @@
 
 No module imported here pulls in torch.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public names, loaded on first use so that the candidate worker, which imports this package, loads
+#: nothing of the trusted side.
+_LAZY = {
+    "BuiltCandidate": "ptxgym.evaluation.trusted.base",
+    "EvalSettings": "ptxgym.evaluation.trusted.base",
+    "Evaluator": "ptxgym.evaluation.trusted.base",
+    "GpuVerdict": "ptxgym.evaluation.trusted.base",
+    "NullEvaluator": "ptxgym.evaluation.trusted.base",
+    "select_evaluator": "ptxgym.evaluation.choose",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'ptxgym.evaluation' has no attribute {name!r}")

@@ -25,7 +25,7 @@ from ptxgym.runner.metrics import (
 
 TRAJECTORY_FILE = "trajectories.jsonl"
 NO_GPU_NOTE = (
-    "No turn was run on a GPU evaluator: only the CPU stages (extract, static policy, nvcc build, SASS "
+    "No turn was run on a GPU evaluator: only the CPU stages (extract, source screen, nvcc build, SASS "
     "census) ran, so correctness, target-instruction execution and speed are unknown and every rate is 0. "
     "Correctness and speed need a GPU evaluator (a machine with an NVIDIA GPU of the task's architecture "
     "and `pip install ptxgym[gpu]`; then --evaluator local)."

@@ -1,4 +1,4 @@
-"""Fixtures for the evaluator tests: the fake worker; helpers live in evaltest_helpers / evaltest_kernels."""
+"""Fixtures for the evaluator tests: the fake worker (helpers: evaltest_helpers, ptxgym.audit.corpus)."""
 
 from __future__ import annotations
 

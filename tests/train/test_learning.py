@@ -1,7 +1,7 @@
 """Proof that the loop learns, on the CPU: SFT raises the env-measured rate of compilable sm_90a kernels.
 
 A tiny model built locally (no download) answers each task prompt greedily through the transformers
-policy; the env's CPU stages (extract, static policy, real nvcc build for sm_90a, SASS census) judge
+policy; the env's CPU stages (extract, source screen, real nvcc build for sm_90a, SASS census) judge
 each answer. Then the model is fine-tuned with ``ptxgym.train.sft`` (TRL SFTTrainer + LoRA) on KernelGen
 rows, one kernel per task, and probed again; finally one GRPO step with CPU-stage rewards runs from the
 fine-tuned model.
