@@ -1,7 +1,8 @@
 """Typed messages between the trusted evaluator and a disposable candidate worker.
 
-Direction matters for trust. Commands (trusted -> worker) are pickled: the worker trusts its parent,
-and CUDA tensors travel as IPC handles through torch's pickling reducers. Replies (worker -> trusted)
+Direction matters for trust. Commands (trusted -> worker) are the frozen models below, one per
+operation, pickled: the worker trusts its parent, and CUDA tensors travel as IPC handles through torch's
+pickling reducers; the worker accepts nothing but an instance of ``Command``. Replies (worker -> trusted)
 are JSON validated by these frozen models and nothing else: the worker runs the candidate's host code,
 so a reply may be forged or garbage, and unpickling it would hand the candidate the evaluator.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +25,86 @@ MAX_REPLY_BYTES = 1 << 20
 
 class _Msg(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ------------------------------------------------------------------------ commands (trusted -> worker)
+
+
+class _Cmd(_Msg):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    seq: int = Field(0, description="Sequence number; set by the pool when the command is sent.")
+
+
+class Attach(_Cmd):
+    """Map the arena's buffers (one device blob shared through CUDA IPC) into the worker."""
+
+    op: Literal["attach"] = "attach"
+    arena: str = Field(description="Arena id; the worker echoes it.")
+    blob: Any = Field(description="The arena's device buffer (a CUDA tensor, sent as an IPC handle).")
+    sets: list[list[tuple[str, Any]]] = Field(
+        description="Per input set, the call's arguments in order: (role, (offset, shape, dtype)) for "
+        "tensors with role 'in' or 'out', ('scalar', value) for scalars."
+    )
+    flush_bytes: int = Field(description="Size of the L2-flush buffer the worker allocates.")
+    cupti: bool = Field(True, description="Whether to start CUPTI activity tracing.")
+
+
+class ApplySandbox(_Cmd):
+    """Apply the host sandbox (before any candidate is loaded)."""
+
+    op: Literal["sandbox"] = "sandbox"
+    mode: Literal["on", "strict", "off"]
+    scratch: str = Field(description="The worker's scratch directory (the only writable place).")
+
+
+class Load(_Cmd):
+    """Load the subject of the calls: the candidate's shared object, a library baseline or a no-op."""
+
+    op: Literal["load"] = "load"
+    kind: Literal["so", "baseline", "noop"]
+    path: str = Field("", description="kind 'so': the shared object.")
+    entry: str = Field("", description="kind 'so': the exported TVM-FFI function.")
+    function: str = Field("", description="kind 'baseline': a function of library_baselines.")
+    options: dict[str, Any] = Field(default_factory=dict, description="kind 'baseline': keyword options.")
+
+
+class TrialBegin(_Cmd):
+    """Start a timing trial (CUPTI activity collection when asked)."""
+
+    op: Literal["trial_begin"] = "trial_begin"
+    cupti: bool = True
+
+
+class TrialEnd(_Cmd):
+    """End a trial; the reply carries the CUPTI spans of its timed calls."""
+
+    op: Literal["trial_end"] = "trial_end"
+
+
+class Call(_Cmd):
+    """Call the subject once on input set ``set``."""
+
+    op: Literal["call"] = "call"
+    set: int = Field(0, description="Index of the input set.")
+    timed: bool = Field(False, description="Record a CUPTI window for this call.")
+    flush: bool = Field(True, description="Flush the L2 before the call.")
+
+
+class Exit(_Cmd):
+    """Reply, then leave."""
+
+    op: Literal["exit"] = "exit"
+
+
+Command = Annotated[
+    Attach | ApplySandbox | Load | TrialBegin | TrialEnd | Call | Exit, Field(discriminator="op")
+]
+"""Every command the worker accepts."""
+COMMANDS = (Attach, ApplySandbox, Load, TrialBegin, TrialEnd, Call, Exit)
+
+
+# ------------------------------------------------------------------------- replies (worker -> trusted)
 
 
 class Hello(_Msg):

@@ -1,11 +1,11 @@
 """A stand-in worker for the process-management tests (error paths only; no torch, no GPU).
 
-It speaks the real protocol (pickled commands in, JSON ``Reply`` out on the given descriptors), says
-hello, then misbehaves on its first command according to ``--mode``: ``echo`` answers properly (but,
-having no GPU, never writes an output),
-``hang`` never answers, ``crash`` dies by SIGSEGV, ``exit`` exits with code 3, ``garbage`` writes bytes
-that are not a reply, ``wrong_seq`` answers another command, ``oversize`` answers with 2 MiB, ``child``
-forks a sleeping grandchild and then hangs (for the process-group kill).
+It speaks the real protocol (pickled ``protocol`` commands in, JSON ``Reply`` out on the given descriptors),
+says hello, then misbehaves on its first command according to ``--mode``: ``echo`` answers properly (but,
+having no GPU, never writes an output), ``hang`` never answers, ``crash`` dies by SIGSEGV, ``exit`` exits
+with code 3, ``garbage`` writes bytes that are not a reply, ``wrong_seq`` answers another command,
+``oversize`` answers with 2 MiB, ``child`` forks a sleeping grandchild and then hangs (for the process-group
+kill).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ def _reply(seq: int, **extra) -> bytes:
     return json.dumps({"seq": seq, "ok": True, **extra}).encode()
 
 
-def _payload(cmd: dict) -> dict:
+def _payload(cmd) -> dict:
     """What a well-behaved worker would add to its reply (it never touches the output buffers)."""
-    if cmd.get("op") == "call":
+    if cmd.op == "call":
         return {"call": {"ev_stream_ms": 1.0, "ev_device_ms": 1.02, "host_ms": 1.0}}
-    if cmd.get("op") == "trial_end":
+    if cmd.op == "trial_end":
         return {"spans": {}}
     return {}
 
@@ -52,7 +52,7 @@ def main() -> None:
             cmd = pickle.loads(conn_in.recv_bytes())
         except EOFError:
             return
-        seq = cmd["seq"]
+        seq = cmd.seq
         if args.mode == "echo":
             conn_out.send_bytes(_reply(seq, **_payload(cmd)))
         elif args.mode in ("hang", "child"):

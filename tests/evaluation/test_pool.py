@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ptxgym.evaluation.protocol import Call
 from ptxgym.evaluation.trusted.pool import (
     ProtocolViolation,
     WorkerDied,
@@ -53,7 +54,7 @@ def _live_members(pgid: int) -> list[int]:
 
 def test_echo_round_trip(fake_worker_argv, tmp_path):
     handle = _handle(fake_worker_argv("echo"), tmp_path)
-    reply = handle.request({"op": "call"}, 10.0)
+    reply = handle.request(Call(), 10.0)
     assert reply.ok and reply.seq == handle.seq
     handle.kill()
     assert _gone(handle.pid)
@@ -63,7 +64,7 @@ def test_hang_times_out_and_kill_reaps_the_group(fake_worker_argv, tmp_path):
     handle = _handle(fake_worker_argv("child"), tmp_path)
     t0 = time.monotonic()
     with pytest.raises(WorkerTimeout) as info:
-        handle.request({"op": "call"}, 0.5)
+        handle.request(Call(), 0.5)
     assert 0.4 < time.monotonic() - t0 < 5.0
     assert "no reply within 0.5 s" in info.value.message
     handle.kill()
@@ -76,7 +77,7 @@ def test_hang_times_out_and_kill_reaps_the_group(fake_worker_argv, tmp_path):
 def test_death_reports_how(fake_worker_argv, tmp_path, mode, expected):
     handle = _handle(fake_worker_argv(mode), tmp_path)
     with pytest.raises(WorkerDied) as info:
-        handle.request({"op": "call"}, 10.0)
+        handle.request(Call(), 10.0)
     assert expected in info.value.message
     if mode == "exit":
         assert "about to exit" in info.value.log_tail
@@ -90,7 +91,7 @@ def test_death_reports_how(fake_worker_argv, tmp_path, mode, expected):
 def test_protocol_violations(fake_worker_argv, tmp_path, mode, expected):
     handle = _handle(fake_worker_argv(mode), tmp_path)
     with pytest.raises(ProtocolViolation) as info:
-        handle.request({"op": "call"}, 10.0)
+        handle.request(Call(), 10.0)
     assert expected in info.value.message
     handle.kill()
 
@@ -107,7 +108,7 @@ def test_protocol_violations(fake_worker_argv, tmp_path, mode, expected):
 def test_worker_errors_become_verdicts(fake_worker_argv, tmp_path, mode, status, words):
     handle = _handle(fake_worker_argv(mode), tmp_path)
     try:
-        handle.request({"op": "call"}, 0.5)
+        handle.request(Call(), 0.5)
     except (WorkerTimeout, WorkerDied, ProtocolViolation) as exc:
         verdict = worker_error_verdict(exc, Stage.CHECK, 0.5, EnvironmentInfo(evaluator="test"))
     finally:
@@ -122,7 +123,7 @@ def test_pool_replaces_what_it_hands_out(fake_worker_argv, tmp_path):
     first = pool.take()
     assert pool.spawned == 3
     first.drain(30.0)
-    assert first.request({"op": "call"}, 10.0).ok
+    assert first.request(Call(), 10.0).ok
     first.discard()
     primed = []
     pool.primer = lambda handle: primed.append(handle.pid)

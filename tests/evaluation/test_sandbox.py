@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ptxgym.evaluation.protocol import Reply, SandboxLayer, SandboxReport
+from ptxgym.evaluation.protocol import Load, Reply, SandboxLayer, SandboxReport
 from ptxgym.evaluation.sandboxed import sandbox
 from ptxgym.records import settings
 from ptxgym.records.feedback import EnvironmentInfo, Feedback, Stage, Status
@@ -460,7 +460,7 @@ def test_worker_refuses_a_candidate_before_the_sandbox():
 
     worker = Worker.__new__(Worker)  # no torch, no GPU: only the command's guard runs
     worker.sandbox = None
-    reply = worker._op_load(4, {"kind": "so", "path": "candidate.so", "entry": "run"})
+    reply = worker._op_load(4, Load(kind="so", path="candidate.so", entry="run"))
     assert not reply.ok and "before the 'sandbox' command" in reply.error
 
 
@@ -468,12 +468,13 @@ def test_worker_sandbox_command_replies_with_the_report_once(tmp_path):
     out = _child(
         tmp_path,
         """
+        from ptxgym.evaluation.protocol import ApplySandbox
         from ptxgym.evaluation.sandboxed.worker import Worker
         worker = Worker.__new__(Worker)  # the command handlers only; no torch, no GPU
         worker.sandbox = None
-        first = worker._op_sandbox(7, {"mode": "on", "scratch": str(scratch)})
+        first = worker._op_sandbox(7, ApplySandbox(mode="on", scratch=str(scratch)))
         out["first"] = json.loads(first.model_dump_json())
-        out["second"] = worker._op_sandbox(8, {"mode": "on", "scratch": str(scratch)}).error
+        out["second"] = worker._op_sandbox(8, ApplySandbox(mode="on", scratch=str(scratch))).error
         out["tcp"] = attempt(socket.socket)
         """,
         mode="off",

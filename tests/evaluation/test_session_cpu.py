@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from evaltest_helpers import small_task  # noqa: E402
 
-from ptxgym.evaluation.protocol import AttachResult, Reply  # noqa: E402
+from ptxgym.evaluation.protocol import AttachResult, Load, Reply  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
 from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
 from ptxgym.evaluation.trusted.inputs import run_reference  # noqa: E402
@@ -93,7 +93,7 @@ def test_candidate_stops_at_the_first_failed_check(arena, fake_worker_argv, tmp_
     try:
         cal = session.calibrate(n=5)
         assert cal.n == 5 and cal.sync_gap_ms == pytest.approx(0.02)
-        session.load({"kind": "so", "path": "x.so", "entry": "run"})
+        session.load(Load(kind="so", path="x.so", entry="run"))
         result = SessionResult()
         session.correctness(result)
         assert result.failure.status is Status.UNWRITTEN and result.failure.stage is Stage.CHECK

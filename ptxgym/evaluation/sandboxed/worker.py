@@ -27,8 +27,25 @@ import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
+from pathlib import Path
 
-from ptxgym.evaluation.protocol import AttachResult, CallResult, Hello, Reply, SandboxReport, Spans
+from ptxgym.evaluation.protocol import (
+    COMMANDS,
+    ApplySandbox,
+    Attach,
+    AttachResult,
+    Call,
+    CallResult,
+    Command,
+    Exit,
+    Hello,
+    Load,
+    Reply,
+    SandboxReport,
+    Spans,
+    TrialBegin,
+    TrialEnd,
+)
 
 _T0 = time.perf_counter()
 _PR_SET_PDEATHSIG = 1
@@ -147,20 +164,24 @@ class Worker:
                 )
                 expected += 1
                 continue
-            expected = int(cmd.get("seq", expected)) + 1
+            if not isinstance(cmd, COMMANDS):
+                self._send(Reply(seq=expected, ok=False, error=f"not a command: {type(cmd).__name__}"))
+                expected += 1
+                continue
+            expected = cmd.seq + 1
             reply = self._dispatch(cmd)
             self._send(reply)
-            if cmd.get("op") == "exit":
+            if isinstance(cmd, Exit):
                 return
 
     def _send(self, reply: Reply) -> None:
         self.conn_out.send_bytes(reply.model_dump_json().encode())
 
-    def _dispatch(self, cmd: dict) -> Reply:
-        seq = int(cmd.get("seq", -1))
-        handler = getattr(self, f"_op_{cmd.get('op')}", None)
+    def _dispatch(self, cmd: Command) -> Reply:
+        seq = cmd.seq
+        handler = getattr(self, f"_op_{cmd.op}", None)
         if handler is None:
-            return Reply(seq=seq, ok=False, error=f"unknown command {cmd.get('op')!r}")
+            return Reply(seq=seq, ok=False, error=f"unknown command {cmd.op!r}")
         try:
             return handler(seq, cmd)
         except Exception as exc:  # noqa: BLE001 - reported to the trusted side with the CUDA state
@@ -170,14 +191,14 @@ class Worker:
 
     # ------------------------------------------------------------------------------------ commands
 
-    def _op_exit(self, seq: int, cmd: dict) -> Reply:
+    def _op_exit(self, seq: int, cmd: Exit) -> Reply:
         return Reply(seq=seq, ok=True)
 
-    def _op_attach(self, seq: int, cmd: dict) -> Reply:
+    def _op_attach(self, seq: int, cmd: Attach) -> Reply:
         torch = self.torch
-        blob = cmd["blob"]
+        blob = cmd.blob
         self.args, self.outputs = [], []
-        for entry in cmd["sets"]:
+        for entry in cmd.sets:
             args, outs = [], []
             for role, value in entry:
                 if role == "scalar":
@@ -191,9 +212,9 @@ class Worker:
                     outs.append(view)
             self.args.append(args)
             self.outputs.append(outs)
-        self.flush = torch.empty(int(cmd["flush_bytes"]), dtype=torch.uint8, device=f"cuda:{self.device}")
-        cupti_ok, cupti_error = self._start_cupti(cmd.get("cupti", True))
-        self.arena = cmd["arena"]
+        self.flush = torch.empty(cmd.flush_bytes, dtype=torch.uint8, device=f"cuda:{self.device}")
+        cupti_ok, cupti_error = self._start_cupti(cmd.cupti)
+        self.arena = cmd.arena
         return Reply(
             seq=seq,
             ok=True,
@@ -224,20 +245,20 @@ class Worker:
         self.cupti = spans
         return True, ""
 
-    def _op_sandbox(self, seq: int, cmd: dict) -> Reply:
+    def _op_sandbox(self, seq: int, cmd: ApplySandbox) -> Reply:
         """Apply the host sandbox (once, before the candidate is loaded) and report its layers."""
         from ptxgym.evaluation.sandboxed import sandbox
 
         if self.sandbox is not None:
             return Reply(seq=seq, ok=False, error="the sandbox is already applied in this worker")
         try:
-            self.sandbox = sandbox.apply(cmd["mode"], cmd["scratch"])
+            self.sandbox = sandbox.apply(cmd.mode, Path(cmd.scratch))
         except (sandbox.SandboxError, ValueError) as exc:
             return Reply(seq=seq, ok=False, error=str(exc)[:4000])
         return Reply(seq=seq, ok=True, sandbox=self.sandbox)
 
-    def _op_load(self, seq: int, cmd: dict) -> Reply:
-        kind = cmd["kind"]
+    def _op_load(self, seq: int, cmd: Load) -> Reply:
+        kind = cmd.kind
         if kind == "so" and self.sandbox is None:
             return Reply(
                 seq=seq,
@@ -251,20 +272,20 @@ class Worker:
         elif kind == "baseline":
             from ptxgym.evaluation.sandboxed import library_baselines as baselines
 
-            fn = getattr(baselines, cmd["function"])
-            options = dict(cmd.get("options", {}))
+            fn = getattr(baselines, cmd.function)
+            options = dict(cmd.options)
             self.fn, self.copy_back = (lambda *a: fn(*a, **options)), True
         elif kind == "so":
             import tvm_ffi
 
             try:
-                module = tvm_ffi.load_module(cmd["path"])
-                self.fn = module[cmd["entry"]]
+                module = tvm_ffi.load_module(cmd.path)
+                self.fn = module[cmd.entry]
             except Exception as exc:  # noqa: BLE001 - a load failure is the candidate's verdict
                 return Reply(
                     seq=seq,
                     ok=False,
-                    error=f"loading {cmd['entry']!r} failed: {exc}"[:4000],
+                    error=f"loading {cmd.entry!r} failed: {exc}"[:4000],
                     cuda_error=self.cuda.sticky_error(),
                 )
             self.copy_back = False
@@ -281,28 +302,28 @@ class Worker:
         self._ffi_stream.__enter__()
         self.cuda.zero_persisting_limit()
 
-    def _op_trial_begin(self, seq: int, cmd: dict) -> Reply:
+    def _op_trial_begin(self, seq: int, cmd: TrialBegin) -> Reply:
         self.cuda.zero_persisting_limit()
-        if self.cupti is not None and cmd.get("cupti", True):
+        if self.cupti is not None and cmd.cupti:
             self.cupti.begin()
         return Reply(seq=seq, ok=True)
 
-    def _op_trial_end(self, seq: int, cmd: dict) -> Reply:
+    def _op_trial_end(self, seq: int, cmd: TrialEnd) -> Reply:
         if self.cupti is None:
             return Reply(seq=seq, ok=True, spans=Spans())
         spans, counts = self.cupti.end()
         return Reply(seq=seq, ok=True, spans=Spans(spans=spans, activities=counts))
 
-    def _op_call(self, seq: int, cmd: dict) -> Reply:
+    def _op_call(self, seq: int, cmd: Call) -> Reply:
         torch = self.torch
-        args = self.args[int(cmd["set"])]
+        args = self.args[cmd.set]
         ev0, ev1, ev2 = self.events
         torch.cuda.synchronize()
-        if cmd.get("flush", True):
+        if cmd.flush:
             self.flush.zero_()
             self.cuda.reset_persisting_l2()
         torch.cuda.synchronize()
-        timed = self.cupti is not None and cmd.get("timed", False)
+        timed = self.cupti is not None and cmd.timed
         t_start = self.cupti.now() if timed else 0
         h0 = time.perf_counter()
         ev0.record(self.stream)
@@ -315,7 +336,7 @@ class Worker:
         ev2.record(self.stream)
         ev2.synchronize()
         if self.copy_back and result is not None:
-            self._copy_outputs(int(cmd["set"]), result)
+            self._copy_outputs(cmd.set, result)
         lost = self._context_lost()
         if lost:
             return Reply(seq=seq, ok=False, error=lost, cuda_error=self.cuda.sticky_error())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, poison_
+from ptxgym.evaluation.protocol import Attach
 from ptxgym.evaluation.trusted.inputs import (
     generate_inputs,
     load_reference,
@@ -149,16 +150,9 @@ class Arena:
 
     # ------------------------------------------------------------------------------------- per call
 
-    def attach_command(self, flush_bytes: int, cupti: bool) -> dict:
+    def attach_command(self, flush_bytes: int, cupti: bool) -> Attach:
         """The command that maps this arena into a worker."""
-        return {
-            "op": "attach",
-            "arena": self.id,
-            "blob": self.blob,
-            "sets": self._layout,
-            "flush_bytes": flush_bytes,
-            "cupti": cupti,
-        }
+        return Attach(arena=self.id, blob=self.blob, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti)
 
     def prepare(self, index: int, generator, perturb: bool = True) -> None:
         """Perturb set ``index`` in place (new values, same addresses) and poison its outputs."""

@@ -24,7 +24,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ptxgym.evaluation.protocol import check_mode
+from ptxgym.evaluation.protocol import Load, check_mode
 from ptxgym.evaluation.trusted import ncu
 from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import (
@@ -284,7 +284,7 @@ class LocalGpuEvaluator(Evaluator):
         session, handle, _ = self._session(arena, secrets.randbits(31))
         result = SessionResult()
         try:
-            session.load({"kind": "baseline", "function": task.baseline.function, "options": arena.options})
+            session.load(Load(kind="baseline", function=task.baseline.function, options=arena.options))
             session.correctness(
                 result, strict=False
             )  # the baseline is timed even where it misses the tolerance
@@ -352,7 +352,7 @@ class LocalGpuEvaluator(Evaluator):
         clocks = [sm_clock_mhz(self.device)]
         extra = {"details": {"calibration": session.cal.__dict__, "backend": self.backend}}
         try:
-            session.load({"kind": "so", "path": str(cand.so_path), "entry": cand.entry_symbol})
+            session.load(Load(kind="so", path=str(cand.so_path), entry=cand.entry_symbol))
             stage = Stage.CHECK
             t = time.perf_counter()
             session.correctness(result)

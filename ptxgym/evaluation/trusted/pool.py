@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ptxgym.evaluation.protocol import MAX_REPLY_BYTES, Reply, worker_environ
+from ptxgym.evaluation.protocol import MAX_REPLY_BYTES, Command, Reply, worker_environ
 
 
 class WorkerError(Exception):
@@ -112,10 +112,10 @@ class WorkerHandle:
 
     # ---------------------------------------------------------------------------------------- I/O
 
-    def send(self, cmd: dict, pickler=None) -> int:
+    def send(self, cmd: Command, pickler=None) -> int:
         """Queue a command without waiting; returns its sequence number."""
         self.seq += 1
-        cmd = {**cmd, "seq": self.seq}
+        cmd = cmd.model_copy(update={"seq": self.seq})
         data = pickler(cmd) if pickler else pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
         try:
             self._to.send_bytes(data)
@@ -151,7 +151,7 @@ class WorkerHandle:
         self.pending.popleft()
         return reply
 
-    def request(self, cmd: dict, timeout_s: float, pickler=None) -> Reply:
+    def request(self, cmd: Command, timeout_s: float, pickler=None) -> Reply:
         """Send a command and wait for its reply (earlier queued replies are consumed first)."""
         self.drain(timeout_s)
         self.send(cmd, pickler)

@@ -14,7 +14,18 @@ import time
 from dataclasses import dataclass, field
 
 from ptxgym.evaluation.compare import SetCheck
-from ptxgym.evaluation.protocol import CallResult, Reply, SandboxReport
+from ptxgym.evaluation.protocol import (
+    ApplySandbox,
+    Call,
+    CallResult,
+    Command,
+    Load,
+    Reply,
+    SandboxReport,
+    TrialBegin,
+    TrialEnd,
+    check_mode,
+)
 from ptxgym.evaluation.trusted.arena import Arena, ipc_pickle
 from ptxgym.evaluation.trusted.base import EvalSettings
 from ptxgym.evaluation.trusted.pool import WorkerHandle
@@ -95,7 +106,7 @@ class Session:
 
     # ------------------------------------------------------------------------------------ plumbing
 
-    def _request(self, cmd: dict, stage: Stage, pickler=None) -> Reply:
+    def _request(self, cmd: Command, stage: Stage, pickler=None) -> Reply:
         reply = self.worker.request(cmd, self.timeout_s, pickler)
         if not reply.ok:
             raise CandidateFault(reply.error, reply.cuda_error, stage)
@@ -120,7 +131,9 @@ class Session:
 
         The report arrives before any candidate code runs in the worker, so it is the worker's own word.
         """
-        reply = self._request({"op": "sandbox", "mode": mode, "scratch": str(self.worker.scratch)}, Stage.RUN)
+        reply = self._request(
+            ApplySandbox(mode=check_mode(mode), scratch=str(self.worker.scratch)), Stage.RUN
+        )
         if reply.sandbox is None:
             raise CandidateFault(
                 "the worker acknowledged the sandbox command without a report", "", Stage.RUN
@@ -128,9 +141,9 @@ class Session:
         self.sandbox_report = reply.sandbox
         return reply.sandbox
 
-    def load(self, cmd: dict) -> None:
-        """Load the subject (``{"kind": "so"|"baseline"|"noop", ...}``)."""
-        self._request({"op": "load", **cmd}, Stage.RUN)
+    def load(self, cmd: Load) -> None:
+        """Load the subject: the candidate's shared object, a library baseline or the no-op."""
+        self._request(cmd, Stage.RUN)
 
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
@@ -140,7 +153,7 @@ class Session:
     def _call(self, index: int, timed: bool) -> TimedCall:
         self._sync()
         t0 = time.perf_counter()
-        reply = self._request({"op": "call", "set": index, "timed": timed, "flush": True}, Stage.RUN)
+        reply = self._request(Call(set=index, timed=timed, flush=True), Stage.RUN)
         wall = (time.perf_counter() - t0) * 1e3
         return TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call)
 
@@ -153,7 +166,7 @@ class Session:
         strict: bool = True,
     ) -> list[TimedCall] | None:
         """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline)."""
-        self._request({"op": "trial_begin", "cupti": self.backend == CUPTI}, stage)
+        self._request(TrialBegin(cupti=self.backend == CUPTI), stage)
         timed: list[TimedCall] = []
         for pos, (index, is_timed) in enumerate(calls):
             self.arena.prepare(index, self.generator)
@@ -167,7 +180,7 @@ class Session:
                     result.failure = Failure(check.status, stage, self._where(stage, check), check)
                 if not check.passed and strict:
                     return None
-        spans = self._request({"op": "trial_end"}, stage).spans
+        spans = self._request(TrialEnd(), stage).spans
         for record in timed:
             record.span_ms = spans.spans.get(record.seq) if spans else None
         return timed
@@ -181,7 +194,7 @@ class Session:
 
     def calibrate(self, n: int = 20) -> Calibration:
         """Per-call harness overhead with a trivial kernel (the candidate is not loaded yet)."""
-        self.load({"kind": "noop"})
+        self.load(Load(kind="noop"))
         result = SessionResult()
         timed = self._trial([(0, True)] * n, set(), result, Stage.RUN) or []
         ev_s = [r.call.ev_stream_ms for r in timed]
