@@ -228,7 +228,7 @@ def syscall_number(name: str, machine: str | None = None) -> int:
 def network_filter(machine: str) -> list[tuple[int, int, int, int]]:
     """The seccomp-BPF program of the network layer for ``x86_64`` or ``aarch64``: (code, jt, jf, k) rows."""
     arch = _ARCHES[machine]
-    program: list[tuple] = [("ld", OFF_ARCH), ("jeq", arch.audit, None, "enosys"), ("ld", OFF_NR)]
+    program: list[tuple | str] = [("ld", OFF_ARCH), ("jeq", arch.audit, None, "enosys"), ("ld", OFF_NR)]
     if arch.x32:
         program.append(("jge", _X32_SYSCALL_BIT, "enosys", None))
     program.append(("jeq", arch.nr["socket"], "socket", None))

@@ -28,6 +28,7 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from ptxgym.evaluation.protocol import (
     COMMANDS,
@@ -130,10 +131,10 @@ class Worker:
         self.tiny = torch.zeros(1, device=f"cuda:{device}")
         self.args: list[list] = []
         self.outputs: list[list] = []
-        self.flush = None
-        self.fn = None
+        self.flush: Any = None
+        self.fn: Any = None
         self.copy_back = False
-        self.cupti = None
+        self.cupti: Any = None
         self.arena = ""
         self.sandbox: SandboxReport | None = None
 

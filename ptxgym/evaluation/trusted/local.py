@@ -41,6 +41,7 @@ from ptxgym.evaluation.trusted.memcheck import run_memcheck
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
+from ptxgym.evaluation.trusted.turn import Turn
 from ptxgym.evaluation.trusted.verdicts import correctness_info, fault_verdict, worker_error_verdict
 from ptxgym.records import settings as user_settings
 from ptxgym.records.arch import arch_for_capability
@@ -141,16 +142,16 @@ class LocalGpuEvaluator(Evaluator):
                 message=f"task {task.id} targets {task.arch}, which this evaluator's GPU {gpu} "
                 "cannot run; use a GPU of that architecture",
             )
-        walls: dict[str, float] = {}
         t = time.perf_counter()
         arena = self._arena(task)
         baseline = self._baseline(task, arena)
-        walls["prepare"] = round(time.perf_counter() - t, 4)
-        seed = self._turn_seed(candidate)
-        verdict = self._run_candidate(task, candidate, arena, baseline, seed, walls)
+        turn = Turn(task, candidate, arena, baseline, seed=self._turn_seed(candidate))
+        turn.walls["prepare"] = round(time.perf_counter() - t, 4)
+        verdict = self._run_candidate(turn)
         if verdict.status is Status.PASSED:
-            verdict = self._post_checks(task, candidate, arena, verdict, walls)
-        return verdict.model_copy(update={"stage_wall_s": {**walls, **verdict.stage_wall_s}, "seed": seed})
+            verdict = self._post_checks(turn, verdict)
+        walls = {**turn.walls, **verdict.stage_wall_s}
+        return verdict.model_copy(update={"stage_wall_s": walls, "seed": turn.seed})
 
     def _turn_seed(self, candidate: BuiltCandidate) -> int:
         if self.settings.seed is None:
@@ -196,7 +197,7 @@ class LocalGpuEvaluator(Evaluator):
         handle = self._take_worker(arena)
         session = Session(handle, arena, self.settings, CUPTI, 0, self.start_timeout_s)
         try:
-            attached = session.attach(self.flush_bytes, True).attach
+            attached = session.attach(self.flush_bytes, True)
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
             raise InfraError(f"worker set-up failed: {exc}") from exc
@@ -222,7 +223,8 @@ class LocalGpuEvaluator(Evaluator):
                 continue
             return handle
         raise InfraError(
-            f"no worker process could be started: {last.message}\n{truncate(last.log_tail, 1500)}"
+            "no worker process could be started: "
+            + (f"{last.message}\n{truncate(last.log_tail, 1500)}" if last else "no attempt was made")
         )
 
     def _ready(self, handle: WorkerHandle, arena: Arena | None) -> None:
@@ -240,9 +242,7 @@ class LocalGpuEvaluator(Evaluator):
         for handle in list(self.pool._ready):
             self._ready(handle, self._current)
 
-    def _session(
-        self, arena: Arena, seed: int, sandboxed: bool = False
-    ) -> tuple[Session, WorkerHandle, float]:
+    def _session(self, arena: Arena, seed: int, sandboxed: bool = False) -> tuple[Session, WorkerHandle, int]:
         """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
 
         The sandbox comes before the calibration so that the harness overhead is measured under the same
@@ -251,9 +251,10 @@ class LocalGpuEvaluator(Evaluator):
         """
         arena.restore()  # an earlier candidate may have written to the shared inputs
         handle = self._take_worker(arena)
-        session = Session(handle, arena, self.settings, self.backend, seed, self.settings.call_timeout_s)
+        backend = self.backend or EVENTS
+        session = Session(handle, arena, self.settings, backend, seed, self.settings.call_timeout_s)
         try:
-            attached = session.attach(self.flush_bytes, self.backend == CUPTI).attach
+            attached = session.attach(self.flush_bytes, self.backend == CUPTI)
             if self.backend == CUPTI and not attached.cupti:
                 handle.discard()
                 raise InfraError(f"CUPTI failed in a new worker: {attached.cupti_error}")
@@ -316,81 +317,63 @@ class LocalGpuEvaluator(Evaluator):
             message=message,
         )
 
-    def _run_candidate(
-        self,
-        task: Task,
-        cand: BuiltCandidate,
-        arena: Arena,
-        baseline: BaselineRecord,
-        seed: int,
-        walls: dict[str, float],
-    ) -> GpuVerdict:
+    def _run_candidate(self, turn: Turn) -> GpuVerdict:
         """A sandboxed worker, then load, check and time; the verdict records the worker's sandbox."""
-        t = time.perf_counter()
-        session, handle, free_before = self._session(arena, seed, sandboxed=True)
-        walls["worker"] = round(time.perf_counter() - t, 4)
-        verdict = self._measure(task, cand, arena, baseline, session, handle, free_before, walls)
-        env = verdict.environment.model_copy(update={"sandbox": session.sandbox_report.summary()})
+        with turn.timed("worker"):
+            turn.session, turn.handle, turn.free_before = self._session(turn.arena, turn.seed, sandboxed=True)
+        verdict = self._measure(turn, turn.session, turn.handle)
+        report = turn.session.sandbox_report
+        sandbox = report.summary() if report is not None else {}
+        env = verdict.environment.model_copy(update={"sandbox": sandbox})
         return verdict.model_copy(update={"environment": env})
 
-    def _measure(
-        self,
-        task: Task,
-        cand: BuiltCandidate,
-        arena: Arena,
-        baseline: BaselineRecord,
-        session: Session,
-        handle: WorkerHandle,
-        free_before: float,
-        walls: dict[str, float],
-    ) -> GpuVerdict:
+    def _measure(self, turn: Turn, session: Session, handle: WorkerHandle) -> GpuVerdict:
         """Load the candidate into the prepared worker, check and time it; the worker is discarded after."""
         import torch
 
-        result = SessionResult()
-        stage = Stage.RUN
-        clocks = [sm_clock_mhz(self.device)]
-        extra = {"details": {"calibration": session.cal.__dict__, "backend": self.backend}}
+        cand, result = turn.candidate, turn.result
+        turn.clocks.append(sm_clock_mhz(self.device))
+        turn.details.update({"calibration": session.cal.__dict__, "backend": self.backend})
         try:
             session.load(Load(kind="so", path=str(cand.so_path), entry=cand.entry_symbol))
-            stage = Stage.CHECK
-            t = time.perf_counter()
-            session.correctness(result)
-            walls["check"] = round(time.perf_counter() - t, 4)
-            hog = self._memory_hog(free_before)
+            turn.stage = Stage.CHECK
+            with turn.timed("check"):
+                session.correctness(result)
+            hog = self._memory_hog(turn.free_before)
             if hog or result.failure is not None:
-                return self._failed(task, arena, result, hog, extra)
-            stage = Stage.TIME
-            t = time.perf_counter()
-            session.timing(result)
-            walls["time"] = round(time.perf_counter() - t, 4)
-            clocks.append(sm_clock_mhz(self.device))
-            hog = self._memory_hog(free_before)
+                return self._failed(turn, hog)
+            turn.stage = Stage.TIME
+            with turn.timed("time"):
+                session.timing(result)
+            turn.clocks.append(sm_clock_mhz(self.device))
+            hog = self._memory_hog(turn.free_before)
             if hog or result.failure is not None:
-                return self._failed(task, arena, result, hog, extra)
+                return self._failed(turn, hog)
         except WorkerError as exc:
-            return worker_error_verdict(exc, stage, self.settings.call_timeout_s, self.environment, **extra)
+            return worker_error_verdict(
+                exc, turn.stage, self.settings.call_timeout_s, self.environment, **turn.extra()
+            )
         except CandidateFault as exc:
             return fault_verdict(
                 exc.error,
                 exc.cuda_error,
-                exc.stage if stage is Stage.RUN else stage,
+                exc.stage if turn.stage is Stage.RUN else turn.stage,
                 self.environment,
                 handle.log_tail(),
-                loading=stage is Stage.RUN,
-                **extra,
+                loading=turn.stage is Stage.RUN,
+                **turn.extra(),
             )
         except torch.OutOfMemoryError as exc:
             return GpuVerdict(
                 status=Status.RUNTIME_ERROR,
-                stage=stage,
+                stage=turn.stage,
                 environment=self.environment,
                 message=f"GPU memory ran out while the candidate's process held memory: {exc}"[:800],
-                **extra,
+                **turn.extra(),
             )
         finally:
             handle.discard()
-        return self._timed_verdict(task, arena, baseline, result, clocks, extra)
+        return self._timed_verdict(turn)
 
     def _memory_hog(self, free_before: int) -> str:
         import torch
@@ -403,14 +386,17 @@ class LocalGpuEvaluator(Evaluator):
             )
         return ""
 
-    def _failed(self, task: Task, arena: Arena, result: SessionResult, hog: str, extra: dict) -> GpuVerdict:
+    def _failed(self, turn: Turn, hog: str) -> GpuVerdict:
+        result, extra = turn.result, turn.extra()
         failed = result.failure.check if result.failure else None
-        info = correctness_info(result.checks, arena.seeds, result.calls_checked, task.tolerance, failed)
-        if hog:
+        info = correctness_info(
+            result.checks, turn.arena.seeds, result.calls_checked, turn.task.tolerance, failed
+        )
+        if hog or result.failure is None:
             return GpuVerdict(
                 status=Status.RUNTIME_ERROR,
                 stage=Stage.RUN,
-                message=hog,
+                message=hog or "the candidate failed without a recorded reason",
                 correctness=info,
                 environment=self.environment,
                 **extra,
@@ -425,16 +411,10 @@ class LocalGpuEvaluator(Evaluator):
             **extra,
         )
 
-    def _timed_verdict(
-        self,
-        task: Task,
-        arena: Arena,
-        baseline: BaselineRecord,
-        result: SessionResult,
-        clocks: list[int | None],
-        extra: dict,
-    ) -> GpuVerdict:
-        info = correctness_info(result.checks, arena.seeds, result.calls_checked, task.tolerance)
+    def _timed_verdict(self, turn: Turn) -> GpuVerdict:
+        task, baseline, result, clocks = turn.task, turn.baseline, turn.result, turn.clocks
+        extra = turn.extra()
+        info = correctness_info(result.checks, turn.arena.seeds, result.calls_checked, task.tolerance)
         floor = task.floor_ms(self.facts.name)
         stats = latency_stats(result.trials) if result.trials else None
         speedup = None
@@ -462,7 +442,7 @@ class LocalGpuEvaluator(Evaluator):
             }
         )
         anomaly = self._anomaly(stats, floor, result)
-        if anomaly:
+        if anomaly or stats is None:
             timing = timing.model_copy(update={"speedup": None})
             return GpuVerdict(
                 status=Status.TIMING_ANOMALY,
@@ -508,9 +488,8 @@ class LocalGpuEvaluator(Evaluator):
             return result.crosscheck.message
         return ""
 
-    def _post_checks(
-        self, task: Task, cand: BuiltCandidate, arena: Arena, verdict: GpuVerdict, walls: dict[str, float]
-    ) -> GpuVerdict:
+    def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
+        cand, arena, walls = turn.candidate, turn.arena, turn.walls
         mode = self.settings.memcheck
         update: dict = {}
         if mode is MemcheckMode.ALWAYS or (
@@ -535,11 +514,12 @@ class LocalGpuEvaluator(Evaluator):
                 )
                 return verdict.model_copy(update=update)
         t = time.perf_counter()
-        update["target"] = self._target(task, cand, arena)
+        update["target"] = self._target(turn)
         walls["execute"] = round(time.perf_counter() - t, 4)
         return verdict.model_copy(update=update)
 
-    def _target(self, task: Task, cand: BuiltCandidate, arena: Arena) -> TargetInfo:
+    def _target(self, turn: Turn) -> TargetInfo:
+        task, cand, arena = turn.task, turn.candidate, turn.arena
         arch = task.arch_spec
         mode = self.settings.target_mode
         if mode is not TargetMode.EXECUTED or not cand.static_target:

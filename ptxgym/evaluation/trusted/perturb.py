@@ -50,7 +50,10 @@ def groups_for(defn: Definition) -> tuple[SignGroup, ...]:
     ins, outs = set(defn.inputs), set(defn.outputs)
     bh = ("B", "H")
     if defn.op_type == "gemm" and ins == {"A", "B"} and outs == {"C"}:
-        candidates = (SignGroup(("M",), ("A",), ("C",)), SignGroup(("N",), ("B",), ("C",)))
+        candidates: tuple[SignGroup, ...] = (
+            SignGroup(("M",), ("A",), ("C",)),
+            SignGroup(("N",), ("B",), ("C",)),
+        )
     elif defn.op_type == "attention" and ins == {"Q", "K", "V"} and outs == {"O", "LSE"}:
         candidates = (SignGroup(bh, ("V",), ("O",)),)
     elif (
@@ -138,7 +141,8 @@ class SignPerturbation:
 
     def _broadcast(self, signs, g: SignGroup, name: str):
         spec = self.defn.inputs.get(name) or self.defn.outputs[name]
-        shape = [self.axis_values[a] if a in g.axes else 1 for a in spec.shape]
-        order = [a for a in spec.shape if a in g.axes]
+        axes = spec.shape or []  # a scalar (shape None) carries no sign axis
+        shape = [self.axis_values[a] if a in g.axes else 1 for a in axes]
+        order = [a for a in axes if a in g.axes]
         perm = [g.axes.index(a) for a in order]
         return signs.permute(*perm).reshape(shape)

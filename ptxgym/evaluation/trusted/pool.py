@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -239,10 +240,10 @@ class WorkerPool:
         self.env = env
         self.sandboxed = sandboxed
         self._own_dir = tempfile.TemporaryDirectory(prefix="ptxgym-workers-") if log_dir is None else None
-        self.log_dir = Path(self._own_dir.name) if self._own_dir else log_dir
+        self.log_dir: Path = Path(self._own_dir.name) if self._own_dir else Path(str(log_dir))
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptxgym-spawner")
         self._ready: collections.deque[WorkerHandle] = collections.deque()
-        self.primer = None
+        self.primer: Callable[[WorkerHandle], None] | None = None
         self.spawned = 0
 
     def _spawn(self) -> WorkerHandle:

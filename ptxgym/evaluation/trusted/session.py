@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ptxgym.evaluation.compare import SetCheck
 from ptxgym.evaluation.protocol import (
     ApplySandbox,
+    AttachResult,
     Call,
     CallResult,
     Command,
@@ -112,19 +113,22 @@ class Session:
             raise CandidateFault(reply.error, reply.cuda_error, stage)
         return reply
 
-    def attach(self, flush_bytes: int, cupti: bool) -> Reply:
+    def attach(self, flush_bytes: int, cupti: bool) -> AttachResult:
         """Map the arena into the worker (skipped if the worker was primed with it)."""
         primed = self.worker.primed
-        if primed.get("arena") == self.arena.id and primed.get("reply") is not None:
-            reply = primed["reply"]
+        found = primed.get("reply")
+        if primed.get("arena") == self.arena.id and isinstance(found, Reply):
+            reply = found
         else:
             reply = self.worker.request(
                 self.arena.attach_command(flush_bytes, cupti), self.timeout_s, ipc_pickle
             )
         if not reply.ok:
             raise CandidateFault(reply.error, reply.cuda_error, Stage.RUN)
+        if reply.attach is None:
+            raise CandidateFault("the worker acknowledged the attach command without a result", "", Stage.RUN)
         self.worker.primed = {"arena": self.arena.id, "reply": reply}
-        return reply
+        return reply.attach
 
     def sandbox(self, mode: str) -> SandboxReport:
         """Apply the host sandbox in the worker (mode on, strict or off); before the candidate is loaded.
@@ -155,6 +159,8 @@ class Session:
         t0 = time.perf_counter()
         reply = self._request(Call(set=index, timed=timed, flush=True), Stage.RUN)
         wall = (time.perf_counter() - t0) * 1e3
+        if reply.call is None:
+            raise CandidateFault("the worker acknowledged a call without its timings", "", Stage.RUN)
         return TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call)
 
     def _trial(
