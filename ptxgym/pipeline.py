@@ -22,7 +22,7 @@ from ptxgym.cpu.sass import sass_census
 from ptxgym.cpu.screen import check_source
 from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.trusted.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
-from ptxgym.records.arch import get_arch
+from ptxgym.knowledge_packs.include_tree import pack_include_dirs
 from ptxgym.records.errors import ToolchainNotFoundError
 from ptxgym.records.feedback import (
     EnvironmentInfo,
@@ -38,19 +38,6 @@ from ptxgym.records.schema import Solution
 from ptxgym.records.tasks import Task
 
 T = TypeVar("T")
-
-
-def pack_include_dirs(arch: str) -> list[Path]:
-    """Trusted header directories of the knowledge packs, on every build's include path.
-
-    Models may ``#include <sm90a/headers/wgmma.cuh>`` (pack root) or ``#include "sm90a.cuh"`` (the
-    arch's ``headers/``) instead of pasting the wrappers into their answer.
-    """
-    from ptxgym.knowledge_packs import PACK_ROOT
-
-    root = Path(PACK_ROOT)
-    headers = root / get_arch(arch).short / "headers"
-    return [root, headers] if headers.is_dir() else [root]
 
 
 class _StageFailed(Exception):

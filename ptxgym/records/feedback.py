@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "ptxgym.records.feedback.v1"
+SCHEMA_VERSION = "ptxgym.feedback.v1"
 
 
 class Status(str, Enum):

@@ -58,7 +58,7 @@ def test_json_round_trip_keeps_everything() -> None:
     fb = _passed()
     again = Feedback.from_json(fb.to_json())
     assert again == fb
-    assert json.loads(fb.to_json())["schema_version"] == "ptxgym.records.feedback.v1"
+    assert json.loads(fb.to_json())["schema_version"] == "ptxgym.feedback.v1"
     assert again.speedup == pytest.approx(0.9725) and again.correct
 
 
