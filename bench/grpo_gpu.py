@@ -77,6 +77,7 @@ def main() -> int:
     from ptxgym.pipeline import Pipeline
     from ptxgym.policies.reference import available_solutions
     from ptxgym.records.tasks import get_task
+    from ptxgym.train.common import LoraRecipe
     from ptxgym.train.grpo import build_trainer, get_recipe
     from ptxgym.train.kernelgen import build_kernelgen_from_sources
     from ptxgym.train.sft import SftRecipe, train_sft
@@ -126,9 +127,7 @@ def main() -> int:
         + build_kernelgen_from_sources({TASK: naive}).examples
     )
     sft = SftRecipe(
-        lora_rank=16,
-        lora_alpha=32.0,
-        modules_to_save=["embed_tokens", "lm_head"],
+        lora=LoraRecipe(rank=16, alpha=32.0, dropout=0.0, modules_to_save=["embed_tokens", "lm_head"]),
         learning_rate=3e-3,
         lr_scheduler="constant",
         max_steps=120,
@@ -149,47 +148,49 @@ def main() -> int:
     # 3. GRPO with rewards from the evaluator
     recipe = get_recipe(
         "default",
-        tasks=[TASK],
-        evaluator=args.evaluator,
-        reward="staged",
-        reward_options={"static_target": args.static_credit} if args.static_credit else {},
-        eval_settings={
-            "correctness_sets": 2,
-            "warmup": 3,
-            "iterations": 10,
-            "trials": 1,
-            "rotate_sets": 2,
-            "memcheck": "never",
+        **{
+            "env.tasks": [TASK],
+            "env.evaluator": args.evaluator,
+            "env.reward": "staged",
+            "env.reward_options": {"static_target": args.static_credit} if args.static_credit else {},
+            "env.eval_settings": {
+                "correctness_sets": 2,
+                "warmup": 3,
+                "iterations": 10,
+                "trials": 1,
+                "rotate_sets": 2,
+                "memcheck": "never",
+            },
+            "optim.max_steps": args.steps,
+            "rollout.max_turns": args.turns,
+            "rollout.credit": "turn",
+            "optim.batch_size": args.generations,
+            "generation.num_generations": args.generations,
+            "generation.max_completion_length": longest + 64,
+            "generation.temperature": 1.0,
+            "optim.learning_rate": 2e-3,
+            "lora.rank": 16,
+            "lora.alpha": 32.0,
+            "lora.dropout": 0.0,
+            "optim.gradient_checkpointing": False,
+            "generation.use_vllm": False,
+            "optim.logging_steps": 1,
         },
-        max_steps=args.steps,
-        max_turns=args.turns,
-        credit="turn",
-        batch_size=args.generations,
-        num_generations=args.generations,
-        max_completion_length=longest + 64,
-        temperature=1.0,
-        learning_rate=2e-3,
-        lora_rank=16,
-        lora_alpha=32.0,
-        lora_dropout=0.0,
-        gradient_checkpointing=False,
-        use_vllm=False,
-        logging_steps=1,
     )
     steps: list[dict] = []
     episodes = EpisodeLog(steps, expert_sha, t0)
-    trainer = build_trainer(
+    setup = build_trainer(
         warm,
         recipe,
         scratch / "grpo",
         tokenizer=tok,
         callbacks=[budget_callback(t0, args.budget_s), episodes.callback()],
     )
-    pool = trainer.ptxgym_pool
+    trainer, pool = setup.trainer, setup.pool
     if args.turns == 1:
         trainer.reward_funcs[0].on_feedback = lambda fbs: steps.append(_step_record(fbs, expert_sha, t0))
     else:
-        episodes.rollout = trainer.rollout_func
+        episodes.rollout = setup.rollout
     say(
         f"GRPO: {args.generations} completions per step, {args.turns} turn(s) per episode"
         f"{' (per-turn discounted credit)' if args.turns > 1 else ''}, evaluator {pool.evaluator.name}, "

@@ -30,13 +30,15 @@ from ptxgym.policies.base import (
     ServerError,
     ServerUnavailableError,
 )
-from ptxgym.policies.factory import POLICY_KINDS, PolicyConfig, build_policy
+from ptxgym.policies.factory import POLICY_BUILDERS, POLICY_KINDS, PolicyConfig, build_policy
 from ptxgym.policies.history import Conversation, Exchange, HistoryMode, build_messages, estimate_tokens
 from ptxgym.policies.sampling import PRESETS, SamplingParams, get_preset
 
 _LAZY = {
+    "OpenAIChatConfig": "ptxgym.policies.openai_chat",
     "OpenAIChatPolicy": "ptxgym.policies.openai_chat",
     "RetryPolicy": "ptxgym.policies.openai_chat",
+    "TransformersConfig": "ptxgym.policies.transformers_policy",
     "TransformersPolicy": "ptxgym.policies.transformers_policy",
     "ReferencePolicy": "ptxgym.policies.reference",
     "ReplayPolicy": "ptxgym.policies.replay",
@@ -51,6 +53,7 @@ __all__ = [
     "Exchange",
     "HistoryMode",
     "MissingSolutionError",
+    "POLICY_BUILDERS",
     "POLICY_KINDS",
     "PRESETS",
     "Policy",

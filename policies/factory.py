@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ptxgym.policies.base import Policy
 from ptxgym.policies.history import HistoryMode
@@ -13,16 +13,13 @@ from ptxgym.policies.sampling import SamplingParams, get_preset
 from ptxgym.policies.serve import DEFAULT_PORTS
 from ptxgym.records.tasks import Task
 
-PolicyKind = Literal["reference", "replay", "openai", "vllm", "sglang", "transformers"]
-POLICY_KINDS: tuple[str, ...] = ("reference", "replay", "openai", "vllm", "sglang", "transformers")
-
 
 class PolicyConfig(BaseModel):
     """Everything needed to rebuild a policy (no secrets: the API key is passed separately)."""
 
     model_config = ConfigDict(frozen=True)
 
-    kind: PolicyKind = "reference"
+    kind: str = Field("reference", description="A name of POLICY_KINDS (the registry below).")
     model: str | None = Field(None, description="Served model name, or model path (transformers).")
     base_url: str | None = Field(None, description="Server URL; default http://127.0.0.1:<engine port>/v1.")
     preset: str = Field("default", description="Sampling preset name (qwen-paper, greedy, default).")
@@ -45,43 +42,61 @@ class PolicyConfig(BaseModel):
         """The preset with the overrides applied."""
         return get_preset(self.preset).merged(**self.sampling)
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in POLICY_KINDS:
+            raise ValueError(f"unknown policy kind {kind!r}; kinds: {', '.join(POLICY_KINDS)}")
+        return kind
 
-def build_policy(cfg: PolicyConfig, tasks: Sequence[Task] = (), api_key: str = "EMPTY") -> Policy:
-    """A ready policy for ``cfg`` (the reference policy checks it has a solution for every task)."""
-    if cfg.kind == "reference":
-        from ptxgym.policies.reference import ReferencePolicy
 
-        return ReferencePolicy(tasks=tasks)
-    if cfg.kind == "replay":
-        from ptxgym.policies.replay import ReplayPolicy
+Builder = Callable[[PolicyConfig, Sequence[Task], str], Policy]
 
-        if not cfg.replay_files:
-            raise ValueError("the replay policy needs at least one trajectory file (--replay FILE)")
-        return ReplayPolicy(cfg.replay_files, trajectory_id=cfg.replay_trajectory)
+
+def _reference(cfg: PolicyConfig, tasks: Sequence[Task], api_key: str) -> Policy:
+    from ptxgym.policies.reference import ReferencePolicy
+
+    return ReferencePolicy(tasks=tasks)
+
+
+def _replay(cfg: PolicyConfig, tasks: Sequence[Task], api_key: str) -> Policy:
+    from ptxgym.policies.replay import ReplayPolicy
+
+    if not cfg.replay_files:
+        raise ValueError("the replay policy needs at least one trajectory file (--replay FILE)")
+    return ReplayPolicy(cfg.replay_files, trajectory_id=cfg.replay_trajectory)
+
+
+def _model_name(cfg: PolicyConfig) -> str:
     if not cfg.model:
         raise ValueError(f"the {cfg.kind} policy needs --model")
-    if cfg.kind == "transformers":
-        from ptxgym.policies.transformers_policy import TransformersPolicy
+    return cfg.model
 
-        return TransformersPolicy(
-            cfg.model,
-            cfg.tokenizer,
-            lora=cfg.lora,
-            sampling=cfg.sampling_params(),
-            history=cfg.history,
-            max_context_tokens=cfg.max_context_tokens,
-            device=cfg.device,
-            enable_thinking=cfg.enable_thinking,
-            seed=cfg.seed,
-        )
-    from ptxgym.policies.openai_chat import OpenAIChatPolicy, RetryPolicy
+
+def _transformers(cfg: PolicyConfig, tasks: Sequence[Task], api_key: str) -> Policy:
+    from ptxgym.policies.transformers_policy import TransformersConfig, TransformersPolicy
+
+    config = TransformersConfig(
+        model=_model_name(cfg),
+        tokenizer=cfg.tokenizer,
+        lora=cfg.lora,
+        sampling=cfg.sampling_params(),
+        history=cfg.history,
+        max_context_tokens=cfg.max_context_tokens,
+        device=cfg.device,
+        enable_thinking=cfg.enable_thinking,
+        seed=cfg.seed,
+    )
+    return TransformersPolicy(config)
+
+
+def _served(cfg: PolicyConfig, tasks: Sequence[Task], api_key: str) -> Policy:
+    from ptxgym.policies.openai_chat import OpenAIChatConfig, OpenAIChatPolicy, RetryPolicy
 
     engine = None if cfg.kind == "openai" else cfg.kind
-    base_url = cfg.base_url or f"http://127.0.0.1:{DEFAULT_PORTS.get(engine or 'vllm')}/v1"
-    return OpenAIChatPolicy(
-        cfg.model,
-        base_url,
-        api_key=api_key,
+    config = OpenAIChatConfig(
+        model=_model_name(cfg),
+        base_url=cfg.base_url or f"http://127.0.0.1:{DEFAULT_PORTS.get(engine or 'vllm')}/v1",
         sampling=cfg.sampling_params(),
         history=cfg.history,
         max_context_tokens=cfg.max_context_tokens,
@@ -93,3 +108,22 @@ def build_policy(cfg: PolicyConfig, tasks: Sequence[Task] = (), api_key: str = "
         timeout_s=cfg.timeout_s,
         retry=RetryPolicy(attempts=cfg.retries, base_delay_s=cfg.retry_delay_s),
     )
+    return OpenAIChatPolicy(config, api_key=api_key)
+
+
+#: The one place a policy kind is added: name -> builder (a PolicyConfig to a ready policy). The CLI's
+#: ``--policy`` choices, ``PolicyConfig.kind`` validation and ``build_policy`` all read it.
+POLICY_BUILDERS: dict[str, Builder] = {
+    "reference": _reference,
+    "replay": _replay,
+    "openai": _served,
+    "vllm": _served,
+    "sglang": _served,
+    "transformers": _transformers,
+}
+POLICY_KINDS: tuple[str, ...] = tuple(POLICY_BUILDERS)
+
+
+def build_policy(cfg: PolicyConfig, tasks: Sequence[Task] = (), api_key: str = "EMPTY") -> Policy:
+    """A ready policy for ``cfg`` (the reference policy checks it has a solution for every task)."""
+    return POLICY_BUILDERS[cfg.kind](cfg, tasks, api_key)

@@ -19,7 +19,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,37 +55,51 @@ class RetryPolicy(BaseModel):
         return max(0.0, d * (1 + random.uniform(-self.jitter, self.jitter)))
 
 
+class OpenAIChatConfig(BaseModel):
+    """Everything an ``OpenAIChatPolicy`` is configured by (the API key is passed apart: no secrets here)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="The served model name.")
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="The server's OpenAI API root.")
+    sampling: SamplingParams | None = Field(None, description="None: the server's defaults.")
+    history: HistoryMode = HistoryMode.FULL
+    max_context_tokens: int | None = Field(None, description="None: the window the server reports.")
+    lora: str | None = Field(None, description="An adapter served next to the base model.")
+    engine: Literal["vllm", "sglang"] | None = Field(None, description="How the adapter is named.")
+    enable_thinking: bool | None = None
+    tokenizer: str | None = Field(None, description="Tokenizer (name or path) for exact token counts.")
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    timeout_s: float = 3600.0
+    transport: str = Field("auto", description="auto, openai (the client library) or urllib.")
+
+
 class OpenAIChatPolicy(ChatModelPolicy):
     """A chat model served over the OpenAI API."""
 
     def __init__(
         self,
-        model: str,
-        base_url: str = "http://127.0.0.1:8000/v1",
+        config: OpenAIChatConfig,
         *,
         api_key: str = "EMPTY",
-        sampling: SamplingParams | None = None,
-        history: HistoryMode | str = HistoryMode.FULL,
-        max_context_tokens: int | None = None,
-        lora: str | None = None,
-        engine: str | None = None,
-        enable_thinking: bool | None = None,
-        tokenizer: str | Any | None = None,
-        retry: RetryPolicy | None = None,
-        timeout_s: float = 3600.0,
-        transport: str = "auto",
+        tokenizer: Any | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if engine not in (None, "vllm", "sglang"):
-            raise ValueError(f"engine must be vllm, sglang or None, got {engine!r}")
-        counter = _tokenizer_counter(tokenizer) if tokenizer is not None else None
+        """``tokenizer``: a tokenizer object instead of ``config.tokenizer``; ``sleep``: for tests."""
+        self.config = config
+        source = tokenizer if tokenizer is not None else config.tokenizer
+        counter = _tokenizer_counter(source) if source is not None else None
         super().__init__(
-            sampling=sampling, history=history, max_context_tokens=max_context_tokens, counter=counter
+            sampling=config.sampling,
+            history=config.history,
+            max_context_tokens=config.max_context_tokens,
+            counter=counter,
         )
-        self.model, self.base_url, self.lora, self.engine = model, base_url.rstrip("/"), lora, engine
-        self.enable_thinking = enable_thinking
-        self.retry = retry or RetryPolicy()
-        self.transport = make_transport(transport, self.base_url, api_key, timeout_s)
+        self.model, self.base_url = config.model, config.base_url.rstrip("/")
+        self.lora, self.engine = config.lora, config.engine
+        self.enable_thinking = config.enable_thinking
+        self.retry = config.retry
+        self.transport = make_transport(config.transport, self.base_url, api_key, config.timeout_s)
         self._sleep = sleep
         self.name = self.request_model
 

@@ -18,47 +18,57 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from ptxgym.policies.base import Action, ContextOverflowError, Observation
 from ptxgym.policies.chat import ChatModelPolicy, split_reasoning
 from ptxgym.policies.history import BuiltPrompt, Conversation, HistoryMode
 from ptxgym.policies.sampling import SamplingParams
 
 
+class TransformersConfig(BaseModel):
+    """Everything a ``TransformersPolicy`` is configured by."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = Field(None, description="Model directory or hub name (or pass model= an object).")
+    tokenizer: str | None = Field(None, description="None: the model's own.")
+    lora: str | None = Field(None, description="A PEFT adapter directory put on the model.")
+    sampling: SamplingParams = Field(default_factory=lambda: SamplingParams(max_tokens=1024))
+    history: HistoryMode = HistoryMode.FULL
+    max_context_tokens: int | None = Field(None, description="None: the model's position limit.")
+    device: str | None = None
+    dtype: str = "auto"
+    enable_thinking: bool | None = None
+    seed: int | None = None
+    name: str | None = Field(None, description="How the policy is named in records.")
+
+
 class TransformersPolicy(ChatModelPolicy):
     """A causal LM from a local directory, a hub name, or objects already in memory."""
 
-    def __init__(
-        self,
-        model: str | Any,
-        tokenizer: str | Any | None = None,
-        *,
-        lora: str | None = None,
-        sampling: SamplingParams | None = None,
-        history: HistoryMode | str = HistoryMode.FULL,
-        max_context_tokens: int | None = None,
-        device: str | None = None,
-        dtype: str = "auto",
-        enable_thinking: bool | None = None,
-        seed: int | None = None,
-        name: str | None = None,
-    ) -> None:
-        self.model, self.tokenizer = _load(model, tokenizer, dtype, device)
-        if lora:
+    def __init__(self, config: TransformersConfig, *, model: Any = None, tokenizer: Any = None) -> None:
+        """``model`` / ``tokenizer``: objects in memory instead of ``config.model`` / ``config.tokenizer``."""
+        source = model if model is not None else config.model
+        if source is None:
+            raise ValueError("TransformersPolicy needs config.model (a path or name) or model= (an object)")
+        self.config = config
+        self.model, self.tokenizer = _load(
+            source, tokenizer if tokenizer is not None else config.tokenizer, config.dtype, config.device
+        )
+        if config.lora:
             from peft import PeftModel
 
-            self.model = PeftModel.from_pretrained(self.model, lora)
+            self.model = PeftModel.from_pretrained(self.model, config.lora)
         self.model.eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        window = max_context_tokens or getattr(self.model.config, "max_position_embeddings", None)
+        window = config.max_context_tokens or getattr(self.model.config, "max_position_embeddings", None)
         super().__init__(
-            sampling=sampling or SamplingParams(max_tokens=1024),
-            history=history,
-            max_context_tokens=window,
-            counter=self._count,
+            sampling=config.sampling, history=config.history, max_context_tokens=window, counter=self._count
         )
-        self.enable_thinking, self.seed, self.lora = enable_thinking, seed, lora
-        self.name = name or (model if isinstance(model, str) else type(self.model).__name__)
+        self.enable_thinking, self.seed, self.lora = config.enable_thinking, config.seed, config.lora
+        self.name = config.name or (source if isinstance(source, str) else type(self.model).__name__)
         self._lock = threading.Lock()
         self._warned = False
 

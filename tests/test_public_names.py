@@ -39,9 +39,10 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "ptxgym.policies": [
         "Action", "ContextOverflowError", "Conversation", "Exchange", "HistoryMode", "MissingSolutionError",
-        "OpenAIChatPolicy", "POLICY_KINDS", "PRESETS", "Policy", "PolicyConfig", "PolicyError",
-        "PolicyExhausted", "ReferencePolicy", "ReplayPolicy", "RetryPolicy", "SamplingParams",
-        "ServeSpec", "ServerError", "ServerUnavailableError", "TransformersPolicy", "build_messages",
+        "OpenAIChatConfig", "OpenAIChatPolicy", "POLICY_BUILDERS", "POLICY_KINDS", "PRESETS", "Policy",
+        "PolicyConfig", "PolicyError", "PolicyExhausted", "ReferencePolicy", "ReplayPolicy", "RetryPolicy",
+        "SamplingParams", "ServeSpec", "ServerError", "ServerUnavailableError", "TransformersConfig",
+        "TransformersPolicy", "build_messages",
         "build_policy", "estimate_tokens", "get_preset", "serve_command",
     ],
     "ptxgym.runner": [

@@ -1,9 +1,14 @@
-"""What the SFT and GRPO trainers share: device flags, loading a model and its tokenizer, LoRA configs."""
+"""What the SFT and GRPO trainers share: device flags, model loading, the LoRA recipe, recipe overrides."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+R = TypeVar("R", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -54,38 +59,71 @@ def load_model_and_tokenizer(
     return model_obj, tok
 
 
-def lora_config(
-    rank: int,
-    alpha: float,
-    dropout: float,
-    target_modules: str | list[str],
-    modules_to_save: list[str] | None = None,
-) -> Any:
-    """A PEFT ``LoraConfig`` for a causal LM."""
-    from peft import LoraConfig
+class LoraRecipe(BaseModel):
+    """The LoRA adapter a trainer puts on the model (PEFT)."""
 
-    return LoraConfig(
-        r=rank,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
-        target_modules=target_modules,
-        modules_to_save=modules_to_save,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(True, description="False: train the full model.")
+    rank: int = Field(32, ge=1)
+    alpha: float = 64.0
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: str | list[str] = "all-linear"
+    modules_to_save: list[str] | None = Field(None, description="Fully trained modules (e.g. embeddings).")
+
+    def peft_config(self) -> Any:
+        """The PEFT ``LoraConfig`` this recipe asks for, or None when LoRA is off."""
+        if not self.enabled:
+            return None
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,  # type: ignore[arg-type]  # peft takes a float alpha at run time
+            lora_dropout=self.dropout,
+            target_modules=self.target_modules,
+            modules_to_save=self.modules_to_save,
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
 
 
-def recipe_lora(recipe: Any) -> Any:
-    """The LoraConfig a recipe asks for (its ``lora_*`` fields), or None when ``use_lora`` is off."""
-    if not recipe.use_lora:
-        return None
-    return lora_config(
-        recipe.lora_rank,
-        recipe.lora_alpha,
-        recipe.lora_dropout,
-        recipe.target_modules,
-        recipe.modules_to_save,
-    )
+def dotted_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every settable field of a (nested) recipe as a dotted path, e.g. ``optim.learning_rate``."""
+    out = []
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            out += dotted_fields(kind, f"{prefix}{name}.")
+        else:
+            out.append(prefix + name)
+    return out
+
+
+def with_overrides(recipe: R, overrides: Mapping[str, Any]) -> R:
+    """A copy of a (nested) recipe with dotted fields replaced, validated.
+
+    ``{"optim.max_steps": 3, "env.tasks": ["Gemm-sm90a"]}``; an unknown field is a ``ValueError`` that
+    lists the valid ones, a bad value pydantic's ``ValidationError``.
+    """
+    data = recipe.model_dump()
+    valid = dotted_fields(type(recipe))
+    for key, value in overrides.items():
+        if key not in valid:
+            raise ValueError(f"unknown recipe field {key!r}; valid fields: {', '.join(valid)}")
+        node = data
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node[part]
+        node[leaf] = value
+    return type(recipe).model_validate(data)
+
+
+def get_preset(presets: Mapping[str, R], kind: str, name: str, overrides: Mapping[str, Any]) -> R:
+    """A named preset with dotted fields overridden (``with_overrides``)."""
+    if name not in presets:
+        raise KeyError(f"unknown {kind} preset {name!r}; presets: {', '.join(sorted(presets))}")
+    return with_overrides(presets[name], overrides)
 
 
 def quiet_trl() -> None:

@@ -70,9 +70,7 @@ def build_grpo_dataset(
         for variant in variants:
             p = build_task_prompt(task, variant)
             index.add(p.system, p.user, task.id, variant)
-            msgs = [{"role": "system", "content": p.system}] if p.system else []
-            msgs.append({"role": "user", "content": p.user})
-            rows += [{"prompt": msgs, "task_id": task.id, "variant": _variant_key(variant)}] * repeats
+            rows += [{"prompt": p.messages(), "task_id": task.id, "variant": _variant_key(variant)}] * repeats
     if not rows:
         raise ValueError("no GRPO prompts: give at least one task")
     return Dataset.from_list(rows), index

@@ -18,46 +18,54 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.train.common import device_flags, load_model_and_tokenizer, quiet_trl, recipe_lora
+from ptxgym.train.common import LoraRecipe, device_flags, get_preset, load_model_and_tokenizer, quiet_trl
+from ptxgym.train.rollout import RolloutConfig
 
 
-class GrpoRecipe(BaseModel):
-    """Hyper-parameters of one GRPO run, the environment included."""
+class EnvRecipe(BaseModel):
+    """Where the rewards come from: tasks, prompt variants, reward, evaluator."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # environment
     tasks: list[str] = Field(default_factory=lambda: ["Gemm-sm90a"], description="Catalog task ids.")
-    variants: list[str | None] = Field(default_factory=lambda: [None], description="Prompt variants.")
+    variants: list[str | None] = Field(
+        default_factory=lambda: list[str | None]([None]), description="Prompt variants."
+    )
     reward: str = Field("staged", description="ptxgym reward spec (name or weighted sum).")
     reward_options: dict[str, Any] = Field(default_factory=dict)
     evaluator: str = Field("auto", description="auto, none or local.")
     eval_settings: dict[str, Any] = Field(default_factory=dict, description="EvalSettings fields.")
     eval_workers: int = Field(8, ge=1, description="Turns evaluated at once.")
-    max_turns: int = Field(1, ge=1, description="1: single-turn GRPO; >1: multi-turn rollout_func.")
-    credit: Literal["turn", "episode"] = "turn"
-    gamma: float = Field(0.4, ge=0, le=1)
-    target_speedup: float = 1.2
-    # model
-    use_lora: bool = True
-    lora_rank: int = 32
-    lora_alpha: float = 64.0
-    lora_dropout: float = 0.05
-    target_modules: str | list[str] = "all-linear"
-    modules_to_save: list[str] | None = None
-    # optimisation
-    learning_rate: float = 1e-5
-    max_steps: int = Field(100, ge=1)
-    batch_size: int = Field(8, ge=1, description="Completions per device per step.")
+    target_speedup: float = Field(1.2, description="An episode ends when a correct turn reaches it.")
+
+
+class GenerationRecipe(BaseModel):
+    """How completions are sampled."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     num_generations: int = Field(8, ge=2, description="Completions per prompt (the GRPO group).")
-    grad_accum: int = 1
     max_completion_length: int = 4096
     temperature: float = 1.0
     top_p: float = 1.0
+    use_vllm: bool | None = Field(None, description="None: vLLM when installed and a GPU is visible.")
+    vllm_mode: str = "colocate"
+    vllm_gpu_memory_utilization: float = 0.3
+
+
+class OptimRecipe(BaseModel):
+    """The optimisation step and its bookkeeping."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    learning_rate: float = 1e-5
+    max_steps: int = Field(100, ge=1)
+    batch_size: int = Field(8, ge=1, description="Completions per device per step.")
+    grad_accum: int = 1
     beta: float = 0.0
     epsilon: float = 0.2
     epsilon_high: float | None = 0.28
@@ -67,35 +75,43 @@ class GrpoRecipe(BaseModel):
     seed: int = 0
     bf16: bool | None = None
     gradient_checkpointing: bool | None = None
-    use_vllm: bool | None = None
-    vllm_mode: str = "colocate"
-    vllm_gpu_memory_utilization: float = 0.3
     logging_steps: int = 1
     save_steps: int | None = None
     log_completions: bool = False
 
 
+class GrpoRecipe(BaseModel):
+    """One GRPO run: each concern in its own section, each field in one place."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: EnvRecipe = Field(default_factory=EnvRecipe)
+    rollout: RolloutConfig = Field(
+        default_factory=lambda: RolloutConfig(max_turns=1),
+        description="max_turns 1: single-turn GRPO; more: the multi-turn rollout_func.",
+    )
+    lora: LoraRecipe = Field(default_factory=LoraRecipe)
+    generation: GenerationRecipe = Field(default_factory=GenerationRecipe)
+    optim: OptimRecipe = Field(default_factory=OptimRecipe)
+
+
 PRESETS: dict[str, GrpoRecipe] = {
     "default": GrpoRecipe(),
     "smoke": GrpoRecipe(
-        max_steps=1,
-        batch_size=2,
-        num_generations=2,
-        max_completion_length=32,
-        learning_rate=1e-3,
-        lora_rank=8,
-        lora_alpha=16.0,
-        lora_dropout=0.0,
-        evaluator="none",
+        env=EnvRecipe(evaluator="none"),
+        lora=LoraRecipe(rank=8, alpha=16.0, dropout=0.0),
+        generation=GenerationRecipe(num_generations=2, max_completion_length=32),
+        optim=OptimRecipe(max_steps=1, batch_size=2, learning_rate=1e-3),
     ),
 }
 
 
 def get_recipe(name: str, **overrides: Any) -> GrpoRecipe:
-    """A named preset with fields overridden (validated: a bad value or unknown field is an error)."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown GRPO preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
-    return GrpoRecipe.model_validate({**PRESETS[name].model_dump(), **overrides})
+    """A named preset with dotted fields overridden, e.g. ``get_recipe("smoke", **{"optim.max_steps": 3})``.
+
+    A bad value or an unknown field is an error that names the valid fields.
+    """
+    return get_preset(PRESETS, "GRPO", name, overrides)
 
 
 def vllm_usable() -> bool:
@@ -111,44 +127,45 @@ def grpo_config(recipe: GrpoRecipe, output_dir: str | Path) -> Any:
     """The ``trl.GRPOConfig`` of a recipe on this machine."""
     from trl import GRPOConfig
 
-    flags = device_flags(recipe.bf16, recipe.gradient_checkpointing)
-    use_vllm = vllm_usable() if recipe.use_vllm is None else recipe.use_vllm
+    gen, opt = recipe.generation, recipe.optim
+    flags = device_flags(opt.bf16, opt.gradient_checkpointing)
+    use_vllm = vllm_usable() if gen.use_vllm is None else gen.use_vllm
     return GRPOConfig(
         output_dir=str(output_dir),
-        max_steps=recipe.max_steps,
-        per_device_train_batch_size=recipe.batch_size,
-        num_generations=recipe.num_generations,
-        gradient_accumulation_steps=recipe.grad_accum,
-        max_completion_length=recipe.max_completion_length,
-        temperature=recipe.temperature,
-        top_p=recipe.top_p,
-        learning_rate=recipe.learning_rate,
-        beta=recipe.beta,
-        epsilon=recipe.epsilon,
-        epsilon_high=recipe.epsilon_high,
-        loss_type=recipe.loss_type,
-        scale_rewards=recipe.scale_rewards,
-        mask_truncated_completions=recipe.mask_truncated_completions,
-        seed=recipe.seed,
+        max_steps=opt.max_steps,
+        per_device_train_batch_size=opt.batch_size,
+        num_generations=gen.num_generations,
+        gradient_accumulation_steps=opt.grad_accum,
+        max_completion_length=gen.max_completion_length,
+        temperature=gen.temperature,
+        top_p=gen.top_p,
+        learning_rate=opt.learning_rate,
+        beta=opt.beta,
+        epsilon=opt.epsilon,
+        epsilon_high=opt.epsilon_high,
+        loss_type=opt.loss_type,
+        scale_rewards=opt.scale_rewards,
+        mask_truncated_completions=opt.mask_truncated_completions,
+        seed=opt.seed,
         bf16=flags.bf16,
         use_cpu=flags.use_cpu,
         gradient_checkpointing=flags.gradient_checkpointing,
         use_vllm=use_vllm,
-        vllm_mode=recipe.vllm_mode,
-        vllm_gpu_memory_utilization=recipe.vllm_gpu_memory_utilization,
-        logging_steps=recipe.logging_steps,
-        save_strategy="steps" if recipe.save_steps else "no",
-        save_steps=recipe.save_steps or 500,
+        vllm_mode=gen.vllm_mode,
+        vllm_gpu_memory_utilization=gen.vllm_gpu_memory_utilization,
+        logging_steps=opt.logging_steps,
+        save_strategy="steps" if opt.save_steps else "no",
+        save_steps=opt.save_steps or 500,
         report_to="none",
         disable_tqdm=True,
-        log_completions=recipe.log_completions,
+        log_completions=opt.log_completions,
     )
 
 
 def prompt_repeats(recipe: GrpoRecipe) -> int:
     """Copies of each prompt in the dataset so one step's prompts fit in it (TRL drops a short batch)."""
-    per_step = max(recipe.batch_size * recipe.grad_accum // recipe.num_generations, 1)
-    distinct = max(len(recipe.tasks) * len(recipe.variants), 1)
+    per_step = max(recipe.optim.batch_size * recipe.optim.grad_accum // recipe.generation.num_generations, 1)
+    distinct = max(len(recipe.env.tasks) * len(recipe.env.variants), 1)
     return max(1, -(-per_step // distinct))
 
 
@@ -163,56 +180,67 @@ class GrpoRun:
     trainer: Any = None
 
 
+@dataclass
+class GrpoSetup:
+    """A ready ``GRPOTrainer`` and the evaluation pool its rewards use (``close()`` it when done)."""
+
+    trainer: Any
+    pool: Any
+    """The ``PipelinePool`` that evaluates completions in the env."""
+    rollout: Any = None
+    """The ``MultiTurnRollout`` (multi-turn recipes), also the trainer's ``rollout_func``."""
+
+    def close(self) -> None:
+        """Stop the evaluation pool."""
+        self.pool.close()
+
+
 def build_trainer(
     model: str | Any,
     recipe: GrpoRecipe,
     output_dir: str | Path,
     tokenizer: str | Any | None = None,
     callbacks: list[Any] | None = None,
-) -> Any:
-    """A ready ``GRPOTrainer`` whose rewards come from the environment."""
+) -> GrpoSetup:
+    """A ready ``GRPOTrainer`` whose rewards come from the environment, with its evaluation pool."""
     from trl import GRPOTrainer
 
+    from ptxgym.evaluation.trusted.base import EvalSettings
     from ptxgym.train.env_reward import EnvReward, PipelinePool, build_grpo_dataset
-    from ptxgym.train.rollout import MultiTurnRollout, RolloutConfig, RolloutReward
+    from ptxgym.train.rollout import MultiTurnRollout, RolloutReward
 
     quiet_trl()
+    env = recipe.env
     config = grpo_config(recipe, output_dir)
     model_obj, tok = load_model_and_tokenizer(model, tokenizer, bf16=config.bf16)
-    dataset, index = build_grpo_dataset(recipe.tasks, recipe.variants, repeats=prompt_repeats(recipe))
-    from ptxgym.evaluation.trusted.base import EvalSettings
-
-    settings = EvalSettings(**recipe.eval_settings) if recipe.eval_settings else None
-    pool = PipelinePool(recipe.evaluator, settings=settings, max_workers=recipe.eval_workers)
-    if recipe.max_turns == 1:
-        reward_funcs, rollout = [EnvReward(recipe.reward, pool, reward_options=recipe.reward_options)], None
+    dataset, index = build_grpo_dataset(env.tasks, env.variants, repeats=prompt_repeats(recipe))
+    settings = EvalSettings(**env.eval_settings) if env.eval_settings else None
+    pool = PipelinePool(env.evaluator, settings=settings, max_workers=env.eval_workers)
+    rollout = None
+    reward_funcs: list[Any]
+    if recipe.rollout.max_turns == 1:
+        reward_funcs = [EnvReward(env.reward, pool, reward_options=env.reward_options)]
     else:
         rollout = MultiTurnRollout(
             index,
-            RolloutConfig(
-                max_turns=recipe.max_turns,
-                credit=recipe.credit,
-                gamma=recipe.gamma,
-                reward=recipe.reward,
-                reward_options=recipe.reward_options,
-                target_speedup=recipe.target_speedup,
-            ),
+            recipe.rollout,
             pool,
+            reward=env.reward,
+            reward_options=env.reward_options,
+            target_speedup=env.target_speedup,
         )
         reward_funcs = [RolloutReward()]
-    peft = recipe_lora(recipe)
     trainer = GRPOTrainer(
         model=model_obj,
         reward_funcs=reward_funcs,
         args=config,
         train_dataset=dataset,
         processing_class=tok,
-        peft_config=peft,
+        peft_config=recipe.lora.peft_config(),
         rollout_func=rollout,
         callbacks=callbacks,
     )
-    trainer.ptxgym_pool = pool
-    return trainer
+    return GrpoSetup(trainer, pool, rollout)
 
 
 def train_grpo(
@@ -224,11 +252,12 @@ def train_grpo(
 ) -> GrpoRun:
     """Run GRPO; saves the adapter (or model) and tokenizer under ``final/``."""
     recipe = recipe or GrpoRecipe()
-    trainer = build_trainer(model, recipe, output_dir, tokenizer, callbacks)
+    setup = build_trainer(model, recipe, output_dir, tokenizer, callbacks)
+    trainer = setup.trainer
     try:
         result = trainer.train()
     finally:
-        trainer.ptxgym_pool.close()
+        setup.close()
     final = Path(output_dir) / "final"
     trainer.save_model(str(final))
     trainer.processing_class.save_pretrained(str(final))

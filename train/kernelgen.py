@@ -82,8 +82,8 @@ def _candidates(records: Iterable[TurnRecord], cfg: KernelGenConfig, dropped: Co
             code = extract_kernel(r.action) if why is None else None
             if why is None and code is None:
                 why = "no extractable kernel"
-            if why is not None:
-                dropped[why.split(" (")[0]] += 1
+            if why is not None or code is None:
+                dropped[(why or "no extractable kernel").split(" (")[0]] += 1
                 continue
             out.append(_Candidate(r, tuple(turns), code))
     return out

@@ -32,29 +32,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from ptxgym.records.feedback import Feedback, Status
 from ptxgym.rewards import discounted_returns, resolve_reward
+from ptxgym.rewards.base import RewardSpec
 from ptxgym.train.env_reward import PipelinePool, PromptIndex, summarise
 
 
-@dataclass(frozen=True)
-class RolloutConfig:
-    """How episodes are played and credited (module docstring)."""
+class RolloutConfig(BaseModel):
+    """How episodes are played and credited (module docstring); the reward comes from the env section."""
 
-    max_turns: int = 4
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int = Field(4, ge=1, description="Turns per episode (1 in a GRPO recipe: single-turn).")
     credit: Literal["turn", "episode"] = "turn"
-    gamma: float = 0.4
-    reward: str | Mapping[str, float] | None = "staged"
-    reward_options: Mapping[str, Any] = field(default_factory=dict)
-    target_speedup: float = 1.2
-    max_context_tokens: int | None = None
-    skip_infra: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        if self.credit not in ("turn", "episode"):
-            raise ValueError(f"credit must be 'turn' or 'episode', got {self.credit!r}")
+    gamma: float = Field(0.4, ge=0, le=1, description="Discount of later turns' rewards.")
+    max_context_tokens: int | None = Field(None, description="End an episode when the context is full.")
+    skip_infra: bool = Field(True, description="Give INFRA_ERROR turns no reward (None) instead of 0.")
 
 
 @dataclass
@@ -66,6 +61,13 @@ class _Turn:
     feedback: Feedback | None = None
     reward: float = 0.0
     components: dict[str, float] = field(default_factory=dict)
+
+
+def _status(turn: _Turn) -> Status:
+    """The status of a played turn (every turn gets its feedback before samples are made)."""
+    if turn.feedback is None:
+        raise RuntimeError("a turn reached the samples without its feedback")
+    return turn.feedback.status
 
 
 @dataclass
@@ -120,12 +122,20 @@ class MultiTurnRollout:
     __name__ = "ptxgym_multi_turn_rollout"
 
     def __init__(
-        self, index: PromptIndex, config: RolloutConfig | None = None, pool: PipelinePool | None = None
+        self,
+        index: PromptIndex,
+        config: RolloutConfig | None = None,
+        pool: PipelinePool | None = None,
+        *,
+        reward: RewardSpec = "staged",
+        reward_options: Mapping[str, Any] | None = None,
+        target_speedup: float = 1.2,
     ) -> None:
         self.index = index
         self.config = config or RolloutConfig()
         self.pool = pool or PipelinePool()
-        self.reward_fn = resolve_reward(self.config.reward, **dict(self.config.reward_options))
+        self.reward_fn = resolve_reward(reward, **dict(reward_options or {}))
+        self.target_speedup = target_speedup
         self._envs: dict[tuple[str, str | None], list[Any]] = {}
         self.last_episodes: list[_Episode] = []
 
@@ -156,11 +166,7 @@ class MultiTurnRollout:
         task_id, variant = self.index.lookup(prompt)
         env = self._checkout(task_id, variant)
         _, info = env.reset()
-        p = info["prompt"]
-        msgs = ([{"role": "system", "content": p.system}] if p.system else []) + [
-            {"role": "user", "content": p.user}
-        ]
-        ids = gen.template(msgs)
+        ids = gen.template(info["prompt"].messages())
         return _Episode(group, task_id, env, ids, list(ids))
 
     def _play(self, episodes: list[_Episode], gen: _Generator) -> None:
@@ -228,7 +234,7 @@ class MultiTurnRollout:
             logprobs=[t.logprobs for t in turns],
             returns=[r[1] for r in rows],
             turn_index=[r[2] for r in rows],
-            statuses=[t.feedback.status for t in turns],
+            statuses=[_status(t) for t in turns],
             turn_rewards=[r[3] for r in rows],
             env_mask=None,
             feedbacks=[t.feedback for t in turns],
@@ -254,7 +260,7 @@ class MultiTurnRollout:
             logprobs=logps if has_logprobs else None,
             returns=[e.returns(self.config.gamma)[0] for e in episodes],
             turn_index=[len(e.turns) for e in episodes],
-            statuses=[e.turns[-1].feedback.status for e in episodes],
+            statuses=[_status(e.turns[-1]) for e in episodes],
             turn_rewards=[[t.reward for t in e.turns] for e in episodes],
             env_mask=masks,
             feedbacks=[t.feedback for t in all_turns],
@@ -310,7 +316,7 @@ class MultiTurnRollout:
             evaluator=self.pool.evaluator,
             reward=self.reward_fn,
             max_turns=self.config.max_turns,
-            target_speedup=self.config.target_speedup,
+            target_speedup=self.target_speedup,
             variant=variant,
         )
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.train.common import device_flags, load_model_and_tokenizer, recipe_lora
+from ptxgym.train.common import LoraRecipe, device_flags, get_preset, load_model_and_tokenizer
 
 
 class SftRecipe(BaseModel):
@@ -26,12 +26,7 @@ class SftRecipe(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    use_lora: bool = True
-    lora_rank: int = Field(32, ge=1)
-    lora_alpha: float = 32.0
-    lora_dropout: float = 0.0
-    target_modules: str | list[str] = "all-linear"
-    modules_to_save: list[str] | None = Field(None, description="Fully trained modules (e.g. embeddings).")
+    lora: LoraRecipe = Field(default_factory=lambda: LoraRecipe(alpha=32.0, dropout=0.0))
     learning_rate: float = Field(4.65e-4, gt=0)
     lr_scheduler: str = "linear"
     warmup: float = Field(0.0, ge=0, description="Warm-up steps (>= 1) or fraction of all steps (< 1).")
@@ -55,8 +50,7 @@ class SftRecipe(BaseModel):
 PRESETS: dict[str, SftRecipe] = {
     "paper": SftRecipe(),
     "smoke": SftRecipe(
-        lora_rank=8,
-        lora_alpha=16.0,
+        lora=LoraRecipe(rank=8, alpha=16.0, dropout=0.0),
         learning_rate=5e-3,
         epochs=1.0,
         batch_size=2,
@@ -68,10 +62,11 @@ PRESETS: dict[str, SftRecipe] = {
 
 
 def get_recipe(name: str, **overrides: Any) -> SftRecipe:
-    """A named preset with fields overridden (validated: a bad value or unknown field is an error)."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown SFT preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
-    return SftRecipe.model_validate({**PRESETS[name].model_dump(), **overrides})
+    """A named preset with (dotted) fields overridden, e.g. ``get_recipe("smoke", **{"lora.rank": 4})``.
+
+    A bad value or an unknown field is an error that names the valid fields.
+    """
+    return get_preset(PRESETS, "SFT", name, overrides)
 
 
 @dataclass
@@ -166,7 +161,7 @@ def train_sft(
     data, dropped = prepare_dataset(dataset, tok, recipe)
     if len(data) == 0:
         raise ValueError(f"no SFT rows left: all {dropped} are longer than max_length={recipe.max_length}")
-    peft = recipe_lora(recipe)
+    peft = recipe.lora.peft_config()
     trainer = SFTTrainer(
         model=model_obj,
         args=sft_config(recipe, output_dir),

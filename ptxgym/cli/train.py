@@ -204,7 +204,7 @@ def _run_data(args: argparse.Namespace) -> int:
     if args.data_kind == "solutions":
         from ptxgym.train.kernelgen import build_kernelgen_from_solutions
 
-        res = build_kernelgen_from_solutions(args.arch, _variants(args.variants))
+        res = build_kernelgen_from_solutions(args.arch, _variants(args.variants) or (None,))
     else:
         res = _build_from_trajectories(args)
     if not res.examples:
@@ -246,7 +246,7 @@ def _build_from_trajectories(args: argparse.Namespace) -> Any:
             quality=args.quality,
             require_target=not args.no_require_target,
         )
-    cfg = FixitConfig(
+    fixit = FixitConfig(
         max_source_turn=args.max_source_turn,
         quality=args.quality,
         require_target=not args.no_require_target,
@@ -254,7 +254,7 @@ def _build_from_trajectories(args: argparse.Namespace) -> Any:
         seed=args.seed,
         pairing=tuple(p.strip() for p in args.pairing.split(",") if p.strip()),
     )
-    return build_fixit(records, cfg, teacher, rt)
+    return build_fixit(records, fixit, teacher, rt)
 
 
 def _run_tiny(args: argparse.Namespace) -> int:
@@ -299,13 +299,13 @@ def _run_grpo(args: argparse.Namespace) -> int:
     _threads(args.threads)
     overrides = parse_sets(args.set)
     for key, value in (
-        ("tasks", args.tasks),
-        ("variants", _variants(args.variants)),
-        ("reward", args.reward),
-        ("max_turns", args.turns),
-        ("credit", args.credit),
-        ("evaluator", args.evaluator),
-        ("max_steps", args.steps),
+        ("env.tasks", args.tasks),
+        ("env.variants", _variants(args.variants)),
+        ("env.reward", args.reward),
+        ("rollout.max_turns", args.turns),
+        ("rollout.credit", args.credit),
+        ("env.evaluator", args.evaluator),
+        ("optim.max_steps", args.steps),
     ):
         if value is not None:
             overrides[key] = value

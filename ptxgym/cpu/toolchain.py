@@ -236,9 +236,9 @@ def _locate_nvcc() -> tuple[Path, str]:
             return (Path(root) / "bin" / "nvcc").absolute(), var
     if _is_exe(SYSTEM_CUDA_HOME / "bin" / "nvcc"):
         return SYSTEM_CUDA_HOME / "bin" / "nvcc", str(SYSTEM_CUDA_HOME)
-    for root in wheel_roots():
-        if _is_exe(root / "bin" / "nvcc"):
-            return root / "bin" / "nvcc", "wheels"
+    for wheel_root in wheel_roots():
+        if _is_exe(wheel_root / "bin" / "nvcc"):
+            return wheel_root / "bin" / "nvcc", "wheels"
     raise ToolchainNotFoundError(
         f"no nvcc found (PTXGYM_NVCC, PATH, CUDA_HOME, /usr/local/cuda, "
         f"site-packages/nvidia/{_WHEEL_SUBDIR}). {_INSTALL_HINT}"

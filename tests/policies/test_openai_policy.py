@@ -13,7 +13,7 @@ from ptxgym.policies import (
     ServerUnavailableError,
     get_preset,
 )
-from ptxgym.policies.openai_chat import OpenAIChatPolicy, RetryPolicy
+from ptxgym.policies.openai_chat import OpenAIChatConfig, OpenAIChatPolicy, RetryPolicy
 
 TRANSPORTS = ["urllib", "openai"]
 FAST_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.02)
@@ -22,7 +22,7 @@ CONV = Conversation(system="You write kernels.", user="Write a GEMM.", task_id="
 
 def policy(url: str, transport: str, **kw) -> OpenAIChatPolicy:
     kw.setdefault("retry", FAST_RETRY)
-    return OpenAIChatPolicy("test-model", url, transport=transport, **kw)
+    return OpenAIChatPolicy(OpenAIChatConfig(model="test-model", base_url=url, transport=transport, **kw))
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -125,7 +125,9 @@ def test_check_reads_context_window_and_rejects_unserved_model(fake_server) -> N
     pol = policy(srv.base_url, "openai")
     pol.check()
     assert pol.max_context_tokens == 32768
-    wrong = OpenAIChatPolicy("other", srv.base_url, transport="urllib", retry=FAST_RETRY)
+    wrong = OpenAIChatPolicy(
+        OpenAIChatConfig(model="other", base_url=srv.base_url, transport="urllib", retry=FAST_RETRY)
+    )
     with pytest.raises(ServerError, match="does not serve 'other'.*test-model, fixit"):
         wrong.check()
 

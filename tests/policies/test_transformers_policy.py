@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from ptxgym.knowledge_packs.prompting import build_task_prompt  # noqa: E402
 from ptxgym.policies import Conversation, SamplingParams  # noqa: E402
-from ptxgym.policies.transformers_policy import TransformersPolicy  # noqa: E402
+from ptxgym.policies.transformers_policy import TransformersConfig, TransformersPolicy  # noqa: E402
 from ptxgym.records.tasks import get_task  # noqa: E402
 
 CHATML = (
@@ -86,7 +86,9 @@ def test_two_turn_episode_through_the_env(tiny_dir: Path) -> None:
 
     import ptxgym  # noqa: F401
 
-    pol = TransformersPolicy(str(tiny_dir), sampling=SAMPLING, seed=0, history="full")
+    pol = TransformersPolicy(
+        TransformersConfig(model=str(tiny_dir), sampling=SAMPLING, seed=0, history="full")
+    )
     env = gymnasium.make("ptxgym/Gemm-sm90a-v0", evaluator="none", max_turns=2)
     obs, info = env.reset(seed=0)
     conv = Conversation.from_prompt(info["prompt"], task_id="Gemm-sm90a")
@@ -106,7 +108,9 @@ def test_two_turn_episode_through_the_env(tiny_dir: Path) -> None:
 
 def test_batch_sample_and_history_budget(tiny_dir: Path) -> None:
     pol = TransformersPolicy(
-        str(tiny_dir), sampling=SAMPLING, seed=1, history="latest", max_context_tokens=3000
+        TransformersConfig(
+            model=str(tiny_dir), sampling=SAMPLING, seed=1, history="latest", max_context_tokens=3000
+        )
     )
     assert pol.max_parallel == 1
     conv = Conversation(system="sys", user="Write the kernel.", task_id="Gemm-sm90a")
@@ -130,14 +134,16 @@ def test_lora_adapter_is_loaded_with_peft(tiny_dir: Path, tmp_path: Path) -> Non
         base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     )
     peft_model.save_pretrained(tmp_path / "adapter")
-    pol = TransformersPolicy(str(tiny_dir), lora=str(tmp_path / "adapter"), sampling=SAMPLING, seed=0)
+    pol = TransformersPolicy(
+        TransformersConfig(model=str(tiny_dir), lora=str(tmp_path / "adapter"), sampling=SAMPLING, seed=0)
+    )
     assert type(pol.model).__name__ == "PeftModelForCausalLM"
     assert any("lora_A" in name for name, _ in pol.model.named_parameters())
     assert pol.act({}, Conversation(user="hi")).completion_tokens
 
 
 def test_think_block_becomes_reasoning(tiny_dir: Path) -> None:
-    pol = TransformersPolicy(str(tiny_dir), sampling=SAMPLING)
+    pol = TransformersPolicy(TransformersConfig(model=str(tiny_dir), sampling=SAMPLING))
     from ptxgym.policies.chat import split_reasoning
 
     assert split_reasoning("<think>tile 128x128</think>\n```cpp\nk\n```") == (

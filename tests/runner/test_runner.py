@@ -9,7 +9,7 @@ import pytest
 
 from ptxgym.evaluation.trusted.base import NullEvaluator
 from ptxgym.policies import PolicyConfig, ServerUnavailableError
-from ptxgym.policies.openai_chat import OpenAIChatPolicy, RetryPolicy
+from ptxgym.policies.openai_chat import OpenAIChatConfig, OpenAIChatPolicy, RetryPolicy
 from ptxgym.policies.reference import ReferencePolicy
 from ptxgym.policies.replay import ReplayPolicy
 from ptxgym.records.turns import read_turns
@@ -33,7 +33,9 @@ def config(**kw) -> EvalConfig:
 
 
 def chat(url: str) -> OpenAIChatPolicy:
-    return OpenAIChatPolicy("test-model", url, retry=FAST_RETRY, transport="urllib")
+    return OpenAIChatPolicy(
+        OpenAIChatConfig(model="test-model", base_url=url, retry=FAST_RETRY, transport="urllib")
+    )
 
 
 def test_bad_model_output_becomes_turns_with_clear_statuses(fake_server, tmp_path: Path) -> None:

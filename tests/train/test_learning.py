@@ -24,6 +24,7 @@ from ptxgym.evaluation.trusted.base import NullEvaluator  # noqa: E402
 from ptxgym.pipeline import Pipeline  # noqa: E402
 from ptxgym.records.feedback import Status  # noqa: E402
 from ptxgym.records.tasks import get_task  # noqa: E402
+from ptxgym.train.common import LoraRecipe  # noqa: E402
 from ptxgym.train.kernelgen import build_kernelgen_from_sources  # noqa: E402
 from ptxgym.train.probe import probe  # noqa: E402
 from ptxgym.train.sft import SftRecipe, train_sft  # noqa: E402
@@ -54,15 +55,14 @@ def training_kernels(kernel_text) -> dict[str, str]:
 
 def _policy(model, tok, max_tokens: int):
     from ptxgym.policies.sampling import SamplingParams
-    from ptxgym.policies.transformers_policy import TransformersPolicy
+    from ptxgym.policies.transformers_policy import TransformersConfig, TransformersPolicy
 
-    return TransformersPolicy(
-        model,
-        tok,
+    config = TransformersConfig(
         sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
         max_context_tokens=16_384,
         name="tiny",
     )
+    return TransformersPolicy(config, model=model, tokenizer=tok)
 
 
 @pytest.mark.slow
@@ -81,9 +81,7 @@ def test_sft_raises_the_compile_rate_and_grpo_runs_on_cpu_stage_rewards(kernel_t
 
     rows = build_kernelgen_from_sources(kernels).examples
     recipe = SftRecipe(
-        lora_rank=16,
-        lora_alpha=32.0,
-        modules_to_save=["embed_tokens", "lm_head"],
+        lora=LoraRecipe(rank=16, alpha=32.0, dropout=0.0, modules_to_save=["embed_tokens", "lm_head"]),
         learning_rate=5e-3,
         lr_scheduler="constant",
         max_steps=70 * len(rows),
@@ -109,14 +107,16 @@ def test_sft_raises_the_compile_rate_and_grpo_runs_on_cpu_stage_rewards(kernel_t
 
     grpo = get_recipe(
         "smoke",
-        tasks=tasks,
-        evaluator="none",
-        batch_size=2,
-        num_generations=2,
-        max_completion_length=longest + 32,
-        # A low temperature: at 1.0 a sampled 5k-token copy of the shipped Gemm.cu almost surely carries a
-        # typo somewhere, and this smoke step checks the plumbing, not exploration.
-        temperature=0.2,
+        **{
+            "env.tasks": tasks,
+            "env.evaluator": "none",
+            "optim.batch_size": 2,
+            "generation.num_generations": 2,
+            "generation.max_completion_length": longest + 32,
+            # A low temperature: at 1.0 a sampled 5k-token copy of the shipped Gemm.cu almost surely
+            # carries a typo somewhere, and this smoke step checks the plumbing, not exploration.
+            "generation.temperature": 0.2,
+        },
     )
     g = train_grpo(tuned, grpo, tmp_path / "grpo", tokenizer=tok)
     (step,) = [h for h in g.log_history if "reward" in h]

@@ -61,7 +61,10 @@ def test_sft_drops_rows_longer_than_max_length(tiny, records, tmp_path):
 
 def test_grpo_single_turn_step_with_cpu_stage_rewards(tiny, tmp_path):
     model, tok = tiny
-    recipe = get_recipe("smoke", batch_size=2, num_generations=2, max_completion_length=16)
+    recipe = get_recipe(
+        "smoke",
+        **{"optim.batch_size": 2, "generation.num_generations": 2, "generation.max_completion_length": 16},
+    )
     run = train_grpo(model, recipe, tmp_path / "grpo", tokenizer=tok)
     (step,) = [h for h in run.log_history if "reward" in h]
     assert step["ptxgym/status/EXTRACT_ERROR"] == 1.0  # a random model writes no code block
@@ -106,13 +109,19 @@ def test_multi_turn_rollout_credits_turns_and_masks_env_tokens(tiny, tmp_path, c
     model, tok = tiny
     size = 4 if credit == "turn" else 2
     recipe = get_recipe(
-        "smoke", max_turns=3, credit=credit, batch_size=size, num_generations=size, max_completion_length=12
+        "smoke",
+        **{
+            "rollout.max_turns": 3,
+            "rollout.credit": credit,
+            "optim.batch_size": size,
+            "generation.num_generations": size,
+            "generation.max_completion_length": 12,
+        },
     )
-    trainer = build_trainer(model, recipe, tmp_path / "mt", tokenizer=tok)
+    setup = build_trainer(model, recipe, tmp_path / "mt", tokenizer=tok)
+    trainer = setup.trainer
     rollout = MultiTurnRollout(
-        trainer.rollout_func.index,
-        RolloutConfig(max_turns=3, credit=credit, reward=_turn_count),
-        trainer.ptxgym_pool,
+        setup.rollout.index, RolloutConfig(max_turns=3, credit=credit), setup.pool, reward=_turn_count
     )
     prompt = trainer.train_dataset[0]["prompt"]
     out = rollout([prompt] * size, trainer)
@@ -138,28 +147,36 @@ def test_multi_turn_rollout_credits_turns_and_masks_env_tokens(tiny, tmp_path, c
     trainer.train()  # TRL accepts what the rollout returns (its own rollout, staged reward)
     (step,) = [h for h in trainer.state.log_history if "reward" in h]
     assert "rewards/ptxgym_rollout/mean" in step and step["ptxgym/status/EXTRACT_ERROR"] == 1.0
-    trainer.ptxgym_pool.close()
+    setup.close()
 
 
 def test_rollout_ends_an_episode_when_the_context_is_full(tiny, tmp_path):
     model, tok = tiny
     recipe = get_recipe(
-        "smoke", max_turns=4, credit="episode", batch_size=2, num_generations=2, max_completion_length=8
+        "smoke",
+        **{
+            "rollout.max_turns": 4,
+            "rollout.credit": "episode",
+            "optim.batch_size": 2,
+            "generation.num_generations": 2,
+            "generation.max_completion_length": 8,
+        },
     )
-    trainer = build_trainer(model, recipe, tmp_path / "ctx", tokenizer=tok)
+    setup = build_trainer(model, recipe, tmp_path / "ctx", tokenizer=tok)
+    trainer = setup.trainer
     prompt = trainer.train_dataset[0]["prompt"]
     prompt_len = len(
         tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
     )
     rollout = MultiTurnRollout(
-        trainer.rollout_func.index,
+        setup.rollout.index,
         RolloutConfig(max_turns=4, credit="episode", max_context_tokens=prompt_len + 20),
-        trainer.ptxgym_pool,
+        setup.pool,
     )
     out = rollout([prompt] * 2, trainer)
     assert out["ptxgym_turn"] == [1, 1]  # the feedback would not leave room for another 8-token turn
     assert all(out["env_mask"][i] == [1] * len(out["completion_ids"][i]) for i in range(2))
-    trainer.ptxgym_pool.close()
+    setup.close()
 
 
 def test_cli_tiny_data_sft_grpo(tmp_path, trajectory_file, capsys):
@@ -238,7 +255,7 @@ def test_cli_tiny_data_sft_grpo(tmp_path, trajectory_file, capsys):
                 "--credit",
                 "episode",
                 "--set",
-                "max_completion_length=8",
+                "generation.max_completion_length=8",
             ]
         )
         == 0
@@ -254,7 +271,7 @@ def test_cli_tiny_data_sft_grpo(tmp_path, trajectory_file, capsys):
                 "--out",
                 str(tmp_path / "g2"),
                 "--set",
-                "lora_rank=zero",
+                "lora.rank=zero",
             ]
         )
         == 2
