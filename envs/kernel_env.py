@@ -12,7 +12,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator
-from ptxgym.knowledge_packs.prompting import TaskPrompt, build_task_prompt
+from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT, TaskPrompt, build_task_prompt, pack_variant
 from ptxgym.pipeline import Pipeline
 from ptxgym.records.feedback import Feedback, Status, Verdict
 from ptxgym.records.feedback_text import render_feedback
@@ -53,7 +53,8 @@ class KernelEnv(gymnasium.Env):
 
     **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local" or an Evaluator),
     ``settings`` (EvalSettings for a local evaluator), ``reward``, ``max_turns`` (8), ``target_speedup``
-    (1.2), ``variant`` (knowledge-pack prompt variant or None).
+    (1.2), ``variant`` (knowledge-pack prompt variant; default ``DEFAULT_VARIANT`` = ``"full"``, shared
+    with ``ptxgym eval``; ``None`` or ``"none"``: rules and ABI only).
 
     **Version history.** The version suffix of an id fixes the reward and observation semantics: a change
     to what a reward pays for, to an observation field's meaning or to the episode-end rule gets a new
@@ -61,7 +62,8 @@ class KernelEnv(gymnasium.Env):
 
     * ``-v0`` (ptxgym 0.1.0): as described above.
     * ptxgym 0.1.0 layout release: the ``stage`` of a turn stopped by the source screen reads
-      ``"screen"`` (it read ``"policy"``; old records still load). Nothing else changed.
+      ``"screen"`` (it read ``"policy"``; old records still load). The default prompt variant is
+      ``"full"``, as for ``ptxgym eval`` (it was no pack); pass ``variant=None`` for the old prompt.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -74,7 +76,7 @@ class KernelEnv(gymnasium.Env):
         reward: str | RewardFn | None = None,
         max_turns: int = 8,
         target_speedup: float = 1.2,
-        variant: str | None = None,
+        variant: str | None = DEFAULT_VARIANT,
         render_mode: str | None = None,
     ) -> None:
         if max_turns < 1:
@@ -82,7 +84,7 @@ class KernelEnv(gymnasium.Env):
         self.task = task if isinstance(task, Task) else get_task(task)
         self.max_turns = max_turns
         self.target_speedup = target_speedup
-        self.variant = variant
+        self.variant = pack_variant(variant)
         self.render_mode = render_mode
         self.reward_fn = resolve_reward(reward)
         self._owns_evaluator = not isinstance(evaluator, Evaluator)

@@ -39,6 +39,19 @@ How to answer:
 """
 
 
+DEFAULT_VARIANT = "full"
+"""The prompt variant of ``gymnasium.make`` and ``ptxgym eval`` when none is named: the whole knowledge
+pack, as in the PTXBench paper (about 111k characters for a Hopper task, roughly 37k tokens). Name
+``"params"`` (about 7k characters) or ``"none"`` (rules and ABI only, about 3k) for small contexts."""
+NO_VARIANT = "none"
+"""The variant name that means no knowledge pack (rules and ABI only)."""
+
+
+def pack_variant(variant: str | None) -> str | None:
+    """The pack variant to render: ``None`` and ``"none"`` both mean no pack."""
+    return None if variant in (None, NO_VARIANT) else variant
+
+
 class TaskPrompt(BaseModel):
     """The system message and the first user message of an episode."""
 
@@ -77,6 +90,7 @@ def task_description(task: Task) -> str:
 
 
 def _pack_text(task: Task, variant: str | None) -> str:
+    variant = pack_variant(variant)
     if variant is None:
         return ""
     from ptxgym.knowledge_packs import render_variant  # the packs own their variant names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -71,6 +72,42 @@ def _model_name(cfg: PolicyConfig) -> str:
     if not cfg.model:
         raise ValueError(f"the {cfg.kind} policy needs --model")
     return cfg.model
+
+
+def local_model_problem(name: str) -> str | None:
+    """Why a model name is neither a local directory nor in the Hugging Face cache (None: it is one).
+
+    Nothing is downloaded: a mistyped name fails at once instead of after minutes of Hub retries.
+    """
+    if Path(name).expanduser().is_dir():
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(name, local_files_only=True)
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means: not usable offline
+        return (
+            f"--model {name!r} is neither a local directory nor a model in the Hugging Face cache "
+            f"({type(exc).__name__}); pass a model directory, or download it first "
+            f"(`huggingface-cli download {name}`)"
+        )
+
+
+def check_policy_config(cfg: PolicyConfig) -> None:
+    """Fail now, with a clear ``ValueError``, on a config that cannot build its policy (before any work)."""
+    if cfg.kind == "replay":
+        missing = [f for f in cfg.replay_files if not Path(f).is_file()]
+        if not cfg.replay_files or missing:
+            raise ValueError(
+                f"--replay: trajectory file(s) not found: {', '.join(missing) or '(none given)'}"
+            )
+    elif cfg.kind not in ("reference",):
+        _model_name(cfg)
+    if cfg.kind == "transformers":
+        problem = local_model_problem(_model_name(cfg))
+        if problem:
+            raise ValueError(problem)
 
 
 def _transformers(cfg: PolicyConfig, tasks: Sequence[Task], api_key: str) -> Policy:

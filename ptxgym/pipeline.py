@@ -20,6 +20,7 @@ from ptxgym.cpu.build import BuildOutcome, build_solution
 from ptxgym.cpu.extract import extract_code
 from ptxgym.cpu.sass import sass_census
 from ptxgym.cpu.screen import check_source
+from ptxgym.cpu.signature import signature_problem
 from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.trusted.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
 from ptxgym.knowledge_packs.include_tree import pack_include_dirs
@@ -88,7 +89,11 @@ class Pipeline:
         parts["source_chars"] = sum(len(s.content) for s in solution.sources)
         try:
             others = {s.path: s.content for s in solution.sources if s.path != entry}
-            self._timed(parts, Stage.SCREEN, lambda: self._screen(main_source, others, entry))
+            self._timed(
+                parts,
+                Stage.SCREEN,
+                lambda: self._screen(main_source, others, entry, solution.spec.entry_symbol),
+            )
             built, so_path = self._timed(parts, Stage.BUILD, lambda: self._build(solution, parts))
             sass = self._timed(parts, Stage.SASS, lambda: sass_census(so_path, self.task.arch_spec))
             parts["sass"] = sass
@@ -128,7 +133,12 @@ class Pipeline:
             raise _StageFailed(Status.EXTRACT_ERROR, Stage.EXTRACT, got.message)
         return got.code
 
-    def _screen(self, source: str, others: dict[str, str], entry: str) -> None:
+    def _screen(self, source: str, others: dict[str, str], entry: str, symbol: str) -> None:
+        defn = self.task.definition
+        names = [*defn.inputs, *defn.outputs]
+        problem = signature_problem({entry: source, **others}, symbol, len(names), names)
+        if problem:
+            raise _StageFailed(Status.STATIC_REJECT, Stage.SCREEN, problem)
         verdict = check_source(source, others, entry_name=entry)
         if not verdict.ok:
             raise _StageFailed(Status.STATIC_REJECT, Stage.SCREEN, verdict.message)

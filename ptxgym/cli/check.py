@@ -33,9 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _as_action(path: str, text: str) -> str:
-    """A bare source file becomes a fenced response; a response is passed as is."""
-    if path.endswith((".cu", ".cuh", ".cpp", ".cc")) and "```" not in text:
-        return f"```cuda\n{text}\n```"
+    """A bare source file (or bare source on stdin) becomes a fenced response; a response is passed as is."""
+    if path == "-" or path.endswith((".cu", ".cuh", ".cpp", ".cc")):
+        return text if "```" in text else f"```cuda\n{text}\n```"
     return text
 
 
@@ -49,13 +49,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         path = Path(args.file)
         if not path.is_file():
-            print(f"ptxgym check: no such file: {path}", file=sys.stderr)
-            return 2
+            raise FileNotFoundError(f"no such file: {path}")
         text = path.read_text(encoding="utf-8", errors="replace")
-    with select_evaluator(args.evaluator) as evaluator:
+    solution = Solution.from_json(text) if args.file.endswith(".json") else None
+    source = "--evaluator" if args.evaluator else None
+    with select_evaluator(args.evaluator, source=source) as evaluator:
         pipeline = Pipeline(task, evaluator)
-        if args.file.endswith(".json"):
-            fb = pipeline.run_solution(Solution.from_json(text))
+        if solution is not None:
+            fb = pipeline.run_solution(solution)
         else:
             fb = pipeline.run(_as_action(args.file, text))
     print(fb.to_json(indent=2) if args.json else render_feedback(fb))

@@ -19,7 +19,9 @@ import json
 import os
 import sys
 
-from ptxgym.policies.factory import POLICY_KINDS, PolicyConfig
+from ptxgym.cli.errors import usage_message
+from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT
+from ptxgym.policies.factory import POLICY_KINDS, PolicyConfig, check_policy_config
 from ptxgym.policies.history import HistoryMode
 from ptxgym.policies.sampling import PRESETS, parse_overrides
 from ptxgym.records.errors import PtxgymError
@@ -48,9 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run_g.add_argument(
         "--variants",
         nargs="+",
-        default=["full"],
+        default=[DEFAULT_VARIANT],
         help="knowledge-pack prompt variants (params, templates, contract, patterns-*, full; "
-        "'none' = rules and ABI only; default full)",
+        f"'none' = rules and ABI only; default {DEFAULT_VARIANT}, as for gymnasium.make)",
     )
     run_g.add_argument("--trajectories", type=int, default=1, help="trajectories per task and variant")
     run_g.add_argument("--turns", type=int, default=8, help="turns per trajectory (default 8)")
@@ -232,9 +234,10 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or f"runs/eval-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     try:
         config = build_config(args)
-        evaluator = select_evaluator(config.evaluator)
+        check_policy_config(config.policy)
+        evaluator = select_evaluator(config.evaluator, source="--evaluator")
     except (PtxgymError, ValueError) as exc:
-        print(f"ptxgym eval: {exc}", file=sys.stderr)
+        print(f"ptxgym eval: {usage_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     if evaluator.name == "none":
         print(_no_gpu_warning(getattr(evaluator, "reason", None)), file=sys.stderr)
@@ -250,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             config, out, resume=args.resume, evaluator=evaluator, progress=not args.quiet, api_key=api_key
         )
     except (PtxgymError, RunDirError, ValueError, FileNotFoundError) as exc:
-        print(f"ptxgym eval: {exc}", file=sys.stderr)
+        print(f"ptxgym eval: {usage_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2))
@@ -262,6 +265,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.evaluator == "none":
         print(_no_gpu_warning(result.gpu_reason), file=sys.stderr)
+    overflowed = [t.trajectory_id for t in result.trajectories if t.ended == "context_overflow"]
+    if overflowed:
+        print(
+            f"ptxgym eval: {len(overflowed)} trajectories ended because the prompt and history did not fit "
+            "the model's context (context_overflow). Use a smaller prompt variant (--variants none or "
+            "params), --history latest, or a model with a longer context.",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
     if result.incomplete:
         why = result.stop_reason or "policy errors (see events.jsonl)"
         print(

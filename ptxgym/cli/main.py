@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from ptxgym.cli.errors import EXIT_USAGE, USAGE_ERRORS, usage_message
 
 #: Subcommand modules under ptxgym.cli; each has ``register(subparsers)`` and ``run(args) -> int``.
 COMMANDS = ["tasks", "check", "eval", "report", "serve", "train"]
@@ -23,15 +26,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run the subcommand; return the exit code."""
+    """Parse ``argv`` and run the subcommand; return the exit code (2: bad input, said in one line)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except USAGE_ERRORS as exc:
+        print(f"ptxgym {args.command}: {usage_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point; a reader that goes away (``ptxgym check FILE | head``) ends it quietly."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        code = 0
+    sys.exit(code)

@@ -4,11 +4,13 @@
 and sees a CUDA device of a supported architecture, otherwise a ``NullEvaluator`` that states exactly
 why; ``none`` always attaches the NullEvaluator; ``local`` insists on the GPU evaluator and raises
 ``EvaluatorUnavailableError`` with the reason if it cannot run. This module imports no torch at import
-time.
+time, and on a machine without an NVIDIA driver or device it decides without importing torch at all
+(it asks the driver library directly), so making an env there takes well under a second.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 
 from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator, NullEvaluator
@@ -22,6 +24,9 @@ def gpu_unavailable_reason(device: int | None = None) -> str | None:
     for module, extra in (("torch", "pip install 'ptxgym[gpu]'"), ("tvm_ffi", "pip install apache-tvm-ffi")):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed ({extra})"
+    no_device = driver_unavailable_reason()
+    if no_device is not None:
+        return no_device
     import torch
 
     if not torch.cuda.is_available():
@@ -41,13 +46,42 @@ def gpu_unavailable_reason(device: int | None = None) -> str | None:
     return None
 
 
-def select_evaluator(choice: str | None = None, settings: EvalSettings | None = None) -> Evaluator:
-    """The evaluator for ``choice`` (``auto``, ``none``, ``local``; default from PTXGYM_EVALUATOR)."""
+def driver_unavailable_reason() -> str | None:
+    """Why the NVIDIA driver offers no CUDA device here, or None if it offers one (torch is not imported).
+
+    Loads ``libcuda.so.1`` with ctypes and asks ``cuInit`` and ``cuDeviceGetCount``: milliseconds, where
+    importing torch to ask costs seconds.
+    """
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no NVIDIA driver here (libcuda.so.1 cannot be loaded), so no CUDA device"
+    status = cuda.cuInit(0)
+    if status != 0:
+        return f"the NVIDIA driver reports no usable CUDA device (cuInit error {status})"
+    count = ctypes.c_int(0)
+    status = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0 or count.value == 0:
+        return "the NVIDIA driver sees no CUDA device"
+    return None
+
+
+def select_evaluator(
+    choice: str | None = None, settings: EvalSettings | None = None, *, source: str | None = None
+) -> Evaluator:
+    """The evaluator for ``choice`` (``auto``, ``none``, ``local``; default from PTXGYM_EVALUATOR).
+
+    ``source`` names where the choice came from in messages (e.g. ``--evaluator``); by default the
+    environment variable when ``choice`` is None, else ``evaluator=``.
+    """
+    if source is None:
+        source = "PTXGYM_EVALUATOR" if choice is None else "evaluator"
     choice = (choice or user_settings.evaluator_choice()).strip().lower()
+    said = f"{source} {choice}" if source.startswith("-") else f"{source}={choice}"
     if choice not in {"auto", "none", "local"}:
-        raise ValueError(f"evaluator choice must be auto, none or local, got {choice!r}")
+        raise ValueError(f"{source} must be auto, none or local, got {choice!r}")
     if choice == "none":
-        return NullEvaluator("the evaluator is switched off (PTXGYM_EVALUATOR=none)")
+        return NullEvaluator(f"the evaluator is switched off ({said})")
     reason = gpu_unavailable_reason()
     if reason is None:
         from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
@@ -58,8 +92,7 @@ def select_evaluator(choice: str | None = None, settings: EvalSettings | None = 
             reason = f"the local GPU evaluator failed to start: {type(exc).__name__}: {exc}"
     if choice == "local":
         raise EvaluatorUnavailableError(
-            f"PTXGYM_EVALUATOR=local, but the GPU evaluator cannot run here: {reason}. Run on a machine "
-            "with an "
-            "NVIDIA GPU of a supported architecture, or choose auto/none."
+            f"{said}, but the GPU evaluator cannot run here: {reason}. Run on a machine with an NVIDIA "
+            "GPU of a supported architecture, or choose auto or none."
         )
     return NullEvaluator(reason)

@@ -31,7 +31,8 @@ def _compile_lines(fb: Feedback) -> list[str]:
         )
     if lines:
         lines.insert(0, "ptxas resources:")
-    if not c.ok and c.log:
+    quoted = " ".join(c.log.split()) in " ".join(fb.message.split())  # the message often quotes the log
+    if not c.ok and c.log and not quoted:
         lines.append("Compiler output:\n" + truncate(c.log, 3000))
     return lines
 

@@ -7,6 +7,7 @@ Definitions and workloads are FlashInfer-Trace JSON shipped in ``ptxgym.envs`` p
 
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -196,4 +197,7 @@ def get_task(key: str) -> Task:
         for t in tasks.values():
             if t.definition.name == dname and t.arch == get_arch(arch).name:
                 return t
-    raise UnknownTaskError(f"no task {key!r}; known ids: {', '.join(sorted(tasks))}")
+    near = [tid for tid in tasks if tid.lower() == k.lower()]
+    near = near or difflib.get_close_matches(k, list(tasks), n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise UnknownTaskError(f"no task {key!r}; {hint}known ids: {', '.join(sorted(tasks))}")

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT, NO_VARIANT
 from ptxgym.policies.factory import PolicyConfig
 from ptxgym.records.tasks import catalog, get_task
-
-#: Knowledge-pack variant name meaning "no pack" (the env's ``variant=None``).
-NO_VARIANT = "none"
 
 
 def default_tasks() -> list[str]:
@@ -43,7 +41,7 @@ class EvalConfig(BaseModel):
 
     tasks: list[str] = Field(default_factory=default_tasks, description="Task ids (Gemm-sm90a, ...).")
     variants: list[str] = Field(
-        default_factory=lambda: ["full"],
+        default_factory=lambda: [DEFAULT_VARIANT],
         description="Knowledge-pack prompt variants; 'none' = rules and ABI only.",
     )
     trajectories: int = Field(1, ge=1, description="Trajectories per (task, variant).")
@@ -59,6 +57,18 @@ class EvalConfig(BaseModel):
     @classmethod
     def _known_tasks(cls, v: list[str]) -> list[str]:
         return [get_task(t).id for t in v]
+
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, v: str | None) -> str | None:
+        if v is not None:
+            from ptxgym.rewards import resolve_reward
+
+            try:
+                resolve_reward(v)
+            except KeyError as exc:  # pydantic reports ValueErrors only
+                raise ValueError(exc.args[0] if exc.args else str(exc)) from exc
+        return v
 
     def keys(self) -> list[TrajectoryKey]:
         """Every trajectory of the run, in a stable order."""

@@ -16,6 +16,7 @@ such turns there were, because the rates are then only lower bounds.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -46,12 +47,17 @@ class Outcome(BaseModel):
     correct: bool
     target_yes: bool
     speedup: float | None = None
+    compiled: bool = Field(False, description="The kernel built (passed extract, screen and nvcc).")
+    static_target: bool = Field(False, description="Its SASS holds a target-family opcode (cuobjdump).")
+    stage: str = Field("", description="The pipeline stage the turn ended at.")
 
 
 def outcome(record: TurnRecord | dict[str, Any]) -> Outcome:
     """An Outcome from a TurnRecord or a plain dict row (e.g. from ``datasets``)."""
     r = record.model_dump() if isinstance(record, TurnRecord) else record
     correct = bool(r.get("correct"))
+    fb = _feedback(r.get("feedback_json"))
+    status = str(r["status"])
     return Outcome(
         task_id=r["task_id"],
         variant=str(r.get("variant") or ""),
@@ -61,7 +67,21 @@ def outcome(record: TurnRecord | dict[str, Any]) -> Outcome:
         correct=correct,
         target_yes=correct and r.get("target_executed") == "yes",
         speedup=r.get("speedup") if correct else None,
+        compiled=status not in _NOT_BUILT and status != "INFRA_ERROR",
+        static_target=bool((fb.get("sass") or {}).get("static_target")),
+        stage=str(fb.get("stage") or ""),
     )
+
+
+def _feedback(text: Any) -> dict[str, Any]:
+    """The Feedback JSON of a turn as a dict ({} when missing or unreadable)."""
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text) if text else {}
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _outcomes(
@@ -172,6 +192,11 @@ class SummaryRow(BaseModel):
     best_speedup_target: float | None = None
     not_evaluated: int = Field(0, description="Turns that reached the GPU stage with no GPU evaluator.")
     statuses: dict[str, int] = Field(default_factory=dict)
+    compiled: float | None = Field(None, description="Turns whose kernel built / turns (known on a CPU).")
+    static_target: float | None = Field(
+        None, description="Turns whose built SASS holds a target-family opcode / turns (known on a CPU)."
+    )
+    stages: dict[str, int] = Field(default_factory=dict, description="Pipeline stage reached -> turns.")
 
 
 class Summary(BaseModel):
@@ -198,6 +223,9 @@ def summary_row(name: str, outs: list[Outcome], ks: Sequence[int]) -> SummaryRow
         best_speedup_target=best_speedup(outs, require_target=True),
         not_evaluated=statuses.get(NOT_EVALUATED, 0),
         statuses=dict(sorted(statuses.items())),
+        compiled=sum(o.compiled for o in outs) / len(outs) if outs else None,
+        static_target=sum(o.compiled and o.static_target for o in outs) / len(outs) if outs else None,
+        stages=dict(sorted(Counter(o.stage or "?" for o in outs).items())),
     )
 
 
@@ -213,6 +241,7 @@ def summarize(records: Iterable, ks: Sequence[int] = DEFAULT_KS) -> Summary:
 
 
 _CPU_ONLY = {"EXTRACT_ERROR", "STATIC_REJECT", "COMPILE_ERROR", "COMPILE_TIMEOUT", NOT_EVALUATED}
+_NOT_BUILT = {"EXTRACT_ERROR", "STATIC_REJECT", "COMPILE_ERROR", "COMPILE_TIMEOUT"}
 
 
 def _reached_gpu(status: str) -> bool:

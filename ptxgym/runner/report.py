@@ -89,6 +89,8 @@ def format_table(summary: Summary, markdown: bool = False) -> str:
         "correct<=k: correct turns / turns within the first k turns; inst<=k: correct turns whose "
         "target instructions executed (ncu) / turns; best: best speedup over the baseline."
     )
+    if not summary.gpu_evaluated and summary.overall.turns:
+        lines += ["", *cpu_table(summary, markdown)]
     if not summary.gpu_evaluated and summary.overall.not_evaluated:
         lines.append("NOTE: " + NO_GPU_NOTE)
     elif not summary.gpu_evaluated and summary.overall.turns:
@@ -99,6 +101,35 @@ def format_table(summary: Summary, markdown: bool = False) -> str:
             f"NOTE: {summary.overall.not_evaluated} turns were not run on a GPU; rates are lower bounds."
         )
     return "\n".join(lines)
+
+
+def _stages(stages: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in stages.items())
+
+
+def cpu_table(summary: Summary, markdown: bool = False) -> list[str]:
+    """What the CPU stages learned: built, target family in the SASS, the stage each turn ended at."""
+    head = ["task", "turns", "compiled", "static target", "ended at stage"]
+    rows = list(summary.rows) + ([summary.overall] if len(summary.rows) > 1 else [])
+    cells = [
+        [
+            r.task,
+            str(r.turns),
+            _pct(r.compiled),
+            _pct(r.static_target),
+            ", ".join(f"{k} {v}" for k, v in r.stages.items()),
+        ]
+        for r in rows
+    ]
+    title = "Not evaluated on a GPU. What the CPU stages show (compiled: built by nvcc; static target: the "
+    title += "target family is in the SASS, not proven to execute):"
+    if markdown:
+        return [title, "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+            "| " + " | ".join(c) + " |" for c in cells
+        ]
+    widths = [max(len(x) for x in col) for col in zip(head, *cells, strict=True)]
+    fmt = lambda cs: "  ".join(c.ljust(w) for c, w in zip(cs, widths, strict=True)).rstrip()  # noqa: E731
+    return [title, fmt(head), fmt(["-" * w for w in widths]), *(fmt(c) for c in cells)]
 
 
 def load_run(run_dir: str | Path) -> tuple[list[TurnRecord], list[str]]:
@@ -121,6 +152,8 @@ def plot_fast_p(records: list[TurnRecord], out: str | Path, title: str = "") -> 
     by_task: dict[str, list] = defaultdict(list)
     for r in records:
         by_task[r.task_id].append(outcome(r))
+    if not summarize(records).gpu_evaluated:
+        return _plot_cpu_only(by_task, Path(out), title, plt)
     tasks = sorted(by_task)
     cols = min(3, max(len(tasks), 1))
     rows = (len(tasks) + cols - 1) // cols or 1
@@ -152,6 +185,30 @@ def plot_fast_p(records: list[TurnRecord], out: str | Path, title: str = "") -> 
     )
     fig.tight_layout()
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _plot_cpu_only(by_task: dict[str, list], out: Path, title: str, plt) -> Path:
+    """No turn ran on a GPU: bars of what the CPU stages show, and a plot that says so (no flat zeros)."""
+    tasks = sorted(by_task)
+    compiled = [sum(o.compiled for o in by_task[t]) / len(by_task[t]) for t in tasks]
+    static = [sum(o.compiled and o.static_target for o in by_task[t]) / len(by_task[t]) for t in tasks]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(tasks)), 4.0))
+    xs = range(len(tasks))
+    ax.bar([x - 0.2 for x in xs], compiled, width=0.4, label="compiled", color="tab:blue")
+    ax.bar([x + 0.2 for x in xs], static, width=0.4, label="target family in SASS", color="tab:orange")
+    ax.set_xticks(list(xs), tasks, rotation=20, fontsize=8)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("fraction of turns")
+    ax.legend(fontsize=8)
+    ax.set_title(
+        (title + ": " if title else "") + "NOT EVALUATED ON A GPU\nFast_p unknown; what the CPU stages show",
+        fontsize=10,
+    )
+    fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -104,6 +104,27 @@ def _repair_tail(path: Path) -> str | None:
     )
 
 
+#: Settings that may change when a run is resumed: how fast it runs or how the server is reached, not
+#: what is measured.
+RESUMABLE = frozenset({"concurrency", "policy.base_url", "policy.timeout_s", "policy.retries",
+                       "policy.retry_delay_s", "policy.transport"})  # fmt: skip
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """``field: old -> new`` for every setting that differs, but those in ``RESUMABLE``."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        name = prefix + key
+        a, b = old.get(key), new.get(key)
+        if name in RESUMABLE or a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_changes(a, b, name + ".")
+        else:
+            out.append(f"{name}: {a!r} -> {b!r}")
+    return out
+
+
 class RunStore:
     """Appends turns and events to a run directory, thread-safely and durably."""
 
@@ -126,8 +147,15 @@ class RunStore:
                 f"{self.dir} already holds a run; pass --resume to continue it, or choose "
                 "a new --out directory"
             )
-        self.dir.mkdir(parents=True, exist_ok=True)
         meta = self._read_meta() if resume else {}
+        if resume and meta.get("config"):
+            changed = config_changes(meta["config"], config.model_dump(mode="json"))
+            if changed:
+                raise RunDirError(
+                    f"{self.dir} was started with other settings ({'; '.join(changed)}); resume it with "
+                    "the same settings, or start a new run with another --out"
+                )
+        self.dir.mkdir(parents=True, exist_ok=True)
         notes = []
         old_name = (meta.get("policy") or {}).get("name")
         if old_name and old_name != policy.get("name"):

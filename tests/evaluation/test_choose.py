@@ -25,7 +25,25 @@ def test_auto_gives_null_evaluator_with_the_reason(no_gpu, monkeypatch):
     evaluator = select_evaluator()
     assert isinstance(evaluator, NullEvaluator)
     assert evaluator.reason == no_gpu
-    assert "torch" in no_gpu
+    assert "torch" in no_gpu or "CUDA device" in no_gpu
+
+
+def test_no_driver_is_decided_without_importing_torch():
+    code = (
+        "import sys; from ptxgym.evaluation.choose import driver_unavailable_reason as r, select_evaluator;"
+        "reason = r(); ev = select_evaluator('auto');"
+        "print(reason is None or 'torch' not in sys.modules, type(ev).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is usable here")
+    assert out.stdout.split() == ["True", "NullEvaluator"]
+
+
+def test_messages_name_the_flag_the_user_passed(no_gpu):
+    assert "--evaluator none" in select_evaluator("none", source="--evaluator").reason
+    with pytest.raises(EvaluatorUnavailableError, match="--evaluator local, but"):
+        select_evaluator("local", source="--evaluator")
 
 
 def test_none_and_local(no_gpu, monkeypatch):

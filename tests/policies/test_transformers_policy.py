@@ -89,7 +89,9 @@ def test_two_turn_episode_through_the_env(tiny_dir: Path) -> None:
     pol = TransformersPolicy(
         TransformersConfig(model=str(tiny_dir), sampling=SAMPLING, seed=0, history="full")
     )
-    env = gymnasium.make("ptxgym/Gemm-sm90a-v0", evaluator="none", max_turns=2)
+    env = gymnasium.make(
+        "ptxgym/Gemm-sm90a-v0", evaluator="none", max_turns=2, variant="none"
+    )  # tiny context
     obs, info = env.reset(seed=0)
     conv = Conversation.from_prompt(info["prompt"], task_id="Gemm-sm90a")
     statuses = []

@@ -150,3 +150,40 @@ def test_cpu_stage_failures_are_not_blamed_on_a_missing_gpu() -> None:
     text = format_table(summarize([rec]))
     assert "no turn reached the GPU stage; every turn ended before it (COMPILE_ERROR x1)" in text
     assert "need a GPU evaluator" not in text
+
+
+def _cpu_turn(turn: int, status: Status, stage: Stage, static_target: bool | None) -> TurnRecord:
+    sass = None if static_target is None else {"arch": "sm_90a", "static_target": static_target}
+    fb = Feedback(task_id="Gemm-sm90a", status=status, stage=stage).model_dump(mode="json")
+    fb["sass"] = sass
+    return TurnRecord(
+        run_id="r",
+        trajectory_id="Gemm-sm90a/none/0",
+        task_id="Gemm-sm90a",
+        variant="none",
+        policy="p",
+        turn=turn,
+        action="",
+        status=status.value,
+        feedback_json=json.dumps(fb),
+    )
+
+
+def test_a_cpu_only_run_reports_what_the_cpu_stages_learned(tmp_path: Path) -> None:
+    records = [
+        _cpu_turn(0, Status.COMPILE_ERROR, Stage.BUILD, None),
+        _cpu_turn(1, Status.NOT_EVALUATED, Stage.RUN, False),
+        _cpu_turn(2, Status.NOT_EVALUATED, Stage.RUN, True),
+        _cpu_turn(3, Status.NOT_EVALUATED, Stage.RUN, True),
+    ]
+    summary = summarize(records)
+    assert not summary.gpu_evaluated
+    assert summary.overall.compiled == 0.75 and summary.overall.static_target == 0.5
+    assert summary.overall.stages == {"build": 1, "run": 3}
+    text = format_table(summary)
+    assert "Not evaluated on a GPU" in text and "75.0%" in text and "50.0%" in text
+    (tmp_path / "trajectories.jsonl").write_text("".join(r.to_line() + "\n" for r in records))
+    from ptxgym.runner.report import write_report
+
+    png = write_report(tmp_path)["fast_p_png"]
+    assert png.stat().st_size > 1000
