@@ -78,6 +78,7 @@ class OptimRecipe(BaseModel):
     logging_steps: int = 1
     save_steps: int | None = None
     log_completions: bool = False
+    progress: bool = Field(True, description="A step progress bar with the time left (on stderr).")
 
 
 class GrpoRecipe(BaseModel):
@@ -157,7 +158,7 @@ def grpo_config(recipe: GrpoRecipe, output_dir: str | Path) -> Any:
         save_strategy="steps" if opt.save_steps else "no",
         save_steps=opt.save_steps or 500,
         report_to="none",
-        disable_tqdm=True,
+        disable_tqdm=not opt.progress,
         log_completions=opt.log_completions,
     )
 
