@@ -72,6 +72,8 @@ SO_NAME = "kernel.so"
 COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
 KEEP_DIR = ".ptxgym-keep"
 """Where nvcc keeps its intermediates (``-keep-dir``) until the backstop has read them."""
+KEEP_FLAGS = ("-keep", "-keep-dir", KEEP_DIR)
+"""Added to ``nvcc_flags`` by the build itself (the folder must exist first)."""
 LOG_CHARS = 6000
 
 
@@ -115,9 +117,6 @@ def nvcc_flags(arch: ArchSpec, toolchain: Toolchain, include_dirs: Sequence[Path
         "-lineinfo",
         "-Xptxas",
         "-v",
-        "-keep",
-        "-keep-dir",
-        KEEP_DIR,
         f"-I{toolchain.tvm_ffi_include}",
         *(f"-I{Path(d).resolve()}" for d in include_dirs),
         *toolchain.link_flags(),
@@ -144,6 +143,7 @@ def build_key(
         arch.name,
         toolchain.fingerprint,
         *nvcc_flags(arch, toolchain, include_dirs),
+        *KEEP_FLAGS,
         *(_tree_hash(Path(d)) for d in include_dirs),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
@@ -290,7 +290,8 @@ def _compile(
 ) -> BuildOutcome:
     timeout_s, memory_mb = limits
     inputs = _write_sources(solution, stage)
-    argv = [str(toolchain.nvcc), *nvcc_flags(arch, toolchain, include_dirs), "-o", SO_NAME, *inputs]
+    flags = [*nvcc_flags(arch, toolchain, include_dirs), *KEEP_FLAGS]
+    argv = [str(toolchain.nvcc), *flags, "-o", SO_NAME, *inputs]
     start = time.perf_counter()
     jail = build_jail(toolchain, include_dirs, stage, limits, jailing.kind)
     env = toolchain.subprocess_env(stage)

@@ -74,11 +74,12 @@ class HostAsm:
 # ------------------------------------------------------------------------------------ the source rule
 
 
-def find_host_asm(files: Mapping[str, str]) -> HostAsm | None:
+def find_host_asm(files: Mapping[str, str], code: Mapping[str, str] | None = None) -> HostAsm | None:
     """The first use of inline assembly outside device code, over every file of a solution, or None.
 
     ``files`` maps each path to its text with comments and the insides of literals blanked and line
-    splices joined (``screen``'s ``bare`` view), so offsets match that view.
+    splices joined (``screen``'s ``bare`` view), so offsets match that view; ``code`` is the same with the
+    literals kept (``screen``'s ``code`` view), where the rule reads include paths (default: ``files``).
     """
     for name, text in files.items():
         for m in _DIRECTIVE.finditer(text):
@@ -94,7 +95,7 @@ def find_host_asm(files: Mapping[str, str]) -> HostAsm | None:
                 return HostAsm(name, m.start(), what)
     macros, pasting = _macro_kinds(files.values())
     object_macros = _object_macros(files.values())
-    host_only = _host_only_files(files)
+    host_only = _host_only_files(code if code is not None else files)
     for name, text in files.items():
         found = _scan_file(name, text, (macros, pasting), object_macros, name in host_only)
         if found:

@@ -316,7 +316,7 @@ def check_source(
         verdict = _check_file(name, views[name], names)
         if verdict:
             return verdict
-    found = find_host_asm({name: v.bare for name, v in views.items()})
+    found = find_host_asm({n: v.bare for n, v in views.items()}, {n: v.code for n, v in views.items()})
     if found:
         v = views[found.file]
         line_text = v.code.splitlines()[v.code.count("\n", 0, found.offset)]

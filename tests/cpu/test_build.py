@@ -56,6 +56,7 @@ CASES: dict[str, tuple[Solution, ArchSpec]] = {
     "tcgen05": (kernel("tcgen05.cu", arch="sm_100a"), BLACKWELL),
     "tcgen05_on_hopper": (kernel("tcgen05.cu"), HOPPER),
     "dlopen_hidden": (kernel("dlopen_hidden.cu"), HOPPER),
+    "cubin_from_bytes": (kernel("cubin_from_bytes.cu"), HOPPER),
     "no_export": (
         solution(
             {
@@ -258,6 +259,18 @@ def test_dlopen_without_literal_is_caught_at_symbol_level(built) -> None:
     assert {"dlopen", "dlsym"} <= set(outcome.info.imports)
     again = build_solution(CASES["dlopen_hidden"][0], HOPPER)
     assert again.status is Status.STATIC_REJECT and again.info.cache_hit  # verdicts are cached too
+
+
+@pytest.mark.nvcc
+def test_loading_gpu_code_at_run_time_is_caught_at_symbol_level(built) -> None:
+    """Issue 11, item 11: a kernel carried as bytes, launched past a decoy of the same name."""
+    assert check_source((KERNELS / "cubin_from_bytes.cu").read_text()).ok
+    outcome = built["cubin_from_bytes"]
+    assert outcome.status is Status.STATIC_REJECT and outcome.so_path is None
+    assert outcome.screen_verdict is not None and outcome.screen_verdict.rule == "code-loading"
+    for name in ("cuModuleLoadData", "cuModuleGetFunction", "cuGetProcAddress"):
+        assert name in outcome.message, outcome.message
+    assert "load GPU code at run time" in outcome.message and "cuLaunchKernel" in outcome.info.imports
 
 
 @pytest.mark.nvcc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -178,6 +179,68 @@ def test_random_text_never_raises() -> None:
 )
 def test_import_allowlist(name: str, allowed: bool) -> None:
     assert import_allowed(name) is allowed
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cuModuleLoad",
+        "cuModuleLoadData",
+        "cuModuleLoadDataEx",
+        "cuModuleLoadFatBinary",
+        "cuModuleGetFunction",
+        "cuModuleGetGlobal_v2",
+        "cuModuleEnumerateFunctions",
+        "cuLibraryLoadData",
+        "cuLibraryLoadFromFile",
+        "cuLibraryGetKernel",
+        "cuLinkCreate_v2",
+        "cuLinkAddData_v2",
+        "cuLinkAddFile_v2",
+        "cuLinkComplete",
+        "cuGetProcAddress",
+        "cuGetProcAddress_v2",
+        "cuGetExportTable",
+        "cudaGetDriverEntryPoint",
+        "cudaGetDriverEntryPointByVersion",
+        "cudaGetExportTable",
+        "cudaLibraryLoadData",
+        "cudaLibraryLoadFromFile",
+        "cudaLibraryGetKernel",
+    ],
+)
+def test_code_loading_imports_are_banned(name: str) -> None:
+    assert not import_allowed(name) and not import_allowed(name, frozenset({name}))
+
+
+@pytest.mark.nvcc
+def test_every_code_loading_function_of_the_toolkit_headers_is_banned() -> None:
+    """The families named in issue 11, looked up in this toolkit's cuda.h and cuda_runtime_api.h."""
+    from ptxgym.cpu.toolchain import find_toolchain
+
+    headers = [d / h for d in find_toolchain().include_dirs for h in ("cuda.h", "cuda_runtime_api.h")]
+    text = "".join(h.read_text(errors="replace") for h in headers if h.is_file())
+    declared = set(re.findall(r"\b(cu(?:da)?[A-Z]\w*)\s*\(", text))
+    family = re.compile(
+        r"cu(?:da)?(?:Module|Library)Load|cuLink(?:Create|Add|Complete)|ProcAddress|EntryPoint"
+    )
+    loading = {n for n in declared if family.match(n) or "ProcAddress" in n or "EntryPoint" in n}
+    assert len(loading) >= 15, sorted(loading)
+    assert not [n for n in loading if import_allowed(n)]
+    kept = ("cuTensorMapEncodeTiled", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaFuncSetAttribute")
+    assert all(import_allowed(n) for n in kept)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_artifact_code_loading_says_why(tmp_path: Path) -> None:
+    src = "int cuModuleLoadData(void**, const void*);\nint f(void* m) { return cuModuleLoadData(&m, 0); }\n"
+    (tmp_path / "m.c").write_text(src)
+    so = tmp_path / "libm.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(tmp_path / "m.c")], check=True)
+    verdict, imports, _ = check_artifact(so, driver_names=frozenset({"cuModuleLoadData"}))
+    assert "cuModuleLoadData" in imports
+    assert not verdict.ok and verdict.rule == "code-loading" and "cuModuleLoadData" in verdict.message
+    assert "load GPU code at run time" in verdict.message and "cuTensorMapEncodeTiled" in verdict.message
 
 
 def test_driver_imports_limited_to_the_driver_api() -> None:

@@ -1,0 +1,208 @@
+"""Host-side inline assembly (``ptxgym.cpu.host_asm``): the source rule and the build's backstop.
+
+Device asm is the product and must pass in every usual spelling (device and global functions, templates,
+members, lambdas and blocks inside them, qualifier macros, asm macros used in kernels, ``__CUDA_ARCH__``
+guards); host asm must be refused in every spelling, including those that reach the host assembler's
+``.incbin``/``.include`` (the H200 finds). The backstop is shown on real nvcc builds: it catches host asm
+that only a header's macro produces, which the source rule cannot see.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ptxgym.cpu.build import build_solution
+from ptxgym.cpu.host_asm import find_host_asm, host_asm_in_translation
+from ptxgym.cpu.screen import _lex, check_source
+from ptxgym.knowledge_packs.variants import PACK_ROOT
+from ptxgym.records.arch import HOPPER
+from ptxgym.records.feedback import Status
+from ptxgym.records.schema import BuildSpec, Solution, SourceFile, SupportedLanguage
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DEVICE = {
+    "device function": '__device__ __forceinline__ unsigned lane() { unsigned r; asm volatile("mov.u32 %0, '
+    '%%laneid;" : "=r"(r)); return r; }',
+    "template": "template <int N> __device__ void wait() { "
+    'asm volatile("cp.async.wait_group %0;" :: "n"(N)); }',
+    "kernel with block and lambda": '__global__ void k(int x) { if (x) { asm("trap;"); } '
+    'auto f = [&]() { asm volatile("nanosleep.u32 1;"); }; f(); }',
+    "static device": 'static __device__ inline void f() { __asm__ __volatile__("membar.gl;"); }',
+    "member": 'struct S { int a; __device__ void f() { asm("trap;"); } };',
+    "member of a class template": "template <class T> struct W { "
+    '__device__ static void f() { asm("trap;"); } };',
+    "lambda in a member": 'struct X { __device__ void g() { auto l = [] { asm("trap;"); }; l(); } };',
+    "aligned struct": 'struct alignas(16) Smem { float x[4]; __device__ void f() { asm("trap;"); } };',
+    "qualifier macro": '#define DEVINL __device__ __forceinline__\nDEVINL void f() { asm("trap;"); }',
+    "asm macro in a kernel": '#define FENCE() asm volatile("fence.proxy.async;" ::: "memory")\n'
+    "__global__ void k() { FENCE(); }",
+    "ifdef __CUDA_ARCH__": '__host__ __device__ int f() {\n#ifdef __CUDA_ARCH__\n  asm("trap;");\n#endif\n'
+    "  return 1; }",
+    "if defined && >=": "__host__ __device__ int f() {\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+    '  asm("trap;");\n#else\n  return 0;\n#endif\n  return 1; }',
+    "ifndef ... else": "__host__ __device__ int f() {\n#ifndef __CUDA_ARCH__\n  return 0;\n#else\n"
+    '  asm("trap;");\n#endif\n  return 1; }',
+    "namespaces": 'namespace a { namespace { __device__ void f() { asm("trap;"); } } }',
+    "extern C kernel": 'extern "C" __global__ void k() { asm("trap;"); }',
+    "launch bounds": '__global__ void __launch_bounds__(128, 1) k() { asm("trap;"); }',
+    "pasting macro with harmless pieces": "#define JOIN(a,b) a##b\nvoid JOIN(ru,n2)() {}",
+    "asm in names, comments and strings": 'int asm_count = 0; // asm("x")\nvoid f() { const char* s = '
+    '"asm(nop)"; asm_count++; }',
+}
+HOST = {
+    "file scope (the .incbin find)": (
+        '#define S(x) #x\nasm(S(.incbin) " \\"/etc/passwd\\"");',
+        "file or namespace",
+    ),
+    "host function": ('void run() { asm("nop"); }', "a host function"),
+    "__host__ __device__": ('__host__ __device__ void f() { asm("nop"); }', "__host__ __device__"),
+    "__device__ __host__": ('__device__ __host__ void f() { asm("nop"); }', "__host__ __device__"),
+    "asm macro in host code": ('#define NOP asm("nop")\nvoid run() { NOP; }', "macro NOP"),
+    "macro using an asm macro": (
+        '#define NOP asm("nop")\n#define TWO NOP; NOP\nvoid run() { TWO; }',
+        "macro TWO",
+    ),
+    "pasted asm": ('#define CAT(a,b) a##b\nvoid run() { CAT(a,sm)("nop"); }', "macro CAT"),
+    "pasted through another macro": (
+        '#define CAT(a,b) a##b\n#define X(y) CAT(y, m)\nvoid run() { X(as)("nop"); }',
+        "X",
+    ),
+    "pasted with its own piece": ('#define A(x) x##sm\nvoid run() { A(a)("nop"); }', "macro A"),
+    "__device__ redefined": (
+        '#undef __device__\n#define __device__\n__device__ void f() { asm("nop"); }',
+        "#undef",
+    ),
+    "asm redefined": ("#define asm __asm__\n__global__ void k() {}", "#define asm"),
+    "#line": ('#line 1 "/usr/include/stdio.h"\nvoid f() { }', "#line"),
+    "GNU line marker": ('# 1 "/usr/include/stdio.h"\nvoid f() { }', "# 1"),
+    "lambda at file scope": ('auto f = [] { asm("nop"); };', "lambda outside device code"),
+    "class body": ('struct S { int x asm("foo"); };', "a class body"),
+    "arch guard that holds on the host": (
+        '__host__ __device__ void f() {\n#if __CUDA_ARCH__ >= 0\n asm("nop");\n#endif\n}',
+        "__host__ __device__",
+    ),
+    "arch guard with ||": (
+        '__host__ __device__ void f() {\n#if defined(__CUDA_ARCH__) || 1\n asm("nop");\n#endif\n}',
+        "__host__ __device__",
+    ),
+    "else of an arch guard": (
+        '__host__ __device__ void f() {\n#ifdef __CUDA_ARCH__\n#else\n asm("nop");\n#endif\n}',
+        "__host__ __device__",
+    ),
+    "asm label": ('extern "C" void* my_open(const char*, int) __asm__("dlopen");', "file or namespace"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE))
+def test_device_asm_passes(name: str) -> None:
+    verdict = check_source(DEVICE[name])
+    assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("name", sorted(HOST))
+def test_host_asm_is_rejected_with_the_reason(name: str) -> None:
+    code, why = HOST[name]
+    verdict = check_source(code)
+    assert not verdict.ok and verdict.rule == "host-asm", verdict.message
+    assert why in verdict.message and "allowed only in __global__ or __device__" in verdict.message
+    assert verdict.file == "kernel.cu" and verdict.line is not None
+
+
+def test_plain_cpp_files_and_what_they_include_are_host_code() -> None:
+    device = '__device__ void f() { asm("trap;"); }\n'
+    assert check_source("int k;", {"helper.cuh": device}).ok
+    verdict = check_source("int k;", {"helper.cuh": device, "host.cpp": '#include "helper.cuh"\n'})
+    assert verdict.rule == "host-asm" and verdict.file == "helper.cuh" and "host C++" in verdict.message
+
+
+def test_the_pack_headers_and_every_shipped_kernel_pass() -> None:
+    files = [*PACK_ROOT.rglob("*.cuh"), *PACK_ROOT.rglob("*.cu"), *(ROOT / "tests" / "kernels").glob("*.cu*")]
+    files += (ROOT / "ptxgym" / "audit" / "kernels").glob("*.cu*")
+    assert len(files) > 40
+    for path in files:
+        assert find_host_asm({path.name: _lex(path.read_text()).bare}) is None, path
+
+
+TRANSLATION = """# 1 "kernel.cu"
+# 12 "/usr/include/string.h" 3
+extern void *memchr(void *, int, unsigned long) __asm__("memchr");
+# 5 "kernel.cu"
+__attribute__((unused)) static inline void lane()
+{int volatile ___ = 1;
+::exit(___);}
+#if 0
+# 5
+{ __asm__ volatile("mov.u32 %0, %%laneid;" : "=r"(r)); }
+#endif
+# 9 "kernel.cu"
+void run() { const char* s = "asm"; }
+# 11
+void run2() { __asm__ volatile("nop"); }
+"""
+
+
+def test_backstop_reads_the_host_translation() -> None:
+    found = host_asm_in_translation(TRANSLATION, ["kernel.cu"])
+    assert found == ("kernel.cu", 11, 'void run2() { __asm__ volatile("nop"); }')
+    clean = TRANSLATION.replace('__asm__ volatile("nop")', "")
+    assert host_asm_in_translation(clean, ["kernel.cu"]) is None  # headers' asm labels, device bodies
+    assert host_asm_in_translation(TRANSLATION, ["other.cu"]) is None
+
+
+def _solution(code: str) -> Solution:
+    return Solution(
+        name="asm",
+        definition="asm",
+        author="ptxgym-tests",
+        spec=BuildSpec(
+            language=SupportedLanguage.CUDA,
+            target_hardware=["sm_90a"],
+            entry_point="kernel.cu::run",
+            binding="tvm-ffi",
+        ),
+        sources=[SourceFile(path="kernel.cu", content=code)],
+    )
+
+
+HEAD = "#include <tvm/ffi/container/tensor.h>\n#include <tvm/ffi/function.h>\n"
+TAIL = "void run(tvm::ffi::TensorView a) {}\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);\n"
+
+
+@pytest.mark.nvcc
+def test_backstop_catches_asm_from_a_header_macro() -> None:
+    """glibc's __REDIRECT expands to an asm label: invisible to the source rule, not to the backstop."""
+    code = HEAD + '#include <sys/cdefs.h>\nextern "C" int __REDIRECT(my_puts, (const char*), puts);\n' + TAIL
+    assert check_source(code).ok
+    outcome = build_solution(_solution(code), HOPPER, use_cache=False)
+    assert outcome.status is Status.STATIC_REJECT and outcome.screen_verdict is not None
+    assert outcome.screen_verdict.rule == "host-asm" and outcome.screen_verdict.line == 4
+    assert "kernel.cu:4" in outcome.message and '__asm__("puts")' in outcome.message
+
+
+@pytest.mark.nvcc
+def test_backstop_catches_host_asm_past_the_screen_and_keeps_device_asm() -> None:
+    host = (
+        HEAD
+        + 'void run(tvm::ffi::TensorView a) { asm volatile("nop"); }\n'
+        + "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);\n"
+    )
+    outcome = build_solution(_solution(host), HOPPER, screen=False, use_cache=False)
+    assert (
+        outcome.status is Status.STATIC_REJECT
+        and "host-asm" in outcome.message
+        and "kernel.cu:3" in outcome.message
+    )
+    device = (
+        HEAD
+        + "__host__ __device__ inline unsigned lane() {\n#ifdef __CUDA_ARCH__\n"
+        + '  unsigned r; asm volatile("mov.u32 %0, %%laneid;" : "=r"(r)); return r;\n'
+        + "#else\n  return 0;\n#endif\n}\n"
+        + '__global__ void k(unsigned* o) { o[0] = lane(); asm volatile("membar.gl;"); }\n'
+        + TAIL
+    )
+    built = build_solution(_solution(device), HOPPER, use_cache=False)
+    assert built.ok, built.message
+    assert not any(built.so_path.parent.glob(".ptxgym-keep*")), "nvcc's kept files must not outlive the build"
