@@ -4,7 +4,7 @@
 # bench/results/newcomer_<date>.txt). Run from the repository root: bash bench/newcomer.sh [OUT]
 set -uo pipefail
 ROOT=$(pwd)
-OUT=${1:-bench/results/newcomer_$(date +%F).txt}
+OUT=$(realpath -m "${1:-bench/results/newcomer_$(date +%F).txt}")
 WORK=$(mktemp -d)
 VENV=$WORK/venv
 python3 -m venv "$VENV"
