@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.protocol import (
-    COMMANDS,
     ApplySandbox,
     Attach,
     AttachResult,
@@ -43,9 +42,11 @@ from ptxgym.evaluation.protocol import (
     Load,
     Reply,
     SandboxReport,
+    ScalarArg,
     Spans,
     TrialBegin,
     TrialEnd,
+    parse_command,
 )
 
 _T0 = time.perf_counter()
@@ -157,16 +158,10 @@ class Worker:
             except EOFError:
                 return
             try:
-                cmd = pickle.loads(raw)
+                cmd = parse_command(pickle.loads(raw))
             except Exception as exc:  # noqa: BLE001 - e.g. a CUDA IPC handle that cannot be opened
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
-                self._send(
-                    Reply(seq=expected, ok=False, error=f"command could not be unpacked: {exc!r}"[:4000])
-                )
-                expected += 1
-                continue
-            if not isinstance(cmd, COMMANDS):
-                self._send(Reply(seq=expected, ok=False, error=f"not a command: {type(cmd).__name__}"))
+                self._send(Reply(seq=expected, ok=False, error=f"invalid command: {exc}"[:4000]))
                 expected += 1
                 continue
             expected = cmd.seq + 1
@@ -201,15 +196,15 @@ class Worker:
         self.args, self.outputs = [], []
         for entry in cmd.sets:
             args, outs = [], []
-            for role, value in entry:
-                if role == "scalar":
-                    args.append(value)
+            for arg in entry:
+                if isinstance(arg, ScalarArg):
+                    args.append(arg.value)
                     continue
-                offset, shape, dtype = value
-                nbytes = _numel(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-                view = blob[offset : offset + nbytes].view(getattr(torch, dtype)).view(shape)
+                dtype = getattr(torch, arg.dtype)
+                nbytes = _numel(arg.shape) * torch.empty((), dtype=dtype).element_size()
+                view = blob[arg.offset : arg.offset + nbytes].view(dtype).view(arg.shape)
                 args.append(view)
-                if role == "out":
+                if arg.role == "out":
                     outs.append(view)
             self.args.append(args)
             self.outputs.append(outs)

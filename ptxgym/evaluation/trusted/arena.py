@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, poison_
-from ptxgym.evaluation.protocol import Attach
+from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg
 from ptxgym.evaluation.trusted.inputs import (
     generate_inputs,
     load_reference,
@@ -76,7 +76,7 @@ class Arena:
         self.options = reference_options(task, self.namespace)
         self.perturb = SignPerturbation(task.definition, task.definition.axis_values(task.workload))
         self.shapes = task.shapes()
-        self._layout: list[list[tuple[str, Any]]] = []
+        self._layout: list[list[Arg]] = []
         self.blob = self._allocate(len(seeds))
         self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
         self._inputs_file: Path | None = None
@@ -120,24 +120,28 @@ class Arena:
         defn = self.task.definition
         offsets = self._offsets[index]
         values = generate_inputs(self.task, self.namespace, seed, self.device)
-        shared_in, base_in, entry = {}, {}, []
+        shared_in, base_in = {}, {}
+        entry: list[Arg] = []
         for name in defn.inputs:
             value = values[name]
             if not hasattr(value, "shape"):
-                entry.append(("scalar", value))
+                entry.append(ScalarArg(value=value))
                 continue
             view = self._view(offsets[name], name)
             view.copy_(value)
             shared_in[name] = view
             base_in[name] = value
-            entry.append(("in", (offsets[name], self.shapes[name], str(value.dtype).removeprefix("torch."))))
+            dtype = str(value.dtype).removeprefix("torch.")
+            entry.append(TensorArg(role="in", offset=offsets[name], shape=self.shapes[name], dtype=dtype))
         del values
         reference = run_reference(self.task, self.namespace, base_in)
         shared_out = {}
         for name, spec in defn.outputs.items():
             shared_out[name] = self._view(offsets[name], name)
             poison_(shared_out[name])
-            entry.append(("out", (offsets[name], self.shapes[name], spec.dtype)))
+            entry.append(
+                TensorArg(role="out", offset=offsets[name], shape=self.shapes[name], dtype=spec.dtype)
+            )
         self._layout.append(entry)
         return InputSet(
             seed=seed,
