@@ -32,6 +32,7 @@ from typing import Any
 
 from ptxgym.evaluation.protocol import (
     ApplySandbox,
+    Arg,
     Attach,
     AttachResult,
     Call,
@@ -192,22 +193,7 @@ class Worker:
 
     def _op_attach(self, seq: int, cmd: Attach) -> Reply:
         torch = self.torch
-        blob = cmd.blob
-        self.args, self.outputs = [], []
-        for entry in cmd.sets:
-            args, outs = [], []
-            for arg in entry:
-                if isinstance(arg, ScalarArg):
-                    args.append(arg.value)
-                    continue
-                dtype = getattr(torch, arg.dtype)
-                nbytes = _numel(arg.shape) * torch.empty((), dtype=dtype).element_size()
-                view = blob[arg.offset : arg.offset + nbytes].view(dtype).view(arg.shape)
-                args.append(view)
-                if arg.role == "out":
-                    outs.append(view)
-            self.args.append(args)
-            self.outputs.append(outs)
+        self.args, self.outputs = argument_views(cmd.blob, cmd.sets)
         self.flush = torch.empty(cmd.flush_bytes, dtype=torch.uint8, device=f"cuda:{self.device}")
         cupti_ok, cupti_error = self._start_cupti(cmd.cupti)
         self.arena = cmd.arena
@@ -358,6 +344,29 @@ class Worker:
                 "the candidate reset or replaced the device context (cudaDeviceReset?)"
             )
         return ""
+
+
+def argument_views(blob: Any, sets: list[list[Arg]]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Per input set, the call's arguments (views of ``blob`` and scalars) and its output views."""
+    import torch
+
+    all_args, all_outs = [], []
+    for entry in sets:
+        args: list[Any] = []
+        outs: list[Any] = []
+        for arg in entry:
+            if isinstance(arg, ScalarArg):
+                args.append(arg.value)
+                continue
+            dtype = getattr(torch, arg.dtype)
+            nbytes = _numel(arg.shape) * torch.empty((), dtype=dtype).element_size()
+            view = blob[arg.offset : arg.offset + nbytes].view(dtype).view(arg.shape)
+            args.append(view)
+            if arg.role == "out":
+                outs.append(view)
+        all_args.append(args)
+        all_outs.append(outs)
+    return all_args, all_outs
 
 
 def _numel(shape) -> int:

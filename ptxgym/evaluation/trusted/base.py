@@ -61,7 +61,11 @@ class EvalSettings(BaseModel):
     trials: int = Field(3, ge=1, description="Trials; latency is the median over all timed calls.")
     rotate_sets: int = Field(3, ge=1, description="Input sets the timed calls rotate through.")
     verify_timed_fraction: float = Field(
-        0.25, ge=0.0, le=1.0, description="Fraction of timed calls whose outputs are verified too."
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of timed calls whose outputs are verified too (at least 3 per trial); each "
+        "runs the reference once for that call's fresh values.",
     )
     call_timeout_s: float = Field(60.0, gt=0, description="Wall limit for one candidate evaluation step.")
     target_mode: TargetMode = TargetMode.EXECUTED

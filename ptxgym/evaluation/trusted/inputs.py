@@ -98,6 +98,36 @@ def generate_inputs(task: Task, namespace: dict[str, Any], seed: int, device) ->
     return {name: values[name] for name in defn.inputs}
 
 
+def fresh_names(task: Task, namespace: dict[str, Any]) -> tuple[str, ...]:
+    """Inputs a timed call redraws: random tensors that no derived input is computed from.
+
+    A redrawn input that feeds a derived one (the attention backward's Q, K, V feed O and LSE through
+    ``forward_state``) would need the derived function run again on every timed call, a reference forward
+    each time; those keep their set's values, and the inputs drawn beside them (dO) carry the change.
+    """
+    defn, wl = task.definition, task.workload
+    feeding: set[str] = set()
+    for how in wl.inputs.values():
+        if isinstance(how, DerivedInput) and callable(namespace.get(how.function)):
+            feeding.update(inspect.signature(namespace[how.function]).parameters)
+    return tuple(
+        name
+        for name, spec in defn.inputs.items()
+        if spec.shape is not None
+        and isinstance(wl.inputs.get(name, RandomInput()), RandomInput)
+        and name not in feeding
+    )
+
+
+def draw_fresh(task: Task, names: tuple[str, ...], generator, device) -> dict[str, Any]:
+    """New values of ``names`` from the workload's distribution (the same draw as ``generate_inputs``)."""
+    shapes = task.shapes()
+    return {
+        name: _random(shapes[name], torch_dtype(task.definition.inputs[name].dtype), generator, device)
+        for name in names
+    }
+
+
 def _random(shape: tuple[int, ...], dtype, gen, device):
     import torch
 

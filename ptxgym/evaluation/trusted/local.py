@@ -7,7 +7,8 @@ buffers through CUDA IPC, and the worker is killed when the candidate is done, w
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from
 the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
--> correctness -> timing (+ wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed
+-> correctness -> timing (fresh input values on every call, a secret random subset verified; +
+wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed
 target instructions (ncu, per TargetMode). The sandbox report of the worker is recorded in the
 verdict's ``environment.sandbox``. The memcheck and ncu runs start their own processes
 (``driver.py``), which are not sandboxed.
@@ -264,9 +265,7 @@ class LocalGpuEvaluator(Evaluator):
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
             raise InfraError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
-        import torch
-
-        return session, handle, torch.cuda.mem_get_info(self.device)[0]
+        return session, handle, self._free_bytes()
 
     def _baseline(self, task: Task, arena: Arena) -> BaselineRecord:
         self._ensure_backend(arena)
@@ -375,10 +374,18 @@ class LocalGpuEvaluator(Evaluator):
             handle.discard()
         return self._timed_verdict(turn)
 
-    def _memory_hog(self, free_before: int) -> str:
+    def _free_bytes(self) -> int:
+        """Device memory free or held in this (trusted) process's cache: what other processes leave.
+
+        The trusted side allocates during a session (fresh input values, references), so its own cache
+        is counted as free: a drop is then the candidate's process alone.
+        """
         import torch
 
-        used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**30
+        return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
+
+    def _memory_hog(self, free_before: int) -> str:
+        used = (free_before - self._free_bytes()) / 2**30
         if used > self.settings.max_candidate_gpu_gb:
             return (
                 f"the candidate's process holds {used:.1f} GiB of GPU memory, over the "

@@ -1,9 +1,10 @@
 """One subject (a candidate or the baseline) run in one worker: calibrate, check, time.
 
-The trusted side drives every call: it perturbs the input set and poisons its outputs (own CUDA
+The trusted side drives every call: it gives the input set new values and poisons its outputs (own CUDA
 context, synchronised), sends the call, measures the wall time until the reply, and verifies the
-outputs itself. Correctness calls are all verified; timed calls rotate through the input sets, each
-with fresh values, and a random subset (unknown to the worker) is verified too.
+outputs itself. Correctness calls are all verified (sign flips of the seeded sets, references known);
+timed calls rotate through the input sets, each with fresh values (a new draw in the same buffers), and
+a random subset (unknown to the worker) is verified against the reference run for those values.
 """
 
 from __future__ import annotations
@@ -170,12 +171,16 @@ class Session:
         result: SessionResult,
         stage: Stage,
         strict: bool = True,
+        fresh: bool = True,
     ) -> list[TimedCall] | None:
-        """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline)."""
+        """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
+
+        ``fresh``: every call of the trial (warm-up included) gets fresh values (``Arena.prepare``).
+        """
         self._request(TrialBegin(cupti=self.backend == CUPTI), stage)
         timed: list[TimedCall] = []
         for pos, (index, is_timed) in enumerate(calls):
-            self.arena.prepare(index, self.generator)
+            self.arena.prepare(index, self.generator, fresh=fresh)
             record = self._call(index, is_timed)
             if is_timed:
                 timed.append(record)
@@ -202,7 +207,7 @@ class Session:
         """Per-call harness overhead with a trivial kernel (the candidate is not loaded yet)."""
         self.load(Load(kind="noop"))
         result = SessionResult()
-        timed = self._trial([(0, True)] * n, set(), result, Stage.RUN) or []
+        timed = self._trial([(0, True)] * n, set(), result, Stage.RUN, fresh=False) or []
         ev_s = [r.call.ev_stream_ms for r in timed]
         ev_d = [r.call.ev_device_ms for r in timed]
         gap = sorted(d - s for s, d in zip(ev_s, ev_d, strict=True))[len(timed) // 2]
@@ -232,7 +237,11 @@ class Session:
                 return
 
     def timing(self, result: SessionResult, crosscheck: bool = True, strict: bool = True) -> None:
-        """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls."""
+        """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls.
+
+        Every call gets fresh values in its set's buffers; the verified subset is drawn from the session's
+        seed (the evaluator's secret), so the candidate cannot tell a verified call from another.
+        """
         s = self.settings
         rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
         for _ in range(s.trials):
