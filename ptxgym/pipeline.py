@@ -224,6 +224,7 @@ class Pipeline:
             timing=v.timing,
             target=target,
             memcheck=v.memcheck,
+            evidence=v.evidence,
             stage_wall_s=stage_wall,
             environment=self._environment(v.environment),
             log=v.log,

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ptxgym.records.feedback import (
     CorrectnessInfo,
     EnvironmentInfo,
+    Evidence,
     MemcheckInfo,
     Stage,
     Status,
@@ -116,6 +117,7 @@ class GpuVerdict(BaseModel):
     timing: TimingInfo | None = None
     target: TargetInfo | None = None
     memcheck: MemcheckInfo | None = None
+    evidence: Evidence = Field(default_factory=Evidence, description="Which proof backs each verdict.")
     environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
     log: str = ""

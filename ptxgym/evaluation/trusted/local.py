@@ -42,7 +42,13 @@ from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
-from ptxgym.evaluation.trusted.verdicts import correctness_info, fault_verdict, worker_error_verdict
+from ptxgym.evaluation.trusted.verdicts import (
+    ProofResults,
+    correctness_info,
+    fault_verdict,
+    with_proofs,
+    worker_error_verdict,
+)
 from ptxgym.records import settings as user_settings
 from ptxgym.records.arch import arch_for_capability
 from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
@@ -489,34 +495,28 @@ class LocalGpuEvaluator(Evaluator):
         return ""
 
     def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
-        cand, arena, walls = turn.candidate, turn.arena, turn.walls
+        """Memory check, then the executed-instruction proof; either can only take the PASSED away."""
+        cand, walls = turn.candidate, turn.walls
         mode = self.settings.memcheck
-        update: dict = {}
+        memcheck = None
         if mode is MemcheckMode.ALWAYS or (
             mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
         ):
             t = time.perf_counter()
-            info, _, tail = run_memcheck(
-                arena.inputs_file(),
+            memcheck, _, _ = run_memcheck(
+                turn.arena.inputs_file(),
                 cand.so_path,
                 cand.entry_symbol,
                 self.device,
                 self.settings.memcheck_timeout_s,
             )
             walls["memcheck"] = round(time.perf_counter() - t, 4)
-            update["memcheck"] = info
-            if info.clean is False:
-                update.update(
-                    status=Status.MEMORY_ERROR,
-                    stage=Stage.RUN,
-                    message=f"compute-sanitizer memcheck found an error: {info.first_error}",
-                    timing=verdict.timing.model_copy(update={"speedup": None}) if verdict.timing else None,
-                )
-                return verdict.model_copy(update=update)
+            if memcheck.ran and memcheck.clean is not True:  # an error or a failed tool: no profile needed
+                return with_proofs(verdict, ProofResults(memcheck=memcheck))
         t = time.perf_counter()
-        update["target"] = self._target(turn)
+        proofs = ProofResults(memcheck=memcheck, target=self._target(turn))
         walls["execute"] = round(time.perf_counter() - t, 4)
-        return verdict.model_copy(update=update)
+        return with_proofs(verdict, proofs)
 
     def _target(self, turn: Turn) -> TargetInfo:
         task, cand, arena = turn.task, turn.candidate, turn.arena
