@@ -544,6 +544,7 @@ class LocalGpuEvaluator(Evaluator):
             self.settings.profile_timeout_s,
             user_settings.cache_dir() / "ncu",
             key,
+            task_flops=task.flops,
         )
         return info
 

@@ -6,7 +6,9 @@ per profiled kernel, a ``"Kernel Name","<name>"`` row, then a header naming ``Ad
 the metrics, then one row per SASS instruction. A target-family opcode (``ArchSpec.is_target_opcode``)
 with a positive predicate-true thread count means the family executed: YES. A valid profile with none:
 NO. No kernel profiled, a kernel without instruction rows, a tool error or a timeout: UNKNOWN, never YES.
-Verdicts are cached on disk by hash of source, artifact, architecture and workload.
+The same rows give the family's share of the task's work (``target_work``: executed MMA FLOPs / task
+FLOPs), which the target credit also needs. Verdicts are cached on disk by hash of source, artifact,
+architecture and workload.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ptxgym.evaluation.trusted.target_work import work_share
 from ptxgym.evaluation.trusted.tools import driver_argv, find_tool, run_tool
 from ptxgym.records.arch import ArchSpec
 from ptxgym.records.feedback import TargetInfo, Verdict
@@ -110,9 +113,25 @@ def verdict_from_profiles(
     )
 
 
+def target_info(kernels: list[KernelProfile], arch: ArchSpec, task_flops: float) -> TargetInfo:
+    """The TargetInfo of a valid profile: the executed verdict, counts and the family's work share."""
+    verdict, counts, message = verdict_from_profiles(kernels, arch)
+    if verdict is Verdict.UNKNOWN:
+        return _info(arch, verdict, counts, message)
+    share = work_share((row for k in kernels for row in k.rows), arch, task_flops)
+    return _info(arch, verdict, counts, f"{message}; {share.message}").model_copy(
+        update={
+            "mma_flops": share.mma_flops,
+            "mma_share": share.mma_share,
+            "tma_share": share.tma_share,
+            "work": share.work,
+        }
+    )
+
+
 def cache_key(source_sha256: str, artifact_sha256: str, arch: str, workload: str, entry: str) -> str:
     """Hash identifying one executed-instruction check."""
-    text = "|".join((source_sha256, artifact_sha256, arch, workload, entry, ",".join(METRICS)))
+    text = "|".join((source_sha256, artifact_sha256, arch, workload, entry, ",".join(METRICS), "work-v1"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -153,6 +172,7 @@ def check_executed(
     cache_dir: Path | None,
     key: str,
     driver: list[str] | None = None,
+    task_flops: float = 0.0,
 ) -> tuple[TargetInfo, float, str]:
     """Run (or look up) the check; returns the TargetInfo, ncu wall seconds and the raw output tail.
 
@@ -179,9 +199,8 @@ def check_executed(
         kernels = parse_ncu_csv(run.output)
         failure = _tool_failed(run.output)
         if run.returncode == 0 and kernels and failure is None:
-            verdict, counts, message = verdict_from_profiles(kernels, arch)
-            info = _info(arch, verdict, counts, message)
-            if cached is not None and verdict is not Verdict.UNKNOWN:
+            info = target_info(kernels, arch, task_flops)
+            if cached is not None and info.executed is not Verdict.UNKNOWN:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_text(info.model_dump_json())
             return info, wall, tail
