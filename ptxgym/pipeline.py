@@ -104,6 +104,7 @@ class Pipeline:
                 source_sha256=parts["source_sha256"],
                 artifact_sha256=built.info.artifact_sha256 or "",
                 static_target=sass.static_target,
+                kernels=[k.kernel for k in sass.kernels],
                 episode_id=episode_id,
                 turn=turn,
                 first_correct_in_episode=first_correct,

@@ -98,6 +98,11 @@ class BuiltCandidate(BaseModel):
     source_sha256: str
     artifact_sha256: str
     static_target: bool = Field(description="Whether the SASS holds a target-family opcode.")
+    kernels: list[str] = Field(
+        default_factory=list,
+        description="Kernels of the built module as the SASS census names them (mangled); the kernel census "
+        "compares what ran during the candidate's calls with these (empty: no census).",
+    )
     episode_id: str = ""
     turn: int = 0
     first_correct_in_episode: bool = Field(

@@ -149,8 +149,8 @@ class ProofResults:
     """Kernels that ran during the candidate's calls and are not from its built module."""
     census_checked: bool = False
     """Whether the kernels that ran were compared with the module's (``foreign_kernels`` is meaningful)."""
-    source: Proof = Proof.NCU_OFFLINE
-    """Where ``target`` and the kernel census came from."""
+    source: Proof | None = Proof.NCU_OFFLINE
+    """Where ``target`` and the kernel census came from (None: from no proof, e.g. the SASS alone)."""
 
 
 def with_proofs(verdict: GpuVerdict, proofs: ProofResults) -> GpuVerdict:
@@ -203,8 +203,8 @@ def _proof_failure(proofs: ProofResults) -> tuple[Status, Stage, str] | None:
 def _evidence(base: Evidence, proofs: ProofResults) -> Evidence:
     """``base`` (what the worker proved in band) plus the proofs of this stage that succeeded."""
 
-    def plus(have: list[Proof], proof: Proof, ok: bool) -> list[Proof]:
-        return [*have, proof] if ok and proof not in have else list(have)
+    def plus(have: list[Proof], proof: Proof | None, ok: bool) -> list[Proof]:
+        return [*have, proof] if ok and proof is not None and proof not in have else list(have)
 
     t, mc = proofs.target, proofs.memcheck
     measured = (Verdict.YES, Verdict.NO)
