@@ -20,6 +20,7 @@ PACKAGE = ROOT / "ptxgym"
 
 #: (group prefix, rank). The longest matching prefix names a module's group.
 GROUPS: dict[str, int] = {
+    "ptxgym.confine": 0,
     "ptxgym.records": 0,
     "ptxgym.cpu": 1,
     "ptxgym.knowledge_packs": 1,

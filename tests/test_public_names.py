@@ -17,6 +17,7 @@ PUBLIC: dict[str, list[str]] = {
         "TurnRecord", "UnknownTaskError", "Verdict", "Workload", "__version__", "catalog", "get_arch",
         "get_task", "read_turns", "render_feedback",
     ],
+    "ptxgym.confine": [],
     "ptxgym.cpu": [
         "BuildOutcome", "Toolchain", "build_solution", "check_source", "extract_code", "find_toolchain",
         "parse_ptxas_report", "sass_census",

@@ -8,17 +8,22 @@
    nvcc flags, the arch, the toolchain fingerprint, the policy rules and ``BUILD_VERSION``. Successes,
    deterministic compile errors and artifact verdicts are cached; timeouts and out-of-memory failures
    are not;
-3. nvcc in a fresh scratch directory that holds only the solution files, in its own process group,
+3. nvcc in a fresh scratch directory that holds only the solution files, inside the build jail
+   (``jail``: Landlock lets nvcc and its tools read only the toolkit, the host compiler, TVM-FFI and
+   the allowed headers and write only the scratch directory; no sockets), in its own process group,
    with a wall-time limit (the whole group is killed on expiry -> COMPILE_TIMEOUT) and RLIMIT_AS /
-   RLIMIT_FSIZE / RLIMIT_CPU / RLIMIT_CORE (and RLIMIT_NPROC for non-root users) set by a tiny exec
-   launcher, which stays thread-safe where ``preexec_fn`` is not;
-4. on success: the entry-point export check, the artifact policy (imports and DT_NEEDED against the
-   allowlists, host syscall scan) and the ptxas resource report;
-5. an atomic rename of the scratch directory into the cache, so concurrent builds of one key are safe
+   RLIMIT_FSIZE / RLIMIT_CPU / RLIMIT_CORE (and RLIMIT_NPROC for non-root users);
+4. the log cut to the compiler's own diagnostics about the solution's files (``compile_log``);
+5. on success: the host-assembly backstop over nvcc's kept host translation (``host_asm``), the
+   entry-point export check, the artifact policy (imports and DT_NEEDED against the allowlists, host
+   syscall scan) and the ptxas resource report;
+6. an atomic rename of the scratch directory into the cache, so concurrent builds of one key are safe
    (the loser discards its copy and uses the winner's).
 
 Flags (DESIGN.md): ``-O3 -shared -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -std=c++17
--gencode=<arch> -cudart shared -lineinfo -Xptxas -v -I<tvm-ffi> -L<tvm-ffi> -ltvm_ffi -L<libcuda> -lcuda``.
+-gencode=<arch> -cudart shared -lineinfo -Xptxas -v -I<tvm-ffi> -L<tvm-ffi> -ltvm_ffi -L<libcuda> -lcuda``,
+plus ``-keep -keep-dir .ptxgym-keep`` (the intermediates, for the backstop; they change no machine code
+and are deleted after the build).
 """
 
 from __future__ import annotations
@@ -29,9 +34,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -39,6 +41,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ptxgym.cpu.compile_log import clean_log, error_message, shown_log
+from ptxgym.cpu.host_asm import ALLOWED, host_asm_in_translation
+from ptxgym.cpu.jail import (
+    FSIZE_LIMIT_BYTES,
+    Confinement,
+    build_jail,
+    confinement,
+    run_jailed,
+    tool_paths,
+)
 from ptxgym.cpu.ptxas import parse_ptxas_report, ptxas_warnings
 from ptxgym.cpu.screen import (
     ScreenVerdict,
@@ -53,33 +65,14 @@ from ptxgym.records.arch import ArchSpec
 from ptxgym.records.feedback import CompileInfo, Status, truncate
 from ptxgym.records.schema import Solution, SupportedLanguage
 
-BUILD_VERSION = "ptxgym-build-v2"
+BUILD_VERSION = "ptxgym-build-v3"
 """Part of every cache key: bump when the build procedure or the cache record format changes (flags,
 toolchain and policy rules enter the key by themselves)."""
 SO_NAME = "kernel.so"
 COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
-FSIZE_LIMIT_BYTES = 512 * 1024 * 1024
-LOG_HEAD_BYTES, LOG_TAIL_BYTES = 384 * 1024, 128 * 1024
-MESSAGE_CHARS = 1500
+KEEP_DIR = ".ptxgym-keep"
+"""Where nvcc keeps its intermediates (``-keep-dir``) until the backstop has read them."""
 LOG_CHARS = 6000
-_OOM = re.compile(r"out of memory|bad_alloc|memory exhausted|cannot allocate memory|Killed signal", re.I)
-_ERROR_LINE = re.compile(r"\b(?:error|fatal)\b|^ptxas (?:error|fatal)|undefined reference", re.I)
-_TMPXFT = re.compile(r"tmpxft_[0-9a-fA-F]+_[0-9a-fA-F]+-\d+_")
-
-# Runs as the child of a plain fork+exec (no preexec_fn, so it is safe from threads): sets the limits
-# in its own process, then execs nvcc, whose children inherit them.
-_LAUNCHER = """
-import os, resource, sys
-names = ("RLIMIT_AS", "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_NPROC")
-for name, value in zip(names, map(int, sys.argv[1].split(","))):
-    if value < 0:
-        continue
-    res = getattr(resource, name)
-    soft, hard = resource.getrlimit(res)
-    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-    resource.setrlimit(res, (value, value))
-os.execvp(sys.argv[2], sys.argv[2:])
-"""
 
 
 @dataclass(frozen=True)
@@ -122,6 +115,9 @@ def nvcc_flags(arch: ArchSpec, toolchain: Toolchain, include_dirs: Sequence[Path
         "-lineinfo",
         "-Xptxas",
         "-v",
+        "-keep",
+        "-keep-dir",
+        KEEP_DIR,
         f"-I{toolchain.tvm_ffi_include}",
         *(f"-I{Path(d).resolve()}" for d in include_dirs),
         *toolchain.link_flags(),
@@ -129,11 +125,20 @@ def nvcc_flags(arch: ArchSpec, toolchain: Toolchain, include_dirs: Sequence[Path
 
 
 def build_key(
-    solution: Solution, arch: ArchSpec, toolchain: Toolchain, include_dirs: Sequence[Path] = ()
+    solution: Solution,
+    arch: ArchSpec,
+    toolchain: Toolchain,
+    include_dirs: Sequence[Path] = (),
+    confined: str = "landlock",
 ) -> str:
-    """Content address of a build (trusted include directories count by their files' contents)."""
+    """Content address of a build (trusted include directories count by their files' contents).
+
+    ``confined`` is the kind of confinement (``jail.Confinement.kind``): an unconfined build never
+    serves a confined one.
+    """
     parts = [
         BUILD_VERSION,
+        confined,
         policy_fingerprint(),
         solution.content_hash(),
         arch.name,
@@ -173,7 +178,8 @@ def build_solution(
 
     ``include_dirs`` are trusted header directories (e.g. a knowledge pack's ``headers/``) added with
     ``-I``; the solution's own files always sit beside the entry file. Raises ToolchainNotFoundError
-    when no compiler is usable (a set-up problem, not the candidate's). With ``use_cache=False`` the
+    when no compiler is usable, and ``jail.JailError`` when the build cannot be confined as
+    ``PTXGYM_SANDBOX`` demands (set-up problems, not the candidate's). With ``use_cache=False`` the
     product lands in a fresh temporary directory the caller owns.
     """
     problem = _unbuildable(solution)
@@ -186,7 +192,8 @@ def build_solution(
         if not verdict.ok:
             return _failure(Status.STATIC_REJECT, verdict.message, screen_verdict=verdict)
     toolchain = toolchain or find_toolchain()
-    key = build_key(solution, arch, toolchain, include_dirs)
+    jailing = confinement()  # raises JailError in strict mode without Landlock
+    key = build_key(solution, arch, toolchain, include_dirs, jailing.kind)
     entry = builds_dir() / key[:2] / key
     if use_cache:
         cached = _load(entry, key)
@@ -198,7 +205,7 @@ def build_solution(
             timeout_s if timeout_s is not None else settings.compile_timeout_s(),
             memory_mb if memory_mb is not None else settings.compile_memory_mb(),
         )
-        outcome = _compile(solution, arch, toolchain, stage, key, limits, include_dirs)
+        outcome = _compile(solution, arch, toolchain, stage, key, limits, include_dirs, jailing)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -223,6 +230,9 @@ def _unbuildable(solution: Solution) -> str | None:
         return f"entry file {spec.entry_file!r} is not a compilable source ({', '.join(COMPILED_SUFFIXES)})"
     if not re.fullmatch(r"[A-Za-z_]\w*", spec.entry_symbol):
         return f"entry symbol {spec.entry_symbol!r} is not a C identifier"
+    clash = [s.path for s in solution.sources if PurePosixPath(s.path).parts[:1] == (KEEP_DIR,)]
+    if clash:
+        return f"source path {clash[0]!r} is inside {KEEP_DIR}/, which the build keeps for itself"
     return None
 
 
@@ -262,6 +272,7 @@ def _write_sources(solution: Solution, stage: Path) -> list[str]:
         path = stage / PurePosixPath(src.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(src.content, encoding="utf-8", errors="replace")
+    (stage / KEEP_DIR).mkdir()
     entry = solution.spec.entry_file
     others = [s.path for s in solution.sources if s.path != entry and s.path.endswith(COMPILED_SUFFIXES)]
     return [entry, *sorted(others)]
@@ -275,31 +286,59 @@ def _compile(
     key: str,
     limits: tuple[float, int],
     include_dirs: Sequence[Path],
+    jailing: Confinement,
 ) -> BuildOutcome:
     timeout_s, memory_mb = limits
     inputs = _write_sources(solution, stage)
     argv = [str(toolchain.nvcc), *nvcc_flags(arch, toolchain, include_dirs), "-o", SO_NAME, *inputs]
     start = time.perf_counter()
-    returncode, timed_out, raw_log = _run_limited(argv, stage, toolchain, timeout_s, memory_mb)
-    log = _clean_log(raw_log, stage)
-    base = dict(
-        command=_shorten_argv(argv, toolchain),
-        log=truncate(log, LOG_CHARS),
-        nvcc_version=toolchain.nvcc_version,
-    )
-    so_path = stage / SO_NAME
-    if timed_out:
-        info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
-        message = (
-            f"nvcc did not finish within the {timeout_s:g} s limit and was killed; the kernel takes "
-            "too long to compile (huge unrolled loops, deep template recursion or macro expansion?)"
+    jail = build_jail(toolchain, include_dirs, stage, limits, jailing.kind)
+    env = toolchain.subprocess_env(stage)
+    try:
+        returncode, timed_out, raw_log = run_jailed(argv, stage, env, timeout_s, jail)
+        log = clean_log(raw_log, stage, KEEP_DIR)
+        own = [s.path for s in solution.sources]
+        public = [toolchain.cuda_home, *toolchain.include_dirs, *tool_paths(toolchain).read, *include_dirs]
+        shown = shown_log(log, own, public)
+        base = dict(
+            command=_shorten_argv(argv, toolchain),
+            log=truncate(shown, LOG_CHARS),
+            nvcc_version=toolchain.nvcc_version,
+            confinement=jailing.detail,
         )
-        return _failure(Status.COMPILE_TIMEOUT, message, info=info, key=key, cacheable=False)
-    if returncode != 0 or not so_path.is_file():
-        info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
-        message, deterministic = _error_message(log, returncode, memory_mb)
-        return _failure(Status.COMPILE_ERROR, message, info=info, key=key, cacheable=deterministic)
-    return _inspect(solution, arch, toolchain, so_path, log, base, start, key)
+        if timed_out:
+            info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
+            message = (
+                f"nvcc did not finish within the {timeout_s:g} s limit and was killed; the kernel takes "
+                "too long to compile (huge unrolled loops, deep template recursion or macro expansion?)"
+            )
+            return _failure(Status.COMPILE_TIMEOUT, message, info=info, key=key, cacheable=False)
+        so_path = stage / SO_NAME
+        if returncode != 0 or not so_path.is_file():
+            info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
+            limit_text = f"{memory_mb} MiB address space, {FSIZE_LIMIT_BYTES >> 20} MiB per file"
+            message, deterministic = error_message(log, shown, returncode, limit_text)
+            return _failure(Status.COMPILE_ERROR, message, info=info, key=key, cacheable=deterministic)
+        verdict = _host_asm_backstop(stage / KEEP_DIR, own)
+        if verdict is not None:
+            so_path.unlink()
+            info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
+            return _failure(Status.STATIC_REJECT, verdict.message, screen_verdict=verdict, info=info, key=key)
+        return _inspect(solution, arch, toolchain, so_path, log, base, start, key)
+    finally:
+        shutil.rmtree(stage / KEEP_DIR, ignore_errors=True)
+
+
+def _host_asm_backstop(keep: Path, own: list[str]) -> ScreenVerdict | None:
+    """A STATIC_REJECT verdict if nvcc's host translation holds inline assembly from the solution."""
+    for path in sorted(keep.glob("*.cudafe1.cpp")):
+        found = host_asm_in_translation(path.read_text(errors="replace"), own)
+        if found:
+            file, line, text = found
+            snippet = " ".join(text.split())[:120]
+            message = f"host-asm: inline assembly in host code at {file}:{line}: `{snippet}`; {ALLOWED}"
+            return ScreenVerdict(False, "host-asm", message, file=file, line=line)
+    return None
 
 
 def _inspect(
@@ -344,131 +383,6 @@ def _inspect(
     return BuildOutcome(
         status=None, message=message, so_path=so_path, info=info, warnings=ptxas_warnings(log), key=key
     )
-
-
-def _limits(timeout_s: float, memory_mb: int) -> str:
-    mem = memory_mb * 1024 * 1024 if memory_mb > 0 else -1
-    cpu = int(timeout_s) + 30
-    nproc = -1 if os.geteuid() == 0 else _user_tasks() + 512
-    return ",".join(str(v) for v in (mem, FSIZE_LIMIT_BYTES, 0, cpu, nproc))
-
-
-def _user_tasks() -> int:
-    """Threads owned by this user (RLIMIT_NPROC counts them all), read from /proc."""
-    uid, total = os.getuid(), 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.stat(f"/proc/{pid}").st_uid == uid:
-                total += int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[17])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-def _run_limited(
-    argv: list[str], cwd: Path, toolchain: Toolchain, timeout_s: float, memory_mb: int
-) -> tuple[int, bool, str]:
-    """(returncode, timed_out, output) of argv under limits, in its own process group."""
-    launcher = [sys.executable, "-I", "-S", "-c", _LAUNCHER, _limits(timeout_s, memory_mb)]
-    log_path = cwd / ".nvcc.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [*launcher, *argv],
-            cwd=cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=toolchain.subprocess_env(cwd),
-            process_group=0,
-        )
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            if timed_out or proc.poll() is None:
-                _kill_group(proc)
-    text = _read_capped(log_path)
-    log_path.unlink(missing_ok=True)
-    return proc.returncode, timed_out, text
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGKILL nvcc's whole process group and wait (bounded) until no member is still running."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    deadline = time.monotonic() + grace_s
-    while _group_running(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.02)  # cicc/cudafe++ run beside nvcc and take a moment to die
-
-
-def _group_running(pgid: int) -> bool:
-    """Whether a live (non-zombie) process of the group remains, read from /proc."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-def _read_capped(path: Path) -> str:
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        if size <= LOG_HEAD_BYTES + LOG_TAIL_BYTES:
-            data = f.read()
-        else:
-            head = f.read(LOG_HEAD_BYTES)
-            f.seek(size - LOG_TAIL_BYTES)
-            cut = f"\n[... {size - LOG_HEAD_BYTES - LOG_TAIL_BYTES} bytes cut ...]\n".encode()
-            data = head + cut + f.read()
-    return data.decode("utf-8", errors="replace")
-
-
-def _clean_log(log: str, stage: Path) -> str:
-    """Scratch paths and nvcc temp-file prefixes out, so messages read ``kernel.cu(12): error``."""
-    for prefix in (f"{stage}/", str(stage)):
-        log = log.replace(prefix, "")
-    return _TMPXFT.sub("", log)
-
-
-def _error_message(log: str, returncode: int, memory_mb: int) -> tuple[str, bool]:
-    """(message, deterministic): the first errors of the nvcc output, or why nvcc was killed."""
-    excerpt = _excerpt(log)
-    oom = _OOM.search(log) is not None
-    if returncode < 0 or oom:
-        cause = "ran out of memory" if oom else f"was killed by {signal.Signals(-returncode).name}"
-        limits = f"{memory_mb} MiB address space, {FSIZE_LIMIT_BYTES >> 20} MiB per file"
-        message = f"nvcc {cause} (limits: {limits}); the kernel is too large to compile.\n{excerpt}"
-        return message.strip(), False
-    if not excerpt:
-        excerpt = truncate(log.strip(), MESSAGE_CHARS) or "(no output)"
-    return f"nvcc failed (exit {returncode}):\n{excerpt}", True
-
-
-def _excerpt(log: str) -> str:
-    lines = [ln for ln in log.splitlines() if not ln.startswith("ptxas info")]
-    picked: list[str] = []
-    errors = 0
-    for i, line in enumerate(lines):
-        if not _ERROR_LINE.search(line):
-            continue
-        errors += 1
-        if errors <= 6:
-            picked.append(line.rstrip())
-            for follow in lines[i + 1 : i + 3]:  # EDG prints the source line and a caret under errors
-                if follow.startswith("  ") and not _ERROR_LINE.search(follow):
-                    picked.append(follow.rstrip())
-    text = "\n".join(picked)
-    if errors > 6:
-        text += f"\n({errors} error lines in total; the compile log has more)"
-    return text[:MESSAGE_CHARS]
 
 
 def _sha256(path: Path) -> str:

@@ -7,9 +7,11 @@ Two layers, because either alone fails (research/ptxbench.md, FACTS.md):
   ``cublas_like_tile`` is not mistaken for a cuBLAS call. It rejects vendor libraries (cuBLAS,
   cuBLASLt, cuDNN, CUTLASS, CuTe), dynamic loading, includes that reach outside the toolchain or the
   solution's own files, file probes and embedding (``__has_include``, ``#embed``, ``.incbin``),
-  system calls in inline assembly, binary bytes and oversized sources.
+  system calls in inline assembly, inline assembly in host code (``host_asm``), binary bytes and
+  oversized sources.
 * ``check_artifact``: what the built ``.so`` imports (dynamic symbols) and needs (``DT_NEEDED``),
-  against allowlists, plus a scan of its host code for system-call instructions. This is the layer
+  against allowlists (no function that loads GPU code at run time or looks it up by name:
+  ``CODE_LOADING``), plus a scan of its host code for system-call instructions. This is the layer
   that catches what regex cannot see, e.g. ``dlopen`` spelled by token pasting and a library name
   computed at run time. It is only meaningful because the build uses ``-cudart shared`` (FACTS.md).
 """
@@ -24,6 +26,9 @@ import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from ptxgym.cpu import host_asm
+from ptxgym.cpu.host_asm import ALLOWED, find_host_asm
 
 MAX_SOURCE_CHARS = 256 * 1024
 """Cap on the total size of a solution's source files."""
@@ -266,13 +271,7 @@ def _unescape(body: str) -> str:
     return _ESCAPE.sub(one, body)
 
 
-def _check_file(file: str, text: str, files: set[str]) -> ScreenVerdict | None:
-    bad = _CONTROL.search(text)
-    if bad:
-        line = text.count("\n", 0, bad.start()) + 1
-        message = f"binary: control byte {bad.group()!r} in the source at {file}:{line}"
-        return ScreenVerdict(False, "binary", message, file=file, line=line)
-    views = _lex(text)
+def _check_file(file: str, views: _Views, files: set[str]) -> ScreenVerdict | None:
     verdict = _check_directives(views, file, files)
     if verdict:
         return verdict
@@ -306,10 +305,22 @@ def check_source(
     if total > MAX_SOURCE_CHARS:
         return _reject("size", f"source of {total:,} characters (limit {MAX_SOURCE_CHARS:,})", entry_name)
     names = set(files)
+    views: dict[str, _Views] = {}
     for name, text in files.items():
-        verdict = _check_file(name, text, names)
+        bad = _CONTROL.search(text)
+        if bad:
+            line = text.count("\n", 0, bad.start()) + 1
+            message = f"binary: control byte {bad.group()!r} in the source at {name}:{line}"
+            return ScreenVerdict(False, "binary", message, file=name, line=line)
+        views[name] = _lex(text)
+        verdict = _check_file(name, views[name], names)
         if verdict:
             return verdict
+    found = find_host_asm({name: v.bare for name, v in views.items()})
+    if found:
+        v = views[found.file]
+        line_text = v.code.splitlines()[v.code.count("\n", 0, found.offset)]
+        return _reject("host-asm", f"{found.what}; {ALLOWED}", found.file, v, found.offset, line_text)
     return PASS
 
 
@@ -386,6 +397,19 @@ _DYNSYM = re.compile(
     re.M,
 )
 _HOST_SYSCALL = re.compile(r"\t(?:syscall|sysenter)\b|\tint\s+\$0x80\b|\tsvc\s")
+CODE_LOADING = re.compile(
+    r"cu(?:Module|Library)Load\w*|cudaLibraryLoad\w*"  # load a module, cubin, fatbin or library
+    r"|cuLink(?:Create|AddData|AddFile|Complete|Destroy)\w*"  # JIT-link one in memory
+    r"|cuModule(?:GetFunction|GetGlobal|EnumerateFunctions|GetFunctionCount)\w*"  # look inside one
+    r"|cu(?:da)?Library(?:Get|Enumerate)\w*"
+    r"|cuGetProcAddress\w*|cudaGetDriverEntryPoint\w*|cu(?:da)?GetExportTable\w*"  # any driver function
+)
+"""Driver and runtime API functions that load GPU code at run time or look code up by name, as declared
+in CUDA 13's ``cuda.h`` and ``cuda_runtime_api.h`` (versioned spellings such as ``cuLinkCreate_v2`` and
+``cuGetProcAddress_v2`` included). With them a candidate could launch a cubin it carries as bytes while
+its built module holds decoys, or fetch any of them through a pointer; no candidate needs them: its
+kernels are launched from the module it built (``<<<...>>>``, ``cudaLaunchKernel*``), and driver
+functions such as ``cuTensorMapEncodeTiled`` are imported by name (``-lcuda``)."""
 
 
 def policy_fingerprint() -> str:
@@ -399,15 +423,19 @@ def policy_fingerprint() -> str:
         _CXX_RUNTIME.pattern,
         *sorted(_TVMFFI_DENIED),
         _HOST_SYSCALL.pattern,
+        CODE_LOADING.pattern,
         *(p.pattern for _, _, p, _ in _SOURCE_RULES),
         *(p.pattern for _, p, _ in _ASM_STRING_RULES),
         str(MAX_SOURCE_CHARS),
+        hashlib.sha256(Path(host_asm.__file__).read_bytes()).hexdigest(),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def import_allowed(name: str, driver_names: frozenset[str] | None = None) -> bool:
     """Whether a dynamic import (version suffix stripped) is on the allowlist."""
+    if CODE_LOADING.fullmatch(name):
+        return False
     if name in _LIBC_ALLOWED or _MATH.fullmatch(name) or _CXX_RUNTIME.fullmatch(name):
         return True
     if name.startswith("_Z"):
@@ -486,6 +514,18 @@ def check_artifact(
             "needed-library",
             f"needed-library: the shared object needs {', '.join(bad_needed)}; only "
             f"{', '.join(sorted(NEEDED_ALLOWED))} are allowed",
+            file=Path(so_path).name,
+        )
+        return verdict, info.imports, info.needed
+    loading = [name for name in info.imports if CODE_LOADING.fullmatch(name)]
+    if loading:
+        verdict = ScreenVerdict(
+            False,
+            "code-loading",
+            f"code-loading: the shared object imports {', '.join(loading[:8])}, which load GPU code at run "
+            "time or look it up by name; only the kernels built from this source may run. Launch them "
+            "directly (<<<...>>> or cudaLaunchKernel*) and call driver functions such as "
+            "cuTensorMapEncodeTiled by name (the build links -lcuda)",
             file=Path(so_path).name,
         )
         return verdict, info.imports, info.needed

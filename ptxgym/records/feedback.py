@@ -148,6 +148,11 @@ class CompileInfo(_Part):
     artifact_sha256: str | None = Field(None, description="SHA-256 of the built shared object.")
     imports: list[str] = Field(default_factory=list, description="Dynamic symbols the .so imports.")
     needed: list[str] = Field(default_factory=list, description="DT_NEEDED libraries of the .so.")
+    confinement: str | None = Field(
+        None,
+        description="How nvcc and the tools it ran were confined (what they could read and write, no "
+        "sockets), or why they were not. None in records written before builds were confined.",
+    )
 
 
 class KernelSass(_Part):

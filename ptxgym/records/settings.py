@@ -12,7 +12,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_DEVICE`` | CUDA device index of the local evaluator | ``0`` |
 | ``PTXGYM_COMPILE_TIMEOUT`` | wall-time limit of one nvcc build, seconds | ``120`` |
 | ``PTXGYM_COMPILE_MEMORY_MB`` | address-space limit of one nvcc build, MiB | ``8192`` |
-| ``PTXGYM_SANDBOX`` | host sandbox of candidate workers: ``on``, ``strict`` or ``off`` | ``on`` |
+| ``PTXGYM_SANDBOX`` | candidate workers' host sandbox and nvcc's jail: ``on``, ``strict``, ``off`` | ``on`` |
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ def compile_memory_mb() -> int:
 
 
 def sandbox_mode() -> str:
-    """Host sandbox of candidate workers (``evaluation/sandbox.py``).
+    """Host sandbox of candidate workers (``evaluation/sandboxed/sandbox.py``) and nvcc's (``cpu/jail.py``).
 
     ``on``: every layer best effort, each reported; ``strict``: a layer unavailable on this machine is an
-    infrastructure error; ``off``: none (the candidate's host code runs unrestricted).
+    infrastructure error; ``off``: none (the candidate's host code runs unrestricted, nvcc reads any file).
     """
     mode = (_get("SANDBOX") or "on").lower()
     if mode not in {"on", "strict", "off"}:

@@ -47,7 +47,7 @@ def test_test_kernels_pass(name: str) -> None:
         "int a = 1'000'000; char c = '\"'; int cublas = 2;",
         '#include "./helpers.cuh"\n#include "cuda_runtime.h"\n#include <sys/types.h>\n'
         "#include <cuda/std/cstdint>\n",
-        'asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
+        '__device__ void f() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }',
     ],
 )
 def test_no_false_positives(code: str) -> None:

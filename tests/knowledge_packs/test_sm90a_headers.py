@@ -8,6 +8,7 @@ exercises the tensor-map argument checks (which run before any driver call, so n
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -234,10 +235,15 @@ def exercise(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     """Build the every-wrapper program; return (nvcc result, SASS text, host program stdout)."""
     d = tmp_path_factory.mktemp("sm90a_exercise")
     (d / "exercise.cu").write_text(EXERCISE)
-    proc = _nvcc(["-O3", "-Xptxas", "-v", "exercise.cu", "-o", "exercise"], d)
+    tc = _toolchain()
+    # tma_host.cuh calls cuTensorMapEncodeTiled by name: link the driver (the toolkit's or the generated
+    # stub) and let the program load that file as libcuda.so.1. It never reaches the driver: every call
+    # it makes fails a check first.
+    link = ["-L", str(tc.libcuda_dir), "-lcuda"]
+    proc = _nvcc(["-O3", "-Xptxas", "-v", "exercise.cu", "-o", "exercise", *link], d)
     if proc.returncode != 0:
         return proc, "", ""
-    tc = _toolchain()
+    (d / "libcuda.so.1").symlink_to(tc.libcuda_dir / "libcuda.so")
     assert tc.cuobjdump is not None, "cuobjdump not found (install nvidia-cuda-cuobjdump)"
     sass = subprocess.run(
         [str(tc.cuobjdump), "--dump-sass", str(d / "exercise")],
@@ -246,7 +252,8 @@ def exercise(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
         timeout=120,
         env=tc.subprocess_env(),
     ).stdout
-    host = subprocess.run([str(d / "exercise")], capture_output=True, text=True, timeout=60).stdout
+    env = {**os.environ, "LD_LIBRARY_PATH": str(d)}
+    host = subprocess.run([str(d / "exercise")], capture_output=True, text=True, timeout=60, env=env).stdout
     return proc, sass, host
 
 

@@ -47,17 +47,29 @@ host memory limits (use a cgroup).
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 import platform
 import re
 import resource
 import socket
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from ptxgym.confine import landlock, seccomp
+from ptxgym.confine.libc import set_no_new_privs
+from ptxgym.confine.seccomp import (  # noqa: F401 - re-exported: the filter's API as tests and tools know it
+    JEQ,
+    JGE,
+    LD_ABS,
+    OFF_ARCH,
+    OFF_ARG0,
+    OFF_NR,
+    RET,
+    RET_ALLOW,
+    RET_ERRNO,
+    network_filter,
+    syscall_number,
+)
 from ptxgym.evaluation.protocol import (  # noqa: F401 - check_mode, worker_environ: part of this API
     MODES,
     SandboxLayer,
@@ -95,7 +107,7 @@ def apply(mode: str, scratch: Path) -> SandboxReport:
         raise SandboxError(f"the worker's scratch directory {scratch} does not exist; the pool creates it")
     if mode == "off":
         return SandboxReport(mode="off", layers=[SandboxLayer(name=n, state="off") for n in LAYERS])
-    nnp_error = _set_no_new_privs()
+    nnp_error = set_no_new_privs()
     if nnp_error:
         network = _unavailable("network", f"needs no_new_privs ({nnp_error})")
         filesystem = _unavailable("filesystem", f"needs no_new_privs ({nnp_error})")
@@ -116,17 +128,6 @@ def apply(mode: str, scratch: Path) -> SandboxReport:
 
 # ------------------------------------------------------------------------------------ syscalls
 
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_LIBC.syscall.restype = ctypes.c_long
-_PR_SET_NO_NEW_PRIVS = 38
-
-
-def _syscall(nr: int, *args) -> int:
-    """``syscall(nr, ...)``; returns the result, or ``-errno`` on failure."""
-    ctypes.set_errno(0)
-    ret = _LIBC.syscall(ctypes.c_long(nr), *args)
-    return -ctypes.get_errno() if ret == -1 else ret
-
 
 def _unavailable(name: str, why: str) -> SandboxLayer:
     return SandboxLayer(name=name, state="unavailable", detail=why)
@@ -143,15 +144,6 @@ def _task_field(field: str) -> list[str]:
         match = re.search(rf"^{field}:\s*(\S+)", text, re.M)
         values.append(match.group(1) if match else "")
     return values
-
-
-def _set_no_new_privs() -> str:
-    """Set no_new_privs on the calling thread; '' or the error."""
-    one, zero = ctypes.c_ulong(1), ctypes.c_ulong(0)
-    ctypes.set_errno(0)
-    if _LIBC.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), one, zero, zero, zero) != 0:
-        return f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
-    return ""
 
 
 def _no_new_privs_coverage(error: str) -> SandboxLayer:
@@ -171,138 +163,11 @@ def _no_new_privs_coverage(error: str) -> SandboxLayer:
 # ------------------------------------------------------------------------------ network (seccomp)
 
 
-@dataclass(frozen=True)
-class _Arch:
-    audit: int
-    """AUDIT_ARCH_* value of seccomp_data.arch for this architecture's native syscalls."""
-    x32: bool
-    """x86_64: syscall numbers with bit 30 set are the x32 ABI (same arch value), to be refused."""
-    nr: dict[str, int]
-
-
-_ARCHES = {
-    "x86_64": _Arch(
-        0xC000003E,
-        True,
-        {
-            "socket": 41,
-            "ptrace": 101,
-            "process_vm_readv": 310,
-            "process_vm_writev": 311,
-            "seccomp": 317,
-            "io_uring_setup": 425,
-            "pidfd_getfd": 438,
-        },
-    ),
-    "aarch64": _Arch(
-        0xC00000B7,
-        False,
-        {
-            "socket": 198,
-            "ptrace": 117,
-            "process_vm_readv": 270,
-            "process_vm_writev": 271,
-            "seccomp": 277,
-            "io_uring_setup": 425,
-            "pidfd_getfd": 438,
-        },
-    ),
-}
-_DENIED = ("io_uring_setup", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
-_ALLOWED_FAMILIES = (socket.AF_UNIX, socket.AF_NETLINK)
-_X32_SYSCALL_BIT = 0x40000000
-_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
-RET_ALLOW = 0x7FFF0000
-RET_ERRNO = 0x00050000
-# classic BPF opcodes: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
-LD_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
-# offsets in struct seccomp_data: nr, arch, low 32 bits of args[0] (little-endian)
-OFF_NR, OFF_ARCH, OFF_ARG0 = 0, 4, 16
-
-
-def syscall_number(name: str, machine: str | None = None) -> int:
-    """Number of a syscall the network layer knows, on this machine's (or the given) architecture."""
-    return _ARCHES[machine or platform.machine()].nr[name]
-
-
-def network_filter(machine: str) -> list[tuple[int, int, int, int]]:
-    """The seccomp-BPF program of the network layer for ``x86_64`` or ``aarch64``: (code, jt, jf, k) rows."""
-    arch = _ARCHES[machine]
-    program: list[tuple | str] = [("ld", OFF_ARCH), ("jeq", arch.audit, None, "enosys"), ("ld", OFF_NR)]
-    if arch.x32:
-        program.append(("jge", _X32_SYSCALL_BIT, "enosys", None))
-    program.append(("jeq", arch.nr["socket"], "socket", None))
-    program += [("jeq", arch.nr[name], "eperm", None) for name in _DENIED]
-    program += [
-        ("ret", RET_ALLOW),
-        "socket",
-        ("ld", OFF_ARG0),
-        *[("jeq", family, "allow", None) for family in _ALLOWED_FAMILIES],
-        ("ret", RET_ERRNO | errno.EACCES),
-        "allow",
-        ("ret", RET_ALLOW),
-        "eperm",
-        ("ret", RET_ERRNO | errno.EPERM),
-        "enosys",
-        ("ret", RET_ERRNO | errno.ENOSYS),
-    ]
-    return _assemble(program)
-
-
-def _assemble(program: list) -> list[tuple[int, int, int, int]]:
-    """Resolve labels (plain strings) into the relative jump offsets of classic BPF."""
-    where, pc = {}, 0
-    for item in program:
-        if isinstance(item, str):
-            where[item] = pc
-        else:
-            pc += 1
-    rows = []
-    for item in program:
-        if isinstance(item, str):
-            continue
-        op, *rest = item
-        if op == "ld":
-            rows.append((LD_ABS, 0, 0, rest[0]))
-        elif op == "ret":
-            rows.append((RET, 0, 0, rest[0]))
-        else:
-            k, on_true, on_false = rest
-            here = len(rows) + 1
-            jt = where[on_true] - here if on_true else 0
-            jf = where[on_false] - here if on_false else 0
-            if not (0 <= jt < 256 and 0 <= jf < 256):
-                raise ValueError(f"BPF jump of {max(jt, jf)} rows at row {here - 1}: beyond 255")
-            rows.append((JEQ if op == "jeq" else JGE, jt, jf, k))
-    return rows
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [
-        ("code", ctypes.c_uint16),
-        ("jt", ctypes.c_uint8),
-        ("jf", ctypes.c_uint8),
-        ("k", ctypes.c_uint32),
-    ]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
-
-
 def _seccomp() -> SandboxLayer:
     machine = platform.machine()
-    if machine not in _ARCHES:
+    if machine not in seccomp.ARCHES:
         return _unavailable("network", f"no syscall table for {machine} (x86_64 and aarch64 only)")
-    rows = network_filter(machine)
-    table = (_SockFilter * len(rows))(*(_SockFilter(*row) for row in rows))
-    prog = _SockFprog(len(rows), table)
-    ret = _syscall(
-        _ARCHES[machine].nr["seccomp"],
-        ctypes.c_ulong(_SECCOMP_SET_MODE_FILTER),
-        ctypes.c_ulong(_SECCOMP_FILTER_FLAG_TSYNC),
-        ctypes.byref(prog),
-    )
+    ret = seccomp.install(network_filter(machine), tsync=True)
     if ret > 0:
         return _unavailable("network", f"thread {ret} could not take the filter (SECCOMP_FILTER_FLAG_TSYNC)")
     if ret < 0:
@@ -328,40 +193,10 @@ def _seccomp() -> SandboxLayer:
 
 # ---------------------------------------------------------------------------- filesystem (Landlock)
 
-_NR_CREATE_RULESET, _NR_ADD_RULE, _NR_RESTRICT_SELF = 444, 445, 446  # the same on x86_64 and aarch64
-_CREATE_RULESET_VERSION = 1
-_RULE_PATH_BENEATH = 1
-_RESTRICT_SELF_TSYNC = 1 << 3  # ABI 8
-_FS_WRITE_FILE = 1 << 1
-_FS_WRITE_V1 = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, remove, make_*
-_FS_REFER = 1 << 13  # ABI 2
-_FS_TRUNCATE = 1 << 14  # ABI 3
-_SCOPE_SIGNAL = 1 << 1  # ABI 6
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
-    ]
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
 
 def landlock_abi() -> tuple[int, str]:
     """(Landlock ABI version, '') or (0, why it is unavailable)."""
-    ret = _syscall(_NR_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_ulong(_CREATE_RULESET_VERSION))
-    if ret > 0:
-        return ret, ""
-    if -ret == errno.ENOSYS:
-        return 0, "the kernel has no Landlock (older than 5.13 or built without CONFIG_SECURITY_LANDLOCK)"
-    if -ret == errno.EOPNOTSUPP:
-        return 0, "Landlock is built in but disabled (add landlock to the lsm= boot parameter)"
-    return 0, f"landlock_create_ruleset: {os.strerror(-ret)}"
+    return landlock.abi()
 
 
 def _writable_paths(scratch: Path, write: int) -> list[tuple[Path, int]]:
@@ -369,12 +204,11 @@ def _writable_paths(scratch: Path, write: int) -> list[tuple[Path, int]]:
     dev = Path("/dev")
     nodes = [p for p in sorted(dev.glob("nvidia*")) if p.exists()]
     nodes += [dev / name for name in DEVICE_NODES if (dev / name).exists()]
-    file_rights = write & (_FS_WRITE_FILE | _FS_TRUNCATE)
     paths = [(scratch, write)]
     if (dev / "shm").is_dir():
         paths.append((dev / "shm", write))
-    paths += [(node, write if node.is_dir() else file_rights) for node in nodes]
-    paths.append((Path("/proc/self"), file_rights))  # resolves to /proc/<pid>: thread names, oom score
+    paths += [(node, write) for node in nodes]  # file rules keep only the file rights (write, truncate)
+    paths.append((Path("/proc/self"), write & landlock.FILE_RIGHTS))  # /proc/<pid>: thread names, oom score
     return paths
 
 
@@ -382,28 +216,25 @@ def _landlock(scratch: Path) -> SandboxLayer:
     abi, why = landlock_abi()
     if not abi:
         return _unavailable("filesystem", why)
-    write = _FS_WRITE_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
-    scoped = _SCOPE_SIGNAL if abi >= 6 else 0
-    attr = _RulesetAttr(write, 0, scoped)
-    size = 8 if abi < 4 else 16 if abi < 6 else 24  # older kernels refuse fields they do not know
-    ruleset = _syscall(_NR_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_ulong(0))
-    if ruleset < 0:
-        return _unavailable("filesystem", f"landlock_create_ruleset: {os.strerror(-ruleset)}")
+    write = landlock.write_rights(abi)
+    scoped = landlock.SCOPE_SIGNAL if abi >= 6 else 0
     try:
+        ruleset = landlock.Ruleset(abi, write, 0, scoped)
+    except OSError as exc:
+        return _unavailable("filesystem", str(exc.strerror))
+    with ruleset:
         for path, rights in _writable_paths(scratch, write):
-            error = _add_rule(ruleset, path, rights)
+            error = ruleset.allow(path, rights)
             if error and path == scratch:
                 return _unavailable("filesystem", error)
         threads = len(_task_field("Tgid"))
         tsync = abi >= 8
-        ret = _restrict_self(ruleset, _RESTRICT_SELF_TSYNC if tsync else 0)
+        ret = ruleset.restrict_self(landlock.RESTRICT_SELF_TSYNC if tsync else 0)
         if ret < 0 and tsync:  # all-or-nothing: nothing was restricted, try the calling thread alone
             tsync = False
-            ret = _restrict_self(ruleset, 0)
+            ret = ruleset.restrict_self(0)
         if ret < 0:
             return _unavailable("filesystem", f"landlock_restrict_self: {os.strerror(-ret)}")
-    finally:
-        os.close(ruleset)
     detail = (
         f"writes only beneath {scratch}, /dev/shm, /proc/self and to /dev/nvidia*, /dev/null-like nodes "
         f"(Landlock ABI {abi}{'; no signals to processes outside the sandbox' if scoped else ''})"
@@ -416,30 +247,6 @@ def _landlock(scratch: Path) -> SandboxLayer:
         detail=f"{detail}; enforced on the calling thread and all it starts, not on the {threads - 1} "
         f"threads that existed before (ABI {abi} < 8 has no LANDLOCK_RESTRICT_SELF_TSYNC)",
     )
-
-
-def _restrict_self(ruleset: int, flags: int) -> int:
-    return _syscall(_NR_RESTRICT_SELF, ctypes.c_long(ruleset), ctypes.c_ulong(flags))
-
-
-def _add_rule(ruleset: int, path: Path, rights: int) -> str:
-    """Allow ``rights`` beneath ``path``; '' or the error."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError as exc:
-        return f"cannot open {path}: {exc.strerror}"
-    try:
-        rule = _PathBeneath(rights, fd)
-        ret = _syscall(
-            _NR_ADD_RULE,
-            ctypes.c_long(ruleset),
-            ctypes.c_ulong(_RULE_PATH_BENEATH),
-            ctypes.byref(rule),
-            ctypes.c_ulong(0),
-        )
-    finally:
-        os.close(fd)
-    return f"landlock_add_rule({path}): {os.strerror(-ret)}" if ret < 0 else ""
 
 
 # ------------------------------------------------------------------------------------------ rlimits

@@ -1,0 +1,362 @@
+"""Host-side inline assembly: found in the candidate's source (screen) and in nvcc's host translation (build).
+
+Device inline assembly (PTX) is what the product is about. Host inline assembly is never needed by a
+candidate, and it is how one reaches the host assembler's file directives (``.incbin``, ``.include``,
+built by ``.irp``/``.macro`` or by the preprocessor) or hand-written system calls. So it is rejected, twice:
+
+**The source rule** (``find_host_asm``, run by the source screen; conservative, so it may refuse code the
+compiler would have kept on the device). An ``asm``/``__asm``/``__asm__`` token, or a use of a macro of the
+solution that can produce one, is allowed only
+
+* inside the body of a function declared ``__global__``, or ``__device__`` without ``__host__`` (blocks
+  and lambdas inside such a body belong to it; member functions of a local class need their own
+  ``__device__``); the solution's own object-like macros are expanded in the declaration, so
+  ``#define DEV __device__ __forceinline__`` works;
+* or in lines that only the device pass compiles: the first branch of ``#ifdef __CUDA_ARCH__``,
+  ``#if defined(__CUDA_ARCH__)`` or ``#if __CUDA_ARCH__ >= N`` (N > 0, possibly ``&&``-combined), and the
+  later branches of ``#ifndef __CUDA_ARCH__``.
+
+Everything else is host code: file scope, host functions, ``__host__ __device__`` functions, class bodies,
+initializers and lambdas outside device functions, and every line of a file compiled as plain C++
+(``.cpp``/``.cc``/``.cxx``) or included by one. A macro *can produce asm* when its replacement list holds an
+asm token, pastes tokens (``##`` can spell one), or uses another such macro. ``#define``/``#undef`` of the
+names the rule relies on (the asm spellings, ``__device__``, ``__global__``, ``__host__``,
+``__CUDA_ARCH__``) and line directives (``#line``, ``# 12 "file"``, which would re-attribute code to
+another file) are rejected. Macros of headers outside the solution are not expanded here.
+
+**The build backstop** (``host_asm_in_translation``): nvcc keeps its host translation (``-keep``), the
+``*.cudafe1.cpp`` files: preprocessed, every macro expanded, device function bodies moved into ``#if 0``
+blocks. An asm token outside those blocks, on a line the line markers attribute to a solution file, is
+host assembly, however it was spelled.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+ASM = re.compile(r"\b(?:asm|__asm|__asm__)\b")
+PROTECTED = frozenset({"asm", "__asm", "__asm__", "__device__", "__global__", "__host__", "__CUDA_ARCH__"})
+"""Names a solution may not #define or #undef."""
+HOST_ONLY_SUFFIXES = (".cpp", ".cc", ".cxx")
+ALLOWED = (
+    "inline assembly is allowed only in __global__ or __device__ (not __host__ __device__) functions, "
+    "or under #ifdef __CUDA_ARCH__; host code may not use it"
+)
+
+_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?P<name>[A-Za-z_]\w*|\d+)?(?P<rest>.*)$", re.M)
+_DEFINE = re.compile(r"(?P<name>[A-Za-z_]\w*)(?P<params>\([^)]*\))?(?P<body>.*)", re.S)
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_SCAN = re.compile(r"[{};]|[A-Za-z_]\w*")
+_CLASS_HEAD = re.compile(r"^(?:[\w:\s]*\s)?(?:class|struct|union|enum)\b")
+_TEMPLATE = re.compile(r"\btemplate\s*<")
+_ATTRIBUTE = re.compile(r"\b(?:alignas|__align__|__attribute__|__declspec)\s*\(")
+_QUOTE_INCLUDE = re.compile(r'^[ \t]*(?:#|%:)[ \t]*include[ \t]*"([^"\n]*)"', re.M)
+_DEVICE_GUARD = re.compile(
+    r"^\(?\s*(?:defined\s*\(?\s*__CUDA_ARCH__\s*\)?|__CUDA_ARCH__\s*(?:>=\s*(?P<ge>\d+)|>\s*\d+|==\s*(?P<eq>\d+)))"
+    r"\s*\)?$"
+)
+_HOST_GUARD = re.compile(r"^\(?\s*!\s*defined\s*\(?\s*__CUDA_ARCH__\s*\)?\s*\)?$")
+
+
+@dataclass(frozen=True)
+class HostAsm:
+    """One place where host code may hold inline assembly."""
+
+    file: str
+    offset: int
+    """Character offset in the (spliced) text given to ``find_host_asm``."""
+    what: str
+
+
+# ------------------------------------------------------------------------------------ the source rule
+
+
+def find_host_asm(files: Mapping[str, str]) -> HostAsm | None:
+    """The first use of inline assembly outside device code, over every file of a solution, or None.
+
+    ``files`` maps each path to its text with comments and the insides of literals blanked and line
+    splices joined (``screen``'s ``bare`` view), so offsets match that view.
+    """
+    for name, text in files.items():
+        for m in _DIRECTIVE.finditer(text):
+            directive, rest = m.group("name") or "", m.group("rest")
+            if directive in ("define", "undef"):
+                target = _IDENT.match(rest.strip())
+                if target and target.group() in PROTECTED:
+                    what = f"#{directive} {target.group()} (a name this rule relies on)"
+                    return HostAsm(name, m.start(), what)
+            elif directive == "line" or directive.isdigit():
+                spelled = f"# {directive}" if directive.isdigit() else "#line"
+                what = f"{spelled} (a line directive re-attributes code to another file)"
+                return HostAsm(name, m.start(), what)
+    macros, pasting = _macro_kinds(files.values())
+    object_macros = _object_macros(files.values())
+    host_only = _host_only_files(files)
+    for name, text in files.items():
+        found = _scan_file(name, text, (macros, pasting), object_macros, name in host_only)
+        if found:
+            return found
+    return None
+
+
+def _definitions(texts: Iterable[str]) -> Iterable[tuple[str, str | None, str]]:
+    """(name, parameter list or None, replacement list) of every #define."""
+    for text in texts:
+        for m in _DIRECTIVE.finditer(text):
+            if m.group("name") == "define" and (d := _DEFINE.match(m.group("rest").strip())):
+                yield d.group("name"), d.group("params"), d.group("body")
+
+
+def _macro_kinds(texts: Iterable[str]) -> tuple[dict[str, str], set[str]]:
+    """(macros that produce an asm token -> why, pasting macros whose uses must be looked at).
+
+    A macro that pastes (``##``) can spell ``asm`` only from the pieces it pastes: its own tokens next to
+    ``##`` and its arguments. Its uses are checked where they appear (``_pastes_asm``); a macro that
+    passes its parameters on to a pasting macro is a pasting macro too.
+    """
+    defs = list(_definitions(texts))
+    found: dict[str, str] = {}
+    pasting: set[str] = set()
+    for name, params, body in defs:
+        if ASM.search(body):
+            found[name] = f"macro {name} (it expands to inline assembly)"
+        elif "##" in body:
+            own = set(re.findall(r"(\w+)\s*##", body) + re.findall(r"##\s*(\w+)", body))
+            if _could_spell_asm(own - _params(params), found):
+                found[name] = f"macro {name} (it pastes tokens that can spell asm)"
+            else:
+                pasting.add(name)
+    changed = True
+    while changed:
+        changed = False
+        for name, params, body in defs:
+            if name in found:
+                continue
+            if used := set(_IDENT.findall(body)) & set(found):
+                found[name] = f"macro {name} (it uses {sorted(used)[0]})"
+            elif any(_pastes_asm(body, m.end(), found) for m in _uses(body, pasting)):
+                found[name] = f"macro {name} (it pastes tokens that can spell asm)"
+            elif name not in pasting and any(
+                set(_IDENT.findall(_arguments(body, m.end()))) & _params(params) for m in _uses(body, pasting)
+            ):
+                pasting.add(name)
+            else:
+                continue
+            changed = True
+    return found, pasting
+
+
+def _params(params: str | None) -> set[str]:
+    return set(_IDENT.findall(params or "")) | {"__VA_ARGS__"}
+
+
+def _uses(text: str, names: set[str]) -> Iterable[re.Match[str]]:
+    return (m for m in _IDENT.finditer(text) if m.group() in names)
+
+
+def _arguments(text: str, end: int) -> str:
+    """The parenthesised argument list that follows offset ``end`` ('' if none)."""
+    i = end
+    while i < len(text) and text[i] in " \t\n":
+        i += 1
+    if i >= len(text) or text[i] != "(":
+        return ""
+    depth, j = 0, i
+    while j < len(text):
+        depth += {"(": 1, ")": -1}.get(text[j], 0)
+        j += 1
+        if depth == 0:
+            break
+    return text[i:j]
+
+
+def _could_spell_asm(pieces: Iterable[str], asm_macros: Mapping[str, str]) -> bool:
+    """Whether pasting these identifiers (with others) could form an asm token or an asm macro's name."""
+    targets = ["__asm__", *asm_macros]
+    return any(piece in target for piece in pieces for target in targets)
+
+
+def _pastes_asm(text: str, end: int, asm_macros: Mapping[str, str]) -> bool:
+    """Whether the use of a pasting macro ending at ``end`` passes it pieces that could spell asm."""
+    return _could_spell_asm(_IDENT.findall(_arguments(text, end)), asm_macros)
+
+
+def _object_macros(texts: Iterable[str]) -> dict[str, str]:
+    return {name: body for name, params, body in _definitions(texts) if params is None}
+
+
+def _host_only_files(files: Mapping[str, str]) -> set[str]:
+    """Files compiled as plain C++ and the solution files they include, transitively."""
+    todo = [name for name in files if name.endswith(HOST_ONLY_SUFFIXES)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for path in _QUOTE_INCLUDE.findall(files[name]):
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(name), path))
+            todo += [t for t in (target, posixpath.normpath(path)) if t in files]
+    return seen
+
+
+def _device_lines(text: str) -> set[int]:
+    """Line numbers (0-based) that only the device pass compiles (``__CUDA_ARCH__`` guards)."""
+    device: set[int] = set()
+    stack: list[list[bool]] = []  # per open #if: [this branch device-only, later branches device-only]
+    for number, line in enumerate(text.split("\n")):
+        m = re.match(r"[ \t]*(?:#|%:)[ \t]*(\w+)(.*)", line)
+        if m:
+            name, cond = m.group(1), m.group(2).strip()
+            if name in ("if", "ifdef", "ifndef"):
+                if name == "ifdef":
+                    cond = f"defined({cond})"
+                elif name == "ifndef":
+                    cond = f"!defined({cond})"
+                stack.append([_is_device_guard(cond), bool(_HOST_GUARD.match(cond))])
+            elif name == "elif" and stack:
+                stack[-1][0] = stack[-1][1] or _is_device_guard(cond)
+            elif name == "else" and stack:
+                stack[-1][0] = stack[-1][1]
+            elif name == "endif" and stack:
+                stack.pop()
+            continue
+        if any(frame[0] for frame in stack):
+            device.add(number)
+    return device
+
+
+def _is_device_guard(cond: str) -> bool:
+    """Whether a #if condition is false whenever ``__CUDA_ARCH__`` is undefined (the host pass)."""
+    for part in cond.split("&&"):
+        m = _DEVICE_GUARD.match(part.strip())
+        if m and "||" not in cond and int(m.group("ge") or 1) > 0 and int(m.group("eq") or 1) != 0:
+            return True
+    return False
+
+
+def _code_only(text: str) -> str:
+    """Directive lines blanked (newlines and offsets kept)."""
+    return _DIRECTIVE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+def _expand(words: list[str], macros: Mapping[str, str], depth: int = 8) -> set[str]:
+    out = set(words)
+    for _ in range(depth):
+        more = {w for name in out & set(macros) for w in _IDENT.findall(macros[name])} - out
+        if not more:
+            break
+        out |= more
+    return out
+
+
+def _without_groups(head: str) -> str:
+    """The declaration head without ``template <...>`` lists and attributes (``alignas(16)`` ...)."""
+    for pattern, pair in ((_TEMPLATE, "<>"), (_ATTRIBUTE, "()")):
+        while m := pattern.search(head):
+            depth, i = 1, m.end()
+            while i < len(head) and depth:
+                depth += {pair[0]: 1, pair[1]: -1}.get(head[i], 0)
+                i += 1
+            head = head[: m.start()] + " " + head[i:]
+    return head
+
+
+_Scope = tuple[str, bool, str]
+"""(kind, device-only, where: how a message names it)."""
+
+
+def _open_scope(head: str, parent: _Scope, object_macros: Mapping[str, str]) -> _Scope:
+    """The scope a ``{`` opens after ``head``, inside ``parent``."""
+    kind, device, where = parent
+    plain = _without_groups(head)
+    is_class = bool(_CLASS_HEAD.match(plain.strip())) and "(" not in plain
+    if kind in ("function", "block"):
+        return ("class", False, "a class body") if is_class else ("block", device, where)
+    words = set(_IDENT.findall(plain))
+    if "namespace" in words or re.fullmatch(r'\s*extern\s*"\s*"\s*', plain):
+        return "namespace", False, "file or namespace scope"
+    if is_class:
+        return "class", False, "a class body"
+    if "(" in plain:
+        marks = _expand(_IDENT.findall(head), object_macros)
+        if "__global__" in marks or ("__device__" in marks and "__host__" not in marks):
+            return "function", True, "a device function"
+        both = "__device__" in marks
+        return "function", False, "a __host__ __device__ function" if both else "a host function"
+    return "block", False, "an initializer or lambda outside device code"  # or what this rule cannot parse
+
+
+def _scan_file(
+    name: str,
+    text: str,
+    kinds: tuple[Mapping[str, str], set[str]],
+    object_macros: Mapping[str, str],
+    host_only: bool,
+) -> HostAsm | None:
+    macros, pasting = kinds
+    device_lines = set() if host_only else _device_lines(text)
+    code = _code_only(text)
+    stack: list[_Scope] = [("namespace", False, "file or namespace scope")]
+    head_start = 0
+    for m in _SCAN.finditer(code):
+        token = m.group()
+        if token == "{":
+            stack.append(_open_scope(code[head_start : m.start()], stack[-1], object_macros))
+            head_start = m.end()
+        elif token in ("}", ";"):
+            if token == "}" and len(stack) > 1:
+                stack.pop()
+            head_start = m.end()
+        elif ASM.fullmatch(token) or token in macros or token in pasting:
+            device = stack[-1][1] and not host_only
+            if device or code.count("\n", 0, m.start()) in device_lines:
+                continue
+            if token in pasting and not _pastes_asm(code, m.end(), macros):
+                continue
+            what = f"`{token}`" if token not in macros else macros[token]
+            if token in pasting:
+                what = f"macro {token} (given pieces that it can paste into asm)"
+            where = "a file compiled as host C++" if host_only else stack[-1][2]
+            return HostAsm(name, m.start(), f"{what} in {where}")
+    return None
+
+
+# ------------------------------------------------------------------------------- the build backstop
+
+_MARKER = re.compile(r'^#\s*(\d+)(?:\s+"((?:[^"\\]|\\.)*)")?')
+_LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+
+
+def host_asm_in_translation(text: str, own_files: Iterable[str]) -> tuple[str, int, str] | None:
+    """The first host asm a solution file contributes to a ``*.cudafe1.cpp`` host translation, or None.
+
+    Returns (file, line, source line); ``own_files`` are the solution's paths.
+    """
+    own = {posixpath.normpath(f) for f in own_files}
+    current, line, skip = "", 0, 0
+    for raw in text.split("\n"):
+        stripped = raw.lstrip()
+        if stripped.startswith("#"):
+            marker = _MARKER.match(stripped)
+            if marker:
+                line = int(marker.group(1))
+                if marker.group(2) is not None:
+                    current = posixpath.normpath(marker.group(2))
+                continue
+            directive = stripped[1:].split()[0] if stripped[1:].split() else ""
+            if skip and directive in ("if", "ifdef", "ifndef"):
+                skip += 1
+            elif re.match(r"#\s*if\s+0\s*$", stripped):
+                skip = 1
+            elif skip and directive == "endif":
+                skip -= 1
+            line += 1
+            continue
+        if not skip and current in own and ASM.search(_LITERAL.sub('""', raw)):
+            return current, line, raw.strip()
+        line += 1
+    return None

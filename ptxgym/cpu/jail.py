@@ -1,0 +1,325 @@
+"""The build jail: nvcc and every tool it runs, confined to what a build needs, under limits.
+
+A candidate's source is input to the preprocessor, the EDG front ends, gcc and the host assembler, and each
+of them opens files the source names: ``#include "/etc/passwd"``, ``.incbin`` or ``.include`` in host
+assembly (spelled through macros, ``.irp`` or ``.macro``). No text screen can find every spelling, so the
+tools themselves are confined (Landlock, applied by ``ptxgym.confine.launch`` before nvcc starts; every
+tool nvcc runs inherits it). A jailed build may
+
+* read and execute: the CUDA toolkit (nvcc's ``TOP``), the host compiler's programs (gcc, g++, as, ld,
+  sh and gcc's own directory with cc1plus and collect2) and the dynamic loader;
+* read: the toolkit's and the host compiler's header directories, the directories of the libraries the
+  tools load (``ldd``) and the linker reads (``gcc -print-file-name``), TVM-FFI's ``include/`` and
+  ``lib/``, the generated link directory, the build's trusted include directories (the packs' header
+  tree, nothing else of the packs) and the loader cache;
+* write: its build directory only (nvcc's ``TMPDIR`` and ``HOME`` point there), and ``/dev/null``;
+* open no socket at all (seccomp), bind or connect no TCP port (Landlock ABI >= 4), signal nothing
+  outside the jail (ABI >= 6);
+
+under the limits: RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CPU, no core files, RLIMIT_NPROC (non-root), and the wall
+clock (the whole process group is killed on expiry). Anything else the source names fails with EACCES
+and becomes an ordinary compile error, whose log never holds the file's bytes.
+
+``PTXGYM_SANDBOX`` decides: ``on`` jails with Landlock where the kernel has it, and otherwise builds with
+the limits and the socket filter only, saying so in ``CompileInfo.confinement`` (the source screen then
+is the only guard of file access); ``strict`` refuses to build without Landlock; ``off`` applies the
+limits only.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptxgym.confine import landlock, seccomp
+from ptxgym.confine.launch import JAIL_FAILED, JAIL_PREFIX, Jail, LandlockRules, command
+from ptxgym.cpu.toolchain import Toolchain
+from ptxgym.records import settings
+from ptxgym.records.errors import InfraError
+
+FSIZE_LIMIT_BYTES = 512 * 1024 * 1024
+LOG_HEAD_BYTES, LOG_TAIL_BYTES = 384 * 1024, 128 * 1024
+_PROBE_TIMEOUT_S = 60.0
+_HOST_TOOLS = ("gcc", "g++", "as", "ld", "sh")
+_GCC_PROGRAMS = ("cc1plus", "cc1", "collect2")
+_LINK_INPUTS = (
+    "libc.so",
+    "libc.so.6",
+    "libc_nonshared.a",
+    "libm.so",
+    "libm.so.6",
+    "libstdc++.so",
+    "libgcc_s.so",
+    "libgcc_s.so.1",
+    "libgcc.a",
+    "crti.o",
+    "crtn.o",
+    "crtbeginS.o",
+    "crtendS.o",
+)
+_LDD_LINE = re.compile(r"^\s*(?:\S+\s+=>\s+)?(/\S+)\s+\(0x[0-9a-f]+\)", re.M)
+_INTERPRETER = re.compile(r"^\s*(/\S+)\s+\(0x[0-9a-f]+\)", re.M)
+_SCRIPT_PATH = re.compile(r"(?<![\w/.-])(/[\w/.+-]+)")
+
+
+class JailError(InfraError):
+    """The build cannot be confined as the sandbox mode demands (strict without Landlock, or a failure)."""
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How builds are confined here, from ``PTXGYM_SANDBOX`` and what the kernel offers."""
+
+    kind: str
+    """``landlock``, ``unconfined`` (no Landlock on this kernel) or ``off`` (``PTXGYM_SANDBOX=off``)."""
+    detail: str
+    """One sentence for ``CompileInfo.confinement``."""
+
+
+def confinement() -> Confinement:
+    """The confinement of the next build. Raises JailError in strict mode without Landlock."""
+    mode = settings.sandbox_mode()
+    if mode == "off":
+        return Confinement("off", "none (PTXGYM_SANDBOX=off): nvcc ran under the time and memory limits only")
+    abi, why = landlock.abi()
+    if not abi:
+        if mode == "strict":
+            raise JailError(
+                f"strict sandbox mode, but builds cannot be confined: {why}. Use a kernel with Landlock "
+                "(5.13 or newer, landlock in the lsm= list), or PTXGYM_SANDBOX=on to build with the "
+                "source screen as the only guard of file access."
+            )
+        return Confinement(
+            "unconfined",
+            f"no Landlock ({why}): nvcc could read any file the user can; the source screen was the only "
+            "guard of file access; no sockets; time and memory limits",
+        )
+    extras = [s for s, need in (("no TCP", 4), ("no signals outside the build", 6)) if abi >= need]
+    return Confinement(
+        "landlock",
+        f"Landlock ABI {abi}: nvcc and its tools read only the toolkit, the host compiler, TVM-FFI and "
+        f"the allowed headers, and write only the build directory; no sockets"
+        + "".join(f"; {s}" for s in extras),
+    )
+
+
+# ------------------------------------------------------------------------------------- what to allow
+
+
+@dataclass(frozen=True)
+class ToolPaths:
+    """What nvcc and the tools it drives read and execute (the jail's allowlist, less the build's own)."""
+
+    execute: tuple[Path, ...]
+    read: tuple[Path, ...]
+
+
+def _probe(argv: list[str]) -> str:
+    """stdout+stderr of a probe, '' if it cannot run (a missing ldd, a static binary)."""
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, env={**os.environ, "LC_ALL": "C"}
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout + proc.stderr
+
+
+def _absolute(text: str) -> Path | None:
+    path = Path(text.strip())
+    return path if path.is_absolute() and path.exists() else None
+
+
+def _compact(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """Resolved, existing, without duplicates or paths beneath another one of the set."""
+    resolved = sorted({p.resolve() for p in paths if p.exists()}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in resolved:
+        if not any(path.is_relative_to(k) for k in kept if k.is_dir()):
+            kept.append(path)
+    return tuple(sorted(kept))
+
+
+@functools.cache
+def tool_paths(toolchain: Toolchain) -> ToolPaths:
+    """Ask gcc and ldd what the toolkit's and the host compiler's programs need (once per process)."""
+    search = toolchain.subprocess_env()["PATH"]
+    execute = [toolchain.cuda_home, toolchain.nvcc, Path("/bin/sh")]
+    programs = [toolchain.nvcc.resolve(), *sorted((toolchain.cuda_home / "bin").iterdir())]
+    programs += sorted((toolchain.cuda_home / "nvvm" / "bin").glob("*"))
+    for name in _HOST_TOOLS:
+        found = shutil.which(name, path=search)
+        if found:
+            execute.append(Path(found))
+            programs.append(Path(found).resolve())
+    gcc = shutil.which("gcc", path=search) or "gcc"
+    for name in _GCC_PROGRAMS:
+        prog = _absolute(_probe([gcc, f"-print-prog-name={name}"]))
+        if prog:
+            execute.append(prog.parent)
+            programs.append(prog)
+    read = [
+        *toolchain.include_dirs,
+        *toolchain.lib_dirs,
+        toolchain.libcuda_dir,
+        toolchain.link_dir,
+        toolchain.tvm_ffi_include,
+        toolchain.tvm_ffi_lib_dir,
+        Path("/etc/ld.so.cache"),
+        Path("/dev/urandom"),
+        Path("/dev/zero"),
+    ]
+    read += _host_include_dirs(shutil.which("g++", path=search) or "g++")
+    read += _link_input_dirs(gcc)
+    for program in programs:
+        if program.is_file() and os.access(program, os.X_OK):
+            out = _probe(["ldd", str(program)])
+            read += [Path(p).parent for p in _LDD_LINE.findall(out)]
+            execute += [Path(p) for p in _INTERPRETER.findall(out)]
+    return ToolPaths(execute=_compact(execute), read=_compact(read))
+
+
+def _host_include_dirs(gxx: str) -> list[Path]:
+    """The host compiler's system header directories (``g++ -E -v``)."""
+    out = _probe([gxx, "-x", "c++", "-E", "-v", "/dev/null", "-o", "/dev/null"])
+    block = out.split("search starts here:")[-1].split("End of search list.")[0]
+    return [p for line in block.splitlines() if (p := _absolute(line))]
+
+
+def _link_input_dirs(gcc: str) -> list[Path]:
+    """Directories of the libraries and start files the linker reads, and of what linker scripts name."""
+    dirs = []
+    for name in _LINK_INPUTS:
+        path = _absolute(_probe([gcc, f"-print-file-name={name}"]))
+        if path is None:
+            continue
+        dirs.append(path.resolve().parent)
+        if path.stat().st_size < 4096 and path.suffix == ".so":  # libc.so is a linker script
+            text = path.read_text(errors="replace")
+            if "GROUP" in text or "INPUT" in text:
+                dirs += [p.resolve().parent for s in _SCRIPT_PATH.findall(text) if (p := _absolute(s))]
+    return dirs
+
+
+def jail_rules(toolchain: Toolchain, include_dirs: Sequence[Path], stage: Path) -> LandlockRules:
+    """The Landlock rules of one build in ``stage``."""
+    tools = tool_paths(toolchain)
+    read = _compact([*tools.read, *(Path(d) for d in include_dirs)])
+    return LandlockRules(
+        read=tuple(map(str, read)),
+        execute=tuple(map(str, tools.execute)),
+        write=(str(stage.resolve()),),
+        devices=("/dev/null",),
+    )
+
+
+def build_jail(
+    toolchain: Toolchain, include_dirs: Sequence[Path], stage: Path, limits: tuple[float, int], kind: str
+) -> Jail:
+    """The jail of one build: limits always, Landlock and the socket filter as ``kind`` says."""
+    timeout_s, memory_mb = limits
+    rlimits = {
+        "RLIMIT_FSIZE": FSIZE_LIMIT_BYTES,
+        "RLIMIT_CORE": 0,
+        "RLIMIT_CPU": int(timeout_s) + 30,
+    }
+    if memory_mb > 0:
+        rlimits["RLIMIT_AS"] = memory_mb * 1024 * 1024
+    if os.geteuid() != 0:
+        rlimits["RLIMIT_NPROC"] = _user_tasks() + 512
+    rules = jail_rules(toolchain, include_dirs, stage) if kind == "landlock" else None
+    families = () if kind != "off" and os.uname().machine in seccomp.ARCHES else None
+    return Jail(rlimits=rlimits, landlock=rules, families=families)
+
+
+def _user_tasks() -> int:
+    """Threads owned by this user (RLIMIT_NPROC counts them all), read from /proc."""
+    uid, total = os.getuid(), 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                total += int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[17])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
+def run_jailed(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float, jail: Jail
+) -> tuple[int, bool, str]:
+    """(returncode, timed_out, output) of ``argv`` in ``jail``, in its own process group.
+
+    Raises JailError when the launcher could not confine itself (nothing ran).
+    """
+    log_path = cwd / ".nvcc.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            command(jail, argv),
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            process_group=0,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            if timed_out or proc.poll() is None:
+                _kill_group(proc)
+    text = _read_capped(log_path)
+    log_path.unlink(missing_ok=True)
+    if proc.returncode == JAIL_FAILED and text.startswith(JAIL_PREFIX):
+        raise JailError(f"the build could not be confined: {text.strip()[:500]}")
+    return proc.returncode, timed_out, text
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGKILL nvcc's whole process group and wait (bounded) until no member is still running."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    deadline = time.monotonic() + grace_s
+    while _group_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)  # cicc/cudafe++ run beside nvcc and take a moment to die
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a live (non-zombie) process of the group remains, read from /proc."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _read_capped(path: Path) -> str:
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        if size <= LOG_HEAD_BYTES + LOG_TAIL_BYTES:
+            data = f.read()
+        else:
+            head = f.read(LOG_HEAD_BYTES)
+            f.seek(size - LOG_TAIL_BYTES)
+            cut = f"\n[... {size - LOG_HEAD_BYTES - LOG_TAIL_BYTES} bytes cut ...]\n".encode()
+            data = head + cut + f.read()
+    return data.decode("utf-8", errors="replace")
