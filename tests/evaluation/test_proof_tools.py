@@ -16,11 +16,12 @@ import pytest
 
 from ptxgym.evaluation.sandboxed.sandbox import landlock_abi
 from ptxgym.evaluation.trusted import memcheck, ncu
-from ptxgym.evaluation.trusted.base import GpuVerdict
+from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerdict, MemcheckMode
+from ptxgym.evaluation.trusted.proofs import run_proofs
 from ptxgym.evaluation.trusted.tools import ProofDirs, driver_argv, run_tool
 from ptxgym.evaluation.trusted.verdicts import ProofResults, with_proofs
 from ptxgym.records.arch import HOPPER
-from ptxgym.records.feedback import Stage, Status, Verdict
+from ptxgym.records.feedback import Proof, Stage, Status, Verdict
 from ptxgym.records.tasks import get_task
 
 HERE = Path(__file__).resolve().parent
@@ -131,3 +132,49 @@ def test_memcheck_reads_errors_from_its_report():
 def test_run_tool_keeps_only_the_tail_of_a_flood():
     run = run_tool([sys.executable, "-c", "print('x' * (1 << 22)); print('END')"], 60)
     assert run.returncode == 0 and run.output.endswith("END\n") and len(run.output) <= 64 << 10
+
+
+def _candidate(kernels: list[str]) -> BuiltCandidate:
+    return BuiltCandidate(
+        task_id=GEMM.id,
+        so_path=Path("cand.so"),
+        source_sha256="ab" * 32,
+        artifact_sha256="cd" * 32,
+        static_target=True,
+        kernels=kernels,
+    )
+
+
+SETTINGS = EvalSettings(memcheck=MemcheckMode.ALWAYS, memcheck_timeout_s=60, profile_timeout_s=60)
+OWN = ["_Z10gemm_tiledPK13__nv_bfloat16S1_PS_iii", "_Z14never_launchedmmPf"]
+
+
+def test_run_proofs_end_to_end_honest(tools, monkeypatch, tmp_path):
+    """memcheck clean, then the profile: a SIMT kernel with a decoy passes, proven, with no target credit."""
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
+    scratch = tmp_path / "evaluator"
+    scratch.mkdir()
+    proofs, walls = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, SETTINGS, scratch, "on")
+    got = with_proofs(_passed(), proofs)
+    assert got.status is Status.PASSED and set(walls) == {"memcheck", "execute"}
+    assert got.memcheck.clean is True and got.target.executed is Verdict.NO and not got.target.credited
+    assert got.evidence.memory_safety == [Proof.MEMCHECK] and got.evidence.kernel_census == [
+        Proof.NCU_OFFLINE
+    ]
+    assert list(scratch.iterdir()) == []  # the proof directories are removed
+
+
+def test_run_proofs_stops_at_a_failed_memcheck(tools, monkeypatch, tmp_path):
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
+    proofs, walls = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, SETTINGS, tmp_path, "on")
+    assert set(walls) == {"memcheck"} and proofs.target is None
+    assert with_proofs(_passed(), proofs).status is Status.PROOF_FAILED
+
+
+def test_run_proofs_finds_a_foreign_kernel(tools, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
+    proofs, _ = run_proofs(GEMM, _candidate(["_Z4peekv"]), Path("i.pt"), 0, SETTINGS, tmp_path, "on")
+    got = with_proofs(_passed(), proofs)
+    assert got.status is Status.FOREIGN_KERNEL and "gemm_tiled(" in got.message

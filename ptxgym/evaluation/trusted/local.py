@@ -18,7 +18,6 @@ sandboxed like the worker, their reports read from files the candidate cannot wr
 from __future__ import annotations
 
 import collections
-import dataclasses
 import secrets
 import shutil
 import tempfile
@@ -28,26 +27,16 @@ import traceback
 from pathlib import Path
 
 from ptxgym.evaluation.protocol import Load, check_mode
-from ptxgym.evaluation.trusted import ncu
 from ptxgym.evaluation.trusted.arena import Arena
-from ptxgym.evaluation.trusted.base import (
-    BuiltCandidate,
-    EvalSettings,
-    Evaluator,
-    GpuVerdict,
-    MemcheckMode,
-    TargetMode,
-)
+from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, Evaluator, GpuVerdict
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
-from ptxgym.evaluation.trusted.memcheck import run_memcheck
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
+from ptxgym.evaluation.trusted.proofs import run_proofs
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
-from ptxgym.evaluation.trusted.tools import ProofDirs
 from ptxgym.evaluation.trusted.turn import Turn
 from ptxgym.evaluation.trusted.verdicts import (
-    ProofResults,
     correctness_info,
     fault_verdict,
     with_proofs,
@@ -56,16 +45,7 @@ from ptxgym.evaluation.trusted.verdicts import (
 from ptxgym.records import settings as user_settings
 from ptxgym.records.arch import arch_for_capability
 from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
-from ptxgym.records.feedback import (
-    EnvironmentInfo,
-    Proof,
-    Stage,
-    Status,
-    TargetInfo,
-    TimingInfo,
-    Verdict,
-    truncate,
-)
+from ptxgym.records.feedback import EnvironmentInfo, Stage, Status, TimingInfo, truncate
 from ptxgym.records.tasks import Task
 
 
@@ -514,83 +494,11 @@ class LocalGpuEvaluator(Evaluator):
         return ""
 
     def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
-        """Memory check, then the executed-instruction proof; either can only take the PASSED away.
-
-        Both run the candidate in a sandboxed driver (this evaluator's sandbox mode) and read the tools'
-        reports from files the candidate cannot write (``tools.ProofDirs``).
-        """
-        cand, walls = turn.candidate, turn.walls
-        mode = self.settings.memcheck
-        memcheck = None
-        if mode is MemcheckMode.ALWAYS or (
-            mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
-        ):
-            t = time.perf_counter()
-            dirs = ProofDirs.create(self.scratch)
-            try:
-                memcheck, _, _ = run_memcheck(
-                    turn.arena.inputs_file(),
-                    cand.so_path,
-                    cand.entry_symbol,
-                    self.device,
-                    self.settings.memcheck_timeout_s,
-                    dirs,
-                    self.sandbox_mode,
-                )
-            finally:
-                dirs.remove()
-            walls["memcheck"] = round(time.perf_counter() - t, 4)
-            if memcheck.ran and memcheck.clean is not True:  # an error or a failed tool: no profile needed
-                return with_proofs(verdict, ProofResults(memcheck=memcheck))
-        t = time.perf_counter()
-        proofs = self._target(turn)
-        walls["execute"] = round(time.perf_counter() - t, 4)
-        return with_proofs(verdict, dataclasses.replace(proofs, memcheck=memcheck))
-
-    def _target(self, turn: Turn) -> ProofResults:
-        task, cand, arena = turn.task, turn.candidate, turn.arena
-        arch = task.arch_spec
-        mode = self.settings.target_mode
-        if mode is not TargetMode.EXECUTED or not cand.static_target:
-            executed = Verdict.NO if mode is TargetMode.EXECUTED else Verdict.NOT_CHECKED
-            message = "" if cand.static_target else "no target-family opcode in the SASS, so none can execute"
-            info = TargetInfo(
-                family=arch.target_family,
-                mode=mode.value,
-                static=cand.static_target,
-                executed=executed,
-                work=executed,
-                message=message,
-            )
-            return ProofResults(target=info, source=None)
-        key = ncu.cache_key(
-            cand.source_sha256, cand.artifact_sha256, task.arch, task.workload.uuid, cand.entry_symbol
-        )
-        dirs = ProofDirs.create(self.scratch)
-        try:
-            out = ncu.check_executed(
-                arch,
-                arena.inputs_file(),
-                cand.so_path,
-                cand.entry_symbol,
-                self.device,
-                self.settings.profile_timeout_s,
-                user_settings.cache_dir() / "ncu",
-                key,
-                task_flops=task.flops,
-                module_kernels=cand.kernels,
-                dirs=dirs,
-                sandbox=self.sandbox_mode,
-            )
-        finally:
-            dirs.remove()
-        return ProofResults(
-            target=out.target,
-            profile_failed=out.failed,
-            foreign_kernels=out.foreign,
-            census_checked=out.census,
-            source=Proof.NCU_OFFLINE if out.profiled else None,
-        )
+        """Memory check, then the executed-instruction proof (``proofs.py``): they can only undo PASSED."""
+        args = (turn.arena.inputs_file(), self.device, self.settings, self.scratch, self.sandbox_mode)
+        proofs, walls = run_proofs(turn.task, turn.candidate, *args)
+        turn.walls.update(walls)
+        return with_proofs(verdict, proofs)
 
     def _infra(self, message: str, tb: str) -> GpuVerdict:
         return GpuVerdict(
