@@ -8,10 +8,10 @@ buffers through CUDA IPC, and the worker is killed when the candidate is done, w
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from
 the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
 -> correctness -> timing (fresh input values on every call, a secret random subset verified; +
-wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed
-target instructions (ncu, per TargetMode). The sandbox report of the worker is recorded in the
-verdict's ``environment.sandbox``. The memcheck and ncu runs start their own processes
-(``driver.py``), which are not sandboxed.
+wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed target instructions (ncu, per
+TargetMode). From the load on, the step runs against one wall budget (``budget.py``). The sandbox report
+of the worker is recorded in the verdict's ``environment.sandbox``. The memcheck and ncu runs start
+their own processes (``driver.py``), which are not sandboxed.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from ptxgym.evaluation.trusted.base import (
     TargetMode,
 )
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore
+from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.memcheck import run_memcheck
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
@@ -332,7 +333,11 @@ class LocalGpuEvaluator(Evaluator):
 
         cand, result = turn.candidate, turn.result
         turn.clocks.append(sm_clock_mhz(self.device))
-        turn.details.update({"calibration": session.cal.__dict__, "backend": self.backend})
+        budget = self._budget(turn)
+        turn.details.update(
+            {"calibration": session.cal.__dict__, "backend": self.backend, "step_budget": budget.record()}
+        )
+        session.start_clock(budget)
         try:
             session.load(Load(kind="so", path=str(cand.so_path), entry=cand.entry_symbol))
             turn.stage = Stage.CHECK
@@ -348,6 +353,8 @@ class LocalGpuEvaluator(Evaluator):
             hog = self._memory_hog(turn.free_before)
             if hog or result.failure is not None:
                 return self._failed(turn, hog)
+        except StepBudgetExceeded as exc:
+            return exceeded_verdict(exc, turn.stage, self.environment, **turn.extra())
         except WorkerError as exc:
             return worker_error_verdict(
                 exc, turn.stage, self.settings.call_timeout_s, self.environment, **turn.extra()
@@ -373,6 +380,27 @@ class LocalGpuEvaluator(Evaluator):
         finally:
             handle.discard()
         return self._timed_verdict(turn)
+
+    def _budget(self, turn: Turn) -> StepBudget:
+        """The step's wall budget (``budget.py``): from the baseline latency and the calls to make."""
+        cand, mode = turn.candidate, self.settings.memcheck
+        memcheck = mode is MemcheckMode.ALWAYS or (
+            mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
+        )
+        target = self.settings.target_mode is TargetMode.EXECUTED and cand.static_target
+        stats = turn.baseline.stats
+        return StepBudget.for_step(
+            self.settings,
+            stats.median_ms if stats else None,
+            turn.task.floor_ms(self.facts.name),
+            turn.arena.reference_s,
+            proofs=memcheck or target,
+        )
+
+    def _proof_timeout(self, turn: Turn, limit_s: float) -> float:
+        """A proof's time limit: its own setting, or what is left of the step's budget if less."""
+        clock = turn.session.clock if turn.session is not None else None
+        return limit_s if clock is None else max(1.0, min(limit_s, clock.total_left()))
 
     def _free_bytes(self) -> int:
         """Device memory free or held in this (trusted) process's cache: what other processes leave.
@@ -508,7 +536,7 @@ class LocalGpuEvaluator(Evaluator):
                 cand.so_path,
                 cand.entry_symbol,
                 self.device,
-                self.settings.memcheck_timeout_s,
+                self._proof_timeout(turn, self.settings.memcheck_timeout_s),
             )
             walls["memcheck"] = round(time.perf_counter() - t, 4)
             update["memcheck"] = info
@@ -548,7 +576,7 @@ class LocalGpuEvaluator(Evaluator):
             cand.so_path,
             cand.entry_symbol,
             self.device,
-            self.settings.profile_timeout_s,
+            self._proof_timeout(turn, self.settings.profile_timeout_s),
             user_settings.cache_dir() / "ncu",
             key,
         )
