@@ -88,6 +88,13 @@ def static_target(so_path: Path, arch: str = "sm_90a") -> bool:
     return sass_census(so_path, get_arch(arch)).static_target
 
 
+def module_kernels(so_path: Path, arch: str = "sm_90a") -> list[str]:
+    """The kernels of a built object, as the SASS census names them."""
+    from ptxgym.cpu.sass import sass_census
+
+    return [k.kernel for k in sass_census(so_path, get_arch(arch)).kernels]
+
+
 def candidate(name: str, task: Task, turn: int = 0, first_correct: bool = False) -> BuiltCandidate:
     """A BuiltCandidate for one test kernel and task."""
     so = build_kernel(name, task.arch)
@@ -99,6 +106,7 @@ def candidate(name: str, task: Task, turn: int = 0, first_correct: bool = False)
         source_sha256=_digest(name, task.arch),
         artifact_sha256=digest,
         static_target=static_target(so, task.arch),
+        kernels=module_kernels(so, task.arch),
         episode_id="tests",
         turn=turn,
         first_correct_in_episode=first_correct,

@@ -222,7 +222,7 @@ def _no_gpu_warning(reason: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; print the summary table (or JSON)."""
     from ptxgym.evaluation.choose import select_evaluator
-    from ptxgym.runner import RunDirError, run_eval
+    from ptxgym.runner import RunDirError, RunStore, run_eval
     from ptxgym.runner.report import format_table
 
     if args.resume and not args.out:
@@ -235,8 +235,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
         check_policy_config(config.policy)
+        if args.resume:
+            RunStore(out).check_resume(config)
         evaluator = select_evaluator(config.evaluator, source="--evaluator")
-    except (PtxgymError, ValueError) as exc:
+    except (PtxgymError, RunDirError, ValueError) as exc:
         print(f"ptxgym eval: {usage_message(exc)}", file=sys.stderr)
         return EXIT_USAGE
     if evaluator.name == "none":

@@ -10,7 +10,7 @@ import sys
 from ptxgym.cli.errors import EXIT_USAGE, USAGE_ERRORS, usage_message
 
 #: Subcommand modules under ptxgym.cli; each has ``register(subparsers)`` and ``run(args) -> int``.
-COMMANDS = ["tasks", "check", "eval", "report", "serve", "train"]
+COMMANDS = ["tasks", "check", "eval", "report", "serve", "train", "audit"]
 
 
 def build_parser() -> argparse.ArgumentParser:

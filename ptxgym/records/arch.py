@@ -33,12 +33,20 @@ class ArchSpec:
     """Regexes over SASS opcodes (the mnemonic without modifiers) that count as the target family."""
     excluded_opcodes: tuple[str, ...] = ()
     """Opcodes that match a target regex but do not count (TMA cache control and prefetch)."""
+    mma_opcodes: tuple[str, ...] = ()
+    """Regexes over SASS mnemonics of the family's matrix-multiply instructions, whose executed FLOPs
+    are the target's share of the task's work (``ptxgym.evaluation.trusted.target_work``)."""
 
     @property
     def gencode(self) -> str:
         """The nvcc ``-gencode`` value."""
         num = self.name.removeprefix("sm_")
         return f"arch=compute_{num},code=sm_{num}"
+
+    def is_mma_opcode(self, opcode: str) -> bool:
+        """Whether a SASS opcode is one of the family's matrix-multiply instructions."""
+        base = opcode.split(".")[0].strip()
+        return any(re.fullmatch(p, base) for p in self.mma_opcodes)
 
     def is_target_opcode(self, opcode: str) -> bool:
         """Whether a SASS opcode (e.g. ``HGMMA.64x128x16.F32.BF16``) belongs to the target family."""
@@ -57,6 +65,7 @@ HOPPER = ArchSpec(
     target_family="wgmma (*GMMA) tensor-core MMA or TMA bulk tensor copies (UTMALDG/UTMASTG/UTMAREDG)",
     target_opcodes=(r"[A-Z]*GMMA", r"UTMALDG", r"UTMASTG", r"UTMAREDG"),
     excluded_opcodes=("UTMACCTL", "UTMAPF", "UTMACMDFLUSH"),
+    mma_opcodes=(r"[A-Z]*GMMA",),
 )
 
 BLACKWELL = ArchSpec(
@@ -67,6 +76,7 @@ BLACKWELL = ArchSpec(
     compute_capability=(10, 0),
     target_family="tcgen05 (UTC* tensor-core and tensor-memory ops, LDTM, STTM)",
     target_opcodes=(r"UTC[A-Z0-9]*", r"LDTM", r"STTM"),
+    mma_opcodes=(r"UTC[A-Z0-9]*MMA[A-Z0-9]*",),
 )
 
 ARCHS: dict[str, ArchSpec] = {a.name: a for a in (HOPPER, BLACKWELL)}

@@ -139,6 +139,17 @@ class RunStore:
 
     # ---------------------------------------------------------------------------------------- opening
 
+    def check_resume(self, config: EvalConfig) -> None:
+        """Refuse (``RunDirError``) to resume a run that was started with other settings."""
+        meta = self._read_meta()
+        if meta.get("config"):
+            changed = config_changes(meta["config"], config.model_dump(mode="json"))
+            if changed:
+                raise RunDirError(
+                    f"{self.dir} was started with other settings ({'; '.join(changed)}); resume it with "
+                    "the same settings, or start a new run with another --out"
+                )
+
     def open(self, config: EvalConfig, policy: dict[str, Any], evaluator: str, resume: bool) -> ResumeState:
         """Create the directory or, with ``resume``, pick up what it holds."""
         has_turns = self.trajectory_path.is_file() and self.trajectory_path.stat().st_size > 0
@@ -147,14 +158,9 @@ class RunStore:
                 f"{self.dir} already holds a run; pass --resume to continue it, or choose "
                 "a new --out directory"
             )
+        if resume:
+            self.check_resume(config)
         meta = self._read_meta() if resume else {}
-        if resume and meta.get("config"):
-            changed = config_changes(meta["config"], config.model_dump(mode="json"))
-            if changed:
-                raise RunDirError(
-                    f"{self.dir} was started with other settings ({'; '.join(changed)}); resume it with "
-                    "the same settings, or start a new run with another --out"
-                )
         self.dir.mkdir(parents=True, exist_ok=True)
         notes = []
         old_name = (meta.get("policy") or {}).get("name")

@@ -90,6 +90,7 @@ def test_gemm_ptxas_report_is_clean(gemm_feedback) -> None:
 MHA = ("MhaFwd", "MhaFwdCausal", "MhaBwd", "MhaBwdCausal")
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", MHA)
 def test_attention_solution_builds_clean_with_wgmma_and_tma(name) -> None:

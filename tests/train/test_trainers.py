@@ -54,7 +54,7 @@ def test_sft_drops_rows_longer_than_max_length(tiny, records, tmp_path):
             model,
             to_hf_dataset(examples),
             tmp_path / "sft",
-            sft_recipe("smoke", max_length=64),
+            sft_recipe("smoke", max_length=64, drop_long=True),
             tokenizer=tok,
         )
 

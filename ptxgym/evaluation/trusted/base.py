@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ptxgym.records.feedback import (
     CorrectnessInfo,
     EnvironmentInfo,
+    Evidence,
     MemcheckInfo,
     Stage,
     Status,
@@ -133,6 +134,11 @@ class BuiltCandidate(BaseModel):
     source_sha256: str
     artifact_sha256: str
     static_target: bool = Field(description="Whether the SASS holds a target-family opcode.")
+    kernels: list[str] = Field(
+        default_factory=list,
+        description="Kernels of the built module as the SASS census names them (mangled); the kernel census "
+        "compares what ran during the candidate's calls with these (empty: no census).",
+    )
     episode_id: str = ""
     turn: int = 0
     first_correct_in_episode: bool = Field(
@@ -152,6 +158,7 @@ class GpuVerdict(BaseModel):
     timing: TimingInfo | None = None
     target: TargetInfo | None = None
     memcheck: MemcheckInfo | None = None
+    evidence: Evidence = Field(default_factory=Evidence, description="Which proof backs each verdict.")
     environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
     log: str = ""

@@ -7,16 +7,19 @@ buffers through CUDA IPC, and the worker is killed when the candidate is done, w
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from
 the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
--> correctness -> timing (fresh input values on every call, a secret random subset verified; +
-wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed target instructions (ncu, per
-TargetMode). From the load on, the step runs against one wall budget (``budget.py``). The sandbox report
-of the worker is recorded in the verdict's ``environment.sandbox``. The memcheck and ncu runs start
-their own processes (``driver.py``), which are not sandboxed.
+-> correctness -> timing (fresh input values on every call, a secret random subset verified;
+wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed target instructions, work share
+and kernel census (ncu, per TargetMode); ``verdicts.with_proofs`` turns their outcomes into the final
+status and evidence. From the load on, the step runs against one wall budget (``budget.py``): the proofs
+get what the load, check and time left of it. The sandbox report of the worker is recorded in the verdict's
+``environment.sandbox``. The memcheck and ncu runs start their own driver processes (``driver.py``),
+sandboxed like the worker, their reports read from files the candidate cannot write.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import secrets
 import shutil
 import tempfile
@@ -43,12 +46,28 @@ from ptxgym.evaluation.trusted.memcheck import run_memcheck
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
+from ptxgym.evaluation.trusted.tools import ProofDirs
 from ptxgym.evaluation.trusted.turn import Turn
-from ptxgym.evaluation.trusted.verdicts import correctness_info, fault_verdict, worker_error_verdict
+from ptxgym.evaluation.trusted.verdicts import (
+    ProofResults,
+    correctness_info,
+    fault_verdict,
+    with_proofs,
+    worker_error_verdict,
+)
 from ptxgym.records import settings as user_settings
 from ptxgym.records.arch import arch_for_capability
 from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
-from ptxgym.records.feedback import EnvironmentInfo, Stage, Status, TargetInfo, TimingInfo, Verdict, truncate
+from ptxgym.records.feedback import (
+    EnvironmentInfo,
+    Proof,
+    Stage,
+    Status,
+    TargetInfo,
+    TimingInfo,
+    Verdict,
+    truncate,
+)
 from ptxgym.records.tasks import Task
 
 
@@ -524,63 +543,83 @@ class LocalGpuEvaluator(Evaluator):
         return ""
 
     def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
-        cand, arena, walls = turn.candidate, turn.arena, turn.walls
+        """Memory check, then the executed-instruction proof; either can only take the PASSED away.
+
+        Both run the candidate in a sandboxed driver (this evaluator's sandbox mode) and read the tools'
+        reports from files the candidate cannot write (``tools.ProofDirs``).
+        """
+        cand, walls = turn.candidate, turn.walls
         mode = self.settings.memcheck
-        update: dict = {}
+        memcheck = None
         if mode is MemcheckMode.ALWAYS or (
             mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
         ):
             t = time.perf_counter()
-            info, _, tail = run_memcheck(
-                arena.inputs_file(),
-                cand.so_path,
-                cand.entry_symbol,
-                self.device,
-                self._proof_timeout(turn, self.settings.memcheck_timeout_s),
-            )
-            walls["memcheck"] = round(time.perf_counter() - t, 4)
-            update["memcheck"] = info
-            if info.clean is False:
-                update.update(
-                    status=Status.MEMORY_ERROR,
-                    stage=Stage.RUN,
-                    message=f"compute-sanitizer memcheck found an error: {info.first_error}",
-                    timing=verdict.timing.model_copy(update={"speedup": None}) if verdict.timing else None,
+            dirs = ProofDirs.create(self.scratch)
+            try:
+                memcheck, _, _ = run_memcheck(
+                    turn.arena.inputs_file(),
+                    cand.so_path,
+                    cand.entry_symbol,
+                    self.device,
+                    self._proof_timeout(turn, self.settings.memcheck_timeout_s),
+                    dirs,
+                    self.sandbox_mode,
                 )
-                return verdict.model_copy(update=update)
+            finally:
+                dirs.remove()
+            walls["memcheck"] = round(time.perf_counter() - t, 4)
+            if memcheck.ran and memcheck.clean is not True:  # an error or a failed tool: no profile needed
+                return with_proofs(verdict, ProofResults(memcheck=memcheck))
         t = time.perf_counter()
-        update["target"] = self._target(turn)
+        proofs = self._target(turn)
         walls["execute"] = round(time.perf_counter() - t, 4)
-        return verdict.model_copy(update=update)
+        return with_proofs(verdict, dataclasses.replace(proofs, memcheck=memcheck))
 
-    def _target(self, turn: Turn) -> TargetInfo:
+    def _target(self, turn: Turn) -> ProofResults:
         task, cand, arena = turn.task, turn.candidate, turn.arena
         arch = task.arch_spec
         mode = self.settings.target_mode
         if mode is not TargetMode.EXECUTED or not cand.static_target:
             executed = Verdict.NO if mode is TargetMode.EXECUTED else Verdict.NOT_CHECKED
             message = "" if cand.static_target else "no target-family opcode in the SASS, so none can execute"
-            return TargetInfo(
+            info = TargetInfo(
                 family=arch.target_family,
                 mode=mode.value,
                 static=cand.static_target,
                 executed=executed,
+                work=executed,
                 message=message,
             )
+            return ProofResults(target=info, source=None)
         key = ncu.cache_key(
             cand.source_sha256, cand.artifact_sha256, task.arch, task.workload.uuid, cand.entry_symbol
         )
-        info, _, _ = ncu.check_executed(
-            arch,
-            arena.inputs_file(),
-            cand.so_path,
-            cand.entry_symbol,
-            self.device,
-            self._proof_timeout(turn, self.settings.profile_timeout_s),
-            user_settings.cache_dir() / "ncu",
-            key,
+        dirs = ProofDirs.create(self.scratch)
+        try:
+            out = ncu.check_executed(
+                arch,
+                arena.inputs_file(),
+                cand.so_path,
+                cand.entry_symbol,
+                self.device,
+                self._proof_timeout(turn, self.settings.profile_timeout_s),
+                user_settings.cache_dir() / "ncu",
+                key,
+                task_flops=task.flops,
+                module_kernels=cand.kernels,
+                dirs=dirs,
+                sandbox=self.sandbox_mode,
+            )
+        finally:
+            dirs.remove()
+        return ProofResults(
+            target=out.target,
+            profile_failed=out.failed,
+            foreign_kernels=out.foreign,
+            census_checked=out.census,
+            source=Proof.NCU_OFFLINE if out.profiled else None,
         )
-        return info
 
     def _infra(self, message: str, tb: str) -> GpuVerdict:
         return GpuVerdict(

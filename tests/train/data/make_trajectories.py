@@ -2,11 +2,11 @@
 
 Run from the repository root (needs nvcc): ``python tests/train/data/make_trajectories.py``.
 
-Every Feedback is real: the CPU stages (extract, policy, nvcc build, SASS census) run through
+Every Feedback is real: the CPU stages (extract, source screen, nvcc build, SASS census) run through
 ``ptxgym.pipeline.Pipeline``; the GPU-side outcome of each turn (status, correctness, timing, target
-verdict) is what a GPU evaluator would have written, built with the ``ptxgym.feedback`` models, since this
-machine has no GPU. Prompts are the env's task prompts and the policies' history rendering; the feedback
-messages are the env's rendering of each Feedback.
+verdict) is what a GPU evaluator would have written, built with the ``ptxgym.records.feedback`` models,
+since this machine has no GPU. Prompts are the env's task prompts and the policies' history rendering;
+the feedback messages are the env's rendering of each Feedback.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ptxgym.evaluation.base import NullEvaluator
-from ptxgym.feedback import (
+from ptxgym.evaluation.trusted.base import NullEvaluator
+from ptxgym.knowledge_packs.prompting import build_task_prompt
+from ptxgym.pipeline import Pipeline
+from ptxgym.policies.history import Conversation, build_messages
+from ptxgym.records.feedback import (
     CorrectnessInfo,
     Feedback,
     LatencyStats,
@@ -25,13 +28,10 @@ from ptxgym.feedback import (
     TimingInfo,
     Verdict,
 )
-from ptxgym.feedback_text import render_feedback
-from ptxgym.pipeline import Pipeline
-from ptxgym.policies.history import Conversation, build_messages
-from ptxgym.prompting import build_task_prompt
+from ptxgym.records.feedback_text import render_feedback
+from ptxgym.records.tasks import get_task
+from ptxgym.records.turns import TurnRecord
 from ptxgym.rewards import resolve_reward
-from ptxgym.tasks import get_task
-from ptxgym.trajectory import TurnRecord
 
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels"
