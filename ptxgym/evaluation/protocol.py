@@ -12,6 +12,7 @@ long, or answers another command is a protocol violation (the candidate wrote to
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -119,7 +120,11 @@ Command = Annotated[
 ]
 """Every command the worker accepts."""
 COMMANDS = (Attach, ApplySandbox, Load, TrialBegin, TrialEnd, Call, Exit)
-_COMMAND: TypeAdapter[Command] = TypeAdapter(Command)
+
+
+@functools.cache
+def _command_adapter() -> TypeAdapter[Command]:
+    return TypeAdapter(Command)
 
 
 def parse_command(obj: object) -> Command:
@@ -133,7 +138,7 @@ def parse_command(obj: object) -> Command:
         raise TypeError(
             f"not a command: {type(obj).__name__} (expected one of {[c.__name__ for c in COMMANDS]})"
         )
-    return _COMMAND.validate_python(obj.model_dump(warnings=False))
+    return _command_adapter().validate_python(obj.model_dump(warnings=False))
 
 
 # ------------------------------------------------------------------------- replies (worker -> trusted)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,8 @@ class Arena:
         self.fresh = fresh_names(task, self.namespace)
         """Inputs a timed call redraws."""
         self._mutated: set[str] = set()
+        self.reference_s = 0.0
+        """Wall seconds of the slowest reference run of the seeded sets (the step budget uses it)."""
         self.shapes = task.shapes()
         self._layout: list[list[Arg]] = []
         self.blob = self._allocate(len(seeds))
@@ -146,6 +149,8 @@ class Arena:
         return self.blob[offset : offset + self._nbytes(name)].view(dtype).view(self.shapes[name])
 
     def _make_set(self, index: int, seed: int) -> InputSet:
+        import torch
+
         defn = self.task.definition
         offsets = self._offsets[index]
         values = generate_inputs(self.task, self.namespace, seed, self.device)
@@ -163,7 +168,11 @@ class Arena:
             dtype = str(value.dtype).removeprefix("torch.")
             entry.append(TensorArg(role="in", offset=offsets[name], shape=self.shapes[name], dtype=dtype))
         del values
+        t = time.perf_counter()
         reference = run_reference(self.task, self.namespace, base_in)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.reference_s = max(self.reference_s, time.perf_counter() - t)
         shared_out = {}
         for name, spec in defn.outputs.items():
             shared_out[name] = self._view(offsets[name], name)

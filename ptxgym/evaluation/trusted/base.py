@@ -11,6 +11,7 @@ evaluator through ``EvalSettings``; nothing in an action can change it.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
@@ -68,7 +69,28 @@ class EvalSettings(BaseModel):
         description="Fraction of timed calls whose outputs are verified too (at least 3 per trial); each "
         "runs the reference once for that call's fresh values.",
     )
-    call_timeout_s: float = Field(60.0, gt=0, description="Wall limit for one candidate evaluation step.")
+    call_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Wall limit for any one command to a worker (set-up, load, one call); the step as a "
+        "whole has the step budget (budget_* fields, ``budget.StepBudget``).",
+    )
+    budget_slowdown: float = Field(
+        50.0, gt=0, description="Step budget: per-call latency allowed, as a multiple of the baseline's."
+    )
+    budget_base_s: float = Field(
+        10.0, ge=0, description="Step budget: fixed allowance for the load and the first call, s."
+    )
+    budget_call_s: float = Field(
+        0.02,
+        ge=0,
+        description="Step budget: harness allowance per call (pipe, synchronisations, L2 flush, fresh "
+        "values), s.",
+    )
+    budget_proofs_s: float = Field(
+        60.0, ge=0, description="Step budget: allowance for memcheck and the executed-instruction proof, s."
+    )
+    budget_cap_s: float = Field(120.0, gt=0, description="Step budget: hard cap of the whole step, s.")
     target_mode: TargetMode = TargetMode.EXECUTED
     memcheck: MemcheckMode = MemcheckMode.FIRST_CORRECT
     profile_timeout_s: float = Field(120.0, gt=0, description="Wall limit for the Nsight Compute check.")
@@ -89,6 +111,16 @@ class EvalSettings(BaseModel):
     baseline_from_disk: bool = Field(
         True, description="Reuse baseline timings cached on disk for this GPU, driver, torch and workload."
     )
+
+    @property
+    def verified_per_trial(self) -> int:
+        """Timed calls verified per trial: ``verify_timed_fraction`` of them, at least 3 (all if fewer)."""
+        return min(self.iterations, max(math.ceil(self.verify_timed_fraction * self.iterations), 3))
+
+    @property
+    def calls_per_step(self) -> int:
+        """Candidate calls in one step: the correctness calls and every trial's warm-up and timed calls."""
+        return self.correctness_sets + self.trials * (self.warmup + self.iterations)
 
 
 class BuiltCandidate(BaseModel):

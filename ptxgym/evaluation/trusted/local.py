@@ -10,7 +10,8 @@ the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``
 -> correctness -> timing (fresh input values on every call, a secret random subset verified;
 wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed target instructions, work share
 and kernel census (ncu, per TargetMode); ``verdicts.with_proofs`` turns their outcomes into the final
-status and evidence. The sandbox report of the worker is recorded in the verdict's
+status and evidence. From the load on, the step runs against one wall budget (``budget.py``): the proofs
+get what the load, check and time left of it. The sandbox report of the worker is recorded in the verdict's
 ``environment.sandbox``. The memcheck and ncu runs start their own driver processes (``driver.py``),
 sandboxed like the worker, their reports read from files the candidate cannot write.
 """
@@ -28,8 +29,16 @@ from pathlib import Path
 
 from ptxgym.evaluation.protocol import Load, check_mode
 from ptxgym.evaluation.trusted.arena import Arena
-from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, Evaluator, GpuVerdict
+from ptxgym.evaluation.trusted.base import (
+    BuiltCandidate,
+    EvalSettings,
+    Evaluator,
+    GpuVerdict,
+    MemcheckMode,
+    TargetMode,
+)
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore
+from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import run_proofs
@@ -330,7 +339,11 @@ class LocalGpuEvaluator(Evaluator):
 
         cand, result = turn.candidate, turn.result
         turn.clocks.append(sm_clock_mhz(self.device))
-        turn.details.update({"calibration": session.cal.__dict__, "backend": self.backend})
+        budget = self._budget(turn)
+        turn.details.update(
+            {"calibration": session.cal.__dict__, "backend": self.backend, "step_budget": budget.record()}
+        )
+        session.start_clock(budget)
         try:
             session.load(Load(kind="so", path=str(cand.so_path), entry=cand.entry_symbol))
             turn.stage = Stage.CHECK
@@ -346,6 +359,8 @@ class LocalGpuEvaluator(Evaluator):
             hog = self._memory_hog(turn.free_before)
             if hog or result.failure is not None:
                 return self._failed(turn, hog)
+        except StepBudgetExceeded as exc:
+            return exceeded_verdict(exc, turn.stage, self.environment, **turn.extra())
         except WorkerError as exc:
             return worker_error_verdict(
                 exc, turn.stage, self.settings.call_timeout_s, self.environment, **turn.extra()
@@ -371,6 +386,27 @@ class LocalGpuEvaluator(Evaluator):
         finally:
             handle.discard()
         return self._timed_verdict(turn)
+
+    def _budget(self, turn: Turn) -> StepBudget:
+        """The step's wall budget (``budget.py``): from the baseline latency and the calls to make."""
+        cand, mode = turn.candidate, self.settings.memcheck
+        memcheck = mode is MemcheckMode.ALWAYS or (
+            mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
+        )
+        target = self.settings.target_mode is TargetMode.EXECUTED and cand.static_target
+        stats = turn.baseline.stats
+        return StepBudget.for_step(
+            self.settings,
+            stats.median_ms if stats else None,
+            turn.task.floor_ms(self.facts.name),
+            turn.arena.reference_s,
+            proofs=memcheck or target,
+        )
+
+    def _proof_timeout(self, turn: Turn, limit_s: float) -> float:
+        """A proof's time limit: its own setting, or what is left of the step's budget if less."""
+        clock = turn.session.clock if turn.session is not None else None
+        return limit_s if clock is None else max(1.0, min(limit_s, clock.total_left()))
 
     def _free_bytes(self) -> int:
         """Device memory free or held in this (trusted) process's cache: what other processes leave.
@@ -494,8 +530,17 @@ class LocalGpuEvaluator(Evaluator):
         return ""
 
     def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
-        """Memory check, then the executed-instruction proof (``proofs.py``): they can only undo PASSED."""
-        args = (turn.arena.inputs_file(), self.device, self.settings, self.scratch, self.sandbox_mode)
+        """Memory check, then the executed-instruction proof (``proofs.py``): they can only undo PASSED.
+
+        Their time limits are their own settings or what is left of the step's budget, if less.
+        """
+        settings = self.settings.model_copy(
+            update={
+                "memcheck_timeout_s": self._proof_timeout(turn, self.settings.memcheck_timeout_s),
+                "profile_timeout_s": self._proof_timeout(turn, self.settings.profile_timeout_s),
+            }
+        )
+        args = (turn.arena.inputs_file(), self.device, settings, self.scratch, self.sandbox_mode)
         proofs, walls = run_proofs(turn.task, turn.candidate, *args)
         turn.walls.update(walls)
         return with_proofs(verdict, proofs)

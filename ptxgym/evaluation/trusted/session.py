@@ -9,7 +9,6 @@ a random subset (unknown to the worker) is verified against the reference run fo
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -30,7 +29,8 @@ from ptxgym.evaluation.protocol import (
 )
 from ptxgym.evaluation.trusted.arena import Arena, ipc_pickle
 from ptxgym.evaluation.trusted.base import EvalSettings
-from ptxgym.evaluation.trusted.pool import WorkerHandle
+from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, StepClock
+from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerTimeout
 from ptxgym.evaluation.trusted.timing import (
     CUPTI,
     Calibration,
@@ -105,11 +105,32 @@ class Session:
         self.rng = random.Random(seed)
         self.cal: Calibration | None = None
         self.sandbox_report: SandboxReport | None = None
+        self.clock: StepClock | None = None
 
     # ------------------------------------------------------------------------------------ plumbing
 
+    def start_clock(self, budget: StepBudget) -> StepClock:
+        """Start the step's wall budget (``budget.py``).
+
+        From now on every command waits at most what is left of it; a step past it raises
+        ``StepBudgetExceeded``.
+        """
+        self.clock = StepClock(budget)
+        return self.clock
+
     def _request(self, cmd: Command, stage: Stage, pickler=None) -> Reply:
-        reply = self.worker.request(cmd, self.timeout_s, pickler)
+        timeout = self.timeout_s
+        if self.clock is not None:
+            left = self.clock.run_left()
+            if left <= 0:
+                raise StepBudgetExceeded(self.clock, self.worker.log_tail())
+            timeout = min(timeout, left)
+        try:
+            reply = self.worker.request(cmd, timeout, pickler)
+        except WorkerTimeout as exc:
+            if self.clock is not None and timeout < self.timeout_s:
+                raise StepBudgetExceeded(self.clock, exc.log_tail) from exc
+            raise
         if not reply.ok:
             raise CandidateFault(reply.error, reply.cuda_error, stage)
         return reply
@@ -246,8 +267,7 @@ class Session:
         rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
         for _ in range(s.trials):
             calls = [(j % rotate, j >= s.warmup) for j in range(s.warmup + s.iterations)]
-            n_verify = min(s.iterations, max(math.ceil(s.verify_timed_fraction * s.iterations), 3))
-            verify = set(self.rng.sample(range(s.warmup, s.warmup + s.iterations), n_verify))
+            verify = set(self.rng.sample(range(s.warmup, s.warmup + s.iterations), s.verified_per_trial))
             timed = self._trial(calls, verify, result, Stage.TIME, strict)
             if timed is None:
                 return
