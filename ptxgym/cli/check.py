@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ptxgym.cli.errors import UsageError
 from ptxgym.pipeline import Pipeline
 from ptxgym.records.feedback import Status
 from ptxgym.records.feedback_text import render_feedback
@@ -19,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "file",
         help="a .cu file, a model response (.md/.txt) with a fenced block, "
-        "a FlashInfer-Trace Solution .json, or - for standard input",
+        "a FlashInfer-Trace Solution .json, or - for standard input (any of these)",
     )
     p.add_argument("--task", required=True, help="task id (Gemm-sm90a), env id, or definition@arch")
     p.add_argument(
@@ -39,6 +40,11 @@ def _as_action(path: str, text: str) -> str:
     return text
 
 
+def _is_solution_json(path: str, text: str) -> bool:
+    """A ``.json`` file, or standard input that is a JSON object (CUDA source never starts with ``{``)."""
+    return path.endswith(".json") or (path == "-" and text.lstrip().startswith("{"))
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the kernel passed (or built and was not evaluated), 1 otherwise."""
     from ptxgym.evaluation.choose import select_evaluator
@@ -49,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         path = Path(args.file)
         if not path.is_file():
-            raise FileNotFoundError(f"no such file: {path}")
+            raise UsageError(f"no such file: {path}")
         text = path.read_text(encoding="utf-8", errors="replace")
-    solution = Solution.from_json(text) if args.file.endswith(".json") else None
+    solution = Solution.from_json(text) if _is_solution_json(args.file, text) else None
     source = "--evaluator" if args.evaluator else None
     with select_evaluator(args.evaluator, source=source) as evaluator:
         pipeline = Pipeline(task, evaluator)

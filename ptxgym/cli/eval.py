@@ -19,16 +19,14 @@ import json
 import os
 import sys
 
-from ptxgym.cli.errors import usage_message
+from ptxgym.cli.errors import UsageError
 from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT
 from ptxgym.policies.factory import POLICY_KINDS, PolicyConfig, check_policy_config
 from ptxgym.policies.history import HistoryMode
 from ptxgym.policies.sampling import PRESETS, parse_overrides
-from ptxgym.records.errors import PtxgymError
 from ptxgym.records.tasks import catalog
 
 EXIT_INCOMPLETE = 3
-EXIT_USAGE = 2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -222,25 +220,18 @@ def _no_gpu_warning(reason: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; print the summary table (or JSON)."""
     from ptxgym.evaluation.choose import select_evaluator
-    from ptxgym.runner import RunDirError, RunStore, run_eval
+    from ptxgym.runner import RunStore, check_variants, run_eval
     from ptxgym.runner.report import format_table
 
     if args.resume and not args.out:
-        print(
-            "ptxgym eval: --resume needs --out RUN_DIR (the directory of the run to continue)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        raise UsageError("--resume needs --out RUN_DIR (the directory of the run to continue)")
     out = args.out or f"runs/eval-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    try:
-        config = build_config(args)
-        check_policy_config(config.policy)
-        if args.resume:
-            RunStore(out).check_resume(config)
-        evaluator = select_evaluator(config.evaluator, source="--evaluator")
-    except (PtxgymError, RunDirError, ValueError) as exc:
-        print(f"ptxgym eval: {usage_message(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    # Everything that can be checked is checked before any work starts or any directory is made.
+    config = build_config(args)
+    check_policy_config(config.policy)
+    check_variants(config)
+    RunStore(out).check_open(config, resume=args.resume)
+    evaluator = select_evaluator(config.evaluator, source="--evaluator")
     if evaluator.name == "none":
         print(_no_gpu_warning(getattr(evaluator, "reason", None)), file=sys.stderr)
     if not args.quiet:
@@ -250,13 +241,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-    try:
-        result = run_eval(
-            config, out, resume=args.resume, evaluator=evaluator, progress=not args.quiet, api_key=api_key
-        )
-    except (PtxgymError, RunDirError, ValueError, FileNotFoundError) as exc:
-        print(f"ptxgym eval: {usage_message(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    result = run_eval(
+        config, out, resume=args.resume, evaluator=evaluator, progress=not args.quiet, api_key=api_key
+    )
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2))
     else:

@@ -35,8 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except USAGE_ERRORS as exc:
-        print(f"ptxgym {args.command}: {usage_message(exc)}", file=sys.stderr)
+        flags = _option_strings(parser, args.command)
+        print(f"ptxgym {args.command}: {usage_message(exc, flags)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _option_strings(parser: argparse.ArgumentParser, command: str) -> list[str]:
+    """Every ``--flag`` of a subcommand (messages about a config field name the flag instead)."""
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        sub = getattr(action, "choices", None) or {}
+        if command in sub:
+            return [o for a in sub[command]._actions for o in a.option_strings]
+    return []
 
 
 def entry() -> None:

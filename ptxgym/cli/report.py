@@ -22,11 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from ptxgym.runner.metrics import Summary
     from ptxgym.runner.report import format_table, load_run, write_report
 
-    try:
-        records, problems = load_run(args.run_dir)
-    except FileNotFoundError as exc:
-        print(f"ptxgym report: {exc}", file=sys.stderr)
-        return 2
+    records, problems = load_run(args.run_dir)  # a missing file: one line, exit 2 (cli.main)
     for p in problems:
         print(f"ptxgym report: {p}", file=sys.stderr)
     if not records:

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ptxgym.records.errors import SchemaError
+from ptxgym.records.errors import SchemaError, validation_summary
 
 DType = Literal[
     "float32",
@@ -76,7 +76,7 @@ class _Record(BaseModel):
             data = json.loads(text) if isinstance(text, str | bytes) else text
             return cls.model_validate(data)
         except (ValidationError, json.JSONDecodeError) as exc:
-            raise SchemaError(f"not a valid {cls.__name__} record: {exc}") from exc
+            raise SchemaError(f"not a valid {cls.__name__} record: {validation_summary(exc)}") from exc
 
 
 # ----------------------------------------------------------------------------------------- Definition

@@ -150,17 +150,27 @@ class RunStore:
                     "the same settings, or start a new run with another --out"
                 )
 
-    def open(self, config: EvalConfig, policy: dict[str, Any], evaluator: str, resume: bool) -> ResumeState:
-        """Create the directory or, with ``resume``, pick up what it holds."""
+    def check_open(self, config: EvalConfig, resume: bool) -> dict[str, Any]:
+        """Raise ``RunDirError`` if ``open`` would refuse; return the run's metadata ({} for a new run).
+
+        Reads only: a refused run leaves the directory as it was (and makes none).
+        """
+        if self.dir.exists() and not self.dir.is_dir():
+            raise RunDirError(f"{self.dir} is a file, not a run directory; choose another --out")
         has_turns = self.trajectory_path.is_file() and self.trajectory_path.stat().st_size > 0
         if has_turns and not resume:
             raise RunDirError(
                 f"{self.dir} already holds a run; pass --resume to continue it, or choose "
                 "a new --out directory"
             )
-        if resume:
-            self.check_resume(config)
-        meta = self._read_meta() if resume else {}
+        if not resume:
+            return {}
+        self.check_resume(config)
+        return self._read_meta()
+
+    def open(self, config: EvalConfig, policy: dict[str, Any], evaluator: str, resume: bool) -> ResumeState:
+        """Create the directory or, with ``resume``, pick up what it holds."""
+        meta = self.check_open(config, resume)
         self.dir.mkdir(parents=True, exist_ok=True)
         notes = []
         old_name = (meta.get("policy") or {}).get("name")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +102,109 @@ def test_context_overflow_exits_non_zero(
                str(tmp_path / "r"), "--quiet"])  # fmt: skip
     err = capsys.readouterr().err
     assert rc == 3 and "context_overflow" in err and "--variants none" in err
+
+
+def test_wrong_case_in_eval_leaves_no_run_directory(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    err = _one_line_error(capsys, "eval", "--tasks", "gemm-sm90a", "--out", str(out), "--quiet")
+    assert "did you mean 'Gemm-sm90a'" in err and not out.exists()
+
+
+def test_a_solution_json_missing_fields_is_one_short_line(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "solution.json"
+    bad.write_text('{"name": "x"}')
+    err = _one_line_error(capsys, "check", str(bad), "--task", "Gemm-sm90a", "--evaluator", "none")
+    assert "definition: Field required; author: Field required" in err and "(and 1 more)" in err
+    assert "errors.pydantic.dev" not in err
+
+
+def test_config_fields_are_named_as_the_flags_the_user_passed(tmp_path: Path, capsys) -> None:
+    err = _one_line_error(capsys, "eval", "--reward", "bogus", "--evaluator", "none", "--out", str(tmp_path))
+    assert err.startswith("ptxgym eval: --reward: unknown reward 'bogus'; registered:")
+    assert "Value error" not in err and "--resume" not in err
+    err = _one_line_error(capsys, "eval", "--turns", "0", "--out", str(tmp_path / "r"))
+    assert err.startswith("ptxgym eval: --turns: ")
+    err = _one_line_error(
+        capsys, "serve", "--engine", "vllm", "--model", "m", "--gpu-memory", "5", "--dry-run"
+    )
+    assert err.startswith("ptxgym serve: --gpu-memory: ")
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--model", "/no/such/model/dir"], "--model '/no/such/model/dir': no such directory"),
+        (["--model", str(PLAIN)], "is a file; pass the model's directory"),
+        (
+            ["--model", str(PLAIN.parent), "--tokenizer", "nobody/no-tok"],
+            "--tokenizer 'nobody/no-tok' is neither",
+        ),
+        (["--model", str(PLAIN.parent), "--lora", "/no/adapter"], "--lora '/no/adapter': no such adapter"),
+    ],
+)
+def test_model_paths_are_checked_at_once_without_the_hub(
+    tmp_path: Path, capsys, monkeypatch, flags, expected
+):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # even where the Hub could be asked: it is not
+    out = tmp_path / "run"
+    t0 = time.perf_counter()
+    err = _one_line_error(capsys, "eval", "--policy", "transformers", *flags, "--out", str(out))
+    assert expected in err and not out.exists()
+    assert time.perf_counter() - t0 < 10  # no Hub retries
+
+
+@pytest.mark.nvcc
+def test_a_finished_run_is_not_overwritten_without_resume(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    base = [
+        "eval",
+        "--tasks",
+        "Gemm-sm90a",
+        "--turns",
+        "1",
+        "--evaluator",
+        "none",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(base) == 0
+    capsys.readouterr()
+    assert "already holds a run; pass --resume" in _one_line_error(capsys, *base)
+
+
+def test_report_of_a_missing_run(tmp_path: Path, capsys) -> None:
+    assert "no trajectory file at" in _one_line_error(capsys, "report", str(tmp_path / "nothing"))
+
+
+def test_output_survives_a_pipe_closed_before_the_first_write() -> None:
+    """``ptxgym tasks --json | head -c 0``, made certain: the reader is gone before the command starts."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([*CLI, "tasks", "--json"], stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@pytest.mark.nvcc
+def test_check_stdin_gives_what_the_path_gives_and_names_the_flag() -> None:
+    args = ["--task", "Gemm-sm90a", "--evaluator", "none", "--json"]
+    by_stdin = subprocess.run(
+        [*CLI, "check", "-", *args], input=PLAIN.read_text(), capture_output=True, text=True
+    )
+    by_path = subprocess.run([*CLI, "check", str(PLAIN), *args], capture_output=True, text=True)
+    assert by_stdin.returncode == by_path.returncode == 0, by_stdin.stderr
+    fb_stdin, fb_path = json.loads(by_stdin.stdout), json.loads(by_path.stdout)
+    assert fb_stdin["status"] == fb_path["status"] == "NOT_EVALUATED"
+    assert "(--evaluator none)" in fb_stdin["message"] and "PTXGYM_EVALUATOR" not in fb_stdin["message"]
+
+
+@pytest.mark.nvcc
+def test_compile_errors_are_printed_once(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "broken.cu"
+    src.write_text("__global__ void k(float* x) { x[0] = undefined_name; }\n")
+    assert main(["check", str(src), "--task", "Gemm-sm90a", "--evaluator", "none"]) == 1
+    out = capsys.readouterr().out
+    assert "COMPILE_ERROR" in out and out.count('identifier "undefined_name" is undefined') == 1
