@@ -64,6 +64,12 @@ class KernelEnv(gymnasium.Env):
     * ptxgym 0.1.0 layout release: the ``stage`` of a turn stopped by the source screen reads
       ``"screen"`` (it read ``"policy"``; old records still load). The default prompt variant is
       ``"full"``, as for ``ptxgym eval`` (it was no pack); pass ``variant=None`` for the old prompt.
+    * Loopholes closed under ``-v0`` (issue 11): the target credit needs the target family to do the
+      task's work (executed MMA FLOPs >= half the task's FLOPs, ``MIN_MMA_SHARE``), so a kernel whose
+      tensor-core work is a token (one wgmma per call) or absent (TMA loads feeding SIMT math) no longer
+      earns it; ``FOREIGN_KERNEL`` and ``PROOF_FAILED`` turns pay nothing; timed calls see fresh input
+      values; a step has one wall budget. Feedback records are ``ptxgym.feedback.v2``; v1 records keep
+      their rule when read.
     """
 
     metadata = {"render_modes": ["ansi"]}
