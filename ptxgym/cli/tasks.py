@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
             "workloads": len(t.family_workloads),
             "split": t.split,
             "held_out": t.held_out,
+            "primary": t.primary,
             **({"dataset": t.source} if t.source else {}),
         }
         for t in tasks
