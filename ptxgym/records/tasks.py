@@ -441,10 +441,14 @@ def require_not_test(tasks: Iterable[str | Task], purpose: str = "training data"
     """Refuse test-split tasks where training data or training prompts are made.
 
     Call it with the task ids of every SFT row and every GRPO prompt before they are built; it raises
-    ``HeldOutTaskError`` naming the first test task (the test split measures generalisation only).
+    ``HeldOutTaskError`` naming the first test task (the test split measures generalisation only). An id
+    that names no known task (a dataset folder not loaded in this process) has no split and passes.
     """
     for item in tasks:
-        task = item if isinstance(item, Task) else get_task(item)
+        try:
+            task = item if isinstance(item, Task) else get_task(item)
+        except UnknownTaskError:
+            continue
         if task.split == "test":
             raise HeldOutTaskError(
                 f"task {task.id} is in the test split and must never appear in {purpose}; "
