@@ -133,7 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_tasks(items: list[str] | None) -> list[str]:
-    """Task ids from ids, comma lists and the groups sm90a / sm100a / all."""
+    """Task ids from ids, comma lists and the groups sm90a / sm100a / all (of the primary tasks)."""
     from ptxgym.runner.config import default_tasks
 
     if not items:
@@ -141,7 +141,11 @@ def parse_tasks(items: list[str] | None) -> list[str]:
     out: list[str] = []
     for item in items:
         for tok in filter(None, (s.strip() for s in item.split(","))):
-            group = [tid for tid, t in catalog().items() if tok == "all" or t.arch_spec.short == tok]
+            group = [
+                tid
+                for tid, t in catalog().items()
+                if t.primary and (tok == "all" or t.arch_spec.short == tok)
+            ]
             out += group or [tok]
     return list(dict.fromkeys(out))
 

@@ -8,6 +8,7 @@ them in the SASS is necessary; execution is proven only at run time (Nsight Comp
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -48,6 +49,28 @@ class ArchSpec:
         base = opcode.split(".")[0].strip()
         return any(re.fullmatch(p, base) for p in self.mma_opcodes)
 
+    def with_families(self, families: tuple[str, ...] | list[str]) -> ArchSpec:
+        """This architecture with only some of its instruction families as the target (``TARGET_FAMILIES``).
+
+        The default families give back this very object, so a task that keeps them is unchanged.
+        """
+        known = TARGET_FAMILIES[self.name]
+        unknown = [f for f in families if f not in known]
+        if unknown or not families:
+            raise PtxgymError(
+                f"target families {list(families)} for {self.name}: expected a non-empty subset of "
+                f"{sorted(known)}"
+            )
+        chosen = tuple(dict.fromkeys(families))
+        if chosen == DEFAULT_FAMILIES[self.name]:
+            return self
+        return dataclasses.replace(
+            self,
+            target_family=" or ".join(known[f].text for f in chosen),
+            target_opcodes=tuple(op for f in chosen for op in known[f].opcodes),
+            excluded_opcodes=tuple(dict.fromkeys(op for f in chosen for op in known[f].excluded)),
+        )
+
     def is_target_opcode(self, opcode: str) -> bool:
         """Whether a SASS opcode (e.g. ``HGMMA.64x128x16.F32.BF16``) belongs to the target family."""
         base = opcode.split(".")[0].strip()
@@ -80,6 +103,37 @@ BLACKWELL = ArchSpec(
 )
 
 ARCHS: dict[str, ArchSpec] = {a.name: a for a in (HOPPER, BLACKWELL)}
+
+
+@dataclass(frozen=True)
+class TargetFamily:
+    """One instruction family a task may require on an architecture."""
+
+    text: str
+    """How prompts and feedback name it."""
+    opcodes: tuple[str, ...]
+    """Regexes over SASS opcode mnemonics."""
+    excluded: tuple[str, ...] = ()
+    """Mnemonics that match but do not count."""
+
+
+_TMA = TargetFamily(
+    "TMA bulk tensor copies (UTMALDG/UTMASTG/UTMAREDG)",
+    (r"UTMALDG", r"UTMASTG", r"UTMAREDG"),
+    ("UTMACCTL", "UTMAPF", "UTMACMDFLUSH"),
+)
+TARGET_FAMILIES: dict[str, dict[str, TargetFamily]] = {
+    "sm_90a": {"wgmma": TargetFamily("wgmma (*GMMA) tensor-core MMA", (r"[A-Z]*GMMA",)), "tma": _TMA},
+    "sm_100a": {
+        "tcgen05": TargetFamily(
+            "tcgen05 (UTC* tensor-core and tensor-memory ops, LDTM, STTM)", BLACKWELL.target_opcodes
+        ),
+        "tma": _TMA,
+    },
+}
+"""Instruction families a task record may name per architecture (its ``targets``)."""
+DEFAULT_FAMILIES: dict[str, tuple[str, ...]] = {"sm_90a": ("wgmma", "tma"), "sm_100a": ("tcgen05",)}
+"""The families of ``HOPPER`` and ``BLACKWELL`` themselves (what a task gets when its record names none)."""
 
 
 def get_arch(name: str) -> ArchSpec:

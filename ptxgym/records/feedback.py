@@ -39,6 +39,9 @@ class Status(str, Enum):
     NOT_EVALUATED = "NOT_EVALUATED"
     """Every CPU stage passed, but no GPU evaluator is attached: correctness and speed are unknown."""
     EXTRACT_ERROR = "EXTRACT_ERROR"
+    TASK_MISMATCH = "TASK_MISMATCH"
+    """A FlashInfer-Trace solution written for another definition (or for one whose inputs, outputs,
+    dtypes or shapes differ from the task's): nothing was built."""
     STATIC_REJECT = "STATIC_REJECT"
     COMPILE_ERROR = "COMPILE_ERROR"
     COMPILE_TIMEOUT = "COMPILE_TIMEOUT"
@@ -74,7 +77,13 @@ class Status(str, Enum):
         return self in _RAN
 
 
-_PRE_BUILD = {Status.EXTRACT_ERROR, Status.STATIC_REJECT, Status.COMPILE_ERROR, Status.COMPILE_TIMEOUT}
+_PRE_BUILD = {
+    Status.EXTRACT_ERROR,
+    Status.TASK_MISMATCH,
+    Status.STATIC_REJECT,
+    Status.COMPILE_ERROR,
+    Status.COMPILE_TIMEOUT,
+}
 _RAN = {
     Status.PASSED,
     Status.INCORRECT_SHAPE,

@@ -144,6 +144,11 @@ class BuiltCandidate(BaseModel):
     first_correct_in_episode: bool = Field(
         True, description="No earlier turn of this episode was correct (for MemcheckMode.FIRST_CORRECT)."
     )
+    input_seed: int | None = Field(
+        None,
+        description="Secret per-episode seed drawn by the env (never shown to the policy); the evaluator "
+        "mixes it into every turn's input seed, so episodes never replay the same inputs.",
+    )
 
 
 class GpuVerdict(BaseModel):

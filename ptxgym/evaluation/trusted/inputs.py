@@ -2,7 +2,9 @@
 
 Inputs of a workload are made from a recorded seed: ``random`` floats are standard normal drawn directly
 in the tensor's dtype (never zeros), ``derived`` inputs come from the named function of the definition's
-reference source (e.g. ``forward_state`` gives the O and LSE an attention backward consumes), scalars
+reference source (e.g. ``forward_state`` gives the O and LSE an attention backward consumes; ``layout``
+gives the index arrays of a ragged or paged batch from the workload's ``params``, which such functions
+receive by parameter name), scalars
 are passed as is. The reference ``run`` is executed in fp32-exact matmul mode (TF32 off) and its outputs
 are checked against the definition's shapes and dtypes before anything is compared with them.
 """
@@ -149,6 +151,7 @@ def _call_derived(task: Task, namespace: dict[str, Any], function: str, values: 
         )
     params = inspect.signature(fn).parameters
     kwargs = {n: values[n] for n in params if n in values}
+    kwargs.update({n: v for n, v in (task.workload.params or {}).items() if n in params and n not in kwargs})
     try:
         with exact_fp32():
             produced = fn(**kwargs)

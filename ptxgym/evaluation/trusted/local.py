@@ -164,9 +164,8 @@ class LocalGpuEvaluator(Evaluator):
     def _turn_seed(self, candidate: BuiltCandidate) -> int:
         if self.settings.seed is None:
             return secrets.randbits(31)
-        return (
-            self.settings.seed * 1_000_003 + candidate.turn * 7919 + hash(candidate.episode_id) % 997
-        ) % 2**31
+        episode = hash(candidate.episode_id) % 997 if candidate.input_seed is None else candidate.input_seed
+        return (self.settings.seed * 1_000_003 + candidate.turn * 7919 + episode) % 2**31
 
     def _arena(self, task: Task) -> Arena:
         key = (task.definition.name, task.workload.uuid)
@@ -291,7 +290,13 @@ class LocalGpuEvaluator(Evaluator):
         session, handle, _ = self._session(arena, secrets.randbits(31))
         result = SessionResult()
         try:
-            session.load(Load(kind="baseline", function=task.baseline.function, options=arena.options))
+            session.load(
+                Load(
+                    kind="baseline",
+                    function=task.baseline.function,
+                    options={**arena.options, **task.baseline_options},
+                )
+            )
             session.correctness(
                 result, strict=False
             )  # the baseline is timed even where it misses the tolerance
