@@ -160,10 +160,11 @@ def _probe_tools(out: Path) -> None:
     import torch
 
     from ptxgym.audit.corpus import build_kernel
-    from ptxgym.evaluation.trusted import ncu
+    from ptxgym.evaluation.trusted import memcheck, ncu
     from ptxgym.evaluation.trusted.memcheck import run_memcheck
-    from ptxgym.evaluation.trusted.tools import driver_argv, find_tool, run_tool
+    from ptxgym.evaluation.trusted.tools import ProofDirs, driver_argv, find_tool, read_report
     from ptxgym.records.arch import HOPPER
+    from ptxgym.records.tasks import get_task
 
     g = torch.Generator(device="cuda").manual_seed(0)
     inputs = Path("/tmp/ptxgym_probe_gemm_inputs.pt")
@@ -178,20 +179,31 @@ def _probe_tools(out: Path) -> None:
         inputs,
     )
     tool = find_tool("ncu")
+    gemm = get_task("Gemm-sm90a")
     for name in ("tma_gemm", "decoy_wgmma"):
         so = build_kernel(name)
-        run = run_tool(ncu.ncu_argv(tool, driver_argv(inputs, so, "run", 0, "profile")), 300)
-        (out / f"ncu_{name}.csv").write_text(run.output)
-        kernels = ncu.parse_ncu_csv(run.output)
-        verdict = ncu.verdict_from_profiles(kernels, HOPPER)
+        dirs = ProofDirs.create()
+        try:
+            driver = driver_argv(inputs, so, "run", 0, "profile", scratch=dirs.scratch)
+            kernels, reason, wall, _ = ncu.read_profile(tool, driver, dirs, 300)
+            (out / f"ncu_{name}.csv").write_text(read_report(dirs.report / ncu.SOURCE_CSV) or "")
+        finally:
+            dirs.remove()
+        info = ncu.target_info(kernels or [], HOPPER, gemm.flops)
         say(
-            f"ncu {name}: rc={run.returncode} wall={run.wall_s:.1f}s kernels={len(kernels)} verdict={verdict}"
+            f"ncu {name}: wall={wall:.1f}s kernels={len(kernels or [])} failed={reason!r} "
+            f"executed={info.executed.value} share={info.mma_share} {info.message[:200]}"
         )
     texts = []
     for name in ("oob_read", "naive"):
-        info, wall, tail = run_memcheck(inputs, build_kernel(name), "run", 0, 300)
+        dirs = ProofDirs.create()
+        try:
+            info, wall, _ = run_memcheck(inputs, build_kernel(name), "run", 0, 300, dirs)
+            report = read_report(dirs.report / memcheck.REPORT) or ""
+        finally:
+            dirs.remove()
         say(f"memcheck {name}: {info} wall={wall:.1f}s")
-        texts.append(f"### {name}\n{tail}\n")
+        texts.append(f"### {name}\n{report[-4000:]}\n")
     (out / "memcheck.txt").write_text("\n".join(texts))
     inputs.unlink()
 
@@ -360,28 +372,45 @@ def _ncu(ev) -> None:
     """Nsight Compute check wall time: a TMA candidate, and the cuBLAS / cuDNN baselines driven alike."""
     from ptxgym.audit.corpus import build_kernel
     from ptxgym.evaluation.trusted import ncu
-    from ptxgym.evaluation.trusted.tools import driver_argv
+    from ptxgym.evaluation.trusted.tools import ProofDirs, driver_argv
     from ptxgym.records.tasks import get_task
 
     for task_id, name in (("Gemm-sm90a", "tma_gemm"), ("Gemm-sm90a", None), ("MhaFwd-sm90a", None)):
         task = get_task(task_id)
         arena = ev._arena(task)
+        dirs = ProofDirs.create()
         driver = None
         if name is None:
             name = task.baseline.function
-            driver = driver_argv(arena.inputs_file(), None, "run", ev.device, "profile", name, arena.options)
+            driver = driver_argv(
+                arena.inputs_file(), None, "run", ev.device, "profile", name, arena.options, dirs.scratch
+            )
         so = build_kernel(name) if driver is None else None
         t0 = time.perf_counter()
-        info, tool_s, tail = ncu.check_executed(
-            task.arch_spec, arena.inputs_file(), so, "run", ev.device, 300, None, "bench", driver
-        )
+        try:
+            got = ncu.check_executed(
+                task.arch_spec,
+                arena.inputs_file(),
+                so,
+                "run",
+                ev.device,
+                300,
+                None,
+                "bench",
+                driver,
+                task_flops=task.flops,
+                dirs=dirs,
+            )
+        finally:
+            dirs.remove()
+        info = got.target
         say(
-            f"ncu {name} ({task_id}): {info.executed.value} {info.counts} "
+            f"ncu {name} ({task_id}): {info.executed.value} {info.counts} share {info.mma_share} "
             f"in {time.perf_counter() - t0:.1f} s "
-            f"(ncu {tool_s:.1f} s; goal < 10 s) {info.message[:200]}"
+            f"(ncu {got.wall_s:.1f} s; goal < 10 s) {info.message[:200]} {got.failed}"
         )
         if info.executed.value == "unknown":
-            say(tail[-1500:])
+            say(got.tail[-1500:])
 
 
 def _stable_free(ev) -> int:

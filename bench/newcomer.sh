@@ -4,7 +4,7 @@
 # bench/results/newcomer_<date>.txt). Run from the repository root: bash bench/newcomer.sh [OUT]
 set -uo pipefail
 ROOT=$(pwd)
-OUT=${1:-bench/results/newcomer_$(date +%F).txt}
+OUT=$(realpath -m "${1:-bench/results/newcomer_$(date +%F).txt}")
 WORK=$(mktemp -d)
 VENV=$WORK/venv
 python3 -m venv "$VENV"
@@ -12,6 +12,7 @@ python3 -m venv "$VENV"
 source "$VENV/bin/activate"
 {
     echo "# newcomer timings, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD), $(nproc) cores, $(python --version)"
+    echo "# load average at start: $(cut -d" " -f1-3 /proc/loadavg)"
     echo "# seconds  exit  command"
 } >"$OUT"
 step() {  # step LABEL COMMAND...
@@ -21,7 +22,7 @@ step() {  # step LABEL COMMAND...
     local rc=$?
     local dt; dt=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):8.1f}')" "$t0" "$(date +%s.%N)")
     echo "$dt  $rc  $label: $*" | tee -a "$OUT"
-    tail -n 3 "$WORK/$label.log" | sed 's/^/#     /' >>"$OUT"
+    grep -v 'WARNING: Location' "$WORK/$label.log" | tail -n 3 | sed 's/^/#     /' >>"$OUT"
 }
 cd "$WORK" || exit 1
 step install_core python -m pip install -q -e "$ROOT"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 import string
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -16,6 +18,7 @@ from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT, TaskPrompt, build_
 from ptxgym.pipeline import Pipeline
 from ptxgym.records.feedback import Feedback, Status, Verdict
 from ptxgym.records.feedback_text import render_feedback
+from ptxgym.records.schema import Solution
 from ptxgym.records.tasks import Task, get_task
 from ptxgym.rewards import RewardFn, resolve_reward
 
@@ -35,8 +38,18 @@ class KernelEnv(gymnasium.Env):
 
     **Action.** ``Text``: the model's whole response. The last fenced ```cpp/```cuda block that looks
     like a kernel is taken; it must export a TVM-FFI ``run`` (inputs, then outputs; nothing returned).
-    Anything else in the action (no code, junk, megabytes) is a turn with a precise status, never an
-    exception.
+    Several files: one fenced block per file, named after the language tag, the entry in ``kernel.cu``
+    (``ptxgym.cpu.extract``). Anything else in the action (no code, junk, megabytes) is a turn with a
+    precise status, never an exception. ``step`` also takes a FlashInfer-Trace ``Solution`` record
+    (outside the Text space, for tools): it is played unchanged, its ``file::function`` entry honoured;
+    one written for another definition ends the turn as ``TASK_MISMATCH``.
+
+    **Workloads.** A task holds a family of workloads (e.g. the M values of a GEMM shape). ``reset``
+    draws one with the episode's RNG (``reset(seed=...)`` makes the draw reproducible) or takes
+    ``options={"workload": W}`` (a uuid, an index, axis values such as ``{"M": 512}``, or
+    ``"default"``); the prompt and ``info["workload"]`` name it. Each episode also draws a secret input
+    seed (``secrets``, never from the reset seed, never in an observation or ``info``) that the evaluator
+    mixes into its inputs, so a policy cannot specialise to fixed input values.
 
     **Observation.** ``Dict``: ``text`` (the task prompt after ``reset``, the rendered feedback after
     ``step``), ``status`` and ``stage`` (strings), ``correct`` (0/1), ``speedup`` (baseline / candidate
@@ -54,7 +67,8 @@ class KernelEnv(gymnasium.Env):
     **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local" or an Evaluator),
     ``settings`` (EvalSettings for a local evaluator), ``reward``, ``max_turns`` (8), ``target_speedup``
     (1.2), ``variant`` (knowledge-pack prompt variant; default ``DEFAULT_VARIANT`` = ``"full"``, shared
-    with ``ptxgym eval``; ``None`` or ``"none"``: rules and ABI only).
+    with ``ptxgym eval``; ``None`` or ``"none"``: rules and ABI only), ``dataset`` (a FlashInfer-Trace
+    folder whose task ``task`` names: ``gymnasium.make("ptxgym/Trace-v0", dataset=DIR, task=ID)``).
 
     **Version history.** The version suffix of an id fixes the reward and observation semantics: a change
     to what a reward pays for, to an observation field's meaning or to the episode-end rule gets a new
@@ -64,13 +78,21 @@ class KernelEnv(gymnasium.Env):
     * ptxgym 0.1.0 layout release: the ``stage`` of a turn stopped by the source screen reads
       ``"screen"`` (it read ``"policy"``; old records still load). The default prompt variant is
       ``"full"``, as for ``ptxgym eval`` (it was no pack); pass ``variant=None`` for the old prompt.
+    * Loopholes closed under ``-v0`` (issue 11): the target credit needs the target family to do the
+      task's work (executed MMA FLOPs >= half the task's FLOPs, ``MIN_MMA_SHARE``), so a kernel whose
+      tensor-core work is a token (one wgmma per call) or absent (TMA loads feeding SIMT math) no longer
+      earns it; ``FOREIGN_KERNEL`` and ``PROOF_FAILED`` turns pay nothing; timed calls see fresh input
+      values; a step has one wall budget. Feedback records are ``ptxgym.feedback.v2``; v1 records keep
+      their rule when read.
+    * tasks as data: ``reset`` draws a workload of the task's family (the ten original tasks have one,
+      so nothing changes for them); ``ptxgym/Trace-v0`` plays dataset folders; several-file actions.
     """
 
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(
         self,
-        task: str | Task,
+        task: str | Task | None = None,
         evaluator: str | Evaluator | None = None,
         settings: EvalSettings | None = None,
         reward: str | RewardFn | None = None,
@@ -78,10 +100,17 @@ class KernelEnv(gymnasium.Env):
         target_speedup: float = 1.2,
         variant: str | None = DEFAULT_VARIANT,
         render_mode: str | None = None,
+        dataset: str | Path | None = None,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.task = task if isinstance(task, Task) else get_task(task)
+        if task is None:
+            raise ValueError(
+                "no task given: gymnasium.make('ptxgym/Trace-v0', dataset=DIR, task='<definition>@<arch>') "
+                "(ptxgym tasks --dataset DIR lists the ids)"
+            )
+        self.base_task = task if isinstance(task, Task) else get_task(task, dataset=dataset)
+        self.task = self.base_task
         self.max_turns = max_turns
         self.target_speedup = target_speedup
         self.variant = pack_variant(variant)
@@ -107,17 +136,21 @@ class KernelEnv(gymnasium.Env):
         self._episode_id = ""
         self._prompt: TaskPrompt | None = None
         self._last_text = ""
+        self._input_seed: int | None = None
 
     # ---------------------------------------------------------------------------------- Gymnasium API
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start an episode; the observation text is the task prompt.
 
-        ``options={"history": [Feedback, ...]}`` resumes an episode recorded earlier: the turn counter
-        and the history (which rewards and memcheck scheduling read) continue from it, and the
-        observation is that of the last recorded turn.
+        ``options={"workload": W}`` plays workload W of the task's family (uuid, index, axis values or
+        ``"default"``); otherwise one is drawn with the episode's RNG. ``options={"history": [Feedback,
+        ...]}`` resumes an episode recorded earlier: the turn counter and the history (which rewards and
+        memcheck scheduling read) continue from it, and the observation is that of the last recorded turn.
         """
         super().reset(seed=seed)
+        self._select_workload((options or {}).get("workload"))
+        self._input_seed = secrets.randbits(31)
         prior = list((options or {}).get("history") or [])
         if len(prior) >= self.max_turns:
             raise ValueError(f"cannot resume: {len(prior)} recorded turns >= max_turns={self.max_turns}")
@@ -153,18 +186,25 @@ class KernelEnv(gymnasium.Env):
             "task_id": self.task.id,
             "turn": self._turn,
             "episode_id": self._episode_id,
+            "workload": {"uuid": self.task.workload.uuid, "axes": dict(self.task.workload.axes)},
         }
 
-    def step(self, action: str):
-        """Evaluate one response; never raises for anything in the action."""
+    def step(self, action: str | Solution):
+        """Evaluate one response (or a FlashInfer-Trace Solution); never raises for anything in it."""
         if self._prompt is None:
             raise gymnasium.error.ResetNeeded("call reset() before step()")
         if self._turn >= self.max_turns:
             raise gymnasium.error.ResetNeeded("the episode is over (truncated); call reset()")
         first_correct = not any(f.correct for f in self._history)
-        fb = self.pipeline.run(
-            action, turn=self._turn, episode_id=self._episode_id, first_correct=first_correct
-        )
+        turn, episode, seed = self._turn, self._episode_id, self._input_seed
+        if isinstance(action, Solution):
+            fb = self.pipeline.run_solution(
+                action, turn=turn, episode_id=episode, first_correct=first_correct, input_seed=seed
+            )
+        else:
+            fb = self.pipeline.run(
+                action, turn=turn, episode_id=episode, first_correct=first_correct, input_seed=seed
+            )
         result = self.reward_fn(fb, tuple(self._history))
         self._history.append(fb)
         self._turn += 1
@@ -203,6 +243,19 @@ class KernelEnv(gymnasium.Env):
             self.evaluator.close()
 
     # -------------------------------------------------------------------------------------- helpers
+
+    def _select_workload(self, choice: Any) -> None:
+        """Point the env (task, pipeline) at the workload of this episode."""
+        base = self.base_task
+        family = base.family_workloads
+        if choice is None:
+            choice = int(self.np_random.integers(len(family))) if len(family) > 1 else base.workload.uuid
+        elif choice == "default":
+            choice = base.workload.uuid
+        task = base.with_workload(choice)
+        if task is not self.task:
+            self.task = task
+            self.pipeline = Pipeline(task, self.evaluator)
 
     @property
     def history(self) -> Sequence[Feedback]:

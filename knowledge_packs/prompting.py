@@ -18,10 +18,20 @@ _ROLE = (
     "({arch}: {gpus}) that must be correct first and then as fast as possible."
 )
 
+_ANSWER_ONE = """\
+- Reply with the complete kernel file, every turn, in ONE fenced code block tagged cpp (```cpp ... ```).
+  It is compiled as kernel.cu with:"""
+
+_ANSWER_SEVERAL = """\
+- Reply with the complete kernel source, every turn: ONE fenced code block tagged cpp (```cpp ... ```),
+  or one fenced block per file with the file name after the tag (```cpp kernel.h, then ```cpp kernel.cu).
+  The entry point lives in kernel.cu; other .cu files are compiled and linked with it, headers are
+  included by name (#include "kernel.h"); at most 16 files, names with letters, digits, _ . - and /.
+  kernel.cu is compiled with:"""
+
 _RULES = """\
 How to answer:
-- Reply with the complete kernel file, every turn, in ONE fenced code block tagged cpp (```cpp ... ```).
-  It is compiled as kernel.cu with:
+{answer}
   nvcc -O3 -shared -Xcompiler -fPIC -std=c++17 -gencode={gencode} -cudart shared -lineinfo -Xptxas -v -lcuda
   plus the TVM-FFI include and library paths.
 - Export the entry point through TVM-FFI: TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, your_function);
@@ -72,10 +82,25 @@ class TaskPrompt(BaseModel):
         return [*msgs, {"role": "user", "content": self.user}]
 
 
+_SCALAR_TYPES = {
+    "float32": "float",
+    "float16": "float",
+    "bfloat16": "float",
+    "int64": "int64_t",
+    "bool": "bool",
+}
+
+
 def entry_signature(task: Task) -> str:
-    """The C++ parameter list of ``run`` for a task, e.g. ``TensorView A, TensorView B, TensorView C``."""
-    names = [*task.definition.inputs, *task.definition.outputs]
-    return ", ".join(f"tvm::ffi::TensorView {n}" for n in names)
+    """The C++ parameter list of ``run`` for a task, e.g. ``TensorView A, TensorView B, TensorView C``.
+
+    A scalar input (shape null) is a plain C++ value (``float sm_scale``, ``int32_t n``).
+    """
+    specs = [*task.definition.inputs.items(), *task.definition.outputs.items()]
+    return ", ".join(
+        f"tvm::ffi::TensorView {n}" if s.shape is not None else f"{_SCALAR_TYPES.get(s.dtype, 'int32_t')} {n}"
+        for n, s in specs
+    )
 
 
 def task_description(task: Task) -> str:
@@ -106,6 +131,7 @@ def build_task_prompt(task: Task, variant: str | None = None) -> TaskPrompt:
         for part in (
             _ROLE.format(family=arch.family, arch=arch.name, gpus=", ".join(arch.gpus)),
             _RULES.format(
+                answer=_ANSWER_SEVERAL if task.multi_file_prompt else _ANSWER_ONE,
                 gencode=arch.gencode,
                 signature=entry_signature(task),
                 arch=arch.name,

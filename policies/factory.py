@@ -74,24 +74,30 @@ def _model_name(cfg: PolicyConfig) -> str:
     return cfg.model
 
 
-def local_model_problem(name: str) -> str | None:
-    """Why a model name is neither a local directory nor in the Hugging Face cache (None: it is one).
+def local_model_dir(name: str, flag: str = "--model") -> str:
+    """The local directory of a model (or tokenizer): ``name`` itself, or its Hugging Face cache snapshot.
 
-    Nothing is downloaded: a mistyped name fails at once instead of after minutes of Hub retries.
+    Nothing is downloaded and the Hub is never asked, so a mistyped name fails at once (``ValueError``
+    naming ``flag``) instead of after minutes of Hub retries, and a cached model loads from its directory
+    with no network. A name that looks like a path (``/``, ``./``, ``~``) must be a directory.
     """
-    if Path(name).expanduser().is_dir():
-        return None
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path)
+    if path.exists():
+        raise ValueError(f"{flag} {name!r} is a file; pass the model's directory (the one with config.json)")
+    if name.startswith(("/", "./", "../", "~")) or name.count("/") > 1:
+        raise ValueError(f"{flag} {name!r}: no such directory")
     try:
         from huggingface_hub import snapshot_download
 
-        snapshot_download(name, local_files_only=True)
-        return None
+        return str(snapshot_download(name, local_files_only=True))
     except Exception as exc:  # noqa: BLE001 - any failure means: not usable offline
-        return (
-            f"--model {name!r} is neither a local directory nor a model in the Hugging Face cache "
-            f"({type(exc).__name__}); pass a model directory, or download it first "
-            f"(`huggingface-cli download {name}`)"
-        )
+        raise ValueError(
+            f"{flag} {name!r} is neither a local directory nor a model in the Hugging Face cache "
+            f"({type(exc).__name__}; nothing is downloaded at run time); pass a model directory, or "
+            f"download it first (`huggingface-cli download {name}`)"
+        ) from None
 
 
 def check_policy_config(cfg: PolicyConfig) -> None:
@@ -104,18 +110,21 @@ def check_policy_config(cfg: PolicyConfig) -> None:
             )
     elif cfg.kind not in ("reference",):
         _model_name(cfg)
+    if cfg.tokenizer:  # a token counter for servers, the tokenizer for transformers
+        local_model_dir(cfg.tokenizer, "--tokenizer")
     if cfg.kind == "transformers":
-        problem = local_model_problem(_model_name(cfg))
-        if problem:
-            raise ValueError(problem)
+        local_model_dir(_model_name(cfg))
+        if cfg.lora and not Path(cfg.lora).expanduser().is_dir():
+            raise ValueError(f"--lora {cfg.lora!r}: no such adapter directory (for --policy transformers)")
 
 
 def _transformers(cfg: PolicyConfig, tasks: Sequence[Task], api_key: str) -> Policy:
     from ptxgym.policies.transformers_policy import TransformersConfig, TransformersPolicy
 
     config = TransformersConfig(
-        model=_model_name(cfg),
-        tokenizer=cfg.tokenizer,
+        model=local_model_dir(_model_name(cfg)),
+        tokenizer=local_model_dir(cfg.tokenizer, "--tokenizer") if cfg.tokenizer else None,
+        name=cfg.model,
         lora=cfg.lora,
         sampling=cfg.sampling_params(),
         history=cfg.history,
@@ -140,7 +149,7 @@ def _served(cfg: PolicyConfig, tasks: Sequence[Task], api_key: str) -> Policy:
         lora=cfg.lora,
         engine=engine,
         enable_thinking=cfg.enable_thinking,
-        tokenizer=cfg.tokenizer,
+        tokenizer=local_model_dir(cfg.tokenizer, "--tokenizer") if cfg.tokenizer else None,
         transport=cfg.transport,
         timeout_s=cfg.timeout_s,
         retry=RetryPolicy(attempts=cfg.retries, base_delay_s=cfg.retry_delay_s),

@@ -2,6 +2,11 @@
 
 extract -> policy -> build -> sass -> [GPU boundary: evaluator: run, check, time, execute] -> Feedback.
 
+An action is a model response (one fenced file, or several named blocks: ``cpu/extract.py``) or a
+FlashInfer-Trace ``Solution`` played unchanged (its files and its ``file::function`` entry point). A
+solution written for another definition, or for one whose inputs, outputs, dtypes or shapes differ from
+the task's, ends the turn as ``TASK_MISMATCH`` before anything is built.
+
 Every stage records its outcome and wall time; the first failing stage ends the turn with a precise
 status. Nothing the action contains makes ``run`` raise: a fault of our own infrastructure becomes
 ``INFRA_ERROR`` with the error text, so an episode always goes on.
@@ -17,7 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ptxgym.cpu.build import BuildOutcome, build_solution
-from ptxgym.cpu.extract import extract_code
+from ptxgym.cpu.extract import extract_sources
 from ptxgym.cpu.sass import sass_census
 from ptxgym.cpu.screen import check_source
 from ptxgym.cpu.signature import signature_problem
@@ -35,8 +40,8 @@ from ptxgym.records.feedback import (
     Verdict,
     truncate,
 )
-from ptxgym.records.schema import Solution
-from ptxgym.records.tasks import Task
+from ptxgym.records.schema import Definition, Solution, contract_differences
+from ptxgym.records.tasks import Task, solution_definition
 
 T = TypeVar("T")
 
@@ -59,22 +64,44 @@ class Pipeline:
     # ------------------------------------------------------------------------------------------ public
 
     def run(
-        self, action: str, *, turn: int = 0, episode_id: str = "", first_correct: bool = True
+        self,
+        action: str,
+        *,
+        turn: int = 0,
+        episode_id: str = "",
+        first_correct: bool = True,
+        input_seed: int | None = None,
     ) -> Feedback:
-        """Evaluate a model response (text with a fenced CUDA block)."""
-        parts: dict = {"stage_wall_s": {}}
+        """Evaluate a model response (text with one fenced CUDA block, or several named ones)."""
+        parts: dict = {"stage_wall_s": {}, "input_seed": input_seed}
         try:
-            code = self._timed(parts, Stage.EXTRACT, lambda: self._extract(action))
-            solution = Solution.from_cuda_source(code, self.task.definition.name, arch=self.task.arch)
+            files = self._timed(parts, Stage.EXTRACT, lambda: self._extract(action))
+            solution = Solution.from_sources(files, self.task.definition.name, arch=self.task.arch)
         except _StageFailed as fail:
             return self._finish(parts, turn, fail.status, fail.stage, fail.message)
         return self._evaluate_solution(solution, parts, turn, episode_id, first_correct)
 
     def run_solution(
-        self, solution: Solution, *, turn: int = 0, episode_id: str = "", first_correct: bool = True
+        self,
+        solution: Solution,
+        *,
+        turn: int = 0,
+        episode_id: str = "",
+        first_correct: bool = True,
+        input_seed: int | None = None,
+        definition: Definition | None = None,
     ) -> Feedback:
-        """Evaluate a FlashInfer-Trace Solution (multi-file, any entry point)."""
-        return self._evaluate_solution(solution, {"stage_wall_s": {}}, turn, episode_id, first_correct)
+        """Evaluate a FlashInfer-Trace Solution unchanged (several files, any ``file::function`` entry).
+
+        ``definition`` is the definition the solution was written for, when the caller knows it (``ptxgym
+        check`` finds it in the solution's dataset folder); otherwise it is looked up by name in the
+        task's dataset and the catalog. A mismatch with the task is ``TASK_MISMATCH``, never a build.
+        """
+        parts: dict = {"stage_wall_s": {}, "input_seed": input_seed}
+        problem = self._mismatch(solution, definition)
+        if problem:
+            return self._finish(parts, turn, Status.TASK_MISMATCH, Stage.EXTRACT, problem)
+        return self._evaluate_solution(solution, parts, turn, episode_id, first_correct)
 
     # ---------------------------------------------------------------------------------------- stages
 
@@ -104,9 +131,11 @@ class Pipeline:
                 source_sha256=parts["source_sha256"],
                 artifact_sha256=built.info.artifact_sha256 or "",
                 static_target=sass.static_target,
+                kernels=[k.kernel for k in sass.kernels],
                 episode_id=episode_id,
                 turn=turn,
                 first_correct_in_episode=first_correct,
+                input_seed=parts.get("input_seed"),
             )
             verdict = self._gpu(candidate)
         except _StageFailed as fail:
@@ -123,15 +152,34 @@ class Pipeline:
             )
         return self._merge(parts, turn, verdict)
 
-    def _extract(self, action: str) -> str:
+    def _extract(self, action: str) -> dict[str, str]:
         if not isinstance(action, str):
             raise _StageFailed(
                 Status.EXTRACT_ERROR, Stage.EXTRACT, f"the action must be text, got {type(action).__name__}"
             )
-        got = extract_code(action)
-        if got.code is None:
+        got = extract_sources(action)
+        if got.files is None:
             raise _StageFailed(Status.EXTRACT_ERROR, Stage.EXTRACT, got.message)
-        return got.code
+        return got.files
+
+    def _mismatch(self, solution: Solution, definition: Definition | None) -> str:
+        """Why a solution does not fit this task ("" when it does)."""
+        want = self.task.definition
+        have = definition or solution_definition(solution.definition, dataset=self.task.source)
+        diffs = contract_differences(have, want) if have is not None else []
+        if solution.definition == want.name and not diffs:
+            return ""
+        head = (
+            f"the solution is written for definition {solution.definition!r}, but task {self.task.id} is "
+            f"{want.name!r}"
+            if solution.definition != want.name
+            else f"the solution's definition {have.name!r} is not the task's definition of that name"  # type: ignore[union-attr]
+        )
+        detail = f" ({'; '.join(diffs)})" if diffs else ""
+        return (
+            f"{head}{detail}. Nothing was built: play it on the task of its own definition "
+            f"(--task {solution.definition}@{self.task.arch}, with --dataset for a dataset folder)."
+        )
 
     def _screen(self, source: str, others: dict[str, str], entry: str, symbol: str) -> None:
         defn = self.task.definition
@@ -224,6 +272,7 @@ class Pipeline:
             timing=v.timing,
             target=target,
             memcheck=v.memcheck,
+            evidence=v.evidence,
             stage_wall_s=stage_wall,
             environment=self._environment(v.environment),
             log=v.log,

@@ -4,7 +4,10 @@ A reward function takes the turn's Feedback and the Feedbacks of earlier turns o
 a ``RewardResult``: the total and every named component (logged even at weight 0). Envs look rewards up
 by name with ``resolve_reward`` (``"staged"``, ``"staged + 0.5*log_speedup"``, a mapping or a callable).
 No reward pays for correctness or speed unless the turn qualifies (``rewards.gate``: PASSED, with the
-target instruction proven where required).
+target instruction proven where required: executed, and its MMA FLOPs at least ``MIN_MMA_SHARE`` = 0.5 of
+the task's FLOPs). FOREIGN_KERNEL (a kernel not from the candidate's module ran during its calls) and
+PROOF_FAILED (a proof tool failed or timed out on the candidate) pay nothing in any reward: every credit,
+stage credits included, is withheld, so each reward gives them its lowest value.
 
 | name | module | formula (short) |
 | --- | --- | --- |
@@ -13,10 +16,15 @@ target instruction proven where required).
 | speedup | speedup | min(s, cap) |
 | log_speedup | speedup | clip(log2 s, -c, c) |
 | fast_p | fast_p | 1[s > p] |
-| target | target | bonus when the target family executed |
+| target | target | bonus when the target family executed and did >= 0.5 of the FLOPs |
 | kevin | kevin | 0.3 c + s c per turn; ``discounted_returns`` over an episode |
 | drkernel | drkernel | 0.5 c + 0.5 1[s >= (1+eps) best earlier] |
 | cuda_agent, kernrl | milestones | discrete milestones with penalties |
+
+| status | staged | speedup, log_speedup, fast_p, target, kevin, drkernel | cuda_agent | kernrl |
+| --- | --- | --- | --- | --- |
+| FOREIGN_KERNEL | 0 | 0 | -1 | -0.5 |
+| PROOF_FAILED | 0 | 0 | -1 | -0.5 |
 """
 
 from ptxgym.rewards.base import (

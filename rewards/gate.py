@@ -5,15 +5,23 @@ the default), the target instruction family is proven:
 
 | ``feedback.target.mode`` | qualifies when |
 | --- | --- |
-| ``executed`` (default) | ``target.executed == yes`` (Nsight Compute counted predicate-true threads) |
+| ``executed`` (default) | the target credit (``Feedback.target_credited``): ``target.executed == yes`` |
+|  | (predicate-true threads counted at run time) and ``target.work == yes`` (the family's executed MMA |
+|  | FLOPs are at least ``MIN_MMA_SHARE`` = 0.5 of the task's FLOPs); a v1 record: ``executed == yes`` |
 | ``static`` | ``target.static`` is true (the evaluator was configured to accept SASS presence) |
 | ``off`` | always (the evaluator was configured not to check) |
 | no target record | never |
 
-So NOT_EVALUATED (no GPU), TIMING_ANOMALY, every INCORRECT_* and an ``unknown`` or ``no`` verdict pay no
-correctness and no speed. This is PTXBench's "target-instruction turn correctness" (ptxbench.md 7.4:
-C_i and I_i, NCU unknowns never count). Stage credit (extracted, compiled, ran) is not gated here: it is
-how a staged reward shapes the failures.
+So NOT_EVALUATED (no GPU), TIMING_ANOMALY, every INCORRECT_*, an ``unknown`` or ``no`` verdict, and a
+kernel whose wgmma does a token part of the work (one per call, a decoy) pay no correctness and no
+speed. This is PTXBench's "target-instruction turn correctness" (ptxbench.md 7.4: C_i and I_i, NCU
+unknowns never count), with the work share added. Stage credit (extracted, compiled, ran) is not gated
+by the target: it is how a staged reward shapes the failures.
+
+Forfeits. FOREIGN_KERNEL (a kernel not from the candidate's module ran during its calls) and PROOF_FAILED
+(a proof tool failed or timed out on the candidate) pay nothing at all: ``extracted``, ``compiled`` and
+``ran`` are false for them too, so every reward gives them its lowest value (0 for the staged, speed and
+bonus rewards; the failure penalty of the milestone rewards: -1 for cuda_agent, -0.5 for kernrl).
 
 ``speedup_of`` is the speedup a reward may use: a finite positive number for a qualifying turn, else None.
 """
@@ -22,7 +30,20 @@ from __future__ import annotations
 
 import math
 
-from ptxgym.records.feedback import Feedback, Status, Verdict
+from ptxgym.records.feedback import Feedback, Status
+
+FORFEITS = frozenset({Status.FOREIGN_KERNEL, Status.PROOF_FAILED})
+"""Statuses that pay nothing, not even stage credit (see the module docstring)."""
+
+
+def forfeited(feedback: Feedback) -> bool:
+    """Whether the turn forfeits every credit (FOREIGN_KERNEL, PROOF_FAILED)."""
+    return feedback.status in FORFEITS
+
+
+def target_credit(feedback: Feedback) -> bool:
+    """The target family executed and did the task's work (``Feedback.target_credited``)."""
+    return not forfeited(feedback) and feedback.target_credited
 
 
 def target_proven(feedback: Feedback) -> bool:
@@ -34,7 +55,7 @@ def target_proven(feedback: Feedback) -> bool:
         return True
     if t.mode == "static":
         return bool(t.static)
-    return t.executed is Verdict.YES
+    return target_credit(feedback)
 
 
 def qualifies(feedback: Feedback, require_target: bool = True) -> bool:
@@ -55,22 +76,26 @@ def speedup_of(feedback: Feedback, require_target: bool = True) -> float | None:
 
 
 def extracted(feedback: Feedback) -> bool:
-    """A code block was found in the response."""
+    """A code block was found in the response (false for a forfeited turn)."""
+    if forfeited(feedback):
+        return False
     if feedback.status is Status.INFRA_ERROR:
         return feedback.source_sha256 is not None
     return feedback.status is not Status.EXTRACT_ERROR
 
 
 def compiled(feedback: Feedback) -> bool:
-    """The candidate passed the source screen and nvcc produced a shared object."""
+    """The candidate passed the source screen and nvcc produced a shared object (false when forfeited)."""
+    if forfeited(feedback):
+        return False
     if feedback.status is Status.INFRA_ERROR:
         return feedback.compile is not None and feedback.compile.ok
     return feedback.status.compiled
 
 
 def ran(feedback: Feedback) -> bool:
-    """The candidate ran to completion at least once without a runtime fault."""
-    return feedback.status.ran
+    """The candidate ran to completion at least once without a runtime fault (false when forfeited)."""
+    return feedback.status.ran and not forfeited(feedback)
 
 
 def static_target(feedback: Feedback) -> bool:

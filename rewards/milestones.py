@@ -2,7 +2,8 @@
 
 Both treat a PASSED turn that does not qualify (target instruction not proven where required, see
 ``rewards.gate``) and a TIMING_ANOMALY as incorrect. NOT_EVALUATED (no GPU) and INFRA_ERROR (the
-evaluator failed) carry no information about the candidate and pay 0.
+evaluator failed) carry no information about the candidate and pay 0. FOREIGN_KERNEL and PROOF_FAILED
+get the lowest value (``gate.forfeited``: -1 and -0.5), never more than an honest failure.
 
 ``cuda_agent`` (CUDA Agent, arXiv 2602.24286; rlenv.md d.5)::
 

@@ -3,12 +3,14 @@
 Formula (indicators 1[.], ``q`` = the turn qualifies, see ``rewards.gate``)::
 
     r = w_extract * 1[extracted] + w_compile * 1[compiled] + w_ran * 1[ran]
-      + w_correct * q + w_target * q * 1[target executed = yes]
+      + w_correct * q + w_target * q * 1[target credit]
       + w_speed * q * min(s, s_cap) / s_cap
       + w_static * 1[target opcode in SASS]
 
 Defaults 0.05, 0.10, 0.10, 0.30, 0.15, 0.30 (``s_cap`` = 2), ``w_static`` = 0, so the total lies in
-[0, 1] and a correct, target-executing kernel at 2x the baseline earns 1. The static-target part is
+[0, 1] and a correct, target-executing kernel at 2x the baseline earns 1. The target credit
+(``gate.target_credit``) is the family executed and doing at least ``MIN_MMA_SHARE`` of the task's FLOPs.
+FOREIGN_KERNEL and PROOF_FAILED turns earn 0 in every part (``gate.forfeited``). The static-target part is
 logged but unpaid by default: a never-launched wgmma puts the opcode in the SASS (FACTS.md), so paying it
 invites a hack; raise it only for CPU-only shaping.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ptxgym.records.feedback import Feedback, Verdict
+from ptxgym.records.feedback import Feedback
 from ptxgym.rewards import gate
 from ptxgym.rewards.base import RewardResult, register_reward
 
@@ -54,7 +56,7 @@ class StagedReward:
             "compiled": self.compiled * gate.compiled(feedback),
             "ran": self.ran * gate.ran(feedback),
             "correct": self.correct * q,
-            "target": self.target * (q and feedback.target_executed is Verdict.YES),
+            "target": self.target * (q and gate.target_credit(feedback)),
             "speed": self.speed * (min(s, self.speedup_cap) / self.speedup_cap if s is not None else 0.0),
             "static_target": self.static_target * gate.static_target(feedback),
         }

@@ -64,7 +64,7 @@ def test_wheel_contains_task_data_and_knowledge_packs(tmp_path: Path) -> None:
     assert "ptxgym/envs/data/definitions/gemm/gemm_n7168_k5120.json" in names
     assert "ptxgym/envs/data/workloads/attention/mha_bwd_d128_causal.jsonl" in names
     assert any(n.startswith("ptxgym/knowledge_packs/") and n.endswith(".md") for n in names)
-    assert "ptxgym/audit/kernels/naive.cu" in names
+    assert "ptxgym/audit/kernels/naive.cu" in names and "ptxgym/audit/actions/single_wgmma.cu" in names
     packages = ("envs", "rewards", "policies", "train", "knowledge_packs", "cli", "records", "cpu", "audit")
     for pkg in (*packages, "confine"):
         assert f"ptxgym/{pkg}/__init__.py" in names

@@ -62,8 +62,10 @@ def build_grpo_dataset(
     from datasets import Dataset
 
     from ptxgym.knowledge_packs.prompting import build_task_prompt
-    from ptxgym.records.tasks import get_task
+    from ptxgym.records.tasks import get_task, require_not_test
 
+    task_ids = list(task_ids)
+    require_not_test(task_ids, "GRPO training prompts")
     rows, index = [], PromptIndex()
     for tid in task_ids:
         task = get_task(tid)

@@ -53,7 +53,11 @@ def task_messages(turns: Sequence[TurnRecord]) -> TaskMessages:
 
     Taken from the earliest recorded turn's prompt messages (minus any history-trimming note the policy
     appended); when no record carries messages, rebuilt from the task catalog and the record's variant.
+    A test-split task is refused: its prompt never goes into training data.
     """
+    from ptxgym.records.tasks import require_not_test
+
+    require_not_test([turns[0].task_id], "SFT data")
     for r in turns:
         system = next((m.content for m in r.messages if m.role == "system"), "")
         user = next((m.content for m in r.messages if m.role == "user"), None)

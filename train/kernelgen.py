@@ -162,8 +162,9 @@ def build_kernelgen_from_sources(
 ) -> BuildResult:
     """KernelGen rows from kernel sources keyed by task id, one row per (task, prompt variant)."""
     from ptxgym.knowledge_packs.prompting import build_task_prompt
-    from ptxgym.records.tasks import get_task
+    from ptxgym.records.tasks import get_task, require_not_test
 
+    require_not_test(sources, "SFT data")
     examples = []
     for task_id, code in sorted(sources.items()):
         task = get_task(task_id)

@@ -133,8 +133,10 @@ def corpus_for_tasks(
 ) -> list[str]:
     """Texts to train a tiny tokenizer on: the task prompts, their feedback vocabulary and kernels."""
     from ptxgym.knowledge_packs.prompting import build_task_prompt
-    from ptxgym.records.tasks import get_task
+    from ptxgym.records.tasks import get_task, require_not_test
 
+    task_ids = list(task_ids)
+    require_not_test(task_ids, "a training corpus")
     texts = []
     for tid in task_ids:
         p = build_task_prompt(get_task(tid), variant)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import tempfile
 from pathlib import Path
 
 from ptxgym.evaluation.trusted.base import BuiltCandidate
@@ -59,7 +60,7 @@ def _digest(name: str, arch: str) -> str:
 
 def build_kernel(name: str, arch: str = "sm_90a") -> Path:
     """The shared object of ``kernels/<name>.cu`` (built once, then cached)."""
-    from ptxgym.cpu.build import nvcc_flags
+    from ptxgym.cpu.build import KEEP_DIR, nvcc_flags
     from ptxgym.cpu.toolchain import find_toolchain
 
     build = settings.cache_dir() / "audit"
@@ -75,7 +76,9 @@ def build_kernel(name: str, arch: str = "sm_90a") -> Path:
         str(out),
         str(KERNELS / f"{name}.cu"),
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory(dir=build) as work:  # the flags keep nvcc's intermediates here
+        (Path(work) / KEEP_DIR).mkdir()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=work)
     if done.returncode != 0:
         raise RuntimeError(f"nvcc failed for {name}:\n{done.stdout}\n{done.stderr}")
     return out
@@ -86,6 +89,13 @@ def static_target(so_path: Path, arch: str = "sm_90a") -> bool:
     from ptxgym.cpu.sass import sass_census
 
     return sass_census(so_path, get_arch(arch)).static_target
+
+
+def module_kernels(so_path: Path, arch: str = "sm_90a") -> list[str]:
+    """The kernels of a built object, as the SASS census names them."""
+    from ptxgym.cpu.sass import sass_census
+
+    return [k.kernel for k in sass_census(so_path, get_arch(arch)).kernels]
 
 
 def candidate(name: str, task: Task, turn: int = 0, first_correct: bool = False) -> BuiltCandidate:
@@ -99,6 +109,7 @@ def candidate(name: str, task: Task, turn: int = 0, first_correct: bool = False)
         source_sha256=_digest(name, task.arch),
         artifact_sha256=digest,
         static_target=static_target(so, task.arch),
+        kernels=module_kernels(so, task.arch),
         episode_id="tests",
         turn=turn,
         first_correct_in_episode=first_correct,

@@ -19,16 +19,14 @@ import json
 import os
 import sys
 
-from ptxgym.cli.errors import usage_message
+from ptxgym.cli.errors import UsageError
 from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT
 from ptxgym.policies.factory import POLICY_KINDS, PolicyConfig, check_policy_config
 from ptxgym.policies.history import HistoryMode
 from ptxgym.policies.sampling import PRESETS, parse_overrides
-from ptxgym.records.errors import PtxgymError
 from ptxgym.records.tasks import catalog
 
 EXIT_INCOMPLETE = 3
-EXIT_USAGE = 2
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -135,7 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_tasks(items: list[str] | None) -> list[str]:
-    """Task ids from ids, comma lists and the groups sm90a / sm100a / all."""
+    """Task ids from ids, comma lists and the groups sm90a / sm100a / all (of the primary tasks)."""
     from ptxgym.runner.config import default_tasks
 
     if not items:
@@ -143,7 +141,11 @@ def parse_tasks(items: list[str] | None) -> list[str]:
     out: list[str] = []
     for item in items:
         for tok in filter(None, (s.strip() for s in item.split(","))):
-            group = [tid for tid, t in catalog().items() if tok == "all" or t.arch_spec.short == tok]
+            group = [
+                tid
+                for tid, t in catalog().items()
+                if t.primary and (tok == "all" or t.arch_spec.short == tok)
+            ]
             out += group or [tok]
     return list(dict.fromkeys(out))
 
@@ -222,23 +224,18 @@ def _no_gpu_warning(reason: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; print the summary table (or JSON)."""
     from ptxgym.evaluation.choose import select_evaluator
-    from ptxgym.runner import RunDirError, run_eval
+    from ptxgym.runner import RunStore, check_variants, run_eval
     from ptxgym.runner.report import format_table
 
     if args.resume and not args.out:
-        print(
-            "ptxgym eval: --resume needs --out RUN_DIR (the directory of the run to continue)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        raise UsageError("--resume needs --out RUN_DIR (the directory of the run to continue)")
     out = args.out or f"runs/eval-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    try:
-        config = build_config(args)
-        check_policy_config(config.policy)
-        evaluator = select_evaluator(config.evaluator, source="--evaluator")
-    except (PtxgymError, ValueError) as exc:
-        print(f"ptxgym eval: {usage_message(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    # Everything that can be checked is checked before any work starts or any directory is made.
+    config = build_config(args)
+    check_policy_config(config.policy)
+    check_variants(config)
+    RunStore(out).check_open(config, resume=args.resume)
+    evaluator = select_evaluator(config.evaluator, source="--evaluator")
     if evaluator.name == "none":
         print(_no_gpu_warning(getattr(evaluator, "reason", None)), file=sys.stderr)
     if not args.quiet:
@@ -248,13 +245,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-    try:
-        result = run_eval(
-            config, out, resume=args.resume, evaluator=evaluator, progress=not args.quiet, api_key=api_key
-        )
-    except (PtxgymError, RunDirError, ValueError, FileNotFoundError) as exc:
-        print(f"ptxgym eval: {usage_message(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+    result = run_eval(
+        config, out, resume=args.resume, evaluator=evaluator, progress=not args.quiet, api_key=api_key
+    )
     if args.json:
         print(json.dumps(result.model_dump(mode="json"), indent=2))
     else:

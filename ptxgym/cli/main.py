@@ -10,7 +10,7 @@ import sys
 from ptxgym.cli.errors import EXIT_USAGE, USAGE_ERRORS, usage_message
 
 #: Subcommand modules under ptxgym.cli; each has ``register(subparsers)`` and ``run(args) -> int``.
-COMMANDS = ["tasks", "check", "eval", "report", "serve", "train"]
+COMMANDS = ["tasks", "check", "eval", "report", "serve", "train", "audit"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,8 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except USAGE_ERRORS as exc:
-        print(f"ptxgym {args.command}: {usage_message(exc)}", file=sys.stderr)
+        flags = _option_strings(parser, args.command)
+        print(f"ptxgym {args.command}: {usage_message(exc, flags)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _option_strings(parser: argparse.ArgumentParser, command: str) -> list[str]:
+    """Every ``--flag`` of a subcommand (messages about a config field name the flag instead)."""
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        sub = getattr(action, "choices", None) or {}
+        if command in sub:
+            return [o for a in sub[command]._actions for o in a.option_strings]
+    return []
 
 
 def entry() -> None:

@@ -17,6 +17,8 @@ import shlex
 import subprocess
 import sys
 
+from ptxgym.cli.errors import UsageError
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``serve`` parser."""
@@ -69,26 +71,22 @@ def run(args: argparse.Namespace) -> int:
     from ptxgym.policies.serve import ServeSpec, engine_missing, serve_command
 
     extra = [a for a in args.extra if a != "--"] if args.extra else []
-    try:
-        spec = ServeSpec(
-            engine=args.engine,
-            model=args.model,
-            host=args.host,
-            port=args.port,
-            tp=args.tp,
-            max_model_len=args.max_model_len,
-            gpu_memory=args.gpu_memory,
-            reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
-            loras=_loras(args.lora),
-            max_lora_rank=args.max_lora_rank,
-            max_loras=args.max_loras,
-            served_name=args.served_name,
-            extra_args=extra,
-        )
-        cmd = serve_command(spec, python=sys.executable)
-    except ValueError as exc:
-        print(f"ptxgym serve: {exc}", file=sys.stderr)
-        return 2
+    spec = ServeSpec(
+        engine=args.engine,
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        tp=args.tp,
+        max_model_len=args.max_model_len,
+        gpu_memory=args.gpu_memory,
+        reasoning_parser=None if args.reasoning_parser == "none" else args.reasoning_parser,
+        loras=_loras(args.lora),
+        max_lora_rank=args.max_lora_rank,
+        max_loras=args.max_loras,
+        served_name=args.served_name,
+        extra_args=extra,
+    )
+    cmd = serve_command(spec, python=sys.executable)
     line = shlex.join(cmd)
     if args.dry_run:
         print(line)
@@ -100,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     missing = engine_missing(spec.engine)
     if missing:
-        print(f"ptxgym serve: {missing}. The command would be:\n  {line}", file=sys.stderr)
-        return 2
+        raise UsageError(f"{missing}; the command would be: {line}")
     print(f"ptxgym serve: starting {line}\n  clients: --base-url {spec.base_url}", file=sys.stderr)
     try:
         return subprocess.call(cmd)

@@ -241,7 +241,7 @@ def _build_from_trajectories(args: argparse.Namespace) -> Any:
     if repair is not None:
         teacher = RepairTeacher(
             repair,
-            select_evaluator(args.evaluator),
+            select_evaluator(args.evaluator, source="--evaluator"),
             max_attempts=args.max_attempts,
             quality=args.quality,
             require_target=not args.no_require_target,

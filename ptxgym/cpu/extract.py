@@ -10,6 +10,12 @@ Rules (a precise EXTRACT_ERROR message for each way it can fail; this module nev
 * A block whose closing fence is missing (a truncated response) runs to the end of the text.
 * Empty text, text over the size cap, binary junk (NUL bytes, control characters, undecodable bytes),
   no code block, and blocks only in other languages are reported as such.
+
+Several files (``extract_sources``): when a block names ``kernel.cu`` in its info string (```` ```cuda
+kernel.cu ````; also ``title=kernel.cu`` or ``cuda:kernel.cu``), every block that names a file becomes
+that file (the last block of a name wins) and unnamed blocks are ignored. Names are relative paths of
+letters, digits, ``_ . -`` and ``/`` with a C/C++/CUDA extension, at most ``MAX_FILES`` of them; the
+entry file is ``kernel.cu``. Without a block named ``kernel.cu`` the one-file rules above apply.
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ CUDA_FENCES = frozenset(
         "ptx-cuda",
     }
 )
+ENTRY_FILE = "kernel.cu"
+"""The file of a response that holds the entry point (``kernel.cu::run``)."""
+MAX_FILES = 16
+_FILE_NAME = re.compile(
+    r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}(?:/[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}){0,3}"
+    r"\.(?:cu|cuh|h|hh|hpp|hxx|cpp|cc|cxx|inl|inc)"
+)
+_NAME_KEYS = ("title=", "file=", "filename=", "path=", "name=")
 _FENCE_OPEN = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 _KERNEL_MARKERS = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC|__global__|\bTensorView\b")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
@@ -160,26 +174,33 @@ def _no_block_message(blocks: list[_Block]) -> str:
     )
 
 
+def _prepare(text: object) -> tuple[str | None, str]:
+    """(usable text with CRLF normalised, "") or (None, why it is unusable)."""
+    decoded, error = _decode(text)
+    if decoded is None:
+        return None, error or "unusable response"
+    if len(decoded) > MAX_RESPONSE_CHARS:
+        return None, (
+            f"the response is {len(decoded):,} characters, over the {MAX_RESPONSE_CHARS:,}-"
+            "character limit; nothing was extracted (send only the kernel)"
+        )
+    if not decoded.strip():
+        return None, "the response is empty; answer with the kernel in a ```cuda code block"
+    problem = _binary_problem(decoded)
+    if problem:
+        return None, problem
+    return decoded.replace("\r\n", "\n"), ""
+
+
 def extract_code(text: str, *, allow_bare_source: bool = False) -> Extracted:
     """Extract the kernel source from a model response. Never raises.
 
     ``allow_bare_source`` accepts a text with no fences at all when it looks like a kernel (for
     ``ptxgym check FILE`` on a plain ``.cu`` file); model responses keep the default.
     """
-    decoded, error = _decode(text)
+    decoded, error = _prepare(text)
     if decoded is None:
-        return _fail(error or "unusable response")
-    if len(decoded) > MAX_RESPONSE_CHARS:
-        return _fail(
-            f"the response is {len(decoded):,} characters, over the {MAX_RESPONSE_CHARS:,}-"
-            "character limit; nothing was extracted (send only the kernel)"
-        )
-    if not decoded.strip():
-        return _fail("the response is empty; answer with the kernel in a ```cuda code block")
-    problem = _binary_problem(decoded)
-    if problem:
-        return _fail(problem)
-    decoded = decoded.replace("\r\n", "\n")
+        return _fail(error)
     blocks = _blocks(decoded)
     if not blocks and allow_bare_source and _KERNEL_MARKERS.search(decoded):
         return Extracted(code=decoded, fence=None, message="took the whole text as source (no code fence)")
@@ -192,3 +213,76 @@ def extract_code(text: str, *, allow_bare_source: bool = False) -> Extracted:
         where += f" (block {blocks.index(chosen) + 1} of {len(blocks)})"
     note = "" if chosen.closed else "; its closing fence is missing (truncated response?), took it to the end"
     return Extracted(code=chosen.body + "\n", fence=chosen.lang, message=f"took {where}{note}")
+
+
+@dataclass(frozen=True)
+class ExtractedFiles:
+    """Outcome of extracting one or several files: ``files`` is None exactly when extraction failed."""
+
+    files: dict[str, str] | None
+    """Path -> content; the entry file is ``ENTRY_FILE``."""
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        """Whether source files were extracted."""
+        return self.files is not None
+
+
+def file_name(info: str) -> str | None:
+    """The file a fence's info string names (```` ```cuda kernel.cu ````, ``title="a.h"``, ``cu:a.cu``)."""
+    for token in info.split():
+        token = token.strip()
+        for key in _NAME_KEYS:
+            if token.lower().startswith(key):
+                token = token[len(key) :]
+        token = token.strip("\"'`")
+        if ":" in token:
+            token = token.split(":", 1)[1]
+        if _FILE_NAME.fullmatch(token):
+            return token
+    return None
+
+
+def extract_sources(text: str, *, allow_bare_source: bool = False) -> ExtractedFiles:
+    """Extract the solution files of a model response (one file, or several; see the module doc)."""
+    decoded, error = _prepare(text)
+    if decoded is None:
+        return ExtractedFiles(None, error)
+    blocks = _blocks(decoded)
+    named = [(b, n) for b in blocks if (n := file_name(b.info)) is not None and _named_lang_ok(b, n)]
+    if not any(n == ENTRY_FILE for _, n in named):
+        got = extract_code(decoded, allow_bare_source=allow_bare_source)
+        if got.code is None:
+            return ExtractedFiles(None, got.message)
+        others = sorted({n for _, n in named})
+        hint = (
+            f" (blocks named {', '.join(others)} were not taken as files: name the entry block "
+            f"{ENTRY_FILE}, e.g. ```cuda {ENTRY_FILE}, to send several files)"
+            if others
+            else ""
+        )
+        return ExtractedFiles({ENTRY_FILE: got.code}, got.message + hint)
+    files: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for block, name in named:
+        files[name], lines[name] = block.body + "\n", block.line
+    if len(files) > MAX_FILES:
+        return ExtractedFiles(None, f"the response names {len(files)} files; at most {MAX_FILES} are taken")
+    if not files[ENTRY_FILE].strip():
+        return ExtractedFiles(None, f"the {ENTRY_FILE} block is empty; put the entry point (run) in it")
+    taken = ", ".join(f"{n} (line {lines[n]})" for n in files)
+    notes = []
+    if len(named) > len(files):
+        notes.append("a later block of the same name replaced an earlier one")
+    unnamed = sum(1 for b in blocks if file_name(b.info) is None and (b.is_cuda_lang or b.looks_like_kernel))
+    if unnamed:
+        notes.append(f"{unnamed} unnamed code block(s) ignored")
+    if any(not b.closed for b, _ in named):
+        notes.append("a closing fence is missing (truncated response?)")
+    return ExtractedFiles(files, f"took {len(files)} files: {taken}" + "".join(f"; {n}" for n in notes))
+
+
+def _named_lang_ok(block: _Block, name: str) -> bool:
+    """A named block counts when its language is C/C++/CUDA, absent, or the name itself."""
+    return block.is_cuda_lang or block.lang in ("", name.lower()) or block.lang.endswith(":" + name.lower())

@@ -12,12 +12,13 @@ long, or answers another command is a protocol violation (the candidate wrote to
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 MAX_REPLY_BYTES = 1 << 20
 """A reply longer than this is a protocol violation."""
@@ -36,16 +37,33 @@ class _Cmd(_Msg):
     seq: int = Field(0, description="Sequence number; set by the pool when the command is sent.")
 
 
+class TensorArg(_Msg):
+    """One tensor argument of a call: a view of the arena's blob."""
+
+    role: Literal["in", "out"] = Field(description="'in': an input; 'out': an output the call writes.")
+    offset: int = Field(ge=0, description="Byte offset of the view in the blob.")
+    shape: tuple[int, ...] = Field(description="Shape of the view (contiguous).")
+    dtype: str = Field(description="torch dtype name without the 'torch.' prefix, e.g. 'bfloat16'.")
+
+
+class ScalarArg(_Msg):
+    """One scalar argument of a call, passed as is."""
+
+    role: Literal["scalar"] = "scalar"
+    value: bool | int | float = Field(description="The value.")
+
+
+Arg = Annotated[TensorArg | ScalarArg, Field(discriminator="role")]
+"""One argument of a call, in the entry point's order."""
+
+
 class Attach(_Cmd):
     """Map the arena's buffers (one device blob shared through CUDA IPC) into the worker."""
 
     op: Literal["attach"] = "attach"
     arena: str = Field(description="Arena id; the worker echoes it.")
     blob: Any = Field(description="The arena's device buffer (a CUDA tensor, sent as an IPC handle).")
-    sets: list[list[tuple[str, Any]]] = Field(
-        description="Per input set, the call's arguments in order: (role, (offset, shape, dtype)) for "
-        "tensors with role 'in' or 'out', ('scalar', value) for scalars."
-    )
+    sets: list[list[Arg]] = Field(description="Per input set, the call's arguments in order.")
     flush_bytes: int = Field(description="Size of the L2-flush buffer the worker allocates.")
     cupti: bool = Field(True, description="Whether to start CUPTI activity tracing.")
 
@@ -102,6 +120,25 @@ Command = Annotated[
 ]
 """Every command the worker accepts."""
 COMMANDS = (Attach, ApplySandbox, Load, TrialBegin, TrialEnd, Call, Exit)
+
+
+@functools.cache
+def _command_adapter() -> TypeAdapter[Command]:
+    return TypeAdapter(Command)
+
+
+def parse_command(obj: object) -> Command:
+    """An unpickled object as a validated command (the worker's only way in).
+
+    Unpickling restores a model's fields without running its validation, so every field is validated
+    again here (types, ranges, the ``op`` discriminator); anything but a ``Command`` instance is refused.
+    Raises ``TypeError`` (not a command) or ``pydantic.ValidationError`` (a field is invalid).
+    """
+    if not isinstance(obj, COMMANDS):
+        raise TypeError(
+            f"not a command: {type(obj).__name__} (expected one of {[c.__name__ for c in COMMANDS]})"
+        )
+    return _command_adapter().validate_python(obj.model_dump(warnings=False))
 
 
 # ------------------------------------------------------------------------- replies (worker -> trusted)

@@ -8,6 +8,7 @@ them in the SASS is necessary; execution is proven only at run time (Nsight Comp
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -33,12 +34,42 @@ class ArchSpec:
     """Regexes over SASS opcodes (the mnemonic without modifiers) that count as the target family."""
     excluded_opcodes: tuple[str, ...] = ()
     """Opcodes that match a target regex but do not count (TMA cache control and prefetch)."""
+    mma_opcodes: tuple[str, ...] = ()
+    """Regexes over SASS mnemonics of the family's matrix-multiply instructions, whose executed FLOPs
+    are the target's share of the task's work (``ptxgym.evaluation.trusted.target_work``)."""
 
     @property
     def gencode(self) -> str:
         """The nvcc ``-gencode`` value."""
         num = self.name.removeprefix("sm_")
         return f"arch=compute_{num},code=sm_{num}"
+
+    def is_mma_opcode(self, opcode: str) -> bool:
+        """Whether a SASS opcode is one of the family's matrix-multiply instructions."""
+        base = opcode.split(".")[0].strip()
+        return any(re.fullmatch(p, base) for p in self.mma_opcodes)
+
+    def with_families(self, families: tuple[str, ...] | list[str]) -> ArchSpec:
+        """This architecture with only some of its instruction families as the target (``TARGET_FAMILIES``).
+
+        The default families give back this very object, so a task that keeps them is unchanged.
+        """
+        known = TARGET_FAMILIES[self.name]
+        unknown = [f for f in families if f not in known]
+        if unknown or not families:
+            raise PtxgymError(
+                f"target families {list(families)} for {self.name}: expected a non-empty subset of "
+                f"{sorted(known)}"
+            )
+        chosen = tuple(dict.fromkeys(families))
+        if chosen == DEFAULT_FAMILIES[self.name]:
+            return self
+        return dataclasses.replace(
+            self,
+            target_family=" or ".join(known[f].text for f in chosen),
+            target_opcodes=tuple(op for f in chosen for op in known[f].opcodes),
+            excluded_opcodes=tuple(dict.fromkeys(op for f in chosen for op in known[f].excluded)),
+        )
 
     def is_target_opcode(self, opcode: str) -> bool:
         """Whether a SASS opcode (e.g. ``HGMMA.64x128x16.F32.BF16``) belongs to the target family."""
@@ -57,6 +88,7 @@ HOPPER = ArchSpec(
     target_family="wgmma (*GMMA) tensor-core MMA or TMA bulk tensor copies (UTMALDG/UTMASTG/UTMAREDG)",
     target_opcodes=(r"[A-Z]*GMMA", r"UTMALDG", r"UTMASTG", r"UTMAREDG"),
     excluded_opcodes=("UTMACCTL", "UTMAPF", "UTMACMDFLUSH"),
+    mma_opcodes=(r"[A-Z]*GMMA",),
 )
 
 BLACKWELL = ArchSpec(
@@ -67,9 +99,41 @@ BLACKWELL = ArchSpec(
     compute_capability=(10, 0),
     target_family="tcgen05 (UTC* tensor-core and tensor-memory ops, LDTM, STTM)",
     target_opcodes=(r"UTC[A-Z0-9]*", r"LDTM", r"STTM"),
+    mma_opcodes=(r"UTC[A-Z0-9]*MMA[A-Z0-9]*",),
 )
 
 ARCHS: dict[str, ArchSpec] = {a.name: a for a in (HOPPER, BLACKWELL)}
+
+
+@dataclass(frozen=True)
+class TargetFamily:
+    """One instruction family a task may require on an architecture."""
+
+    text: str
+    """How prompts and feedback name it."""
+    opcodes: tuple[str, ...]
+    """Regexes over SASS opcode mnemonics."""
+    excluded: tuple[str, ...] = ()
+    """Mnemonics that match but do not count."""
+
+
+_TMA = TargetFamily(
+    "TMA bulk tensor copies (UTMALDG/UTMASTG/UTMAREDG)",
+    (r"UTMALDG", r"UTMASTG", r"UTMAREDG"),
+    ("UTMACCTL", "UTMAPF", "UTMACMDFLUSH"),
+)
+TARGET_FAMILIES: dict[str, dict[str, TargetFamily]] = {
+    "sm_90a": {"wgmma": TargetFamily("wgmma (*GMMA) tensor-core MMA", (r"[A-Z]*GMMA",)), "tma": _TMA},
+    "sm_100a": {
+        "tcgen05": TargetFamily(
+            "tcgen05 (UTC* tensor-core and tensor-memory ops, LDTM, STTM)", BLACKWELL.target_opcodes
+        ),
+        "tma": _TMA,
+    },
+}
+"""Instruction families a task record may name per architecture (its ``targets``)."""
+DEFAULT_FAMILIES: dict[str, tuple[str, ...]] = {"sm_90a": ("wgmma", "tma"), "sm_100a": ("tcgen05",)}
+"""The families of ``HOPPER`` and ``BLACKWELL`` themselves (what a task gets when its record names none)."""
 
 
 def get_arch(name: str) -> ArchSpec:

@@ -14,6 +14,13 @@ class PtxgymError(Exception):
     """Base class of every error ptxgym raises on purpose."""
 
 
+class UsageError(PtxgymError, ValueError):
+    """Bad input from the user of a command or function (a flag, a file, a name).
+
+    The ``ptxgym`` command prints its message as one line and exits with status 2.
+    """
+
+
 class UnknownTaskError(PtxgymError, KeyError):
     """A task id or definition name that the catalog does not hold."""
 
@@ -35,3 +42,22 @@ class EvaluatorUnavailableError(PtxgymError, RuntimeError):
 
 class InfraError(PtxgymError, RuntimeError):
     """The evaluation infrastructure itself failed (not the candidate)."""
+
+
+def validation_summary(exc: Exception, limit: int = 3) -> str:
+    """A pydantic ``ValidationError`` as one short line: ``field: message`` for the first ``limit`` errors.
+
+    pydantic's own text spans several lines per error (input value, documentation link); a user needs
+    the field and what is wrong with it. Any other exception gives its ``str``.
+    """
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return " ".join(str(exc).split())
+    parts = []
+    items = errors()
+    for err in items[:limit]:
+        where = ".".join(str(x) for x in err.get("loc", ()))
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    more = f" (and {len(items) - limit} more)" if len(items) > limit else ""
+    return " ".join(("; ".join(parts) + more).split())

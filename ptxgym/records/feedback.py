@@ -4,6 +4,12 @@ Every stage writes its part; the first failing stage sets ``status``, ``stage`` 
 ends the turn. The env exposes the whole record in ``info["feedback"]`` and renders it as text for
 the model (``render_feedback``); rewards are pure functions of it. The record crosses process
 boundaries (evaluator workers, trajectory files), so it is frozen, versioned and JSON round-trips.
+
+Versions: ``ptxgym.feedback.v2`` added the statuses FOREIGN_KERNEL and PROOF_FAILED, the ``evidence``
+part (which proof backs each verdict) and the target-work fields of ``TargetInfo`` (executed MMA FLOPs
+and their share of the task's work). v1 records still load (``from_json``); they keep their version
+string, and ``Feedback.target_credited`` judges them by the v1 rule (an executed target instruction
+was enough), so rewards recomputed from old trajectories do not change.
 """
 
 from __future__ import annotations
@@ -12,9 +18,18 @@ import json
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SCHEMA_VERSION = "ptxgym.feedback.v1"
+SCHEMA_VERSION = "ptxgym.feedback.v2"
+LEGACY_VERSIONS = ("ptxgym.feedback.v1",)
+"""Older versions ``from_json`` still reads (judged by the rules they were written under)."""
+
+MIN_MMA_SHARE = 0.5
+"""The target credit needs the target family's executed MMA FLOPs to be at least this share of the task's
+FLOPs per call (``TargetInfo.mma_share``, ``work_verdict``). An expert kernel does all of its matrix work
+with wgmma (share about 1.0; a causal kernel a little more, for its diagonal tiles), a SIMT kernel with a
+decoy or a single wgmma per call does next to none. Half leaves room for a kernel that does a minor part
+of its products otherwise, and none for one that merely shows the instruction."""
 
 
 class Status(str, Enum):
@@ -24,6 +39,9 @@ class Status(str, Enum):
     NOT_EVALUATED = "NOT_EVALUATED"
     """Every CPU stage passed, but no GPU evaluator is attached: correctness and speed are unknown."""
     EXTRACT_ERROR = "EXTRACT_ERROR"
+    TASK_MISMATCH = "TASK_MISMATCH"
+    """A FlashInfer-Trace solution written for another definition (or for one whose inputs, outputs,
+    dtypes or shapes differ from the task's): nothing was built."""
     STATIC_REJECT = "STATIC_REJECT"
     COMPILE_ERROR = "COMPILE_ERROR"
     COMPILE_TIMEOUT = "COMPILE_TIMEOUT"
@@ -38,6 +56,13 @@ class Status(str, Enum):
     UNWRITTEN = "UNWRITTEN"
     INPUT_MUTATED = "INPUT_MUTATED"
     TIMING_ANOMALY = "TIMING_ANOMALY"
+    FOREIGN_KERNEL = "FOREIGN_KERNEL"
+    """A kernel that is not from the candidate's own built module ran during its calls (a vendor library,
+    a module loaded from memory): the work was not the candidate's. No reward at all."""
+    PROOF_FAILED = "PROOF_FAILED"
+    """A proof tool (compute-sanitizer, Nsight Compute) ran on the candidate and failed, crashed or timed
+    out, so a required proof is missing. A candidate can provoke this, so it is never PASSED and pays
+    no reward at all."""
     INFRA_ERROR = "INFRA_ERROR"
     """The evaluator itself failed; the turn says nothing about the candidate."""
 
@@ -52,7 +77,13 @@ class Status(str, Enum):
         return self in _RAN
 
 
-_PRE_BUILD = {Status.EXTRACT_ERROR, Status.STATIC_REJECT, Status.COMPILE_ERROR, Status.COMPILE_TIMEOUT}
+_PRE_BUILD = {
+    Status.EXTRACT_ERROR,
+    Status.TASK_MISMATCH,
+    Status.STATIC_REJECT,
+    Status.COMPILE_ERROR,
+    Status.COMPILE_TIMEOUT,
+}
 _RAN = {
     Status.PASSED,
     Status.INCORRECT_SHAPE,
@@ -62,6 +93,8 @@ _RAN = {
     Status.UNWRITTEN,
     Status.INPUT_MUTATED,
     Status.TIMING_ANOMALY,
+    Status.FOREIGN_KERNEL,
+    Status.PROOF_FAILED,
 }
 
 
@@ -193,8 +226,15 @@ class TimingInfo(_Part):
     sm_clock_mhz_after: int | None = None
 
 
+def work_verdict(mma_share: float | None) -> Verdict:
+    """Whether the target family did the task's work: yes when ``mma_share >= MIN_MMA_SHARE``."""
+    if mma_share is None:
+        return Verdict.UNKNOWN
+    return Verdict.YES if mma_share >= MIN_MMA_SHARE else Verdict.NO
+
+
 class TargetInfo(_Part):
-    """Did the kernel use (statically) and execute (at run time) the target instruction family?"""
+    """Did the kernel use (statically) and execute (at run time) the target family, and did it do the work?"""
 
     family: str = Field(description="Human name of the required family.")
     mode: str = Field("executed", description="off, static or executed.")
@@ -202,6 +242,29 @@ class TargetInfo(_Part):
     executed: Verdict = Verdict.NOT_CHECKED
     counts: dict[str, int] = Field(default_factory=dict, description="Opcode -> predicate-true thread count.")
     message: str = ""
+    mma_flops: float | None = Field(
+        None,
+        description="Target-family MMA FLOPs executed in the profiled call: warpgroup MMAs executed x the "
+        "FLOPs of each one's tile (ptxgym.evaluation.trusted.target_work). None: not measured.",
+    )
+    mma_share: float | None = Field(
+        None, description="mma_flops / the task's FLOPs per call (1.0: every product on the target MMA)."
+    )
+    tma_share: float | None = Field(
+        None,
+        description="Bytes moved by TMA copies / the task's minimal traffic. None: unknown (a copy's size is "
+        "in its tensor map, not in its opcode, so the counts alone cannot give it; needs a GPU measurement).",
+    )
+    work: Verdict = Field(
+        Verdict.NOT_CHECKED,
+        description="Whether the target family did the task's work (work_verdict: mma_share >= "
+        "MIN_MMA_SHARE); unknown when the share could not be measured, never counted as a yes.",
+    )
+
+    @property
+    def credited(self) -> bool:
+        """The target credit of a v2 record: the family executed and did the task's work."""
+        return self.executed is Verdict.YES and self.work is Verdict.YES
 
 
 class MemcheckInfo(_Part):
@@ -210,6 +273,38 @@ class MemcheckInfo(_Part):
     ran: bool = False
     clean: bool | None = None
     first_error: str | None = None
+
+
+class Proof(str, Enum):
+    """Where a piece of evidence came from."""
+
+    NCU_OFFLINE = "ncu-offline"
+    """Nsight Compute over a separate, sandboxed run of the candidate; its report is read from a file the
+    candidate cannot write, never from the candidate's output."""
+    CUPTI_IN_BAND = "cupti-in-band"
+    """CUPTI records taken inside the sandboxed worker, on the calls whose outputs were verified."""
+    MEMCHECK = "memcheck"
+    """compute-sanitizer memcheck over a separate, sandboxed run, report read from its own file."""
+    GUARD_REGIONS = "guard-regions"
+    """Guard regions around every harness buffer, checked after every call."""
+
+
+class Evidence(_Part):
+    """Which proofs back each verdict of the turn; an empty list means none (the verdict is unproven)."""
+
+    target_executed: list[Proof] = Field(
+        default_factory=list, description="Proofs that the target family executed (TargetInfo.executed)."
+    )
+    target_work: list[Proof] = Field(
+        default_factory=list, description="Proofs of the target family's share of the work (TargetInfo.work)."
+    )
+    kernel_census: list[Proof] = Field(
+        default_factory=list,
+        description="Proofs that only the candidate's own kernels ran during its calls (no FOREIGN_KERNEL).",
+    )
+    memory_safety: list[Proof] = Field(
+        default_factory=list, description="Proofs that the candidate stayed inside its buffers."
+    )
 
 
 class EnvironmentInfo(_Part):
@@ -249,6 +344,7 @@ class Feedback(BaseModel):
     timing: TimingInfo | None = None
     target: TargetInfo | None = None
     memcheck: MemcheckInfo | None = None
+    evidence: Evidence = Field(default_factory=Evidence, description="Which proof backs each verdict.")
     stage_wall_s: dict[str, float] = Field(default_factory=dict, description="Wall seconds per stage.")
     environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
     log: str = Field("", description="Runtime log tail of the candidate process (truncated).")
@@ -270,13 +366,37 @@ class Feedback(BaseModel):
         """The run-time target-instruction verdict."""
         return self.target.executed if self.target else Verdict.NOT_CHECKED
 
+    @property
+    def target_credited(self) -> bool:
+        """Whether the target credit is earned: the family executed and did the task's work.
+
+        A v1 record (``LEGACY_VERSIONS``) predates the work share and is judged by its own rule: an
+        executed target instruction was enough.
+        """
+        if self.target is None:
+            return False
+        if self.schema_version in LEGACY_VERSIONS:
+            return self.target.executed is Verdict.YES
+        return self.target.credited
+
     def to_json(self, indent: int | None = None) -> str:
         """JSON text; NaN and infinities become null."""
         return json.dumps(self.model_dump(mode="json"), indent=indent)
 
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        if value != SCHEMA_VERSION and value not in LEGACY_VERSIONS:
+            known = ", ".join((SCHEMA_VERSION, *LEGACY_VERSIONS))
+            raise ValueError(
+                f"unknown Feedback schema_version {value!r}; this ptxgym reads {known} (a newer ptxgym wrote "
+                "this record: upgrade ptxgym to read it)"
+            )
+        return value
+
     @classmethod
     def from_json(cls, text: str | dict[str, Any]) -> Feedback:
-        """Parse JSON text or a dict."""
+        """Parse JSON text or a dict (current or legacy version)."""
         data = json.loads(text) if isinstance(text, str) else text
         return cls.model_validate(data)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ptxgym.records.feedback import Feedback, Status, Verdict, truncate
+from ptxgym.records.feedback import MIN_MMA_SHARE, Feedback, Status, Verdict, truncate
 
 _NEXT_STEP = {
     Status.PASSED: "The kernel is correct. Keep the results correct and make it faster.",
@@ -11,6 +11,14 @@ _NEXT_STEP = {
     Status.STATIC_REJECT: "Remove what the policy rejected and answer with the whole kernel again.",
     Status.COMPILE_ERROR: "Fix the compile errors and answer with the whole kernel again.",
     Status.COMPILE_TIMEOUT: "The build ran out of time; reduce template or unroll blow-up.",
+    Status.FOREIGN_KERNEL: (
+        "A kernel that is not from your own source ran during your calls (a library, or a module loaded "
+        "at run time); such a turn earns nothing. Compute everything with the kernels your file defines."
+    ),
+    Status.PROOF_FAILED: (
+        "A proof tool could not finish on your kernel, so the turn earns nothing. Make the kernel behave "
+        "the same whether or not a tool watches it, and keep each call well inside the time limit."
+    ),
     Status.INFRA_ERROR: "The evaluator failed, not your kernel; the same kernel may be resubmitted.",
 }
 
@@ -86,7 +94,38 @@ def _target_lines(fb: Feedback) -> list[str]:
         Verdict.UNKNOWN: "unknown (profiling failed)",
     }[t.executed]
     counts = ", ".join(f"{k}={v}" for k, v in sorted(t.counts.items()))
-    return [f"Target instructions ({t.family}): {verdict}" + (f" [{counts}]" if counts else "") + "."]
+    lines = [f"Target instructions ({t.family}): {verdict}" + (f" [{counts}]" if counts else "") + "."]
+    if t.work is not Verdict.NOT_CHECKED:
+        lines.append(_work_line(t.work, t.mma_share, t.tma_share))
+    return lines
+
+
+def _work_line(work: Verdict, mma_share: float | None, tma_share: float | None) -> str:
+    mma = "unknown" if mma_share is None else f"{100 * mma_share:.1f}%"
+    tma = "unknown" if tma_share is None else f"{100 * tma_share:.1f}%"
+    head = f"Target work share: MMA FLOPs {mma} of the task's FLOPs, TMA bytes {tma} of its minimal traffic"
+    if work is Verdict.YES:
+        return head + f" (at least {100 * MIN_MMA_SHARE:.0f}% needed: met)."
+    if work is Verdict.NO:
+        return head + (
+            f" (at least {100 * MIN_MMA_SHARE:.0f}% of the FLOPs on the target MMA needed: NOT met, so no "
+            "target credit; do the task's matrix products with the target instructions)."
+        )
+    return head + " (could not be measured: no target credit)."
+
+
+def _evidence_lines(fb: Feedback) -> list[str]:
+    e = fb.evidence
+    if fb.status is not Status.PASSED:
+        return []
+    parts = {
+        "target executed": e.target_executed,
+        "target work": e.target_work,
+        "kernel census": e.kernel_census,
+        "memory safety": e.memory_safety,
+    }
+    text = "; ".join(f"{k}: {', '.join(p.value for p in v) or 'none'}" for k, v in parts.items())
+    return [f"Evidence: {text}."]
 
 
 def render_feedback(fb: Feedback) -> str:
@@ -94,6 +133,7 @@ def render_feedback(fb: Feedback) -> str:
     head = f"Turn {fb.turn + 1} result: {fb.status.value}"
     lines = [head + (f" - {fb.message}" if fb.message else "")]
     lines += _compile_lines(fb) + _sass_lines(fb) + _check_lines(fb) + _timing_lines(fb) + _target_lines(fb)
+    lines += _evidence_lines(fb)
     if fb.memcheck and fb.memcheck.ran and not fb.memcheck.clean and fb.memcheck.first_error:
         lines.append("compute-sanitizer memcheck: " + truncate(fb.memcheck.first_error, 1500))
     if fb.log and not fb.status.ran:

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ptxgym.records.errors import SchemaError
+from ptxgym.records.errors import SchemaError, validation_summary
 
 DType = Literal[
     "float32",
@@ -76,7 +76,7 @@ class _Record(BaseModel):
             data = json.loads(text) if isinstance(text, str | bytes) else text
             return cls.model_validate(data)
         except (ValidationError, json.JSONDecodeError) as exc:
-            raise SchemaError(f"not a valid {cls.__name__} record: {exc}") from exc
+            raise SchemaError(f"not a valid {cls.__name__} record: {validation_summary(exc)}") from exc
 
 
 # ----------------------------------------------------------------------------------------- Definition
@@ -206,6 +206,12 @@ class Workload(_Record):
     uuid: str = Field(min_length=1)
     axes: dict[str, int] = Field(default_factory=dict)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    params: dict[str, int | float | list[int] | list[float]] | None = Field(
+        None,
+        description="ptxgym extension: named constants of this workload (e.g. the sequence lengths of a "
+        "ragged batch). Derived-input functions receive them by parameter name; FLOP and byte formulas "
+        "may use them. Absent in plain FlashInfer-Trace workloads.",
+    )
 
     @field_validator("axes")
     @classmethod
@@ -317,6 +323,20 @@ class Solution(_Record):
         author: str = "ptxgym",
     ) -> Solution:
         """A one-file TVM-FFI CUDA solution whose entry point is ``kernel.cu::run``."""
+        return cls.from_sources({"kernel.cu": source}, definition, arch=arch, name=name, author=author)
+
+    @classmethod
+    def from_sources(
+        cls,
+        files: dict[str, str],
+        definition: str,
+        *,
+        arch: str = "sm_90a",
+        entry_point: str = "kernel.cu::run",
+        name: str = "candidate",
+        author: str = "ptxgym",
+    ) -> Solution:
+        """A TVM-FFI CUDA solution of several files (path -> content), entry point ``kernel.cu::run``."""
         return cls(
             name=name,
             definition=definition,
@@ -324,10 +344,10 @@ class Solution(_Record):
             spec=BuildSpec(
                 language=SupportedLanguage.CUDA,
                 target_hardware=[arch],
-                entry_point="kernel.cu::run",
+                entry_point=entry_point,
                 binding="tvm-ffi",
             ),
-            sources=[SourceFile(path="kernel.cu", content=source)],
+            sources=[SourceFile(path=path, content=content) for path, content in files.items()],
         )
 
 
@@ -400,3 +420,32 @@ def read_jsonl(path: str | Path, model: type[_Record] = Trace) -> list:
 def write_jsonl(path: str | Path, records: list) -> None:
     """Write records one JSON object per line."""
     Path(path).write_text("".join(r.to_json(indent=None) + "\n" for r in records))
+
+
+def contract_differences(have: Definition, want: Definition) -> list[str]:
+    """How the call contract of ``have`` differs from ``want`` (empty: a kernel for one fits the other).
+
+    ``have`` is e.g. the definition a solution was written for, ``want`` the task's. Compared: input and
+    output names and order, dtypes, and shapes (constant axes by value, variable axes by name).
+    """
+    out: list[str] = []
+    for role, a, b in (("inputs", have.inputs, want.inputs), ("outputs", have.outputs, want.outputs)):
+        if list(a) != list(b):
+            out.append(f"{role} {list(a)} where the task has {list(b)}")
+        for name in [n for n in a if n in b]:
+            if a[name].dtype != b[name].dtype:
+                out.append(f"{name} is {a[name].dtype} where the task has {b[name].dtype}")
+            sa, sb = _shape_text(have, a[name]), _shape_text(want, b[name])
+            if sa != sb:
+                out.append(f"{name} has shape {sa} where the task has {sb}")
+    return out
+
+
+def _shape_text(defn: Definition, spec: TensorSpec) -> str:
+    if spec.shape is None:
+        return "scalar"
+    dims = []
+    for axis in spec.shape:
+        ax = defn.axes[axis]
+        dims.append(str(ax.value) if isinstance(ax, AxisConst) else axis)
+    return "[" + ", ".join(dims) + "]"

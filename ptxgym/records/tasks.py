@@ -1,47 +1,64 @@
-"""The task catalog: definition + workload + architecture + baseline + tolerance.
+"""Tasks: a definition, a family of its workloads, a target architecture and a task record, as data.
 
-Definitions and workloads are FlashInfer-Trace JSON shipped in ``ptxgym.envs`` package data
-(``envs/data``). A task binds one definition and one workload to one target architecture. Task ids are
-``<Name>-<arch>`` (``Gemm-sm90a``); the Gymnasium id is ``ptxgym/<task id>-v0``.
+The shipped catalog is the FlashInfer-Trace folder ``envs/data`` (package data of ``ptxgym.envs``) with
+its task records in ``envs/data/tasks/*.json`` (``task_record.py``); its ids are ``<Name>-<arch short>``
+(``Gemm-sm90a``) and its Gymnasium ids ``ptxgym/<id>-v0``. Any other FlashInfer-Trace folder is a task
+source too (``load_dataset``): each definition with workloads becomes one task per architecture, id
+``<definition>@<arch>`` (``gemm_n4096_k4096@sm_90a``), played through ``ptxgym/Trace-v0``; a folder may
+carry its own ``tasks/*.json`` records, and otherwise gets default ones (``default_record``).
+
+A task holds its whole workload family; ``task.workload`` is the one being played (the record's default
+until ``with_workload`` picks another, as an env reset does), and ``flops`` / ``min_bytes`` are the
+record's formulas evaluated on it.
 """
 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.records.arch import ARCHS, ArchSpec, get_arch, gpu_spec
-from ptxgym.records.errors import UnknownTaskError
-from ptxgym.records.schema import DTYPE_BYTES, Definition, Trace, Workload, read_jsonl
+from ptxgym.records.arch import ARCHS, DEFAULT_FAMILIES, ArchSpec, get_arch, gpu_spec
+from ptxgym.records.errors import PtxgymError, SchemaError, UnknownTaskError
+from ptxgym.records.formula import evaluate_formula
+from ptxgym.records.schema import DTYPE_BYTES, AxisVar, Definition, Workload
+from ptxgym.records.task_record import (
+    BASELINES,
+    SPLITS,
+    TORCH_REFERENCE,
+    Baseline,
+    Split,
+    TaskRecord,
+    Tolerance,
+)
+from ptxgym.records.trace_folder import TraceFolder, read_folder
+
+__all__ = [
+    "TRACE_ENV_ID",
+    "Baseline",
+    "HeldOutTaskError",
+    "Task",
+    "TaskRecord",
+    "Tolerance",
+    "catalog",
+    "catalog_ids",
+    "get_task",
+    "load_dataset",
+    "require_not_test",
+    "tasks_in_split",
+]
+
+TRACE_ENV_ID = "ptxgym/Trace-v0"
+"""The Gymnasium id that plays a task of any dataset folder: ``make(TRACE_ENV_ID, dataset=DIR, task=ID)``."""
 
 
-class Tolerance(BaseModel):
-    """When an output counts as correct. Owned by the evaluator; nothing in an action changes it.
-
-    An element passes if ``|out - ref| <= atol`` or ``|out - ref| / |ref| <= rtol`` (the paper's rule,
-    every element must pass), and each output's ``||out - ref|| / ||ref||`` must be ``<= rel_norm``.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    atol: float = 1e-2
-    rtol: float = 1e-2
-    rel_norm: float = Field(2e-2, description="Bound on the relative Frobenius-norm error per output.")
-    required_match: float = Field(1.0, description="Fraction of elements that must pass.")
-
-
-class Baseline(BaseModel):
-    """The frontier-library implementation a candidate is timed against."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str = Field(description="Short name, e.g. cublas or cudnn_sdpa.")
-    library: str = Field(description="What actually runs, e.g. 'cuBLAS via torch.matmul'.")
-    function: str = Field(description="'module:function' in ptxgym.evaluation.sandboxed.library_baselines.")
+class HeldOutTaskError(PtxgymError, ValueError):
+    """A test-split task was about to go into training data or a training prompt."""
 
 
 class Task(BaseModel):
@@ -52,27 +69,59 @@ class Task(BaseModel):
     name: str = Field(description="Short workload name, e.g. Gemm or MhaBwdCausal.")
     arch: str = Field(description="Target architecture, e.g. sm_90a.")
     definition: Definition
-    workload: Workload
+    workload: Workload = Field(description="The workload being played (one of ``workloads``).")
     baseline: Baseline
     tolerance: Tolerance = Tolerance()
-    flops: float = Field(description="Floating-point operations of one call.")
+    flops: float = Field(description="Floating-point operations of one call (0 when unknown).")
     min_bytes: float = Field(description="Bytes one call must move at least (inputs read, outputs written).")
     summary: str = ""
+    family: str = Field("", description="Operator family, e.g. gemm or gqa_paged_decode.")
+    workloads: tuple[Workload, ...] = Field(
+        (), description="The task's workload family (reset draws from it)."
+    )
+    targets: tuple[str, ...] = Field(
+        (), description="Target instruction families on ``arch``; () = the arch's."
+    )
+    flop_formula: str | None = Field(None, description="The record's FLOP formula (``formula.py``).")
+    byte_formula: str | None = Field(None, description="The record's byte formula; None: tensor sizes.")
+    split: Split = "train"
+    held_out: bool = False
+    primary: bool = Field(False, description="One of the paper's five primary problems.")
+    multi_file_prompt: bool = Field(False, description="The prompt documents the several-file answer format.")
+    source: str | None = Field(None, description="The dataset folder of a dataset task; None: the catalog.")
 
     @property
     def id(self) -> str:
-        """Catalog id, e.g. Gemm-sm90a."""
-        return f"{self.name}-{self.arch_spec.short}"
+        """Catalog id ``Gemm-sm90a``; dataset id ``gemm_n4096_k4096@sm_90a``."""
+        return f"{self.name}@{self.arch}" if self.source else f"{self.name}-{self.arch_spec.short}"
 
     @property
     def env_id(self) -> str:
-        """Gymnasium id, e.g. ptxgym/Gemm-sm90a-v0."""
-        return f"ptxgym/{self.id}-v0"
+        """Gymnasium id: ``ptxgym/Gemm-sm90a-v0``; a dataset task: ``ptxgym/Trace-v0`` + ``env_kwargs``."""
+        return TRACE_ENV_ID if self.source else f"ptxgym/{self.id}-v0"
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments ``gymnasium.make(self.env_id, ...)`` needs to play this task."""
+        return {"dataset": self.source, "task": self.id} if self.source else {}
 
     @property
     def arch_spec(self) -> ArchSpec:
-        """The target architecture."""
-        return get_arch(self.arch)
+        """The target architecture, with the task's instruction families as its target."""
+        arch = get_arch(self.arch)
+        return arch.with_families(self.targets) if self.targets else arch
+
+    @property
+    def family_workloads(self) -> tuple[Workload, ...]:
+        """Every workload an episode of this task may play."""
+        return self.workloads or (self.workload,)
+
+    @property
+    def baseline_options(self) -> dict[str, Any]:
+        """Extra keyword options of the baseline function (the reference source for ``torch_reference``)."""
+        if self.baseline.function != TORCH_REFERENCE:
+            return {}
+        return {"reference_source": self.definition.reference, "input_names": list(self.definition.inputs)}
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Concrete shape of every input and output."""
@@ -84,33 +133,65 @@ class Task(BaseModel):
         gpu = gpu_spec(device_name, self.arch)
         return 1e3 * max(self.flops / gpu.bf16_dense_flops, self.min_bytes / gpu.hbm_bytes_per_s)
 
+    def find_workload(self, key: str | int | dict[str, int] | Workload) -> Workload:
+        """A workload of the family by uuid, index, axis values (``{"M": 512}``) or itself."""
+        family = self.family_workloads
+        if isinstance(key, Workload):
+            key = key.uuid
+        if isinstance(key, bool):
+            raise ValueError(f"workload must be a uuid, an index or axis values, got {key!r}")
+        if isinstance(key, int):
+            if not -len(family) <= key < len(family):
+                raise ValueError(
+                    f"workload index {key} is out of range: {self.id} has {len(family)} workloads"
+                )
+            return family[key]
+        if isinstance(key, dict):
+            hits = [w for w in family if all(w.axes.get(k) == v for k, v in key.items())]
+            if len(hits) == 1:
+                return hits[0]
+            what = "no workload" if not hits else f"{len(hits)} workloads"
+            raise ValueError(f"{what} of {self.id} with axes {key}; its workloads: {_axes_list(family)}")
+        for w in family:
+            if w.uuid == key:
+                return w
+        raise ValueError(f"{self.id} has no workload {key!r}; its workloads: {_axes_list(family)}")
 
-_DATA = "data"
+    def with_workload(self, key: str | int | dict[str, int] | Workload) -> Task:
+        """This task playing another workload of its family (FLOPs and bytes recounted)."""
+        wl = self.find_workload(key)
+        if wl.uuid == self.workload.uuid:
+            return self
+        return self.model_copy(
+            update={
+                "workload": wl,
+                "flops": count_flops(self.definition, wl, self.flop_formula),
+                "min_bytes": count_bytes(self.definition, wl, self.byte_formula),
+            }
+        )
 
 
-def _data_root() -> Path:
-    return Path(str(resources.files("ptxgym.envs").joinpath(_DATA)))
+def _axes_list(family: Iterable[Workload]) -> str:
+    return "; ".join(f"{w.uuid} {w.axes}" for w in family)
 
 
-@cache
-def load_definitions() -> dict[str, Definition]:
-    """Every shipped definition by name."""
-    out = {}
-    for path in sorted(_data_root().glob("definitions/*/*.json")):
-        d = Definition.from_json(path.read_text())
-        out[d.name] = d
-    return out
+# ------------------------------------------------------------------------------------------ counting
 
 
-@cache
-def load_workloads(definition: str) -> list[Workload]:
-    """Shipped workloads of one definition."""
-    d = load_definitions()[definition]
-    path = _data_root() / "workloads" / d.op_type / f"{definition}.jsonl"
-    return [t.workload for t in read_jsonl(path, Trace)]
+def formula_values(defn: Definition, wl: Workload) -> dict[str, Any]:
+    """The names a formula may use: every axis value, then the workload's params."""
+    return {**defn.axis_values(wl), **(wl.params or {})}
 
 
-def _bytes(defn: Definition, wl: Workload) -> float:
+def count_flops(defn: Definition, wl: Workload, formula: str | None) -> float:
+    """FLOPs of one call (0.0 without a formula)."""
+    return evaluate_formula(formula, formula_values(defn, wl)) if formula else 0.0
+
+
+def count_bytes(defn: Definition, wl: Workload, formula: str | None) -> float:
+    """Minimum bytes of one call: the formula, else every input read and every output written once."""
+    if formula:
+        return evaluate_formula(formula, formula_values(defn, wl))
     total = 0.0
     for name, spec in [*defn.inputs.items(), *defn.outputs.items()]:
         n = 1
@@ -120,84 +201,274 @@ def _bytes(defn: Definition, wl: Workload) -> float:
     return total
 
 
-# The backward outputs hold 3 x 100M elements; on the H200 cuDNN's own causal backward misses the
-# elementwise rule on 1 of them (3 bf16 ulps of dV). Allow one element in a million, never more, and keep
-# the relative-norm bound: the baseline must pass its own task.
-_BACKWARD_TOLERANCE = Tolerance(required_match=1.0 - 1e-6)
+# ------------------------------------------------------------------------------------------ building
 
-# name -> (definition, baseline, FLOP formula, summary)
-_PRIMARY = {
-    "Gemm": (
-        "gemm_n7168_k5120",
-        Baseline(name="cublas", library="cuBLAS via torch.matmul", function="gemm_cublas"),
-        lambda a: 2.0 * a["M"] * a["N"] * a["K"],
-        "BF16 GEMM C = A B^T, 8192x7168x5120",
-    ),
-    "MhaFwd": (
-        "mha_with_lse_d128",
-        Baseline(name="cudnn_sdpa", library="cuDNN SDPA via torch", function="mha_fwd_cudnn"),
-        lambda a: 4.0 * a["B"] * a["H"] * a["S"] ** 2 * a["D"],
-        "MHA forward with LSE, 4x48x4096x128",
-    ),
-    "MhaFwdCausal": (
-        "mha_with_lse_d128_causal",
-        Baseline(name="cudnn_sdpa", library="cuDNN SDPA via torch", function="mha_fwd_cudnn"),
-        lambda a: 2.0 * a["B"] * a["H"] * a["S"] ** 2 * a["D"],
-        "causal MHA forward with LSE, 4x48x4096x128",
-    ),
-    "MhaBwd": (
-        "mha_bwd_d128",
-        Baseline(name="cudnn_sdpa", library="cuDNN SDPA backward via torch", function="mha_bwd_cudnn"),
-        lambda a: 10.0 * a["B"] * a["H"] * a["S"] ** 2 * a["D"],
-        "MHA backward, 4x48x4096x128",
-    ),
-    "MhaBwdCausal": (
-        "mha_bwd_d128_causal",
-        Baseline(name="cudnn_sdpa", library="cuDNN SDPA backward via torch", function="mha_bwd_cudnn"),
-        lambda a: 5.0 * a["B"] * a["H"] * a["S"] ** 2 * a["D"],
-        "causal MHA backward, 4x48x4096x128",
-    ),
-}
+
+def default_record(defn: Definition) -> TaskRecord:
+    """The record of a dataset definition that has none: cuBLAS for a plain GEMM, else the torch reference."""
+    gemm = _plain_gemm(defn)
+    return TaskRecord(
+        name=defn.name,
+        definition=defn.name,
+        family=defn.op_type,
+        summary=" ".join((defn.description or defn.name).split())[:160],
+        baseline="cublas" if gemm else TORCH_REFERENCE,
+        flops="2 * M * N * K" if gemm else None,
+    )
+
+
+def _plain_gemm(defn: Definition) -> bool:
+    """C[M, N] = A[M, K] @ B[N, K]^T in fp16 or bf16: what ``gemm_cublas`` computes."""
+    shapes = {n: s.shape for n, s in (*defn.inputs.items(), *defn.outputs.items())}
+    dtypes = {s.dtype for s in (*defn.inputs.values(), *defn.outputs.values())}
+    return (
+        list(defn.inputs) == ["A", "B"]
+        and list(defn.outputs) == ["C"]
+        and shapes == {"A": ["M", "K"], "B": ["N", "K"], "C": ["M", "N"]}
+        and len(dtypes) == 1
+        and dtypes <= {"float16", "bfloat16"}
+    )
+
+
+def build_tasks(folder: TraceFolder, records: Iterable[TaskRecord], source: str | None) -> dict[str, Task]:
+    """Every task of some records over a folder (one per record and architecture), checked."""
+    tasks: dict[str, Task] = {}
+    recs = list(records)
+    for arch in ARCHS:  # architecture-major, as the catalog always listed
+        for rec in recs:
+            if arch not in rec.targets:
+                continue
+            task = _build(folder, rec, arch, tuple(rec.targets[arch]), source)
+            if task.id in tasks:
+                raise SchemaError(f"{folder.root}: two task records make the id {task.id}")
+            tasks[task.id] = task
+    _check_held_out(tasks.values())
+    return tasks
+
+
+def _build(
+    folder: TraceFolder, rec: TaskRecord, arch: str, families: tuple[str, ...], source: str | None
+) -> Task:
+    where = f"{folder.root}: task {rec.name}"
+    defn = folder.definitions.get(rec.definition)
+    if defn is None:
+        raise SchemaError(f"{where}: no definition {rec.definition!r} under definitions/")
+    known = folder.workloads.get(rec.definition, ())
+    if not known:
+        raise SchemaError(f"{where}: definition {rec.definition} has no workloads under workloads/")
+    by_uuid = {w.uuid: w for w in known}
+    if rec.workloads == "all":
+        family = known
+    else:
+        missing = [u for u in rec.workloads if u not in by_uuid]
+        if missing:
+            raise SchemaError(f"{where}: workloads {missing} are not workloads of {rec.definition}")
+        family = tuple(by_uuid[u] for u in rec.workloads)
+    if rec.default_workload and rec.default_workload not in {w.uuid for w in family}:
+        raise SchemaError(f"{where}: default_workload {rec.default_workload} is not in its family")
+    wl = by_uuid[rec.default_workload] if rec.default_workload else family[0]
+    counts = [_counts(defn, w, rec, where) for w in family]  # every workload must count cleanly
+    flops, min_bytes = counts[[w.uuid for w in family].index(wl.uuid)]
+    return Task(
+        name=rec.name,
+        arch=get_arch(arch).name,
+        definition=defn,
+        workload=wl,
+        baseline=BASELINES[rec.baseline],
+        tolerance=rec.tolerance,
+        flops=flops,
+        min_bytes=min_bytes,
+        summary=rec.summary,
+        family=rec.family,
+        workloads=family,
+        targets=() if families == DEFAULT_FAMILIES.get(arch) else families,
+        flop_formula=rec.flops,
+        byte_formula=rec.bytes,
+        split=rec.split,
+        held_out=rec.held_out,
+        primary=rec.primary,
+        multi_file_prompt=rec.multi_file_prompt,
+        source=source,
+    )
+
+
+def _counts(defn: Definition, wl: Workload, rec: TaskRecord, where: str) -> tuple[float, float]:
+    var = [a for a, ax in defn.axes.items() if isinstance(ax, AxisVar)]
+    missing = [a for a in var if a not in wl.axes]
+    if missing:
+        raise SchemaError(f"{where}: workload {wl.uuid} binds no value for var axes {missing}")
+    try:
+        return count_flops(defn, wl, rec.flops), count_bytes(defn, wl, rec.bytes)
+    except SchemaError as exc:
+        raise SchemaError(f"{where}, workload {wl.uuid}: {exc}") from exc
+
+
+def _check_held_out(tasks: Iterable[Task]) -> None:
+    items = list(tasks)
+    trained = {t.definition.name for t in items if t.split == "train"}
+    for t in items:
+        if t.held_out and t.definition.name in trained:
+            raise SchemaError(
+                f"task {t.id} is held out but a train-split task uses its definition {t.definition.name}"
+            )
+
+
+# ------------------------------------------------------------------------------------------ catalog
+
+
+def _data_root() -> Path:
+    return Path(str(resources.files("ptxgym.envs").joinpath("data")))
+
+
+@cache
+def _folder(root: str) -> TraceFolder:
+    return read_folder(root)
 
 
 @cache
 def catalog() -> dict[str, Task]:
-    """Every task by id: the five primary workloads for each architecture."""
-    defs = load_definitions()
-    tasks: dict[str, Task] = {}
-    for arch in ARCHS.values():
-        for name, (dname, baseline, flop_fn, summary) in _PRIMARY.items():
-            defn = defs[dname]
-            wl = load_workloads(dname)[0]
-            task = Task(
-                name=name,
-                arch=arch.name,
-                definition=defn,
-                workload=wl,
-                baseline=baseline,
-                tolerance=_BACKWARD_TOLERANCE if name.startswith("MhaBwd") else Tolerance(),
-                flops=flop_fn(defn.axis_values(wl)),
-                min_bytes=_bytes(defn, wl),
-                summary=summary,
-            )
-            tasks[task.id] = task
+    """Every shipped task by id: the five primary problems first, then the records in file order."""
+    folder = _folder(str(_data_root()))
+    tasks = build_tasks(folder, folder.records, source=None)
+    return dict(sorted(tasks.items(), key=lambda item: not item[1].primary))
+
+
+@cache
+def catalog_ids() -> list[str]:
+    """Ids of every shipped task, from the records alone (cheap: what env registration needs)."""
+    from ptxgym.records.trace_folder import read_records
+
+    records = read_records(_data_root())
+    ids = [f"{r.name}-{ARCHS[arch].short}" for arch in ARCHS for r in records if arch in r.targets]
+    primary = {f"{r.name}-{ARCHS[a].short}" for r in records if r.primary for a in r.targets}
+    return sorted(ids, key=lambda i: i not in primary)
+
+
+def load_definitions() -> dict[str, Definition]:
+    """Every shipped definition by name."""
+    return dict(_folder(str(_data_root())).definitions)
+
+
+def load_workloads(definition: str) -> list[Workload]:
+    """Shipped workloads of one definition."""
+    return list(_folder(str(_data_root())).workloads.get(definition, ()))
+
+
+@cache
+def _dataset_tasks(root: str) -> dict[str, Task]:
+    folder = _folder(root)
+    if folder.records:
+        return build_tasks(folder, folder.records, source=root)
+    records = [default_record(d) for name, d in folder.definitions.items() if folder.workloads.get(name)]
+    return build_tasks(folder, records, source=root)
+
+
+_REGISTERED: dict[str, None] = {}
+
+
+def load_dataset(root: str | Path) -> dict[str, Task]:
+    """Every task of a FlashInfer-Trace dataset folder by id, ``<definition>@<arch>``.
+
+    The folder is remembered, so that ``get_task`` finds its ids later in this process.
+    """
+    key = str(Path(root).expanduser().resolve())
+    tasks = _dataset_tasks(key)
+    _REGISTERED.pop(key, None)
+    _REGISTERED[key] = None  # most recent last
     return tasks
 
 
-def get_task(key: str) -> Task:
-    """Find a task by id (Gemm-sm90a), Gymnasium id (ptxgym/Gemm-sm90a-v0) or 'definition@arch'."""
-    tasks = catalog()
+def get_task(key: str, dataset: str | Path | None = None) -> Task:
+    """Find a task by id (Gemm-sm90a), Gymnasium id (ptxgym/Gemm-sm90a-v0) or ``definition@arch``.
+
+    With ``dataset``, only that folder's tasks; without, the catalog, and for ``definition@arch`` keys
+    also the dataset folders loaded earlier in this process (the most recent first).
+    """
     k = key.strip().removeprefix("ptxgym/")
     if k.endswith("-v0"):
         k = k[: -len("-v0")]
+    if dataset is not None:
+        tasks = load_dataset(dataset)
+        found = _lookup(tasks, k)
+        if found is None:
+            raise UnknownTaskError(f"no task {key!r} in dataset {dataset}; {_hint(tasks, k)}")
+        return found
+    tasks = catalog()
     if k in tasks:
         return tasks[k]
     if "@" in k:
-        dname, arch = k.split("@", 1)
-        for t in tasks.values():
-            if t.definition.name == dname and t.arch == get_arch(arch).name:
-                return t
+        for root in reversed(list(_REGISTERED)):
+            found = _lookup(_dataset_tasks(root), k)
+            if found is not None:
+                return found
+    found = _lookup(tasks, k)
+    if found is None:
+        raise UnknownTaskError(f"no task {key!r}; {_hint(tasks, k)}")
+    return found
+
+
+def _lookup(tasks: dict[str, Task], k: str) -> Task | None:
+    if k in tasks:
+        return tasks[k]
+    if "@" not in k:
+        return None
+    dname, arch = k.split("@", 1)
+    arch = get_arch(arch).name
+    for t in tasks.values():
+        if t.arch == arch and dname in (t.definition.name, t.name):
+            return t
+    return None
+
+
+def _hint(tasks: dict[str, Task], k: str) -> str:
     near = [tid for tid in tasks if tid.lower() == k.lower()]
     near = near or difflib.get_close_matches(k, list(tasks), n=1)
     hint = f"did you mean {near[0]!r}? " if near else ""
-    raise UnknownTaskError(f"no task {key!r}; {hint}known ids: {', '.join(sorted(tasks))}")
+    return f"{hint}known ids: {', '.join(sorted(tasks))}"
+
+
+# ------------------------------------------------------------------------------------------ splits
+
+
+def tasks_in_split(split: str, tasks: Iterable[Task] | None = None) -> list[Task]:
+    """The tasks of one split (``train``, ``validation`` or ``test``), in catalog order."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
+    return [t for t in (catalog().values() if tasks is None else tasks) if t.split == split]
+
+
+def require_not_test(tasks: Iterable[str | Task], purpose: str = "training data") -> None:
+    """Refuse test-split tasks where training data or training prompts are made.
+
+    Call it with the task ids of every SFT row and every GRPO prompt before they are built; it raises
+    ``HeldOutTaskError`` naming the first test task (the test split measures generalisation only). An id
+    that names no known task (a dataset folder not loaded in this process) has no split and passes.
+    """
+    for item in tasks:
+        try:
+            task = item if isinstance(item, Task) else get_task(item)
+        except UnknownTaskError:
+            continue
+        if task.split == "test":
+            raise HeldOutTaskError(
+                f"task {task.id} is in the test split and must never appear in {purpose}; "
+                f"use train-split tasks (ptxgym tasks --split train)"
+            )
+
+
+def solution_definition(
+    name: str, *, path: str | Path | None = None, dataset: str | Path | None = None
+) -> Definition | None:
+    """The definition a FlashInfer-Trace solution names; None if unknown.
+
+    Looked up in ``dataset``, else in the dataset folder that holds the solution file
+    (``<root>/solutions/...``), else in the catalog.
+    """
+    roots = [Path(dataset)] if dataset is not None else []
+    if path is not None:
+        roots += [p for p in Path(path).resolve().parents if (p / "definitions").is_dir()][:1]
+    for root in roots:
+        defs = _folder(str(root.expanduser().resolve())).definitions
+        if name in defs:
+            return defs[name]
+    return load_definitions().get(name)

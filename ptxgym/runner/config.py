@@ -11,7 +11,7 @@ from ptxgym.records.tasks import catalog, get_task
 
 def default_tasks() -> list[str]:
     """The primary tasks of the main job: the five sm_90a (Hopper) tasks."""
-    return [tid for tid, t in catalog().items() if t.arch == "sm_90a"]
+    return [tid for tid, t in catalog().items() if t.arch == "sm_90a" and t.primary]
 
 
 class TrajectoryKey(BaseModel):

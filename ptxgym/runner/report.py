@@ -26,7 +26,7 @@ from ptxgym.runner.metrics import (
 TRAJECTORY_FILE = "trajectories.jsonl"
 NO_GPU_NOTE = (
     "No turn was run on a GPU evaluator: only the CPU stages (extract, source screen, nvcc build, SASS "
-    "census) ran, so correctness, target-instruction execution and speed are unknown and every rate is 0. "
+    "census) ran, so correctness, target-instruction execution and speed are unknown (n/a above). "
     "Correctness and speed need a GPU evaluator (a machine with an NVIDIA GPU of the task's architecture "
     "and `pip install ptxgym[gpu]`; then --evaluator local)."
 )
@@ -40,13 +40,15 @@ def _spd(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}x"
 
 
-def _cells(row: SummaryRow, ks: list[int]) -> list[str]:
+def _cells(row: SummaryRow, ks: list[int], gpu: bool = True) -> list[str]:
+    """One table row; with ``gpu`` False (no turn ran on a GPU) the rates are n/a, not zeros."""
+    rate = _pct if gpu else (lambda _x: "n/a")
     return [
         row.task,
         str(row.trajectories),
         str(row.turns),
-        *(_pct(row.correct_at.get(k)) for k in ks),
-        *(_pct(row.target_at.get(k)) for k in ks),
+        *(rate(row.correct_at.get(k)) for k in ks),
+        *(rate(row.target_at.get(k)) for k in ks),
         _spd(row.best_speedup),
         _spd(row.best_speedup_target),
         str(row.not_evaluated),
@@ -70,9 +72,10 @@ def table_header(ks: list[int]) -> list[str]:
 def format_table(summary: Summary, markdown: bool = False) -> str:
     """The summary as an aligned text table (or a Markdown table), with notes below it."""
     head = table_header(summary.ks)
-    rows = [_cells(r, summary.ks) for r in summary.rows]
+    gpu = summary.gpu_evaluated or not summary.overall.not_evaluated
+    rows = [_cells(r, summary.ks, gpu) for r in summary.rows]
     if len(summary.rows) > 1:
-        rows.append(_cells(summary.overall, summary.ks))
+        rows.append(_cells(summary.overall, summary.ks, gpu))
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -103,13 +106,17 @@ def format_table(summary: Summary, markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
+#: How a stage a CPU-only turn stopped at reads in the table ("run": built, waiting for a GPU).
+STAGE_LABELS = {"run": "run (needs a GPU)", "build": "build (nvcc)", "screen": "source screen"}
+
+
 def _stages(stages: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in stages.items())
+    return ", ".join(f"{STAGE_LABELS.get(k, k)} x{v}" for k, v in stages.items())
 
 
 def cpu_table(summary: Summary, markdown: bool = False) -> list[str]:
     """What the CPU stages learned: built, target family in the SASS, the stage each turn ended at."""
-    head = ["task", "turns", "compiled", "static target", "ended at stage"]
+    head = ["task", "turns", "compiled", "static target", "stopped at stage"]
     rows = list(summary.rows) + ([summary.overall] if len(summary.rows) > 1 else [])
     cells = [
         [
@@ -117,7 +124,7 @@ def cpu_table(summary: Summary, markdown: bool = False) -> list[str]:
             str(r.turns),
             _pct(r.compiled),
             _pct(r.static_target),
-            ", ".join(f"{k} {v}" for k, v in r.stages.items()),
+            _stages(r.stages),
         ]
         for r in rows
     ]

@@ -139,22 +139,38 @@ class RunStore:
 
     # ---------------------------------------------------------------------------------------- opening
 
-    def open(self, config: EvalConfig, policy: dict[str, Any], evaluator: str, resume: bool) -> ResumeState:
-        """Create the directory or, with ``resume``, pick up what it holds."""
-        has_turns = self.trajectory_path.is_file() and self.trajectory_path.stat().st_size > 0
-        if has_turns and not resume:
-            raise RunDirError(
-                f"{self.dir} already holds a run; pass --resume to continue it, or choose "
-                "a new --out directory"
-            )
-        meta = self._read_meta() if resume else {}
-        if resume and meta.get("config"):
+    def check_resume(self, config: EvalConfig) -> None:
+        """Refuse (``RunDirError``) to resume a run that was started with other settings."""
+        meta = self._read_meta()
+        if meta.get("config"):
             changed = config_changes(meta["config"], config.model_dump(mode="json"))
             if changed:
                 raise RunDirError(
                     f"{self.dir} was started with other settings ({'; '.join(changed)}); resume it with "
                     "the same settings, or start a new run with another --out"
                 )
+
+    def check_open(self, config: EvalConfig, resume: bool) -> dict[str, Any]:
+        """Raise ``RunDirError`` if ``open`` would refuse; return the run's metadata ({} for a new run).
+
+        Reads only: a refused run leaves the directory as it was (and makes none).
+        """
+        if self.dir.exists() and not self.dir.is_dir():
+            raise RunDirError(f"{self.dir} is a file, not a run directory; choose another --out")
+        has_turns = self.trajectory_path.is_file() and self.trajectory_path.stat().st_size > 0
+        if has_turns and not resume:
+            raise RunDirError(
+                f"{self.dir} already holds a run; pass --resume to continue it, or choose "
+                "a new --out directory"
+            )
+        if not resume:
+            return {}
+        self.check_resume(config)
+        return self._read_meta()
+
+    def open(self, config: EvalConfig, policy: dict[str, Any], evaluator: str, resume: bool) -> ResumeState:
+        """Create the directory or, with ``resume``, pick up what it holds."""
+        meta = self.check_open(config, resume)
         self.dir.mkdir(parents=True, exist_ok=True)
         notes = []
         old_name = (meta.get("policy") or {}).get("name")

@@ -21,7 +21,8 @@ def test_tasks_lists_every_env_id(capsys: pytest.CaptureFixture[str]) -> None:
 def test_tasks_json_filtered_by_arch(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tasks", "--arch", "sm100a", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 5 and all(r["arch"] == "sm_100a" for r in rows)
+    assert all(r["arch"] == "sm_100a" for r in rows) and len(rows) == 31  # 5 primary + the suite
+    assert [r["id"] for r in rows if r["primary"]] == [r["id"] for r in rows[:5]]
     assert rows[0]["workload"] == {"M": 8192, "N": 7168, "K": 5120}
 
 

@@ -219,6 +219,7 @@ def test_cache_hit_is_much_faster_than_a_build(plain_builds) -> None:
     assert cached_s < cold_s / 5, f"cached {cached_s:.3f} s vs cold {cold_s:.3f} s"
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_static_target_detection_on_real_builds(plain_builds, built) -> None:
     wgmma = _census(built["wgmma"], HOPPER)

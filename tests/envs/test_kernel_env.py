@@ -19,7 +19,12 @@ ALL_IDS = register_envs()
 PLAIN_KERNEL = (Path(__file__).parents[1] / "data" / "plain_gemm.cu").read_text()
 
 
+TRACE_FIXTURE = Path(__file__).parents[1] / "fixtures" / "trace_dataset"
+
+
 def make(env_id: str = "ptxgym/Gemm-sm90a-v0", **kw):
+    if env_id == "ptxgym/Trace-v0":  # plays a dataset folder: our fixture
+        kw = {"dataset": TRACE_FIXTURE, "task": "gemm_n256_k512@sm_90a", **kw}
     return gymnasium.make(env_id, evaluator="none", **kw)
 
 

@@ -18,7 +18,7 @@ FAKE_WORKER = _HERE / "fake_worker.py"
 def fake_worker_argv():
     """argv prefix that starts the fake worker in a given mode."""
 
-    def _argv(mode: str) -> list[str]:
-        return [sys.executable, str(FAKE_WORKER), "--mode", mode]
+    def _argv(mode: str, *extra: str) -> list[str]:
+        return [sys.executable, str(FAKE_WORKER), "--mode", mode, *extra]
 
     return _argv

@@ -5,7 +5,9 @@ says hello, then misbehaves on its first command according to ``--mode``: ``echo
 having no GPU, never writes an output), ``hang`` never answers, ``crash`` dies by SIGSEGV, ``exit`` exits
 with code 3, ``garbage`` writes bytes that are not a reply, ``wrong_seq`` answers another command,
 ``oversize`` answers with 2 MiB, ``child`` forks a sleeping grandchild and then hangs (for the process-group
-kill).
+kill), ``slow`` answers every command properly but only after ``--delay`` seconds (a candidate whose calls
+each return slowly), ``flood`` prints ``--flood-mib`` MiB and a last line ``END OF FLOOD`` to stdout
+before each proper answer (a printf flood).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import os
 import pickle
 import signal
+import sys
 import time
 from multiprocessing.connection import Connection
 
@@ -38,9 +41,13 @@ def main() -> None:
     parser.add_argument("--fd-in", type=int, required=True)
     parser.add_argument("--fd-out", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--delay", type=float, default=0.2)
+    parser.add_argument("--flood-mib", type=float, default=3.0)
     args = parser.parse_args()
     conn_in = Connection(args.fd_in, writable=False)
     conn_out = Connection(args.fd_out, readable=False)
+    import ptxgym.evaluation.protocol  # noqa: F401 - warm, as a real worker is, before saying hello
+
     hello = {"pid": os.getpid(), "device": 0, "warm_s": 0.0, "torch": "none"}
     conn_out.send_bytes(_reply(0, hello=hello))
     if args.mode == "child":
@@ -54,6 +61,16 @@ def main() -> None:
             return
         seq = cmd.seq
         if args.mode == "echo":
+            conn_out.send_bytes(_reply(seq, **_payload(cmd)))
+        elif args.mode == "slow":
+            time.sleep(args.delay)
+            conn_out.send_bytes(_reply(seq, **_payload(cmd)))
+        elif args.mode == "flood":
+            line = b"x" * 1023 + b"\n"
+            for _ in range(int(args.flood_mib * 1024)):
+                sys.stdout.buffer.write(line)
+            sys.stdout.buffer.write(b"END OF FLOOD\n")
+            sys.stdout.flush()
             conn_out.send_bytes(_reply(seq, **_payload(cmd)))
         elif args.mode in ("hang", "child"):
             time.sleep(600)

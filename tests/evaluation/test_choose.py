@@ -61,3 +61,18 @@ def test_importing_select_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_make_and_reset_with_the_default_evaluator_import_no_torch_without_a_driver(monkeypatch):
+    """The env path end to end (``gymnasium.make`` + ``reset``); bench/cpu_startup.py times it."""
+    from ptxgym.evaluation.choose import driver_unavailable_reason
+
+    if driver_unavailable_reason() is None:
+        pytest.skip("an NVIDIA driver is here: the GPU path is taken")
+    monkeypatch.delenv("PTXGYM_EVALUATOR", raising=False)
+    code = (
+        "import sys, gymnasium, ptxgym; env = gymnasium.make('ptxgym/Gemm-sm90a-v0'); env.reset(seed=0);"
+        "print(env.unwrapped.evaluator.name, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["none", "False"], out.stderr

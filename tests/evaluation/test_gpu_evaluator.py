@@ -13,7 +13,7 @@ import pytest
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
 from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode, TargetMode  # noqa: E402
-from ptxgym.records.feedback import Status, Verdict  # noqa: E402
+from ptxgym.records.feedback import Proof, Status, Verdict  # noqa: E402
 from ptxgym.records.tasks import get_task  # noqa: E402
 
 SETTINGS = EvalSettings(
@@ -105,6 +105,9 @@ def test_tma_gemm_passes_with_target_yes(evaluator, gemm):
     assert verdict.target.static is True
     assert verdict.target.executed is Verdict.YES, verdict.target.message
     assert verdict.target.counts.get("UTMALDG", 0) > 0
+    # TMA loads feed SIMT math: the target executed, but its MMAs did none of the work, so no target credit
+    assert verdict.target.work is Verdict.NO and verdict.target.mma_share == 0.0
+    assert verdict.evidence.target_executed == [Proof.NCU_OFFLINE] and verdict.evidence.kernel_census
 
 
 def test_decoy_wgmma_is_static_yes_executed_no(evaluator, gemm):

@@ -320,6 +320,7 @@ def listener():
     sock.close()
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @needs_landlock
 def test_native_candidate_host_code_is_contained(tmp_path, listener):

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from ptxgym.evaluation.trusted.memcheck import error_count, first_error
-from ptxgym.evaluation.trusted.ncu import opcode_of, parse_ncu_csv, verdict_from_profiles
+from ptxgym.evaluation.trusted.ncu import (
+    foreign_kernels,
+    is_own_kernel,
+    opcode_of,
+    parse_ncu_csv,
+    verdict_from_profiles,
+)
 from ptxgym.records.arch import BLACKWELL, HOPPER
 from ptxgym.records.feedback import Verdict
 
@@ -105,3 +111,34 @@ def test_memcheck_first_error_block():
     assert first_error(text).splitlines()[0] == "Invalid __global__ read of size 2 bytes"
     assert len(first_error(text).splitlines()) == 4
     assert error_count(text) == 1
+
+
+@pytest.mark.parametrize(
+    ("profiled", "module", "own"),
+    [
+        (  # the GEMM expert as ncu prints it, against cuobjdump's name for it
+            "gemm::gemm_kernel(CUtensorMap_st, CUtensorMap_st, CUtensorMap_st, int, int, int)",
+            ["_ZN4gemm11gemm_kernelE14CUtensorMap_stS0_S0_iii"],
+            True,
+        ),
+        ("void tile<128>(float *)", ["_Z4tileILi128EEvPf"], True),
+        ("peek", ["peek"], True),  # extern "C"
+        (
+            "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT",
+            ["_ZN4gemm11gemm_kernelE14CUtensorMap_stS0_S0_iii"],
+            False,
+        ),
+        ("gemm(float *)", ["_Z14gemm_kernelPf"], False),  # '4gemm' inside '14gemm_kernel' is not a name
+        ("run_kernel()", [], False),
+    ],
+)
+def test_kernel_census_by_name(profiled, module, own):
+    assert is_own_kernel(profiled, module) is own
+
+
+def test_foreign_kernels_of_a_recorded_profile():
+    kernels = parse_ncu_csv(_fixture("ncu/tma_gemm.csv"))
+    mangled = ["_Z8gemm_tma14CUtensorMap_stS_P13__nv_bfloat16iii"]
+    assert foreign_kernels(kernels, mangled) == ()
+    assert foreign_kernels(kernels, ["_Z10wgmma_tilePK13__nv_bfloat16S1_Pf"])[0].startswith("gemm_tma(")
+    assert foreign_kernels(kernels, []) == ()  # no module list: no census

@@ -94,6 +94,7 @@ def test_validation_kernels_cover_every_group() -> None:
     assert sorted(p.name for p in VALIDATION) == sorted(EXPECTED)
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_validation_kernel_shows_its_family(sass: dict[str, str], name: str) -> None:

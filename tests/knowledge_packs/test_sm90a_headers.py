@@ -257,6 +257,7 @@ def exercise(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Compl
     return proc, sass, host
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_every_header_compiles_alone(per_header: subprocess.CompletedProcess) -> None:
     assert per_header.returncode == 0, per_header.stderr[-4000:]

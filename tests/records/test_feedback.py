@@ -9,9 +9,12 @@ import pytest
 from ptxgym.records.feedback import (
     CompileInfo,
     CorrectnessInfo,
+    Evidence,
     Feedback,
     KernelResources,
     LatencyStats,
+    MemcheckInfo,
+    Proof,
     SassInfo,
     Stage,
     Status,
@@ -58,7 +61,7 @@ def test_json_round_trip_keeps_everything() -> None:
     fb = _passed()
     again = Feedback.from_json(fb.to_json())
     assert again == fb
-    assert json.loads(fb.to_json())["schema_version"] == "ptxgym.feedback.v1"
+    assert json.loads(fb.to_json())["schema_version"] == "ptxgym.feedback.v2"
     assert again.speedup == pytest.approx(0.9725) and again.correct
 
 
@@ -103,3 +106,71 @@ def test_truncate_keeps_head_and_tail() -> None:
     text = "a" * 5000 + "TAIL"
     out = truncate(text, 1000)
     assert len(out) < 1100 and out.endswith("TAIL") and "cut" in out
+
+
+V1_RECORD = {  # a PASSED turn as ptxgym wrote it before the v2 fields (trimmed to what v1 required)
+    "schema_version": "ptxgym.feedback.v1",
+    "task_id": "Gemm-sm90a",
+    "turn": 0,
+    "status": "PASSED",
+    "stage": "done",
+    "message": "correct on 42 checked calls",
+    "target": {
+        "family": "wgmma",
+        "mode": "executed",
+        "static": True,
+        "executed": "yes",
+        "counts": {"HGMMA": 1},
+    },
+    "memcheck": {"ran": True, "clean": True, "first_error": None},
+}
+
+
+def test_v1_records_still_load_and_keep_their_version() -> None:
+    old = Feedback.from_json(V1_RECORD)
+    assert old.schema_version == "ptxgym.feedback.v1" and old.target_credited
+    assert old.evidence == Evidence() and old.target is not None and old.target.work is Verdict.NOT_CHECKED
+    assert Feedback.from_json(old.to_json()) == old
+
+
+def test_unknown_version_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown Feedback schema_version 'ptxgym.feedback.v9'.*upgrade"):
+        Feedback.from_json({**V1_RECORD, "schema_version": "ptxgym.feedback.v9"})
+
+
+def test_v2_target_credit_needs_the_work_share() -> None:
+    fb = _passed()
+    assert fb.target_executed is Verdict.YES and not fb.target_credited  # executed, work not measured
+    work = fb.target.model_copy(update={"mma_share": 0.98, "work": Verdict.YES})
+    assert fb.replace(target=work).target_credited
+    token = fb.target.model_copy(update={"mma_share": 3e-8, "work": Verdict.NO})
+    assert not fb.replace(target=token).target_credited
+
+
+@pytest.mark.parametrize(
+    ("status", "needle"),
+    [
+        (Status.FOREIGN_KERNEL, "not from your own source"),
+        (Status.PROOF_FAILED, "proof tool could not finish"),
+    ],
+)
+def test_render_new_statuses(status: Status, needle: str) -> None:
+    fb = _passed().replace(status=status, stage=Stage.EXECUTE, message="x")
+    text = render_feedback(fb)
+    assert text.startswith(f"Turn 3 result: {status.value}") and needle in text and "earns nothing" in text
+    assert status.compiled and status.ran  # facts; the rewards decide that these pay nothing
+
+
+def test_render_work_share_and_evidence() -> None:
+    target = _passed().target.model_copy(update={"mma_share": 0.004, "tma_share": None, "work": Verdict.NO})
+    evidence = Evidence(target_executed=[Proof.NCU_OFFLINE], memory_safety=[Proof.MEMCHECK])
+    text = render_feedback(_passed().replace(target=target, evidence=evidence))
+    assert "MMA FLOPs 0.4% of the task's FLOPs, TMA bytes unknown" in text and "NOT met" in text
+    assert "Evidence: target executed: ncu-offline; target work: none; kernel census: none; " in text
+    assert "memory safety: memcheck." in text
+
+
+def test_render_failed_memcheck_says_so() -> None:
+    info = MemcheckInfo(ran=True, clean=None, first_error="memcheck timed out after 180 s")
+    fb = _passed().replace(status=Status.PROOF_FAILED, stage=Stage.RUN, memcheck=info)
+    assert "memcheck timed out after 180 s" in render_feedback(fb)

@@ -1,4 +1,7 @@
-"""The task catalog: five primary BF16 workloads for Hopper and Blackwell."""
+"""The task catalog: five primary BF16 workloads for Hopper and Blackwell.
+
+The rest of the catalog, the PTXBench suite, is tested in test_task_records.py.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ NAMES = ["Gemm", "MhaFwd", "MhaFwdCausal", "MhaBwd", "MhaBwdCausal"]
 
 
 def test_catalog_has_every_workload_for_both_archs() -> None:
-    ids = set(catalog())
+    ids = {tid for tid, t in catalog().items() if t.primary}
     assert ids == {f"{n}-{a}" for n in NAMES for a in ("sm90a", "sm100a")}
 
 

@@ -16,6 +16,7 @@ from ptxgym.records.feedback import (
     TargetInfo,
     TimingInfo,
     Verdict,
+    work_verdict,
 )
 
 _STAGE = {
@@ -31,6 +32,8 @@ _STAGE = {
     Status.TIMING_ANOMALY: Stage.TIME,
     Status.PASSED: Stage.DONE,
     Status.INFRA_ERROR: Stage.RUN,
+    Status.FOREIGN_KERNEL: Stage.EXECUTE,
+    Status.PROOF_FAILED: Stage.EXECUTE,
 }
 
 
@@ -43,8 +46,12 @@ def make_feedback(
     turn: int = 0,
     with_target: bool = True,
     compile_ok: bool | None = None,
+    mma_share: float | None = 1.0,
 ) -> Feedback:
-    """A Feedback as the pipeline would write it for ``status`` (stage parts filled as far as it got)."""
+    """A Feedback as the pipeline would write it for ``status`` (stage parts filled as far as it got).
+
+    An executed target comes with its work share (``mma_share``, 1.0 by default: an expert kernel's).
+    """
     got_built = status.compiled if compile_ok is None else compile_ok
     parts: dict = {}
     if status is not Status.EXTRACT_ERROR:
@@ -65,7 +72,15 @@ def make_feedback(
             speedup=speedup,
         )
         if with_target:
-            parts["target"] = TargetInfo(family="wgmma/TMA", mode=mode, static=static, executed=executed)
+            measured = executed is Verdict.YES
+            parts["target"] = TargetInfo(
+                family="wgmma/TMA",
+                mode=mode,
+                static=static,
+                executed=executed,
+                mma_share=mma_share if measured else None,
+                work=work_verdict(mma_share) if measured else Verdict.NOT_CHECKED,
+            )
     return Feedback(
         task_id="Gemm-sm90a",
         turn=turn,

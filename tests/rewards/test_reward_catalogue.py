@@ -76,6 +76,8 @@ def test_target_bonus_needs_run_time_proof(fb):
     static_only = fb(Status.PASSED, speedup=0.2, executed=Verdict.NOT_CHECKED, mode="static", static=True)
     assert TargetBonus()(static_only, []).total == 0.0
     assert TargetBonus(bonus=0.5)(fb(Status.PASSED, speedup=0.2), []).total == 0.5
+    token_wgmma = fb(Status.PASSED, speedup=0.2, mma_share=1e-6)  # one wgmma per call
+    assert TargetBonus()(token_wgmma, []).total == 0.0
 
 
 def test_kevin_score(fb):
@@ -130,6 +132,8 @@ def test_cuda_agent_milestones(fb):
     assert r(fb(Status.INFRA_ERROR), []).total == 0.0
     assert r(fb(Status.PASSED, speedup=0.9), []).total == 1.0
     assert r(fb(Status.PASSED, speedup=1.1), []).total == 2.0
+    assert r(fb(Status.FOREIGN_KERNEL, speedup=3.0), []).total == -1.0
+    assert r(fb(Status.PROOF_FAILED, speedup=3.0), []).total == -1.0
 
 
 def test_kernrl(fb):
@@ -141,3 +145,5 @@ def test_kernrl(fb):
     assert r(fb(Status.PASSED, speedup=0.6), []).total == pytest.approx(-0.2)
     assert r(fb(Status.PASSED, speedup=1.5), []).total == pytest.approx(0.5)
     assert r(fb(Status.PASSED, speedup=7.0), []).total == pytest.approx(2.0)
+    assert r(fb(Status.FOREIGN_KERNEL, speedup=3.0), []).total == -0.5
+    assert r(fb(Status.PROOF_FAILED, speedup=3.0), []).total == -0.5

@@ -28,6 +28,8 @@ EXPECTED_FAILURES = {
     Status.INPUT_MUTATED: 0.25,
     Status.TIMING_ANOMALY: 0.25,
     Status.INFRA_ERROR: 0.15,
+    Status.FOREIGN_KERNEL: 0.0,  # forfeits: not even stage credit
+    Status.PROOF_FAILED: 0.0,
 }
 
 
@@ -102,3 +104,34 @@ def test_rewards_are_pure_functions_of_the_json(fb):
     f = fb(Status.PASSED, speedup=1.25)
     again = Feedback.from_json(json.loads(f.to_json()))
     assert StagedReward()(again, []) == StagedReward()(f, [])
+
+
+@pytest.mark.parametrize(
+    ("share", "target_paid"),
+    [(1.0, True), (1.03, True), (0.5, True), (0.49, False), (0.125, False), (2.7e-8, False), (None, False)],
+)
+def test_target_credit_needs_the_work_share(fb, share, target_paid):
+    """A wgmma that executes but does a token part of the FLOPs (one per call) earns no target credit."""
+    f = fb(Status.PASSED, speedup=1.5, mma_share=share)
+    res = StagedReward()(f, [])
+    assert qualifies(f) is target_paid
+    assert res.components["target"] == pytest.approx(0.15 if target_paid else 0.0)
+    assert res.total == pytest.approx(0.25 + (0.30 + 0.15 + 0.30 * 1.5 / 2 if target_paid else 0.0))
+
+
+def test_a_v1_record_keeps_its_rule(fb):
+    """Old trajectories (no work share) are judged as they were written: an executed yes was enough."""
+    data = json.loads(fb(Status.PASSED, speedup=1.5, mma_share=None).to_json())
+    assert not qualifies(Feedback.from_json(data))
+    data["schema_version"] = "ptxgym.feedback.v1"
+    old = Feedback.from_json(data)
+    assert qualifies(old) and StagedReward()(old, []).components["target"] == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize("status", [Status.FOREIGN_KERNEL, Status.PROOF_FAILED])
+def test_forfeits_pay_less_than_any_honest_failure(fb, status):
+    f = fb(status, speedup=3.0)
+    honest = [fb(s, speedup=3.0) for s in EXPECTED_FAILURES if s not in (status, Status.EXTRACT_ERROR)]
+    staged = StagedReward()
+    assert all(v == 0.0 for v in staged(f, []).components.values())
+    assert all(staged(f, []).total <= staged(h, []).total for h in honest)

@@ -187,3 +187,13 @@ def test_a_cpu_only_run_reports_what_the_cpu_stages_learned(tmp_path: Path) -> N
 
     png = write_report(tmp_path)["fast_p_png"]
     assert png.stat().st_size > 1000
+
+
+def test_a_cpu_only_table_shows_unknown_rates_as_na_not_zero() -> None:
+    records = [_cpu_turn(0, Status.NOT_EVALUATED, Stage.RUN, True)]
+    text = format_table(summarize(records))
+    gemm = next(line.split() for line in text.splitlines() if line.startswith("Gemm-sm90a"))
+    assert gemm[3:5] == ["n/a", "n/a"]  # correct<=1, inst<=1: unknown without a GPU, not 0.0%
+    assert "run (needs a GPU) x1" in text
+    compile_only = [_cpu_turn(0, Status.COMPILE_ERROR, Stage.BUILD, None)]
+    assert "0.0%" in format_table(summarize(compile_only))  # nothing built: truly 0, not unknown

@@ -192,6 +192,7 @@ def test_shared_evaluator_ignores_env_close() -> None:
     assert shared.name == "none" and shared._lock is not None
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_reference_policy_main_job_on_cpu(tmp_path: Path) -> None:
     packs = tmp_path / "packs" / "sm90a" / "solutions"

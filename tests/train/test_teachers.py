@@ -27,6 +27,7 @@ def _replay(tmp_path, records, action: str, name: str) -> ReplayPolicy:
     return ReplayPolicy(path, trajectory_id=f"teacher/{name}")
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_repair_teacher_fixes_what_the_trajectories_did_not(records, kernel_text, tmp_path):
     fixed = f"Minimal fix:\n```cpp\n{kernel_text('naive_gemm')}```"

@@ -5,14 +5,22 @@ disposable process. It loads one input set saved by the trusted evaluator, alloc
 outputs, loads the candidate with TVM-FFI (or, with ``--baseline``, takes a function of
 ``library_baselines``, to profile the vendor library the same way) and calls it: once outside
 any NVTX range (module loading, lazy initialisation), then once inside the NVTX range ``candidate`` that
-the profiler filters on. It prints nothing on stdout (the profiler's CSV goes there) and exits 0 only if
-both calls returned.
+the profiler filters on. It exits 0 only if both calls returned.
+
+With ``--scratch`` it applies the host sandbox (``sandbox.apply``, mode ``--sandbox``) after CUDA, torch,
+TVM-FFI and the buffers are set up and before the candidate is loaded, exactly as the worker does: from
+then on the process writes only beneath that scratch directory, so it cannot touch the report the tool
+writes elsewhere (``trusted/tools.py``), and has no network. Nothing the driver or the candidate prints
+is a proof; the tools' reports are read from their own files.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from ptxgym.evaluation.protocol import MODES
 
 
 def _range():
@@ -58,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry", default="run")
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--mode", choices=("profile", "memcheck"), default="profile")
+    parser.add_argument(
+        "--scratch", help="sandbox the process before loading the target; it may write only here"
+    )
+    parser.add_argument("--sandbox", choices=MODES, default="on", help="host sandbox mode (with --scratch)")
     args = parser.parse_args(argv)
 
     import torch
@@ -73,10 +85,20 @@ def main(argv: list[str] | None = None) -> int:
         torch.empty(shape, dtype=getattr(torch, dtype), device=dev)
         for shape, dtype in saved["outputs"].values()
     ]
-    fn = _target(args, outputs)
     stream = torch.cuda.Stream(device=dev)
     torch.cuda.set_stream(stream)
     push, pop, how = _range()
+    torch.cuda.synchronize()
+    if args.scratch:
+        from ptxgym.evaluation.sandboxed import sandbox
+
+        try:
+            report = sandbox.apply(args.sandbox, Path(args.scratch))
+        except sandbox.SandboxError as exc:
+            print(f"driver: the sandbox could not be applied: {exc}", file=sys.stderr)
+            return 3
+        print(f"driver: sandbox {report.summary()}", file=sys.stderr)
+    fn = _target(args, outputs)
     with tvm_ffi.use_torch_stream():
         for out in outputs:
             poison_(out)

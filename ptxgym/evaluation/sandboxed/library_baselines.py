@@ -9,6 +9,8 @@ plus the reference's keyword options (``causal``). It either writes the outputs 
 * ``mha_fwd_cudnn``: cuDNN SDPA forward with the log-sum-exp (``_scaled_dot_product_cudnn_attention``).
 * ``mha_bwd_cudnn``: cuDNN SDPA backward only (``_scaled_dot_product_cudnn_attention_backward``), fed
   the given O, dO and LSE (the forward is not timed).
+* ``torch_reference``: the definition's own PyTorch reference ``run`` on the GPU, for definitions no
+  library covers (the task's Feedback names it ``torch_reference``); the trusted side passes the source.
 """
 
 from __future__ import annotations
@@ -76,3 +78,20 @@ def mha_bwd_cudnn(Q, K, V, O, dO, LSE, dQ, dK, dV, causal: bool = False, **_):  
         bool(causal),
         scale=1.0 / math.sqrt(D),
     )
+
+
+_REFERENCES: dict[str, dict] = {}
+
+
+def torch_reference(*args, reference_source: str, input_names: list[str], **options):
+    """The definition's reference ``run`` on the inputs; returns its outputs.
+
+    The harness outputs that follow the inputs are ignored (the worker copies the returned tensors into
+    them). The source is the task's own code (catalog or dataset), compiled once per worker.
+    """
+    namespace = _REFERENCES.get(reference_source)
+    if namespace is None:
+        namespace = {"__name__": "ptxgym_reference_baseline"}
+        exec(compile(reference_source, "<definition reference>", "exec"), namespace)  # noqa: S102 - task data
+        _REFERENCES[reference_source] = namespace
+    return namespace["run"](*args[: len(input_names)], **options)

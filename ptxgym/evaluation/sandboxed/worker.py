@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.protocol import (
-    COMMANDS,
     ApplySandbox,
+    Arg,
     Attach,
     AttachResult,
     Call,
@@ -43,9 +43,11 @@ from ptxgym.evaluation.protocol import (
     Load,
     Reply,
     SandboxReport,
+    ScalarArg,
     Spans,
     TrialBegin,
     TrialEnd,
+    parse_command,
 )
 
 _T0 = time.perf_counter()
@@ -157,16 +159,10 @@ class Worker:
             except EOFError:
                 return
             try:
-                cmd = pickle.loads(raw)
+                cmd = parse_command(pickle.loads(raw))
             except Exception as exc:  # noqa: BLE001 - e.g. a CUDA IPC handle that cannot be opened
                 print(traceback.format_exc(), file=sys.stderr, flush=True)
-                self._send(
-                    Reply(seq=expected, ok=False, error=f"command could not be unpacked: {exc!r}"[:4000])
-                )
-                expected += 1
-                continue
-            if not isinstance(cmd, COMMANDS):
-                self._send(Reply(seq=expected, ok=False, error=f"not a command: {type(cmd).__name__}"))
+                self._send(Reply(seq=expected, ok=False, error=f"invalid command: {exc}"[:4000]))
                 expected += 1
                 continue
             expected = cmd.seq + 1
@@ -197,22 +193,7 @@ class Worker:
 
     def _op_attach(self, seq: int, cmd: Attach) -> Reply:
         torch = self.torch
-        blob = cmd.blob
-        self.args, self.outputs = [], []
-        for entry in cmd.sets:
-            args, outs = [], []
-            for role, value in entry:
-                if role == "scalar":
-                    args.append(value)
-                    continue
-                offset, shape, dtype = value
-                nbytes = _numel(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-                view = blob[offset : offset + nbytes].view(getattr(torch, dtype)).view(shape)
-                args.append(view)
-                if role == "out":
-                    outs.append(view)
-            self.args.append(args)
-            self.outputs.append(outs)
+        self.args, self.outputs = argument_views(cmd.blob, cmd.sets)
         self.flush = torch.empty(cmd.flush_bytes, dtype=torch.uint8, device=f"cuda:{self.device}")
         cupti_ok, cupti_error = self._start_cupti(cmd.cupti)
         self.arena = cmd.arena
@@ -363,6 +344,29 @@ class Worker:
                 "the candidate reset or replaced the device context (cudaDeviceReset?)"
             )
         return ""
+
+
+def argument_views(blob: Any, sets: list[list[Arg]]) -> tuple[list[list[Any]], list[list[Any]]]:
+    """Per input set, the call's arguments (views of ``blob`` and scalars) and its output views."""
+    import torch
+
+    all_args, all_outs = [], []
+    for entry in sets:
+        args: list[Any] = []
+        outs: list[Any] = []
+        for arg in entry:
+            if isinstance(arg, ScalarArg):
+                args.append(arg.value)
+                continue
+            dtype = getattr(torch, arg.dtype)
+            nbytes = _numel(arg.shape) * torch.empty((), dtype=dtype).element_size()
+            view = blob[arg.offset : arg.offset + nbytes].view(dtype).view(arg.shape)
+            args.append(view)
+            if arg.role == "out":
+                outs.append(view)
+        all_args.append(args)
+        all_outs.append(outs)
+    return all_args, all_outs
 
 
 def _numel(shape) -> int:

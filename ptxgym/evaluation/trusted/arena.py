@@ -1,29 +1,52 @@
-"""The trusted evaluator's buffers for one task: input sets, outputs, reference outputs, perturbations.
+"""The trusted evaluator's buffers for one task: input sets, outputs, reference outputs, fresh values.
 
 Everything a candidate's worker may touch lives in one device allocation (the *blob*), shared with the
 worker through CUDA IPC: the input sets and their output buffers. Everything that decides a verdict
-stays private to the trusted process: the pristine inputs of each set, the reference outputs, and the
-sign state of its perturbations (the shared inputs must equal pristine x state after every call). The
-blob is one allocation sized to a whole number of 2 MiB pages above the caching allocator's large-segment
-bound, so no private tensor can share the IPC-mapped segment.
+stays private to the trusted process: the pristine inputs of each set, the reference outputs, the sign
+state of its perturbations and the private copy of any fresh values (the shared inputs must equal what
+the trusted side says they hold after every call). The blob is one allocation sized to a whole number of
+2 MiB pages above the caching allocator's large-segment bound, so no private tensor can share the
+IPC-mapped segment.
 
-Sets are generated once per arena (seeds recorded) and their fp32 references computed once; each call
-then perturbs the set in place by exact sign flips (``perturb.py``), so the candidate sees new values
-at the same addresses and the expected output is known without re-running the reference.
+Sets are generated once per arena (seeds recorded) and their fp32 references computed once. Two ways to
+give a call new values at the same addresses:
+
+* correctness calls (``prepare(..., fresh=False)``): exact sign flips of the set (``perturb.py``); the
+  expected output follows from the stored reference for free.
+* timed calls, warm-up included (``prepare(..., fresh=True)``): fresh values, a new draw of the
+  workload's distribution for every input in ``fresh`` (``inputs.fresh_names``), generated on the
+  device with the session's secret generator and copied into the set's buffers before the call is sent
+  (outside the timed window). No earlier call saw these values, so an output replayed from an earlier
+  call (cached by pointer, or with signs corrected) is wrong, and a cache keyed on sampled input values
+  never hits. The reference for them is computed only if the call is verified (``verify``), once.
+
+Cost of fresh values, per call of a trial (warm-up included), on the trusted side's GPU and outside
+the timed window: one device draw of the fresh inputs, one device copy into the shared buffers and one
+comparison with the previous draw (the input-mutation check), about five passes over the fresh
+inputs' bytes: GEMM 8192x7168x5120 157 MB, MHA forward 604 MB, MHA backward 201 MB (dO only). At H200
+bandwidth that is roughly 0.2 ms, 0.8 ms and 0.3 ms per call, 0.04-0.15 s per evaluation at the
+default 3 x 60 calls (estimates from bytes, not measurements). Per *verified* timed call, one fp32
+reference run on the device for that call's values (about 0.6, 1.6 and 4 TFLOP of fp32 math for the
+three: roughly 10, 30 and 70 ms at the H200's fp32 rate, so 0.4, 1.1 and 2.7 s per evaluation at the
+default 39 verified calls, ``EvalSettings.verify_timed_fraction``; estimates, not measurements).
+Unverified calls never run it. Correctness calls cost no reference (sign flips of the seeded sets).
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, poison_
-from ptxgym.evaluation.protocol import Attach
+from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg
 from ptxgym.evaluation.trusted.inputs import (
+    draw_fresh,
+    fresh_names,
     generate_inputs,
     load_reference,
     reference_options,
@@ -49,6 +72,10 @@ class InputSet:
     """Private pristine inputs; the shared ones must equal them with ``state`` applied."""
     reference: dict[str, Any]
     state: list = field(default_factory=list)
+    fresh: dict[str, Any] | None = None
+    """Private copies of the fresh values the shared buffers hold now (None: seeded values x ``state``)."""
+    fresh_reference: dict[str, Any] | None = None
+    """The reference for ``fresh``, computed on first verification."""
 
 
 def ipc_pickle(obj: Any) -> bytes:
@@ -75,8 +102,13 @@ class Arena:
         self.namespace = load_reference(task)
         self.options = reference_options(task, self.namespace)
         self.perturb = SignPerturbation(task.definition, task.definition.axis_values(task.workload))
+        self.fresh = fresh_names(task, self.namespace)
+        """Inputs a timed call redraws."""
+        self._mutated: set[str] = set()
+        self.reference_s = 0.0
+        """Wall seconds of the slowest reference run of the seeded sets (the step budget uses it)."""
         self.shapes = task.shapes()
-        self._layout: list[list[tuple[str, Any]]] = []
+        self._layout: list[list[Arg]] = []
         self.blob = self._allocate(len(seeds))
         self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
         self._inputs_file: Path | None = None
@@ -117,27 +149,37 @@ class Arena:
         return self.blob[offset : offset + self._nbytes(name)].view(dtype).view(self.shapes[name])
 
     def _make_set(self, index: int, seed: int) -> InputSet:
+        import torch
+
         defn = self.task.definition
         offsets = self._offsets[index]
         values = generate_inputs(self.task, self.namespace, seed, self.device)
-        shared_in, base_in, entry = {}, {}, []
+        shared_in, base_in = {}, {}
+        entry: list[Arg] = []
         for name in defn.inputs:
             value = values[name]
             if not hasattr(value, "shape"):
-                entry.append(("scalar", value))
+                entry.append(ScalarArg(value=value))
                 continue
             view = self._view(offsets[name], name)
             view.copy_(value)
             shared_in[name] = view
             base_in[name] = value
-            entry.append(("in", (offsets[name], self.shapes[name], str(value.dtype).removeprefix("torch."))))
+            dtype = str(value.dtype).removeprefix("torch.")
+            entry.append(TensorArg(role="in", offset=offsets[name], shape=self.shapes[name], dtype=dtype))
         del values
+        t = time.perf_counter()
         reference = run_reference(self.task, self.namespace, base_in)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.reference_s = max(self.reference_s, time.perf_counter() - t)
         shared_out = {}
         for name, spec in defn.outputs.items():
             shared_out[name] = self._view(offsets[name], name)
             poison_(shared_out[name])
-            entry.append(("out", (offsets[name], self.shapes[name], spec.dtype)))
+            entry.append(
+                TensorArg(role="out", offset=offsets[name], shape=self.shapes[name], dtype=spec.dtype)
+            )
         self._layout.append(entry)
         return InputSet(
             seed=seed,
@@ -154,27 +196,66 @@ class Arena:
         """The command that maps this arena into a worker."""
         return Attach(arena=self.id, blob=self.blob, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti)
 
-    def prepare(self, index: int, generator, perturb: bool = True) -> None:
-        """Perturb set ``index`` in place (new values, same addresses) and poison its outputs."""
+    def prepare(self, index: int, generator, perturb: bool = True, fresh: bool = False) -> None:
+        """Give set ``index`` new values in place (same addresses) and poison its outputs.
+
+        ``fresh``: redraw the ``fresh`` inputs (a timed call); otherwise the set returns to its seeded
+        values and is sign-flipped (a correctness call). Sign groups still flip the inputs not redrawn.
+        """
         s = self.sets[index]
-        if perturb and self.perturb.active:
+        redraw = fresh and bool(self.fresh)
+        self._retire_fresh(s, rewrite=not redraw)
+        flip = [n for n in self.perturb.changed_inputs if not (redraw and n in self.fresh)]
+        if perturb and flip:
             signs = self.perturb.draw(generator, self.device)
-            self.perturb.apply_inputs({n: s.shared_in[n] for n in self.perturb.changed_inputs}, signs)
+            self.perturb.apply_inputs({n: s.shared_in[n] for n in flip}, signs)
             s.state = self.perturb.compose(s.state, signs)
+        if redraw:
+            s.fresh = draw_fresh(self.task, self.fresh, generator, self.device)
+            for name, value in s.fresh.items():
+                s.shared_in[name].copy_(value)
         for out in s.shared_out.values():
             poison_(out)
 
+    def _retire_fresh(self, s: InputSet, rewrite: bool) -> None:
+        """Forget a set's fresh values, noting any the candidate overwrote; ``rewrite``: back to seeded."""
+        import torch
+
+        if s.fresh is None:
+            return
+        self._mutated.update(n for n, v in s.fresh.items() if not torch.equal(s.shared_in[n], v))
+        s.fresh, s.fresh_reference = None, None
+        if rewrite:
+            want = self.perturb.expected_inputs(s.base_in, s.state)
+            for name in self.fresh:
+                s.shared_in[name].copy_(want[name])
+
     def expected_inputs(self, index: int) -> dict[str, Any]:
-        """What the shared inputs of set ``index`` must hold now."""
+        """What the shared inputs of set ``index`` must hold now (private tensors)."""
         s = self.sets[index]
-        return self.perturb.expected_inputs(s.base_in, s.state)
+        want = self.perturb.expected_inputs(s.base_in, s.state)
+        if s.fresh is not None:
+            want.update(s.fresh)
+        return want
+
+    def expected_outputs(self, index: int) -> dict[str, Any]:
+        """The reference outputs for what set ``index`` holds now (run once per fresh draw, when asked)."""
+        s = self.sets[index]
+        if s.fresh is None:
+            return self.perturb.expected(s.reference, s.state)
+        if s.fresh_reference is None:
+            s.fresh_reference = run_reference(self.task, self.namespace, self.expected_inputs(index))
+        return s.fresh_reference
 
     def verify(self, index: int) -> SetCheck:
-        """Inputs of set ``index`` intact and its outputs equal to the (perturbed) reference."""
+        """Inputs of set ``index`` intact and its outputs equal to the reference for its current values."""
         s = self.sets[index]
-        expected = self.perturb.expected(s.reference, s.state)
         return check_call(
-            s.shared_out, expected, s.shared_in, self.expected_inputs(index), self.task.tolerance
+            s.shared_out,
+            self.expected_outputs(index),
+            s.shared_in,
+            self.expected_inputs(index),
+            self.task.tolerance,
         )
 
     def _damaged(self):
@@ -188,8 +269,8 @@ class Arena:
                     yield t, want[n], n
 
     def mutated_inputs(self) -> list[str]:
-        """Names of inputs (in any set) that differ from what they must hold."""
-        return sorted({n for _, _, n in self._damaged()})
+        """Names of inputs (in any set) that differ from what they must hold, or did before a redraw."""
+        return sorted(self._mutated | {n for _, _, n in self._damaged()})
 
     def restore(self) -> list[str]:
         """Rewrite every shared input that differs from what it must hold; return the names rewritten.
@@ -201,6 +282,7 @@ class Arena:
         """
         import torch
 
+        self._mutated.clear()
         fixed = set()
         for tensor, want, name in list(self._damaged()):
             tensor.copy_(want)

@@ -11,6 +11,7 @@ evaluator through ``EvalSettings``; nothing in an action can change it.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from enum import Enum
 from pathlib import Path
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ptxgym.records.feedback import (
     CorrectnessInfo,
     EnvironmentInfo,
+    Evidence,
     MemcheckInfo,
     Stage,
     Status,
@@ -61,9 +63,34 @@ class EvalSettings(BaseModel):
     trials: int = Field(3, ge=1, description="Trials; latency is the median over all timed calls.")
     rotate_sets: int = Field(3, ge=1, description="Input sets the timed calls rotate through.")
     verify_timed_fraction: float = Field(
-        0.25, ge=0.0, le=1.0, description="Fraction of timed calls whose outputs are verified too."
+        0.25,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of timed calls whose outputs are verified too (at least 3 per trial); each "
+        "runs the reference once for that call's fresh values.",
     )
-    call_timeout_s: float = Field(60.0, gt=0, description="Wall limit for one candidate evaluation step.")
+    call_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Wall limit for any one command to a worker (set-up, load, one call); the step as a "
+        "whole has the step budget (budget_* fields, ``budget.StepBudget``).",
+    )
+    budget_slowdown: float = Field(
+        50.0, gt=0, description="Step budget: per-call latency allowed, as a multiple of the baseline's."
+    )
+    budget_base_s: float = Field(
+        10.0, ge=0, description="Step budget: fixed allowance for the load and the first call, s."
+    )
+    budget_call_s: float = Field(
+        0.02,
+        ge=0,
+        description="Step budget: harness allowance per call (pipe, synchronisations, L2 flush, fresh "
+        "values), s.",
+    )
+    budget_proofs_s: float = Field(
+        60.0, ge=0, description="Step budget: allowance for memcheck and the executed-instruction proof, s."
+    )
+    budget_cap_s: float = Field(120.0, gt=0, description="Step budget: hard cap of the whole step, s.")
     target_mode: TargetMode = TargetMode.EXECUTED
     memcheck: MemcheckMode = MemcheckMode.FIRST_CORRECT
     profile_timeout_s: float = Field(120.0, gt=0, description="Wall limit for the Nsight Compute check.")
@@ -85,6 +112,16 @@ class EvalSettings(BaseModel):
         True, description="Reuse baseline timings cached on disk for this GPU, driver, torch and workload."
     )
 
+    @property
+    def verified_per_trial(self) -> int:
+        """Timed calls verified per trial: ``verify_timed_fraction`` of them, at least 3 (all if fewer)."""
+        return min(self.iterations, max(math.ceil(self.verify_timed_fraction * self.iterations), 3))
+
+    @property
+    def calls_per_step(self) -> int:
+        """Candidate calls in one step: the correctness calls and every trial's warm-up and timed calls."""
+        return self.correctness_sets + self.trials * (self.warmup + self.iterations)
+
 
 class BuiltCandidate(BaseModel):
     """What the CPU stages hand to an evaluator."""
@@ -97,10 +134,20 @@ class BuiltCandidate(BaseModel):
     source_sha256: str
     artifact_sha256: str
     static_target: bool = Field(description="Whether the SASS holds a target-family opcode.")
+    kernels: list[str] = Field(
+        default_factory=list,
+        description="Kernels of the built module as the SASS census names them (mangled); the kernel census "
+        "compares what ran during the candidate's calls with these (empty: no census).",
+    )
     episode_id: str = ""
     turn: int = 0
     first_correct_in_episode: bool = Field(
         True, description="No earlier turn of this episode was correct (for MemcheckMode.FIRST_CORRECT)."
+    )
+    input_seed: int | None = Field(
+        None,
+        description="Secret per-episode seed drawn by the env (never shown to the policy); the evaluator "
+        "mixes it into every turn's input seed, so episodes never replay the same inputs.",
     )
 
 
@@ -116,6 +163,7 @@ class GpuVerdict(BaseModel):
     timing: TimingInfo | None = None
     target: TargetInfo | None = None
     memcheck: MemcheckInfo | None = None
+    evidence: Evidence = Field(default_factory=Evidence, description="Which proof backs each verdict.")
     environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
     stage_wall_s: dict[str, float] = Field(default_factory=dict)
     log: str = ""

@@ -2,7 +2,9 @@
 
 Inputs of a workload are made from a recorded seed: ``random`` floats are standard normal drawn directly
 in the tensor's dtype (never zeros), ``derived`` inputs come from the named function of the definition's
-reference source (e.g. ``forward_state`` gives the O and LSE an attention backward consumes), scalars
+reference source (e.g. ``forward_state`` gives the O and LSE an attention backward consumes; ``layout``
+gives the index arrays of a ragged or paged batch from the workload's ``params``, which such functions
+receive by parameter name), scalars
 are passed as is. The reference ``run`` is executed in fp32-exact matmul mode (TF32 off) and its outputs
 are checked against the definition's shapes and dtypes before anything is compared with them.
 """
@@ -98,6 +100,36 @@ def generate_inputs(task: Task, namespace: dict[str, Any], seed: int, device) ->
     return {name: values[name] for name in defn.inputs}
 
 
+def fresh_names(task: Task, namespace: dict[str, Any]) -> tuple[str, ...]:
+    """Inputs a timed call redraws: random tensors that no derived input is computed from.
+
+    A redrawn input that feeds a derived one (the attention backward's Q, K, V feed O and LSE through
+    ``forward_state``) would need the derived function run again on every timed call, a reference forward
+    each time; those keep their set's values, and the inputs drawn beside them (dO) carry the change.
+    """
+    defn, wl = task.definition, task.workload
+    feeding: set[str] = set()
+    for how in wl.inputs.values():
+        if isinstance(how, DerivedInput) and callable(namespace.get(how.function)):
+            feeding.update(inspect.signature(namespace[how.function]).parameters)
+    return tuple(
+        name
+        for name, spec in defn.inputs.items()
+        if spec.shape is not None
+        and isinstance(wl.inputs.get(name, RandomInput()), RandomInput)
+        and name not in feeding
+    )
+
+
+def draw_fresh(task: Task, names: tuple[str, ...], generator, device) -> dict[str, Any]:
+    """New values of ``names`` from the workload's distribution (the same draw as ``generate_inputs``)."""
+    shapes = task.shapes()
+    return {
+        name: _random(shapes[name], torch_dtype(task.definition.inputs[name].dtype), generator, device)
+        for name in names
+    }
+
+
 def _random(shape: tuple[int, ...], dtype, gen, device):
     import torch
 
@@ -119,6 +151,7 @@ def _call_derived(task: Task, namespace: dict[str, Any], function: str, values: 
         )
     params = inspect.signature(fn).parameters
     kwargs = {n: values[n] for n in params if n in values}
+    kwargs.update({n: v for n, v in (task.workload.params or {}).items() if n in params and n not in kwargs})
     try:
         with exact_fp32():
             produced = fn(**kwargs)

@@ -7,10 +7,13 @@ buffers through CUDA IPC, and the worker is killed when the candidate is done, w
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from
 the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
--> correctness -> timing (+ wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed
-target instructions (ncu, per TargetMode). The sandbox report of the worker is recorded in the
-verdict's ``environment.sandbox``. The memcheck and ncu runs start their own processes
-(``driver.py``), which are not sandboxed.
+-> correctness -> timing (fresh input values on every call, a secret random subset verified;
+wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed target instructions, work share
+and kernel census (ncu, per TargetMode); ``verdicts.with_proofs`` turns their outcomes into the final
+status and evidence. From the load on, the step runs against one wall budget (``budget.py``): the proofs
+get what the load, check and time left of it. The sandbox report of the worker is recorded in the verdict's
+``environment.sandbox``. The memcheck and ncu runs start their own driver processes (``driver.py``),
+sandboxed like the worker, their reports read from files the candidate cannot write.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import traceback
 from pathlib import Path
 
 from ptxgym.evaluation.protocol import Load, check_mode
-from ptxgym.evaluation.trusted import ncu
 from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import (
     BuiltCandidate,
@@ -36,17 +38,23 @@ from ptxgym.evaluation.trusted.base import (
     TargetMode,
 )
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore
+from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
-from ptxgym.evaluation.trusted.memcheck import run_memcheck
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
+from ptxgym.evaluation.trusted.proofs import run_proofs
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
-from ptxgym.evaluation.trusted.verdicts import correctness_info, fault_verdict, worker_error_verdict
+from ptxgym.evaluation.trusted.verdicts import (
+    correctness_info,
+    fault_verdict,
+    with_proofs,
+    worker_error_verdict,
+)
 from ptxgym.records import settings as user_settings
 from ptxgym.records.arch import arch_for_capability
 from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
-from ptxgym.records.feedback import EnvironmentInfo, Stage, Status, TargetInfo, TimingInfo, Verdict, truncate
+from ptxgym.records.feedback import EnvironmentInfo, Stage, Status, TimingInfo, truncate
 from ptxgym.records.tasks import Task
 
 
@@ -156,9 +164,8 @@ class LocalGpuEvaluator(Evaluator):
     def _turn_seed(self, candidate: BuiltCandidate) -> int:
         if self.settings.seed is None:
             return secrets.randbits(31)
-        return (
-            self.settings.seed * 1_000_003 + candidate.turn * 7919 + hash(candidate.episode_id) % 997
-        ) % 2**31
+        episode = hash(candidate.episode_id) % 997 if candidate.input_seed is None else candidate.input_seed
+        return (self.settings.seed * 1_000_003 + candidate.turn * 7919 + episode) % 2**31
 
     def _arena(self, task: Task) -> Arena:
         key = (task.definition.name, task.workload.uuid)
@@ -264,9 +271,7 @@ class LocalGpuEvaluator(Evaluator):
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
             raise InfraError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
-        import torch
-
-        return session, handle, torch.cuda.mem_get_info(self.device)[0]
+        return session, handle, self._free_bytes()
 
     def _baseline(self, task: Task, arena: Arena) -> BaselineRecord:
         self._ensure_backend(arena)
@@ -285,7 +290,13 @@ class LocalGpuEvaluator(Evaluator):
         session, handle, _ = self._session(arena, secrets.randbits(31))
         result = SessionResult()
         try:
-            session.load(Load(kind="baseline", function=task.baseline.function, options=arena.options))
+            session.load(
+                Load(
+                    kind="baseline",
+                    function=task.baseline.function,
+                    options={**arena.options, **task.baseline_options},
+                )
+            )
             session.correctness(
                 result, strict=False
             )  # the baseline is timed even where it misses the tolerance
@@ -333,7 +344,11 @@ class LocalGpuEvaluator(Evaluator):
 
         cand, result = turn.candidate, turn.result
         turn.clocks.append(sm_clock_mhz(self.device))
-        turn.details.update({"calibration": session.cal.__dict__, "backend": self.backend})
+        budget = self._budget(turn)
+        turn.details.update(
+            {"calibration": session.cal.__dict__, "backend": self.backend, "step_budget": budget.record()}
+        )
+        session.start_clock(budget)
         try:
             session.load(Load(kind="so", path=str(cand.so_path), entry=cand.entry_symbol))
             turn.stage = Stage.CHECK
@@ -349,6 +364,8 @@ class LocalGpuEvaluator(Evaluator):
             hog = self._memory_hog(turn.free_before)
             if hog or result.failure is not None:
                 return self._failed(turn, hog)
+        except StepBudgetExceeded as exc:
+            return exceeded_verdict(exc, turn.stage, self.environment, **turn.extra())
         except WorkerError as exc:
             return worker_error_verdict(
                 exc, turn.stage, self.settings.call_timeout_s, self.environment, **turn.extra()
@@ -375,10 +392,39 @@ class LocalGpuEvaluator(Evaluator):
             handle.discard()
         return self._timed_verdict(turn)
 
-    def _memory_hog(self, free_before: int) -> str:
+    def _budget(self, turn: Turn) -> StepBudget:
+        """The step's wall budget (``budget.py``): from the baseline latency and the calls to make."""
+        cand, mode = turn.candidate, self.settings.memcheck
+        memcheck = mode is MemcheckMode.ALWAYS or (
+            mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
+        )
+        target = self.settings.target_mode is TargetMode.EXECUTED and cand.static_target
+        stats = turn.baseline.stats
+        return StepBudget.for_step(
+            self.settings,
+            stats.median_ms if stats else None,
+            turn.task.floor_ms(self.facts.name),
+            turn.arena.reference_s,
+            proofs=memcheck or target,
+        )
+
+    def _proof_timeout(self, turn: Turn, limit_s: float) -> float:
+        """A proof's time limit: its own setting, or what is left of the step's budget if less."""
+        clock = turn.session.clock if turn.session is not None else None
+        return limit_s if clock is None else max(1.0, min(limit_s, clock.total_left()))
+
+    def _free_bytes(self) -> int:
+        """Device memory free or held in this (trusted) process's cache: what other processes leave.
+
+        The trusted side allocates during a session (fresh input values, references), so its own cache
+        is counted as free: a drop is then the candidate's process alone.
+        """
         import torch
 
-        used = (free_before - torch.cuda.mem_get_info(self.device)[0]) / 2**30
+        return torch.cuda.mem_get_info(self.device)[0] + torch.cuda.memory_reserved(self.device)
+
+    def _memory_hog(self, free_before: int) -> str:
+        used = (free_before - self._free_bytes()) / 2**30
         if used > self.settings.max_candidate_gpu_gb:
             return (
                 f"the candidate's process holds {used:.1f} GiB of GPU memory, over the "
@@ -489,63 +535,20 @@ class LocalGpuEvaluator(Evaluator):
         return ""
 
     def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
-        cand, arena, walls = turn.candidate, turn.arena, turn.walls
-        mode = self.settings.memcheck
-        update: dict = {}
-        if mode is MemcheckMode.ALWAYS or (
-            mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode
-        ):
-            t = time.perf_counter()
-            info, _, tail = run_memcheck(
-                arena.inputs_file(),
-                cand.so_path,
-                cand.entry_symbol,
-                self.device,
-                self.settings.memcheck_timeout_s,
-            )
-            walls["memcheck"] = round(time.perf_counter() - t, 4)
-            update["memcheck"] = info
-            if info.clean is False:
-                update.update(
-                    status=Status.MEMORY_ERROR,
-                    stage=Stage.RUN,
-                    message=f"compute-sanitizer memcheck found an error: {info.first_error}",
-                    timing=verdict.timing.model_copy(update={"speedup": None}) if verdict.timing else None,
-                )
-                return verdict.model_copy(update=update)
-        t = time.perf_counter()
-        update["target"] = self._target(turn)
-        walls["execute"] = round(time.perf_counter() - t, 4)
-        return verdict.model_copy(update=update)
+        """Memory check, then the executed-instruction proof (``proofs.py``): they can only undo PASSED.
 
-    def _target(self, turn: Turn) -> TargetInfo:
-        task, cand, arena = turn.task, turn.candidate, turn.arena
-        arch = task.arch_spec
-        mode = self.settings.target_mode
-        if mode is not TargetMode.EXECUTED or not cand.static_target:
-            executed = Verdict.NO if mode is TargetMode.EXECUTED else Verdict.NOT_CHECKED
-            message = "" if cand.static_target else "no target-family opcode in the SASS, so none can execute"
-            return TargetInfo(
-                family=arch.target_family,
-                mode=mode.value,
-                static=cand.static_target,
-                executed=executed,
-                message=message,
-            )
-        key = ncu.cache_key(
-            cand.source_sha256, cand.artifact_sha256, task.arch, task.workload.uuid, cand.entry_symbol
+        Their time limits are their own settings or what is left of the step's budget, if less.
+        """
+        settings = self.settings.model_copy(
+            update={
+                "memcheck_timeout_s": self._proof_timeout(turn, self.settings.memcheck_timeout_s),
+                "profile_timeout_s": self._proof_timeout(turn, self.settings.profile_timeout_s),
+            }
         )
-        info, _, _ = ncu.check_executed(
-            arch,
-            arena.inputs_file(),
-            cand.so_path,
-            cand.entry_symbol,
-            self.device,
-            self.settings.profile_timeout_s,
-            user_settings.cache_dir() / "ncu",
-            key,
-        )
-        return info
+        args = (turn.arena.inputs_file(), self.device, settings, self.scratch, self.sandbox_mode)
+        proofs, walls = run_proofs(turn.task, turn.candidate, *args)
+        turn.walls.update(walls)
+        return with_proofs(verdict, proofs)
 
     def _infra(self, message: str, tb: str) -> GpuVerdict:
         return GpuVerdict(

@@ -2,19 +2,36 @@
 
 The driver runs with torch's caching allocator off (``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), so every
 input and output is its own allocation and an access past any of them is reported, not absorbed by a
-neighbouring block of the same segment. The first error block of the tool's report becomes the
-MEMORY_ERROR message.
+neighbouring block of the same segment. It runs sandboxed, with the worker's scrubbed environment
+(``tools.tool_environ``), and the tool writes its report with ``--log-file`` into a directory the
+candidate cannot write (``tools.ProofDirs``); only that file is parsed, never the candidate's output
+(issue 11 item 3: a candidate printed a sanitizer-shaped error carrying a secret and exited with the
+tool's error code). The first error block of the report becomes the MEMORY_ERROR message.
+
+Outcome (``memcheck_info``): errors counted in the report: clean False (MEMORY_ERROR). The report's
+summary says 0 errors and the tool exited 0: clean True. Anything else (a timeout, no report, no summary,
+a non-zero exit with a clean summary, e.g. a candidate that exits with the tool's error code): clean None,
+which the evaluator turns into PROOF_FAILED, never PASSED.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-from ptxgym.evaluation.trusted.tools import driver_argv, find_tool, run_tool
+from ptxgym.evaluation.trusted.tools import (
+    ProofDirs,
+    ToolRun,
+    driver_argv,
+    find_tool,
+    read_report,
+    run_tool,
+    tool_environ,
+)
 from ptxgym.records.feedback import MemcheckInfo
 
+REPORT = "memcheck.txt"
+"""The tool's report file in ``ProofDirs.report`` (``--log-file``): the only text parsed."""
 _EXIT_ON_ERROR = 86
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 _PREFIX = "========="
@@ -51,14 +68,9 @@ def error_count(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def run_memcheck(
-    inputs: Path, so_path: Path, entry: str, device: int, timeout_s: float
-) -> tuple[MemcheckInfo, float, str]:
-    """Run memcheck once; returns the info, wall seconds and the output tail."""
-    tool = find_tool("compute-sanitizer")
-    if tool is None:
-        return MemcheckInfo(ran=False, first_error="compute-sanitizer is not installed here"), 0.0, ""
-    argv = [
+def memcheck_argv(tool: str, log_file: Path, driver: list[str]) -> list[str]:
+    """The compute-sanitizer command over a driver command, its report to ``log_file``."""
+    return [
         tool,
         "--tool",
         "memcheck",
@@ -66,32 +78,61 @@ def run_memcheck(
         str(_EXIT_ON_ERROR),
         "--print-limit",
         "20",
-        *driver_argv(inputs, so_path, entry, device, "memcheck"),
+        "--log-file",
+        str(log_file),
+        *driver,
     ]
-    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    run = run_tool(argv, timeout_s, env)
-    tail = run.output[-4000:]
+
+
+def memcheck_info(report: str | None, run: ToolRun, timeout_s: float) -> MemcheckInfo:
+    """The verdict from the tool's own report file and its exit (module docstring); ``run.output`` unused."""
     if run.timed_out:
-        return (
-            MemcheckInfo(ran=True, clean=None, first_error=f"memcheck timed out after {timeout_s:.0f} s"),
-            run.wall_s,
-            tail,
-        )
-    count = error_count(run.output)
-    if run.returncode == _EXIT_ON_ERROR or (count or 0) > 0:
-        return (
-            MemcheckInfo(ran=True, clean=False, first_error=first_error(run.output) or tail[-800:]),
-            run.wall_s,
-            tail,
-        )
-    if run.returncode == 0 and count == 0:
-        return MemcheckInfo(ran=True, clean=True), run.wall_s, tail
-    return (
-        MemcheckInfo(
+        return MemcheckInfo(ran=True, clean=None, first_error=f"memcheck timed out after {timeout_s:.0f} s")
+    if not report:
+        return MemcheckInfo(
             ran=True,
             clean=None,
-            first_error=f"compute-sanitizer could not complete (exit {run.returncode}): {tail[-600:]}",
-        ),
-        run.wall_s,
-        tail,
+            first_error=f"compute-sanitizer wrote no report (exit {run.returncode}): the candidate's process "
+            "ended before the tool could report",
+        )
+    count = error_count(report)
+    if count is not None and count > 0:
+        return MemcheckInfo(ran=True, clean=False, first_error=first_error(report) or report[-800:])
+    if count == 0 and run.returncode == 0:
+        return MemcheckInfo(ran=True, clean=True)
+    summary = "no error summary" if count is None else "a clean summary"
+    return MemcheckInfo(
+        ran=True,
+        clean=None,
+        first_error=f"compute-sanitizer could not complete (exit {run.returncode}, {summary} in its report)",
     )
+
+
+def run_memcheck(
+    inputs: Path,
+    so_path: Path,
+    entry: str,
+    device: int,
+    timeout_s: float,
+    dirs: ProofDirs | None = None,
+    sandbox: str = "on",
+) -> tuple[MemcheckInfo, float, str]:
+    """Run memcheck once, sandboxed, in ``dirs`` (or fresh ones).
+
+    Returns the info, the wall seconds and the tail of the run's output (a log, never parsed).
+    """
+    tool = find_tool("compute-sanitizer")
+    if tool is None:
+        return MemcheckInfo(ran=False, first_error="compute-sanitizer is not installed here"), 0.0, ""
+    own = dirs or ProofDirs.create()
+    try:
+        log_file = own.report / REPORT
+        log_file.unlink(missing_ok=True)
+        driver = driver_argv(inputs, so_path, entry, device, "memcheck", scratch=own.scratch, sandbox=sandbox)
+        env = tool_environ(own.scratch, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+        run = run_tool(memcheck_argv(tool, log_file, driver), timeout_s, env, own.scratch)
+        info = memcheck_info(read_report(log_file), run, timeout_s)
+    finally:
+        if dirs is None:
+            own.remove()
+    return info, run.wall_s, run.output[-4000:]

@@ -1,12 +1,20 @@
 """Executed target instructions: Nsight Compute per-instruction counts inside the candidate's call.
 
-The command (FACTS.md): ``ncu --clock-control none --nvtx --nvtx-include "candidate/" --metrics
-inst_executed,thread_inst_executed_true --page source --print-source sass --csv <driver>``. The CSV has,
+Two commands. The profile (FACTS.md): ``ncu --clock-control none --nvtx --nvtx-include "candidate/"
+--metrics inst_executed,thread_inst_executed_true --export <report dir>/profile <driver>`` writes a
+report file; the read-back ``ncu --import <report dir>/profile.ncu-rep --page source --print-source sass
+--csv --log-file <report dir>/source.csv`` turns it into CSV. Only that file is parsed: the candidate's
+stdout is never read as proof (issue 11 item 2: a kernel that printed ncu-shaped rows got a yes), and
+the driver runs sandboxed, so it cannot write the report directory (``tools.ProofDirs``). A missing or
+unparseable report is a failed proof (``ProfileOutcome.failed``: PROOF_FAILED), never a yes. The CSV has,
 per profiled kernel, a ``"Kernel Name","<name>"`` row, then a header naming ``Address``, ``Source`` and
 the metrics, then one row per SASS instruction. A target-family opcode (``ArchSpec.is_target_opcode``)
 with a positive predicate-true thread count means the family executed: YES. A valid profile with none:
 NO. No kernel profiled, a kernel without instruction rows, a tool error or a timeout: UNKNOWN, never YES.
-Verdicts are cached on disk by hash of source, artifact, architecture and workload.
+The same rows give the family's share of the task's work (``target_work``: executed MMA FLOPs / task
+FLOPs), which the target credit also needs, and the names of the kernels that ran, which are compared
+with the kernels of the candidate's built module (``foreign_kernels``). Outcomes are cached on disk by
+hash of source, artifact, architecture and workload.
 """
 
 from __future__ import annotations
@@ -15,14 +23,28 @@ import csv
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ptxgym.evaluation.trusted.tools import driver_argv, find_tool, run_tool
+from ptxgym.evaluation.trusted.target_work import work_share
+from ptxgym.evaluation.trusted.tools import (
+    ProofDirs,
+    ToolRun,
+    driver_argv,
+    find_tool,
+    read_report,
+    run_tool,
+    tool_environ,
+)
 from ptxgym.records.arch import ArchSpec
 from ptxgym.records.feedback import TargetInfo, Verdict
 
 METRICS = ("inst_executed", "thread_inst_executed_true")
+REPORT = "profile"
+"""Stem of the exported report in ``ProofDirs.report`` (ncu adds ``.ncu-rep``)."""
+SOURCE_CSV = "source.csv"
+"""The read-back CSV in ``ProofDirs.report``: the only text parsed."""
 _OPCODE = re.compile(r"^\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
 
 
@@ -110,14 +132,32 @@ def verdict_from_profiles(
     )
 
 
+def target_info(kernels: list[KernelProfile], arch: ArchSpec, task_flops: float) -> TargetInfo:
+    """The TargetInfo of a valid profile: the executed verdict, counts and the family's work share."""
+    verdict, counts, message = verdict_from_profiles(kernels, arch)
+    if verdict is Verdict.UNKNOWN:
+        return _info(arch, verdict, counts, message)
+    share = work_share((row for k in kernels for row in k.rows), arch, task_flops)
+    return _info(arch, verdict, counts, f"{message}; {share.message}").model_copy(
+        update={
+            "mma_flops": share.mma_flops,
+            "mma_share": share.mma_share,
+            "tma_share": share.tma_share,
+            "work": share.work,
+        }
+    )
+
+
 def cache_key(source_sha256: str, artifact_sha256: str, arch: str, workload: str, entry: str) -> str:
     """Hash identifying one executed-instruction check."""
-    text = "|".join((source_sha256, artifact_sha256, arch, workload, entry, ",".join(METRICS)))
+    text = "|".join((source_sha256, artifact_sha256, arch, workload, entry, ",".join(METRICS), "proof-v2"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def ncu_argv(ncu: str, driver: list[str], application_replay: bool = False) -> list[str]:
-    """The Nsight Compute command line over a driver command."""
+def profile_argv(
+    ncu: str, report_stem: Path, driver: list[str], application_replay: bool = False
+) -> list[str]:
+    """The profiling command: one driver run, its NVTX range ``candidate`` exported to a report file."""
     argv = [
         ncu,
         "--clock-control",
@@ -127,15 +167,29 @@ def ncu_argv(ncu: str, driver: list[str], application_replay: bool = False) -> l
         "candidate/",
         "--metrics",
         ",".join(METRICS),
+        "--export",
+        str(report_stem),
+        "--force-overwrite",
+    ]
+    if application_replay:
+        argv += ["--replay-mode", "application"]
+    return argv + driver
+
+
+def import_argv(ncu: str, report_file: Path, csv_file: Path) -> list[str]:
+    """The read-back command: the report's source page as CSV, written by ncu to ``csv_file``."""
+    return [
+        ncu,
+        "--import",
+        str(report_file),
         "--page",
         "source",
         "--print-source",
         "sass",
         "--csv",
+        "--log-file",
+        str(csv_file),
     ]
-    if application_replay:
-        argv += ["--replay-mode", "application"]
-    return argv + driver
 
 
 def _tool_failed(text: str) -> str | None:
@@ -143,52 +197,176 @@ def _tool_failed(text: str) -> str | None:
     return "; ".join(errors)[:600] if errors else None
 
 
+# ------------------------------------------------------------------------------------ kernel census
+
+
+def _base_name(demangled: str) -> str:
+    """``void ns::k<128>(float*)`` -> ``k``: the function's own name in a demangled signature."""
+    head = demangled.split("(", 1)[0]
+    while "<" in head:
+        stripped = re.sub(r"<[^<>]*>", "", head)
+        if stripped == head:
+            break
+        head = stripped
+    words = head.split()
+    return words[-1].split("::")[-1] if words else ""
+
+
+def is_own_kernel(profiled: str, module_kernels: Sequence[str]) -> bool:
+    """Whether a profiled kernel name is one of the module's kernels (given as mangled names).
+
+    ncu prints demangled names, cuobjdump mangled ones: a kernel is the module's when its name is one of
+    them verbatim (``extern "C"`` or mangled) or its function name appears in one as an Itanium source
+    name (``<length><name>``). By name only: a kernel loaded from memory under one of the module's names
+    passes (issue 11 item 11); library and other foreign names do not.
+    """
+    name = profiled.strip()
+    if name in module_kernels:
+        return True
+    base = _base_name(name)
+    if not base:
+        return False
+    encoded = re.compile(rf"(?<![0-9]){len(base)}{re.escape(base)}")
+    return any(k == base or (k.startswith("_Z") and encoded.search(k)) for k in module_kernels)
+
+
+def foreign_kernels(kernels: list[KernelProfile], module_kernels: Sequence[str]) -> tuple[str, ...]:
+    """Names of profiled kernels that are not the module's (none when the module's list is unknown)."""
+    if not module_kernels:
+        return ()
+    names = dict.fromkeys(k.name for k in kernels if not is_own_kernel(k.name, module_kernels))
+    return tuple(names)
+
+
+# ---------------------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    """What the executed-instruction proof found."""
+
+    target: TargetInfo
+    foreign: tuple[str, ...] = ()
+    """Profiled kernels that are not from the candidate's built module."""
+    census: bool = False
+    """Whether the profiled kernels were compared with the module's."""
+    failed: str = ""
+    """Why the profiler, which did run, produced no usable report ("" if it did, or never ran)."""
+    profiled: bool = False
+    """Whether ``target`` comes from a profile (else from the SASS, or the tool is missing)."""
+    wall_s: float = 0.0
+    tail: str = ""
+    """Tail of the profiled run's output (candidate output included; a log, never parsed)."""
+
+
+def read_profile(
+    ncu: str, driver: list[str], dirs: ProofDirs, timeout_s: float
+) -> tuple[list[KernelProfile] | None, str, float, str]:
+    """Profile, read back, parse: (kernels, "", wall, tail) or (None, why it failed, wall, tail).
+
+    Kernel replay first; if the driver itself finished (its own marker in the log, only a hint) but no
+    usable report came back, once more with application replay.
+    """
+    wall, tail, reason = 0.0, "", ""
+    env = tool_environ(dirs.scratch)
+    report = dirs.report / f"{REPORT}.ncu-rep"
+    csv_file = dirs.report / SOURCE_CSV
+    for application_replay in (False, True):
+        for stale in (report, csv_file):
+            stale.unlink(missing_ok=True)
+        run = run_tool(
+            profile_argv(ncu, dirs.report / REPORT, driver, application_replay), timeout_s, env, dirs.scratch
+        )
+        wall, tail = wall + run.wall_s, run.output[-4000:]
+        if run.timed_out:
+            return None, f"Nsight Compute timed out after {timeout_s:.0f} s", wall, tail
+        kernels, reason, spent = _read_back(ncu, report, csv_file, run, env, dirs, timeout_s)
+        wall += spent
+        if kernels is not None:
+            return kernels, "", wall, tail
+        if "driver: profile done" not in run.output:
+            break  # the candidate itself failed under the profiler: replaying differently will not help
+    return None, reason, wall, tail
+
+
+def _read_back(
+    ncu: str,
+    report: Path,
+    csv_file: Path,
+    run: ToolRun,
+    env: dict[str, str],
+    dirs: ProofDirs,
+    timeout_s: float,
+) -> tuple[list[KernelProfile] | None, str, float]:
+    if run.returncode != 0 or not report.is_file():
+        return (
+            None,
+            f"ncu exited with {run.returncode} and {'wrote' if report.is_file() else 'wrote no'} report",
+            0.0,
+        )
+    back = run_tool(import_argv(ncu, report, csv_file), timeout_s, env, dirs.report)
+    text = read_report(csv_file)
+    failure = _tool_failed(back.output) or _tool_failed(text or "")
+    kernels = parse_ncu_csv(text) if text else []
+    if back.timed_out or back.returncode != 0 or failure or not kernels:
+        why = failure or f"the read-back exited with {back.returncode} and gave {len(kernels)} kernel(s)"
+        return None, f"Nsight Compute's report could not be read: {why}", back.wall_s
+    return kernels, "", back.wall_s
+
+
 def check_executed(
     arch: ArchSpec,
     inputs: Path,
-    so_path: Path,
+    so_path: Path | None,
     entry: str,
     device: int,
     timeout_s: float,
     cache_dir: Path | None,
     key: str,
     driver: list[str] | None = None,
-) -> tuple[TargetInfo, float, str]:
-    """Run (or look up) the check; returns the TargetInfo, ncu wall seconds and the raw output tail.
+    task_flops: float = 0.0,
+    module_kernels: Sequence[str] = (),
+    dirs: ProofDirs | None = None,
+    sandbox: str = "on",
+) -> ProfileOutcome:
+    """Run (or look up) the check over one call of the candidate, sandboxed, in ``dirs`` (or fresh ones).
 
-    ``driver`` replaces the default driver command (used to profile a baseline the same way).
+    ``driver`` replaces the default driver command (used to profile a baseline the same way); pass the
+    ``dirs`` whose scratch it names. ``module_kernels``: the built module's kernel names, for the census.
     """
     cached = cache_dir / f"{key}.json" if cache_dir else None
     if cached is not None and cached.exists():
-        return TargetInfo.model_validate(json.loads(cached.read_text())), 0.0, "cached"
+        data = json.loads(cached.read_text())
+        target = TargetInfo.model_validate(data["target"])
+        return ProfileOutcome(target, tuple(data["foreign"]), data["census"], profiled=True, tail="cached")
     ncu = find_tool("ncu")
     if ncu is None:
-        return _info(arch, Verdict.UNKNOWN, {}, "Nsight Compute (ncu) is not installed here"), 0.0, ""
-    driver = driver or driver_argv(inputs, so_path, entry, device, "profile")
-    wall, tail = 0.0, ""
-    for application_replay in (False, True):
-        run = run_tool(ncu_argv(ncu, driver, application_replay), timeout_s)
-        wall += run.wall_s
-        tail = run.output[-4000:]
-        if run.timed_out:
-            return (
-                _info(arch, Verdict.UNKNOWN, {}, f"Nsight Compute timed out after {timeout_s:.0f} s"),
-                wall,
-                tail,
-            )
-        kernels = parse_ncu_csv(run.output)
-        failure = _tool_failed(run.output)
-        if run.returncode == 0 and kernels and failure is None:
-            verdict, counts, message = verdict_from_profiles(kernels, arch)
-            info = _info(arch, verdict, counts, message)
-            if cached is not None and verdict is not Verdict.UNKNOWN:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                cached.write_text(info.model_dump_json())
-            return info, wall, tail
-        if "driver: profile done" not in run.output:
-            break  # the candidate itself failed under the profiler: replaying differently will not help
-    reason = failure or f"ncu exited with {run.returncode} and profiled {len(kernels)} kernel(s)"
-    return _info(arch, Verdict.UNKNOWN, {}, f"profiling failed: {reason}"), wall, tail
+        return ProfileOutcome(_info(arch, Verdict.UNKNOWN, {}, "Nsight Compute (ncu) is not installed here"))
+    own = dirs or ProofDirs.create()
+    try:
+        driver = driver or driver_argv(
+            inputs, so_path, entry, device, "profile", scratch=own.scratch, sandbox=sandbox
+        )
+        kernels, reason, wall, tail = read_profile(ncu, driver, own, timeout_s)
+    finally:
+        if dirs is None:
+            own.remove()
+    if kernels is None:
+        info = _info(arch, Verdict.UNKNOWN, {}, f"profiling failed: {reason}")
+        return ProfileOutcome(info, failed=reason, profiled=True, wall_s=wall, tail=tail)
+    outcome = ProfileOutcome(
+        target_info(kernels, arch, task_flops),
+        foreign_kernels(kernels, module_kernels),
+        bool(module_kernels),
+        profiled=True,
+        wall_s=wall,
+        tail=tail,
+    )
+    if cached is not None and outcome.target.executed is not Verdict.UNKNOWN:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        record = {"target": outcome.target.model_dump(mode="json"), "foreign": list(outcome.foreign)}
+        cached.write_text(json.dumps({**record, "census": outcome.census}))
+    return outcome
 
 
 def _info(arch: ArchSpec, verdict: Verdict, counts: dict[str, int], message: str) -> TargetInfo:

@@ -2,11 +2,15 @@
 
 A worker is a fresh interpreter (``python -m ptxgym.evaluation.sandboxed.worker``) in its own session (so the
 whole process group can be killed, children included), SIGKILLed when the thread that spawned it exits, with
-stdout and stderr in a log file and its own scratch directory as working directory (deleted with it). A worker
-meant for the host sandbox (``sandbox.py``) is spawned with a scrubbed environment whose CUDA JIT cache and
-TMPDIR lie in that scratch directory. Commands go down one pipe, JSON replies come up another. Every failure
-to get a well-formed, matching reply in time is an exception the evaluator turns into a verdict:
-``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or ``ProtocolViolation``.
+its own scratch directory as working directory (deleted with it). Its stdout and stderr (the candidate's
+printf included) go through a pipe to a reader thread of the trusted side, which keeps the first
+``MAX_OUTPUT_BYTES`` in a log file and, past that, only the last ``TAIL_BYTES`` in memory: a printf flood
+costs neither disk nor memory, and a worker that writes faster than the reader drains blocks on its
+writes. A worker meant for the host sandbox (``sandbox.py``) is spawned with a scrubbed environment
+whose CUDA JIT cache and TMPDIR lie in that scratch directory. Commands go down one pipe, JSON replies
+come up another. Every failure to get a well-formed, matching reply in time is an exception the evaluator
+turns into a verdict: ``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or
+``ProtocolViolation``.
 
 Spawning happens on one long-lived thread, because the parent-death signal is tied to the spawning
 thread, not the process. A fresh interpreter with CUDA costs about 4 s, so the pool keeps ``spares``
@@ -23,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +37,65 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ptxgym.evaluation.protocol import MAX_REPLY_BYTES, Command, Reply, worker_environ
+
+MAX_OUTPUT_BYTES = 1 << 20
+"""Bytes of a worker's stdout and stderr kept in its log file (1 MiB); the rest is read and dropped."""
+TAIL_BYTES = 64 << 10
+"""Bytes of output kept in memory once ``MAX_OUTPUT_BYTES`` are written (the end of a flood, 64 KiB)."""
+
+
+class OutputCapture:
+    """Drains a worker's output pipe on a thread: the first ``limit`` bytes to a file, then a rolling tail."""
+
+    def __init__(self, fd: int, path: Path, limit: int = MAX_OUTPUT_BYTES, tail: int = TAIL_BYTES) -> None:
+        self.fd, self.path, self.limit, self.tail_bytes = fd, path, limit, tail
+        self.written = 0
+        self.dropped = 0
+        self._tail = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, name="ptxgym-worker-output", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        with open(self.path, "ab") as log:
+            while True:
+                try:
+                    chunk = os.read(self.fd, 1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                keep = chunk[: max(0, self.limit - self.written)]
+                if keep:
+                    log.write(keep)
+                    log.flush()
+                    self.written += len(keep)
+                rest = chunk[len(keep) :]
+                if rest:
+                    with self._lock:
+                        self.dropped += len(rest)
+                        self._tail += rest
+                        del self._tail[: -self.tail_bytes]
+        os.close(self.fd)
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) until the pipe is drained to its end."""
+        self._thread.join(timeout_s)
+
+    def text(self, limit: int) -> str:
+        """The last ``limit`` characters of the output, noting any bytes dropped past the cap."""
+        with self._lock:
+            dropped, tail = self.dropped, bytes(self._tail)
+        if dropped:
+            note = f"[{dropped} bytes of output past the first {self.limit} were dropped; the last ones:]\n"
+            return note + tail[-limit:].decode(errors="replace")
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - limit))
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
 
 
 class WorkerError(Exception):
@@ -84,19 +148,20 @@ class WorkerHandle:
         if sandboxed:
             env = worker_environ(os.environ if env is None else env, self.scratch)
         argv = [*argv, "--fd-in", str(cmd_r), "--fd-out", str(rep_w), "--parent-pid", str(os.getpid())]
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(cmd_r, rep_w),
-                cwd=self.scratch,
-                start_new_session=True,
-                env=env,
-            )
-        os.close(cmd_r)
-        os.close(rep_w)
+        out_r, out_w = os.pipe()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=out_w,
+            pass_fds=(cmd_r, rep_w),
+            cwd=self.scratch,
+            start_new_session=True,
+            env=env,
+        )
+        for fd in (cmd_r, rep_w, out_w):
+            os.close(fd)
+        self.output = OutputCapture(out_r, self.log_path)
         self._to = Connection(cmd_w, readable=False, writable=True)
         self._from = Connection(rep_r, readable=True, writable=False)
         self.spawned_at = time.monotonic()
@@ -175,19 +240,14 @@ class WorkerHandle:
             code = self.proc.wait(timeout=2.0)
         except subprocess.TimeoutExpired:
             code = None
+        self.output.settle(1.0)
         return WorkerDied(f"{message} ({describe_exit(code)})", self.log_tail(), code)
 
     # ------------------------------------------------------------------------------------ lifecycle
 
     def log_tail(self, limit: int = 3000) -> str:
-        """The last ``limit`` characters of the worker's stdout and stderr."""
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - limit))
-                return fh.read().decode(errors="replace")
-        except OSError:
-            return ""
+        """The last ``limit`` characters of the worker's stdout and stderr (capped, see ``OutputCapture``)."""
+        return self.output.text(limit)
 
     def kill(self) -> None:
         """SIGKILL the worker's whole process group, reap it and delete its scratch directory."""
@@ -202,6 +262,7 @@ class WorkerHandle:
             self.proc.wait(timeout=10.0)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        self.output.settle(2.0)
         for conn in (self._to, self._from):
             conn.close()
         shutil.rmtree(self.scratch, ignore_errors=True)

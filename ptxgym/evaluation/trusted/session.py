@@ -1,14 +1,14 @@
 """One subject (a candidate or the baseline) run in one worker: calibrate, check, time.
 
-The trusted side drives every call: it perturbs the input set and poisons its outputs (own CUDA
+The trusted side drives every call: it gives the input set new values and poisons its outputs (own CUDA
 context, synchronised), sends the call, measures the wall time until the reply, and verifies the
-outputs itself. Correctness calls are all verified; timed calls rotate through the input sets, each
-with fresh values, and a random subset (unknown to the worker) is verified too.
+outputs itself. Correctness calls are all verified (sign flips of the seeded sets, references known);
+timed calls rotate through the input sets, each with fresh values (a new draw in the same buffers), and
+a random subset (unknown to the worker) is verified against the reference run for those values.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,7 +29,8 @@ from ptxgym.evaluation.protocol import (
 )
 from ptxgym.evaluation.trusted.arena import Arena, ipc_pickle
 from ptxgym.evaluation.trusted.base import EvalSettings
-from ptxgym.evaluation.trusted.pool import WorkerHandle
+from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, StepClock
+from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerTimeout
 from ptxgym.evaluation.trusted.timing import (
     CUPTI,
     Calibration,
@@ -104,11 +105,32 @@ class Session:
         self.rng = random.Random(seed)
         self.cal: Calibration | None = None
         self.sandbox_report: SandboxReport | None = None
+        self.clock: StepClock | None = None
 
     # ------------------------------------------------------------------------------------ plumbing
 
+    def start_clock(self, budget: StepBudget) -> StepClock:
+        """Start the step's wall budget (``budget.py``).
+
+        From now on every command waits at most what is left of it; a step past it raises
+        ``StepBudgetExceeded``.
+        """
+        self.clock = StepClock(budget)
+        return self.clock
+
     def _request(self, cmd: Command, stage: Stage, pickler=None) -> Reply:
-        reply = self.worker.request(cmd, self.timeout_s, pickler)
+        timeout = self.timeout_s
+        if self.clock is not None:
+            left = self.clock.run_left()
+            if left <= 0:
+                raise StepBudgetExceeded(self.clock, self.worker.log_tail())
+            timeout = min(timeout, left)
+        try:
+            reply = self.worker.request(cmd, timeout, pickler)
+        except WorkerTimeout as exc:
+            if self.clock is not None and timeout < self.timeout_s:
+                raise StepBudgetExceeded(self.clock, exc.log_tail) from exc
+            raise
         if not reply.ok:
             raise CandidateFault(reply.error, reply.cuda_error, stage)
         return reply
@@ -170,12 +192,16 @@ class Session:
         result: SessionResult,
         stage: Stage,
         strict: bool = True,
+        fresh: bool = True,
     ) -> list[TimedCall] | None:
-        """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline)."""
+        """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
+
+        ``fresh``: every call of the trial (warm-up included) gets fresh values (``Arena.prepare``).
+        """
         self._request(TrialBegin(cupti=self.backend == CUPTI), stage)
         timed: list[TimedCall] = []
         for pos, (index, is_timed) in enumerate(calls):
-            self.arena.prepare(index, self.generator)
+            self.arena.prepare(index, self.generator, fresh=fresh)
             record = self._call(index, is_timed)
             if is_timed:
                 timed.append(record)
@@ -202,7 +228,7 @@ class Session:
         """Per-call harness overhead with a trivial kernel (the candidate is not loaded yet)."""
         self.load(Load(kind="noop"))
         result = SessionResult()
-        timed = self._trial([(0, True)] * n, set(), result, Stage.RUN) or []
+        timed = self._trial([(0, True)] * n, set(), result, Stage.RUN, fresh=False) or []
         ev_s = [r.call.ev_stream_ms for r in timed]
         ev_d = [r.call.ev_device_ms for r in timed]
         gap = sorted(d - s for s, d in zip(ev_s, ev_d, strict=True))[len(timed) // 2]
@@ -232,13 +258,16 @@ class Session:
                 return
 
     def timing(self, result: SessionResult, crosscheck: bool = True, strict: bool = True) -> None:
-        """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls."""
+        """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls.
+
+        Every call gets fresh values in its set's buffers; the verified subset is drawn from the session's
+        seed (the evaluator's secret), so the candidate cannot tell a verified call from another.
+        """
         s = self.settings
         rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
         for _ in range(s.trials):
             calls = [(j % rotate, j >= s.warmup) for j in range(s.warmup + s.iterations)]
-            n_verify = min(s.iterations, max(math.ceil(s.verify_timed_fraction * s.iterations), 3))
-            verify = set(self.rng.sample(range(s.warmup, s.warmup + s.iterations), n_verify))
+            verify = set(self.rng.sample(range(s.warmup, s.warmup + s.iterations), s.verified_per_trial))
             timed = self._trial(calls, verify, result, Stage.TIME, strict)
             if timed is None:
                 return

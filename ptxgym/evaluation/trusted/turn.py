@@ -44,7 +44,7 @@ class Turn:
     session: Session | None = None
     handle: WorkerHandle | None = None
     free_before: int = 0
-    """Free GPU bytes once the worker was set up, before the candidate was loaded."""
+    """Free GPU bytes (this process's cache counted as free) after worker set-up, before the load."""
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:

@@ -4,14 +4,32 @@ Worker failures map onto statuses: a hang is TIMEOUT, a dead process is CRASH (w
 signal and the tail of its output), a malformed or forged reply is RUNTIME_ERROR, a failed call is
 RUNTIME_ERROR with the CUDA error text. A failed check keeps its own status (UNWRITTEN, NONFINITE,
 INCORRECT_NUMERICAL, INPUT_MUTATED) and the comparison statistics.
+
+The proofs that follow a PASSED check and timing (``with_proofs``) can only take the PASSED away:
+a memory error is MEMORY_ERROR, a kernel from outside the candidate's module is FOREIGN_KERNEL, and a
+proof tool that ran but failed, crashed or timed out is PROOF_FAILED. The verdict's ``evidence`` records
+which proof backs each verdict.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ptxgym.evaluation.compare import SetCheck
 from ptxgym.evaluation.trusted.base import GpuVerdict
 from ptxgym.evaluation.trusted.pool import ProtocolViolation, WorkerDied, WorkerError, WorkerTimeout
-from ptxgym.records.feedback import CorrectnessInfo, EnvironmentInfo, Stage, Status, truncate
+from ptxgym.records.feedback import (
+    CorrectnessInfo,
+    EnvironmentInfo,
+    Evidence,
+    MemcheckInfo,
+    Proof,
+    Stage,
+    Status,
+    TargetInfo,
+    Verdict,
+    truncate,
+)
 from ptxgym.records.tasks import Tolerance
 
 
@@ -114,4 +132,87 @@ def correctness_info(
         atol=tol.atol,
         rtol=tol.rtol,
         rel_norm_tol=tol.rel_norm,
+    )
+
+
+@dataclass(frozen=True)
+class ProofResults:
+    """What the proof stages found for a candidate that passed the check and the timing."""
+
+    memcheck: MemcheckInfo | None = None
+    """compute-sanitizer's outcome (None: not run this turn)."""
+    target: TargetInfo | None = None
+    """The executed-instruction verdict and work share (None: not checked)."""
+    profile_failed: str = ""
+    """Why the profiler that should have produced ``target`` failed ("" when it did not fail)."""
+    foreign_kernels: tuple[str, ...] = ()
+    """Kernels that ran during the candidate's calls and are not from its built module."""
+    census_checked: bool = False
+    """Whether the kernels that ran were compared with the module's (``foreign_kernels`` is meaningful)."""
+    source: Proof | None = Proof.NCU_OFFLINE
+    """Where ``target`` and the kernel census came from (None: from no proof, e.g. the SASS alone)."""
+
+
+def with_proofs(verdict: GpuVerdict, proofs: ProofResults) -> GpuVerdict:
+    """The verdict after the proofs: PASSED only if every proof that ran succeeded (module docstring)."""
+    if verdict.status is not Status.PASSED:
+        return verdict
+    evidence = _evidence(verdict.evidence, proofs)
+    update: dict = {"evidence": evidence}
+    if proofs.memcheck is not None:
+        update["memcheck"] = proofs.memcheck
+    if proofs.target is not None:
+        update["target"] = proofs.target
+    failure = _proof_failure(proofs)
+    if failure is not None:
+        status, stage, message = failure
+        timing = verdict.timing.model_copy(update={"speedup": None}) if verdict.timing else None
+        update.update(status=status, stage=stage, message=message, timing=timing)
+    return verdict.model_copy(update=update)
+
+
+def _proof_failure(proofs: ProofResults) -> tuple[Status, Stage, str] | None:
+    mc = proofs.memcheck
+    if mc is not None and mc.ran and mc.clean is False:
+        return Status.MEMORY_ERROR, Stage.RUN, f"compute-sanitizer memcheck found an error: {mc.first_error}"
+    if mc is not None and mc.ran and mc.clean is None:
+        return (
+            Status.PROOF_FAILED,
+            Stage.RUN,
+            f"compute-sanitizer memcheck did not complete on the candidate, so memory safety is unproven: "
+            f"{mc.first_error or 'no report'}"[:1500],
+        )
+    if proofs.foreign_kernels:
+        names = ", ".join(proofs.foreign_kernels[:5])[:600]
+        more = f" and {len(proofs.foreign_kernels) - 5} more" if len(proofs.foreign_kernels) > 5 else ""
+        return (
+            Status.FOREIGN_KERNEL,
+            Stage.EXECUTE,
+            f"{len(proofs.foreign_kernels)} kernel(s) that are not in the candidate's built module ran "
+            f"during its call: {names}{more}",
+        )
+    if proofs.profile_failed:
+        return (
+            Status.PROOF_FAILED,
+            Stage.EXECUTE,
+            f"the executed-instruction proof failed on the candidate: {proofs.profile_failed}"[:1500],
+        )
+    return None
+
+
+def _evidence(base: Evidence, proofs: ProofResults) -> Evidence:
+    """``base`` (what the worker proved in band) plus the proofs of this stage that succeeded."""
+
+    def plus(have: list[Proof], proof: Proof | None, ok: bool) -> list[Proof]:
+        return [*have, proof] if ok and proof is not None and proof not in have else list(have)
+
+    t, mc = proofs.target, proofs.memcheck
+    measured = (Verdict.YES, Verdict.NO)
+    return Evidence(
+        target_executed=plus(base.target_executed, proofs.source, t is not None and t.executed in measured),
+        target_work=plus(base.target_work, proofs.source, t is not None and t.work in measured),
+        kernel_census=plus(
+            base.kernel_census, proofs.source, proofs.census_checked and not proofs.profile_failed
+        ),
+        memory_safety=plus(base.memory_safety, Proof.MEMCHECK, mc is not None and mc.clean is True),
     )

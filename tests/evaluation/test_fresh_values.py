@@ -1,0 +1,241 @@
+"""Timed calls get fresh values: output caches and replays fail, an honest candidate passes.
+
+The trusted ``Arena`` and ``Session`` run as in the evaluator; the candidate is a Python callable run
+in-process on the arena's CPU buffers (``inprocess_worker.py``), with small axes so a run takes seconds.
+Each hostile candidate is also played against the old protocol (sign flips only: ``arena.fresh = ()``),
+to show what it got away with before.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from evaltest_helpers import tiny_task  # noqa: E402
+from inprocess_worker import InProcessWorker  # noqa: E402
+
+from ptxgym.evaluation.protocol import Load  # noqa: E402
+from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
+from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
+from ptxgym.evaluation.trusted.inputs import load_reference  # noqa: E402
+from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
+from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
+from ptxgym.records.feedback import Stage, Status  # noqa: E402
+
+SETTINGS = EvalSettings(warmup=2, iterations=12, trials=2, correctness_sets=3, rotate_sets=3)
+VERIFIED_PER_TRIAL = 3  # min(iterations, max(ceil(0.25 * 12), 3))
+TIMED_CALLS = SETTINGS.trials * (SETTINGS.warmup + SETTINGS.iterations)
+
+
+def gemm_task():
+    return tiny_task("Gemm-sm90a", M=64, N=48, K=32)
+
+
+def _gemm(A, B):
+    return (A.float() @ B.float().T).to(torch.bfloat16)
+
+
+class Honest:
+    """Computes every call."""
+
+    replays = 0
+
+    def __call__(self, A, B, C):
+        C.copy_(_gemm(A, B))
+
+
+class PointerCache:
+    """Computes the first call on each output buffer, then replays that output."""
+
+    def __init__(self) -> None:
+        self.store: dict[int, object] = {}
+        self.replays = 0
+
+    def __call__(self, A, B, C):
+        if C.data_ptr() in self.store:
+            C.copy_(self.store[C.data_ptr()])
+            self.replays += 1
+            return
+        C.copy_(_gemm(A, B))
+        self.store[C.data_ptr()] = C.clone()
+
+
+class SampledValueCache:
+    """Keys outputs on sampled input values that sign flips leave alone, with the signs corrected.
+
+    The key is the magnitudes of A[:, 0] and B[:, 0]; a miss computes.
+    """
+
+    def __init__(self) -> None:
+        self.store: dict[tuple, tuple] = {}
+        self.replays = 0
+
+    def __call__(self, A, B, C):
+        a, b = A[:, 0].float(), B[:, 0].float()
+        key = (tuple(a.abs().tolist()), tuple(b.abs().tolist()))
+        if key in self.store:
+            a0, b0, c0 = self.store[key]
+            sign = torch.sign(a * a0)[:, None] * torch.sign(b * b0)[None, :]
+            C.copy_((c0.float() * sign).to(C.dtype))
+            self.replays += 1
+            return
+        C.copy_(_gemm(A, B))
+        self.store[key] = (a.clone(), b.clone(), C.clone())
+
+
+class SignCorrectedReplay:
+    """Computes each input set once (known by its buffer), then replays its output, signs corrected.
+
+    Row and column signs come from A[:, 0] and B[:, 0]: the attack that passed 60 of 60 verified calls.
+    """
+
+    def __init__(self) -> None:
+        self.store: dict[int, tuple] = {}
+        self.replays = 0
+
+    def __call__(self, A, B, C):
+        a, b = A[:, 0].float(), B[:, 0].float()
+        if C.data_ptr() in self.store:
+            a0, b0, c0 = self.store[C.data_ptr()]
+            sign = torch.sign(a * a0)[:, None] * torch.sign(b * b0)[None, :]
+            C.copy_((c0.float() * sign).to(C.dtype))
+            self.replays += 1
+            return
+        C.copy_(_gemm(A, B))
+        self.store[C.data_ptr()] = (a.clone(), b.clone(), C.clone())
+
+
+def judge(candidate, tmp_path, task=None, fresh=True, seed=7) -> tuple[SessionResult, Arena]:
+    """Correctness, then timing (if correct), as the evaluator runs a candidate."""
+    arena = Arena(task or gemm_task(), [1, 2, 3], "cpu", tmp_path)
+    if not fresh:
+        arena.fresh = ()  # the old protocol: timed calls only flip signs of the seeded sets
+    session = Session(InProcessWorker(candidate, tmp_path), arena, SETTINGS, EVENTS, seed, 10.0)
+    session.attach(1, cupti=False)
+    session.calibrate(n=3)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.correctness(result)
+    if result.failure is None:
+        session.timing(result, crosscheck=False)
+    return result, arena
+
+
+def test_an_honest_candidate_passes_every_verified_timed_call(tmp_path):
+    result, _ = judge(Honest(), tmp_path)
+    assert result.failure is None
+    assert result.calls_checked == SETTINGS.correctness_sets + SETTINGS.trials * VERIFIED_PER_TRIAL
+    assert [len(t) for t in result.trials] == [SETTINGS.iterations] * SETTINGS.trials
+
+
+@pytest.mark.parametrize("cls", [PointerCache, SignCorrectedReplay], ids=["pointer", "sign-corrected"])
+def test_replayed_outputs_are_judged_incorrect_in_a_timed_call(tmp_path, cls):
+    cheat = cls()
+    result, _ = judge(cheat, tmp_path)
+    assert cheat.replays > 0
+    assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
+    assert result.failure.stage is Stage.TIME
+    assert "a timed call (fresh values, same buffers)" in result.failure.message
+
+
+def test_sign_corrected_replay_fooled_sign_flips_alone(tmp_path):
+    """The hole that fresh values close: against sign flips the replay passes every verified call."""
+    cheat = SignCorrectedReplay()
+    result, _ = judge(cheat, tmp_path, fresh=False)
+    assert result.failure is None
+    assert cheat.replays == TIMED_CALLS  # every timed call replayed, none computed
+
+
+def test_a_cache_keyed_on_sampled_values_never_hits(tmp_path):
+    """Fresh values never repeat, so a value-keyed cache computes every call: nothing to gain.
+
+    (It cannot be judged incorrect, since it never replays; against sign flips alone it replayed every
+    timed call and passed.)
+    """
+    cheat = SampledValueCache()
+    result, _ = judge(cheat, tmp_path)
+    assert result.failure is None and cheat.replays == 0
+    before = SampledValueCache()
+    old, _ = judge(before, tmp_path, fresh=False)
+    assert old.failure is None and before.replays == TIMED_CALLS
+
+
+def test_fresh_values_are_new_draws_in_the_same_buffers(tmp_path):
+    arena = Arena(gemm_task(), [1, 2], "cpu", tmp_path)
+    assert arena.fresh == ("A", "B")
+    gen = torch.Generator().manual_seed(0)
+    s = arena.sets[0]
+    ptr, seeded = s.shared_in["A"].data_ptr(), s.shared_in["A"].clone()
+    arena.prepare(0, gen, fresh=True)
+    first = s.shared_in["A"].clone()
+    arena.prepare(0, gen, fresh=True)
+    assert s.shared_in["A"].data_ptr() == ptr
+    for before in (seeded, first):  # not a sign flip of anything seen before
+        assert not torch.equal(s.shared_in["A"].abs(), before.abs())
+    assert float(s.shared_in["A"].float().std()) == pytest.approx(1.0, rel=0.2)  # same distribution
+    arena.prepare(0, gen)  # a correctness call: back to the seeded values (signs flipped)
+    assert torch.equal(s.shared_in["A"].abs(), seeded.abs())
+
+
+def test_the_reference_runs_only_for_verified_timed_calls(tmp_path):
+    arena = Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path)
+    runs = []
+    reference = arena.namespace["run"]
+    arena.namespace["run"] = lambda *a: runs.append(1) or reference(*a)
+    session = Session(InProcessWorker(Honest(), tmp_path), arena, SETTINGS, EVENTS, 3, 10.0)
+    session.attach(1, cupti=False)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.correctness(result)
+    assert runs == []  # correctness calls use the stored references of the seeded sets
+    session.timing(result, crosscheck=False)
+    assert result.failure is None
+    assert len(runs) == SETTINGS.trials * VERIFIED_PER_TRIAL
+
+
+def test_an_input_written_during_an_unverified_call_is_still_found(tmp_path):
+    """The next draw overwrites the buffer, so the damage is noted before it is."""
+    arena = Arena(gemm_task(), [1], "cpu", tmp_path)
+    gen = torch.Generator().manual_seed(0)
+    arena.prepare(0, gen, fresh=True)
+    arena.sets[0].shared_in["B"][0, 0] += 1  # the candidate writes into an input
+    arena.prepare(0, gen, fresh=True)
+    assert arena.mutated_inputs() == ["B"]
+    assert arena.restore() == [] and arena.mutated_inputs() == []  # the next session starts clean
+
+
+class ByReference:
+    """Any task: the outputs from the task's own reference; ``cache``: replay by output buffer after."""
+
+    def __init__(self, run, n_in: int, cache: bool) -> None:
+        self.run, self.n_in, self.cache = run, n_in, cache
+        self.store: dict[int, list] = {}
+        self.replays = 0
+
+    def __call__(self, *args):
+        n_out = len(args) - self.n_in
+        ins, outs = args[: self.n_in], args[self.n_in :]
+        key = outs[0].data_ptr()
+        if self.cache and key in self.store:
+            values, self.replays = self.store[key], self.replays + 1
+        else:
+            result = self.run(*ins)
+            values = list(result) if n_out > 1 else [result]
+            self.store[key] = [v.clone() for v in values]
+        for out, value in zip(outs, values, strict=True):
+            out.copy_(value)
+
+
+def test_the_backward_redraws_do_and_keeps_the_inputs_its_state_derives_from(tmp_path):
+    """O and LSE are derived from Q, K, V (forward_state): those keep their set's values; dO is new."""
+    task = tiny_task("MhaBwd-sm90a", B=1, H=2, S=16, D=8)
+    run = load_reference(task)["run"]
+    for cache in (False, True):
+        candidate = ByReference(run, len(task.definition.inputs), cache)
+        result, arena = judge(candidate, tmp_path, task=task)
+        assert arena.fresh == ("dO",)
+        if cache:
+            assert candidate.replays > 0 and result.failure.status is Status.INCORRECT_NUMERICAL
+        else:
+            assert result.failure is None
