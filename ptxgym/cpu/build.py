@@ -293,7 +293,7 @@ def _compile(
     flags = [*nvcc_flags(arch, toolchain, include_dirs), *KEEP_FLAGS]
     argv = [str(toolchain.nvcc), *flags, "-o", SO_NAME, *inputs]
     start = time.perf_counter()
-    jail = build_jail(toolchain, include_dirs, stage, limits, jailing.kind)
+    jail = build_jail(toolchain, include_dirs, stage, limits, jailing)
     env = toolchain.subprocess_env(stage)
     try:
         returncode, timed_out, raw_log = run_jailed(argv, stage, env, timeout_s, jail)

@@ -22,8 +22,8 @@ and becomes an ordinary compile error, whose log never holds the file's bytes.
 
 ``PTXGYM_SANDBOX`` decides: ``on`` jails with Landlock where the kernel has it, and otherwise builds with
 the limits and the socket filter only, saying so in ``CompileInfo.confinement`` (the source screen then
-is the only guard of file access); ``strict`` refuses to build without Landlock; ``off`` applies the
-limits only.
+is the only guard of file access); ``strict`` refuses to build without Landlock or the socket filter;
+``off`` applies the limits only.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -82,33 +83,52 @@ class Confinement:
     """``landlock``, ``unconfined`` (no Landlock on this kernel) or ``off`` (``PTXGYM_SANDBOX=off``)."""
     detail: str
     """One sentence for ``CompileInfo.confinement``."""
+    sockets_filtered: bool = False
+    """Whether the seccomp filter refuses every socket."""
 
 
 def confinement() -> Confinement:
-    """The confinement of the next build. Raises JailError in strict mode without Landlock."""
+    """The confinement of the next build. Raises JailError in strict mode when a layer is missing."""
     mode = settings.sandbox_mode()
     if mode == "off":
         return Confinement("off", "none (PTXGYM_SANDBOX=off): nvcc ran under the time and memory limits only")
     abi, why = landlock.abi()
-    if not abi:
-        if mode == "strict":
-            raise JailError(
-                f"strict sandbox mode, but builds cannot be confined: {why}. Use a kernel with Landlock "
-                "(5.13 or newer, landlock in the lsm= list), or PTXGYM_SANDBOX=on to build with the "
-                "source screen as the only guard of file access."
-            )
-        return Confinement(
-            "unconfined",
-            f"no Landlock ({why}): nvcc could read any file the user can; the source screen was the only "
-            "guard of file access; no sockets; time and memory limits",
+    no_filter = socket_filter_problem()
+    if mode == "strict" and (not abi or no_filter):
+        missing = f"no Landlock ({why})" if not abi else f"no socket filter ({no_filter})"
+        raise JailError(
+            f"strict sandbox mode, but builds cannot be confined: {missing}. Use a kernel with Landlock "
+            "(5.13 or newer, landlock in the lsm= list) and seccomp, or PTXGYM_SANDBOX=on to build with "
+            "what is available (the source screen is then the only guard of file access)."
         )
+    network = "no sockets" if not no_filter else f"sockets not filtered ({no_filter})"
+    if not abi:
+        detail = (
+            f"no Landlock ({why}): nvcc could read any file the user can; the source screen was the only "
+            f"guard of file access; {network}; time and memory limits"
+        )
+        return Confinement("unconfined", detail, not no_filter)
     extras = [s for s, need in (("no TCP", 4), ("no signals outside the build", 6)) if abi >= need]
-    return Confinement(
-        "landlock",
+    detail = (
         f"Landlock ABI {abi}: nvcc and its tools read only the toolkit, the host compiler, TVM-FFI and "
-        f"the allowed headers, and write only the build directory; no sockets"
-        + "".join(f"; {s}" for s in extras),
+        f"the allowed headers, and write only the build directory; {network}"
+        + "".join(f"; {s}" for s in extras)
     )
+    return Confinement("landlock", detail, not no_filter)
+
+
+@functools.cache
+def socket_filter_problem() -> str:
+    """'' when the launcher can install its socket filter on this host, else why not (probed once)."""
+    machine = os.uname().machine
+    if machine not in seccomp.ARCHES:
+        return f"no syscall table for {machine} (x86_64 and aarch64 only)"
+    probe = command(Jail(families=()), [sys.executable, "-I", "-S", "-c", ""])
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the probe failed: {exc}"
+    return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")[:300]
 
 
 # ------------------------------------------------------------------------------------- what to allow
@@ -222,9 +242,13 @@ def jail_rules(toolchain: Toolchain, include_dirs: Sequence[Path], stage: Path) 
 
 
 def build_jail(
-    toolchain: Toolchain, include_dirs: Sequence[Path], stage: Path, limits: tuple[float, int], kind: str
+    toolchain: Toolchain,
+    include_dirs: Sequence[Path],
+    stage: Path,
+    limits: tuple[float, int],
+    confined: Confinement,
 ) -> Jail:
-    """The jail of one build: limits always, Landlock and the socket filter as ``kind`` says."""
+    """The jail of one build: limits always, Landlock and the socket filter as ``confined`` says."""
     timeout_s, memory_mb = limits
     rlimits = {
         "RLIMIT_FSIZE": FSIZE_LIMIT_BYTES,
@@ -235,9 +259,8 @@ def build_jail(
         rlimits["RLIMIT_AS"] = memory_mb * 1024 * 1024
     if os.geteuid() != 0:
         rlimits["RLIMIT_NPROC"] = _user_tasks() + 512
-    rules = jail_rules(toolchain, include_dirs, stage) if kind == "landlock" else None
-    families = () if kind != "off" and os.uname().machine in seccomp.ARCHES else None
-    return Jail(rlimits=rlimits, landlock=rules, families=families)
+    rules = jail_rules(toolchain, include_dirs, stage) if confined.kind == "landlock" else None
+    return Jail(rlimits=rlimits, landlock=rules, families=() if confined.sockets_filtered else None)
 
 
 def _user_tasks() -> int:

@@ -20,7 +20,7 @@ from ptxgym.confine import landlock
 from ptxgym.confine.launch import Jail
 from ptxgym.cpu import jail as jail_mod
 from ptxgym.cpu.build import build_key, build_solution, nvcc_flags
-from ptxgym.cpu.jail import JailError, build_jail, confinement, jail_rules, run_jailed
+from ptxgym.cpu.jail import Confinement, JailError, build_jail, confinement, jail_rules, run_jailed
 from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.knowledge_packs.include_tree import pack_include_dirs
 from ptxgym.knowledge_packs.variants import PACK_ROOT
@@ -112,11 +112,12 @@ def test_a_shipped_solution_cannot_be_included_by_absolute_path() -> None:
 
 def _compile_object(kind: str, directory: Path, secret: Path) -> tuple[int, bytes, str]:
     """nvcc -c of a host .incbin of ``secret`` in the jail of ``kind``: (exit, object bytes, output)."""
+    confined = Confinement(kind, "", sockets_filtered=True)
     toolchain = find_toolchain()
     evil = HOSTILE["incbin in .irp"].replace("{path}", str(secret))
     (directory / "evil.cu").write_text(KERNEL.format(evil=evil))
     argv = [str(toolchain.nvcc), *nvcc_flags(HOPPER, toolchain), "-c", "evil.cu", "-o", "evil.o"]
-    jail = build_jail(toolchain, (), directory, (120.0, 8192), kind)
+    jail = build_jail(toolchain, (), directory, (120.0, 8192), confined)
     code, _, output = run_jailed(argv, directory, toolchain.subprocess_env(directory), 120.0, jail)
     obj = directory / "evil.o"
     return code, obj.read_bytes() if obj.exists() else b"", output
@@ -166,6 +167,16 @@ def test_strict_mode_refuses_to_build_without_landlock(monkeypatch: pytest.Monke
     assert "source screen was the only guard" in fallback.detail
     monkeypatch.setenv("PTXGYM_SANDBOX", "off")
     assert confinement().kind == "off"
+
+
+def test_the_socket_filter_is_probed_and_its_absence_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert jail_mod.socket_filter_problem() == ""  # this host has seccomp
+    monkeypatch.setattr(jail_mod, "socket_filter_problem", lambda: "simulated: no seccomp")
+    on = confinement()
+    assert on.kind == "landlock" and not on.sockets_filtered and "sockets not filtered" in on.detail
+    monkeypatch.setenv("PTXGYM_SANDBOX", "strict")
+    with pytest.raises(JailError, match="no socket filter"):
+        confinement()
 
 
 def test_an_unconfined_build_never_serves_a_confined_one() -> None:
