@@ -32,6 +32,7 @@ host assembly, however it was spelled.
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,11 @@ ASM = re.compile(r"\b(?:asm|__asm|__asm__)\b")
 PROTECTED = frozenset({"asm", "__asm", "__asm__", "__device__", "__global__", "__host__", "__CUDA_ARCH__"})
 """Names a solution may not #define or #undef."""
 HOST_ONLY_SUFFIXES = (".cpp", ".cc", ".cxx")
+_PASTE_ROUNDS = 8
+_ARGS_CHARS = 4096
+_OPEN = re.compile(r"[ \t\n]*\(")
+_HEAD_CHARS = 8192
+"""Declarations longer than this are not parsed: what follows them counts as host code."""
 ALLOWED = (
     "inline assembly is allowed only in __global__ or __device__ (not __host__ __device__) functions, "
     "or under #ifdef __CUDA_ARCH__; host code may not use it"
@@ -115,39 +121,81 @@ def _macro_kinds(texts: Iterable[str]) -> tuple[dict[str, str], set[str]]:
     """(macros that produce an asm token -> why, pasting macros whose uses must be looked at).
 
     A macro that pastes (``##``) can spell ``asm`` only from the pieces it pastes: its own tokens next to
-    ``##`` and its arguments. Its uses are checked where they appear (``_pastes_asm``); a macro that
-    passes its parameters on to a pasting macro is a pasting macro too.
+    ``##`` and its arguments. Its uses are checked where they appear (``_scan_file``); a macro that
+    passes its parameters on to a pasting macro is a pasting macro too. Each round is linear in the
+    macros' text; when more than ``_PASTE_ROUNDS`` rounds would be needed, every pasting macro counts as
+    producing asm.
     """
     defs = list(_definitions(texts))
     found: dict[str, str] = {}
     pasting: set[str] = set()
-    for name, params, body in defs:
+    users: dict[str, set[str]] = {}
+    for name, _, body in defs:
+        for ident in set(_IDENT.findall(body)):
+            users.setdefault(ident, set()).add(name)
         if ASM.search(body):
             found[name] = f"macro {name} (it expands to inline assembly)"
         elif "##" in body:
-            own = set(re.findall(r"(\w+)\s*##", body) + re.findall(r"##\s*(\w+)", body))
-            if _could_spell_asm(own - _params(params), found):
-                found[name] = f"macro {name} (it pastes tokens that can spell asm)"
-            else:
-                pasting.add(name)
-    changed = True
-    while changed:
-        changed = False
-        for name, params, body in defs:
+            pasting.add(name)
+    _spread_pasting(pasting, defs, users)
+    parsed = [(name, body, _params(params), _Parens(body)) for name, params, body in defs]
+    for _ in range(_PASTE_ROUNDS):
+        changed = _spread(found, users)
+        targets = _targets(found)
+        for name, body, params, parens in parsed:
             if name in found:
                 continue
-            if used := set(_IDENT.findall(body)) & set(found):
-                found[name] = f"macro {name} (it uses {sorted(used)[0]})"
-            elif any(_pastes_asm(body, m.end(), found) for m in _uses(body, pasting)):
-                found[name] = f"macro {name} (it pastes tokens that can spell asm)"
-            elif name not in pasting and any(
-                set(_IDENT.findall(_arguments(body, m.end()))) & _params(params) for m in _uses(body, pasting)
+            own = set(re.findall(r"(\w+)\s*##", body) + re.findall(r"##\s*(\w+)", body)) - params
+            if _could_spell_asm(own, targets) or any(
+                _could_spell_asm(parens.arguments(m.end()), targets) for m in _uses(body, pasting)
             ):
-                pasting.add(name)
-            else:
-                continue
-            changed = True
+                found[name] = f"macro {name} (it pastes tokens that can spell asm)"
+                changed = True
+        if not changed:
+            return found, pasting
+    for name in pasting - set(found):
+        found[name] = f"macro {name} (it pastes tokens through more macros than this rule follows)"
     return found, pasting
+
+
+def _spread(found: dict[str, str], users: Mapping[str, set[str]]) -> bool:
+    """Mark every macro that uses an asm macro, transitively; whether any was added."""
+    queue, added = list(found), False
+    while queue:
+        used = queue.pop()
+        for user in users.get(used, ()):
+            if user not in found:
+                found[user] = f"macro {user} (it uses {used})"
+                queue.append(user)
+                added = True
+    return added
+
+
+def _spread_pasting(
+    pasting: set[str], defs: list[tuple[str, str | None, str]], users: Mapping[str, set[str]]
+) -> None:
+    """Add every macro that passes its parameters on to a pasting macro, transitively."""
+    by_name: dict[str, list[tuple[str | None, str]]] = {}
+    for name, params, body in defs:
+        by_name.setdefault(name, []).append((params, body))
+    queue = list(pasting)
+    while queue:
+        used = queue.pop()
+        for user in users.get(used, ()):
+            if user in pasting:
+                continue
+            for params, body in by_name[user]:
+                parens = _Parens(body)
+                uses = (m for m in _IDENT.finditer(body) if m.group() == used)
+                if any(_passes(parens.arguments(m.end()), _params(params)) for m in uses):
+                    pasting.add(user)
+                    queue.append(user)
+                    break
+
+
+def _targets(asm_macros: Mapping[str, str]) -> str:
+    """What a paste could aim at, as one searchable string: asm and every asm macro's name."""
+    return "\0".join(["__asm__", *asm_macros])
 
 
 def _params(params: str | None) -> set[str]:
@@ -158,31 +206,43 @@ def _uses(text: str, names: set[str]) -> Iterable[re.Match[str]]:
     return (m for m in _IDENT.finditer(text) if m.group() in names)
 
 
-def _arguments(text: str, end: int) -> str:
-    """The parenthesised argument list that follows offset ``end`` ('' if none)."""
-    i = end
-    while i < len(text) and text[i] in " \t\n":
-        i += 1
-    if i >= len(text) or text[i] != "(":
-        return ""
-    depth, j = 0, i
-    while j < len(text):
-        depth += {"(": 1, ")": -1}.get(text[j], 0)
-        j += 1
-        if depth == 0:
-            break
-    return text[i:j]
+class _Parens:
+    """The matching ``)`` of every ``(`` of a text, found in one pass."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.close: dict[int, int] = {}
+        stack: list[int] = []
+        for m in re.finditer(r"[()]", text):
+            if m.group() == "(":
+                stack.append(m.start())
+            elif stack:
+                self.close[stack.pop()] = m.end()
+
+    def arguments(self, end: int) -> list[str] | None:
+        """The identifiers of the argument list that follows offset ``end``.
+
+        [] when no list follows; None when it does not close within ``_ARGS_CHARS`` (then it may hold
+        anything).
+        """
+        m = _OPEN.match(self.text, end)
+        if not m:
+            return []
+        start = m.end() - 1
+        stop = self.close.get(start)
+        if stop is None or stop - start > _ARGS_CHARS:
+            return None
+        return _IDENT.findall(self.text, start, stop)
 
 
-def _could_spell_asm(pieces: Iterable[str], asm_macros: Mapping[str, str]) -> bool:
-    """Whether pasting these identifiers (with others) could form an asm token or an asm macro's name."""
-    targets = ["__asm__", *asm_macros]
-    return any(piece in target for piece in pieces for target in targets)
+def _passes(arguments: list[str] | None, params: set[str]) -> bool:
+    """Whether a macro body hands some of its parameters to a use (an unreadable list may)."""
+    return arguments is None or bool(set(arguments) & params)
 
 
-def _pastes_asm(text: str, end: int, asm_macros: Mapping[str, str]) -> bool:
-    """Whether the use of a pasting macro ending at ``end`` passes it pieces that could spell asm."""
-    return _could_spell_asm(_IDENT.findall(_arguments(text, end)), asm_macros)
+def _could_spell_asm(pieces: Iterable[str] | None, targets: str) -> bool:
+    """Whether pasting these identifiers (with others) could form asm or an asm macro's name."""
+    return pieces is None or any(piece in targets for piece in pieces)
 
 
 def _object_macros(texts: Iterable[str]) -> dict[str, str]:
@@ -273,6 +333,8 @@ _Scope = tuple[str, bool, str]
 def _open_scope(head: str, parent: _Scope, object_macros: Mapping[str, str]) -> _Scope:
     """The scope a ``{`` opens after ``head``, inside ``parent``."""
     kind, device, where = parent
+    if len(head) > _HEAD_CHARS:
+        return "block", False, "code after a declaration too long for this rule to parse"
     plain = _without_groups(head)
     is_class = bool(_CLASS_HEAD.match(plain.strip())) and "(" not in plain
     if kind in ("function", "block"):
@@ -299,8 +361,11 @@ def _scan_file(
     host_only: bool,
 ) -> HostAsm | None:
     macros, pasting = kinds
+    targets = _targets(macros)
     device_lines = set() if host_only else _device_lines(text)
     code = _code_only(text)
+    line_starts = [0] + [i + 1 for i, ch in enumerate(code) if ch == "\n"]
+    parens = _Parens(code)
     stack: list[_Scope] = [("namespace", False, "file or namespace scope")]
     head_start = 0
     for m in _SCAN.finditer(code):
@@ -314,9 +379,9 @@ def _scan_file(
             head_start = m.end()
         elif ASM.fullmatch(token) or token in macros or token in pasting:
             device = stack[-1][1] and not host_only
-            if device or code.count("\n", 0, m.start()) in device_lines:
+            if device or bisect.bisect_right(line_starts, m.start()) - 1 in device_lines:
                 continue
-            if token in pasting and not _pastes_asm(code, m.end(), macros):
+            if token in pasting and not _could_spell_asm(parens.arguments(m.end()), targets):
                 continue
             what = f"`{token}`" if token not in macros else macros[token]
             if token in pasting:

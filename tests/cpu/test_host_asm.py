@@ -9,6 +9,7 @@ that only a header's macro produces, which the source rule cannot see.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,37 @@ def test_backstop_catches_host_asm_past_the_screen_and_keeps_device_asm() -> Non
     built = build_solution(_solution(device), HOPPER, use_cache=False)
     assert built.ok, built.message
     assert not any(built.so_path.parent.glob(".ptxgym-keep*")), "nvcc's kept files must not outlive the build"
+
+
+def _chain(n: int, last_use: str) -> str:
+    """n forwarding macros defined in reverse order (each resolved only after the next), then a use."""
+    defs = "".join(f"#define P{i + 1}(a,b) P{i}(a,b)\n" for i in reversed(range(n)))
+    return defs + f"#define P0(a,b) a##b\nvoid f() {{ {last_use} }}\n"
+
+
+@pytest.mark.parametrize(
+    ("code", "ok"),
+    [
+        (_chain(5000, "P5000(x, y);"), True),
+        (_chain(5000, 'P5000(a, sm)("nop");'), False),
+        (
+            "".join(f"#define M{i} M{i + 1}\n" for i in range(12000))
+            + '#define M12000 asm("")\nvoid g() { M0; }',
+            False,
+        ),
+        ("#define J(a,b) a##b\nvoid f() {" + " J(" * 30000 + "}\n", False),  # unclosed: may hold anything
+        ("#define J(a,b) a##b\nvoid f() {" + " J(x," * 20000 + ")" * 20000 + "}\n", False),
+        ("template <" * 25000 + ' __device__ void f() { asm(""); }', False),
+        (
+            "__host__ __device__ void f() {\n#ifdef __CUDA_ARCH__\n"
+            + 'asm("nop");\n' * 20000
+            + "#endif\n}\n",
+            True,
+        ),
+    ],
+)
+def test_hostile_shapes_stay_fast_and_conservative(code: str, ok: bool) -> None:
+    start = time.perf_counter()
+    verdict = check_source(code)
+    assert time.perf_counter() - start < 5.0
+    assert verdict.ok is ok, verdict.message
