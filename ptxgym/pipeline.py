@@ -169,16 +169,18 @@ class Pipeline:
         diffs = contract_differences(have, want) if have is not None else []
         if solution.definition == want.name and not diffs:
             return ""
-        head = (
-            f"the solution is written for definition {solution.definition!r}, but task {self.task.id} is "
-            f"{want.name!r}"
-            if solution.definition != want.name
-            else f"the solution's definition {have.name!r} is not the task's definition of that name"  # type: ignore[union-attr]
-        )
         detail = f" ({'; '.join(diffs)})" if diffs else ""
+        own = f"--task {solution.definition}@{self.task.arch}"
+        if solution.definition != want.name:
+            return (
+                f"the solution is written for definition {solution.definition!r}, but task {self.task.id} is "
+                f"{want.name!r}{detail}. Nothing was built: play it on the task of its own definition "
+                f"({own}, with --dataset for a dataset folder)."
+            )
         return (
-            f"{head}{detail}. Nothing was built: play it on the task of its own definition "
-            f"(--task {solution.definition}@{self.task.arch}, with --dataset for a dataset folder)."
+            f"the solution's definition {want.name!r} (from its dataset) is not the task's definition of "
+            f"that name{detail}. Nothing was built: play it on its own dataset's task ({own} --dataset DIR, "
+            "DIR the folder that holds the solution's definition)."
         )
 
     def _screen(self, source: str, others: dict[str, str], entry: str, symbol: str) -> None:

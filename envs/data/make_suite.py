@@ -206,12 +206,13 @@ def _attend(q, k, v, q_lens, kv_lens, q_starts, kv_rows):
 """
 
 RAGGED_REFERENCE = (
-    "import math\n\nimport torch\n\n\ndef layout(q, q_lens, kv_lens):\n"
-    "    # The ragged batch of a workload (its params) as int32 CSR pointers on q's device.\n"
+    "import math\n\nimport torch\n\n\ndef layout(q_lens, kv_lens):\n"
+    "    # The ragged batch of a workload (its params) as int32 CSR pointers (the harness places them\n"
+    "    # on the device). No tensor input feeds it, so every random input is redrawn for timed calls.\n"
     "    qo = torch.zeros(len(q_lens) + 1, dtype=torch.int32)\n"
     "    kv = torch.zeros(len(kv_lens) + 1, dtype=torch.int32)\n"
     "    qo[1:] = torch.tensor(q_lens).cumsum(0)\n    kv[1:] = torch.tensor(kv_lens).cumsum(0)\n"
-    '    return {"qo_indptr": qo.to(q.device), "kv_indptr": kv.to(q.device)}\n'
+    '    return {"qo_indptr": qo, "kv_indptr": kv}\n'
     + GQA_SOFTMAX
     + "\n\ndef run(q, k, v, qo_indptr, kv_indptr):\n"
     "    qo, kv = qo_indptr.tolist(), kv_indptr.tolist()\n"
@@ -220,18 +221,19 @@ RAGGED_REFERENCE = (
 )
 
 PAGED_LAYOUT = (
-    "def layout(q, k_cache, kv_lens, layout_seed, q_lens=None):\n"
+    "def layout(num_pages, kv_lens, layout_seed, q_lens=None):\n"
     "    # Index arrays of a paged batch (page size 1): sequence i owns kv_lens[i] distinct pages of the\n"
-    "    # cache, drawn once from layout_seed (the workload fixes them; the kernel must read them).\n"
+    "    # cache, drawn once from layout_seed (the workload fixes them; the kernel must read them). The\n"
+    "    # harness places them on the device; no tensor input feeds this function.\n"
     "    g = torch.Generator().manual_seed(layout_seed)\n"
-    "    pages = torch.randperm(k_cache.shape[0], generator=g)[: sum(kv_lens)].to(torch.int32)\n"
+    "    pages = torch.randperm(num_pages, generator=g)[: sum(kv_lens)].to(torch.int32)\n"
     "    kv = torch.zeros(len(kv_lens) + 1, dtype=torch.int32)\n"
     "    kv[1:] = torch.tensor(kv_lens).cumsum(0)\n"
-    '    out = {"kv_indptr": kv.to(q.device), "kv_indices": pages.to(q.device)}\n'
+    '    out = {"kv_indptr": kv, "kv_indices": pages}\n'
     "    if q_lens is not None:\n"
     "        qo = torch.zeros(len(q_lens) + 1, dtype=torch.int32)\n"
     "        qo[1:] = torch.tensor(q_lens).cumsum(0)\n"
-    '        out["qo_indptr"] = qo.to(q.device)\n'
+    '        out["qo_indptr"] = qo\n'
     "    return out\n"
 )
 
@@ -243,7 +245,7 @@ PAGED_PREFILL_REFERENCE = (
     "    qo, kv = qo_indptr.tolist(), kv_indptr.tolist()\n"
     "    q_lens = [b - a for a, b in zip(qo, qo[1:])]\n    kv_lens = [b - a for a, b in zip(kv, kv[1:])]\n"
     "    k, v = k_cache.flatten(0, 1), v_cache.flatten(0, 1)  # page size 1: one token per page\n"
-    "    rows = kv_indices.long()\n"
+    "    rows = kv_indices.long().to(k.device)\n"
     "    return _attend(q, k, v, q_lens, kv_lens, qo, lambda i: rows[kv[i] : kv[i + 1]])\n"
 )
 
@@ -254,7 +256,7 @@ PAGED_DECODE_REFERENCE = (
     + "\n\ndef run(q, k_cache, v_cache, kv_indptr, kv_indices):\n"
     "    kv = kv_indptr.tolist()\n    kv_lens = [b - a for a, b in zip(kv, kv[1:])]\n"
     "    k, v = k_cache.flatten(0, 1), v_cache.flatten(0, 1)  # page size 1: one token per page\n"
-    "    rows = kv_indices.long()\n"
+    "    rows = kv_indices.long().to(k.device)\n"
     "    starts = list(range(len(kv_lens) + 1))\n"
     "    return _attend(q, k, v, [1] * len(kv_lens), kv_lens, starts, lambda i: rows[kv[i] : kv[i + 1]])\n"
 )

@@ -44,11 +44,6 @@ class ArchSpec:
         num = self.name.removeprefix("sm_")
         return f"arch=compute_{num},code=sm_{num}"
 
-    def is_mma_opcode(self, opcode: str) -> bool:
-        """Whether a SASS opcode is one of the family's matrix-multiply instructions."""
-        base = opcode.split(".")[0].strip()
-        return any(re.fullmatch(p, base) for p in self.mma_opcodes)
-
     def with_families(self, families: tuple[str, ...] | list[str]) -> ArchSpec:
         """This architecture with only some of its instruction families as the target (``TARGET_FAMILIES``).
 
@@ -69,7 +64,13 @@ class ArchSpec:
             target_family=" or ".join(known[f].text for f in chosen),
             target_opcodes=tuple(op for f in chosen for op in known[f].opcodes),
             excluded_opcodes=tuple(dict.fromkeys(op for f in chosen for op in known[f].excluded)),
+            mma_opcodes=tuple(op for f in chosen for op in known[f].mma),
         )
+
+    def is_mma_opcode(self, opcode: str) -> bool:
+        """Whether a SASS opcode is one of the family's matrix-multiply instructions."""
+        base = opcode.split(".")[0].strip()
+        return any(re.fullmatch(p, base) for p in self.mma_opcodes)
 
     def is_target_opcode(self, opcode: str) -> bool:
         """Whether a SASS opcode (e.g. ``HGMMA.64x128x16.F32.BF16``) belongs to the target family."""
@@ -115,6 +116,8 @@ class TargetFamily:
     """Regexes over SASS opcode mnemonics."""
     excluded: tuple[str, ...] = ()
     """Mnemonics that match but do not count."""
+    mma: tuple[str, ...] = ()
+    """Its matrix-multiply mnemonics (``ArchSpec.mma_opcodes``); none for a copy family such as TMA."""
 
 
 _TMA = TargetFamily(
@@ -123,10 +126,15 @@ _TMA = TargetFamily(
     ("UTMACCTL", "UTMAPF", "UTMACMDFLUSH"),
 )
 TARGET_FAMILIES: dict[str, dict[str, TargetFamily]] = {
-    "sm_90a": {"wgmma": TargetFamily("wgmma (*GMMA) tensor-core MMA", (r"[A-Z]*GMMA",)), "tma": _TMA},
+    "sm_90a": {
+        "wgmma": TargetFamily("wgmma (*GMMA) tensor-core MMA", (r"[A-Z]*GMMA",), mma=HOPPER.mma_opcodes),
+        "tma": _TMA,
+    },
     "sm_100a": {
         "tcgen05": TargetFamily(
-            "tcgen05 (UTC* tensor-core and tensor-memory ops, LDTM, STTM)", BLACKWELL.target_opcodes
+            "tcgen05 (UTC* tensor-core and tensor-memory ops, LDTM, STTM)",
+            BLACKWELL.target_opcodes,
+            mma=BLACKWELL.mma_opcodes,
         ),
         "tma": _TMA,
     },

@@ -209,8 +209,8 @@ class Workload(_Record):
     params: dict[str, int | float | list[int] | list[float]] | None = Field(
         None,
         description="ptxgym extension: named constants of this workload (e.g. the sequence lengths of a "
-        "ragged batch). Derived-input functions receive them by parameter name; FLOP and byte formulas "
-        "may use them. Absent in plain FlashInfer-Trace workloads.",
+        "ragged batch). Derived-input functions receive them (and axis values) by parameter name; FLOP "
+        "and byte formulas may use them. Absent in plain FlashInfer-Trace workloads.",
     )
 
     @field_validator("axes")

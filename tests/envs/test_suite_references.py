@@ -197,3 +197,16 @@ def test_torch_reference_baseline_is_the_reference(name: str) -> None:
 
 def test_library_tasks_pass_no_baseline_options() -> None:
     assert all(t.baseline_options == {} for t in catalog().values() if t.baseline.name != "torch_reference")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in load_definitions() if n.startswith("gqa")))
+def test_gqa_random_inputs_are_redrawn_for_timed_calls(name: str) -> None:
+    """Timed calls redraw every random tensor of a GQA task (q and the keys/values).
+
+    The index arrays come from the workload alone (no tensor feeds ``layout``); an input that fed a
+    derived function would keep its set's values (``fresh_names``).
+    """
+    task = _small(load_definitions()[name])
+    ns = inputs_mod.load_reference(task)
+    random = [n for n, how in task.workload.inputs.items() if how.type == "random"]
+    assert set(inputs_mod.fresh_names(task, ns)) == set(random) and "q" in random

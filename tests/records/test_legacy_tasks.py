@@ -3,8 +3,9 @@
 ``data/legacy_tasks.json`` was written by ``snapshot()`` below from main at 377d943, when the tasks were
 rows of a Python tuple (a FLOP lambda, a tolerance chosen by name prefix). Each task's ids, name, arch,
 definition and workload (sha256 of their FlashInfer-Trace JSON), baseline, tolerance, FLOPs, bytes,
-summary, shapes, the architecture spec (target family and opcodes), the speed-of-light floors and the
-prompt (system and user message, rules-and-ABI variant) must be exactly what they were.
+summary, shapes, the architecture spec (target family and opcodes; fields added to ArchSpec later are
+not compared), the speed-of-light floors and the prompt (system and user message, rules-and-ABI variant)
+must be exactly what they were.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def test_every_field_unchanged(task_id: str) -> None:
     old = SNAPSHOT[task_id]
     new = snapshot(catalog()[task_id])
     assert set(old) - {"fields"} == set(new)
+    # fields ArchSpec gained later (E2's mma_opcodes) are not task data: compare the ones the snapshot has
+    new["arch_spec"] = {k: v for k, v in new["arch_spec"].items() if k in old["arch_spec"]}
     for key, value in new.items():
         assert value == old[key], f"{task_id}.{key} changed: {old[key]!r} -> {value!r}"
     assert set(old["fields"]) <= set(Task.model_fields)  # old fields are all still fields

@@ -280,3 +280,16 @@ def test_solution_definition_is_found_beside_the_solution(tmp_path: Path) -> Non
     assert found is not None and found.inputs["A"].dtype == "float16"
     assert solution_definition("gemm_n7168_k5120").name == "gemm_n7168_k5120"  # type: ignore[union-attr]
     assert solution_definition("nowhere", path=tmp_path / "x.json") is None
+
+
+def test_target_families_per_architecture() -> None:
+    assert HOPPER.with_families(["wgmma", "tma"]) is HOPPER  # the defaults are the arch itself
+    assert BLACKWELL.with_families(["tcgen05"]) is BLACKWELL
+    tma = HOPPER.with_families(["tma"])
+    assert tma.is_target_opcode("UTMALDG.2D") and not tma.is_target_opcode("UTMACCTL.PF")
+    assert not tma.is_target_opcode("HGMMA.64x128x16.F32.BF16") and tma.mma_opcodes == ()
+    both = BLACKWELL.with_families(["tcgen05", "tma"])
+    assert both.is_target_opcode("UTMALDG.2D") and both.is_target_opcode("UTCHMMA")
+    assert both.mma_opcodes == BLACKWELL.mma_opcodes and "or TMA" in both.target_family
+    with pytest.raises(PtxgymError, match="expected a non-empty subset"):
+        HOPPER.with_families(["tcgen05"])

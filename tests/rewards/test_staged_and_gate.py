@@ -12,6 +12,7 @@ from ptxgym.rewards import StagedReward, qualifies, resolve_reward, speedup_of
 # Default weights: extracted 0.05, compiled 0.10, ran 0.10, correct 0.30, target 0.15, speed 0.30 (cap 2).
 EXPECTED_FAILURES = {
     Status.EXTRACT_ERROR: 0.0,
+    Status.TASK_MISMATCH: 0.05,  # a Solution for another definition: code was given, nothing built
     Status.STATIC_REJECT: 0.05,
     Status.COMPILE_ERROR: 0.05,
     Status.COMPILE_TIMEOUT: 0.05,

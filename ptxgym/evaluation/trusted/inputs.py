@@ -3,8 +3,8 @@
 Inputs of a workload are made from a recorded seed: ``random`` floats are standard normal drawn directly
 in the tensor's dtype (never zeros), ``derived`` inputs come from the named function of the definition's
 reference source (e.g. ``forward_state`` gives the O and LSE an attention backward consumes; ``layout``
-gives the index arrays of a ragged or paged batch from the workload's ``params``, which such functions
-receive by parameter name), scalars
+gives the index arrays of a ragged or paged batch from the workload's ``params``: such functions also
+receive the axis values and params they name; what they return is placed on the device), scalars
 are passed as is. The reference ``run`` is executed in fp32-exact matmul mode (TF32 off) and its outputs
 are checked against the definition's shapes and dtypes before anything is compared with them.
 """
@@ -96,7 +96,7 @@ def generate_inputs(task: Task, namespace: dict[str, Any], seed: int, device) ->
         produced = _call_derived(task, namespace, function, values)
         for name, fn_name in derived.items():
             if fn_name == function:
-                values[name] = _checked(task, name, produced, function)
+                values[name] = _checked(task, name, produced, function).to(device)
     return {name: values[name] for name in defn.inputs}
 
 
@@ -151,7 +151,8 @@ def _call_derived(task: Task, namespace: dict[str, Any], function: str, values: 
         )
     params = inspect.signature(fn).parameters
     kwargs = {n: values[n] for n in params if n in values}
-    kwargs.update({n: v for n, v in (task.workload.params or {}).items() if n in params and n not in kwargs})
+    named = {**task.definition.axis_values(task.workload), **(task.workload.params or {})}
+    kwargs.update({n: v for n, v in named.items() if n in params and n not in kwargs})
     try:
         with exact_fp32():
             produced = fn(**kwargs)
