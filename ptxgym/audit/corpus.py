@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import tempfile
 from pathlib import Path
 
 from ptxgym.evaluation.trusted.base import BuiltCandidate
@@ -60,7 +59,7 @@ def _digest(name: str, arch: str) -> str:
 
 def build_kernel(name: str, arch: str = "sm_90a") -> Path:
     """The shared object of ``kernels/<name>.cu`` (built once, then cached)."""
-    from ptxgym.cpu.build import KEEP_DIR, nvcc_flags
+    from ptxgym.cpu.build import nvcc_flags
     from ptxgym.cpu.toolchain import find_toolchain
 
     build = settings.cache_dir() / "audit"
@@ -76,9 +75,7 @@ def build_kernel(name: str, arch: str = "sm_90a") -> Path:
         str(out),
         str(KERNELS / f"{name}.cu"),
     ]
-    with tempfile.TemporaryDirectory(dir=build) as work:  # the flags keep nvcc's intermediates here
-        (Path(work) / KEEP_DIR).mkdir()
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=work)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"nvcc failed for {name}:\n{done.stdout}\n{done.stderr}")
     return out

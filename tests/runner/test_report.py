@@ -118,35 +118,13 @@ def test_report_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_no_gpu_note(tmp_path: Path) -> None:
-    fb = Feedback(task_id="x", status=Status.NOT_EVALUATED, stage=Stage.RUN).to_json()
-    rec = TurnRecord(
-        run_id="r",
-        trajectory_id="t",
-        task_id="Gemm-sm90a",
-        variant="none",
-        policy="p",
-        turn=0,
-        action="",
-        status="NOT_EVALUATED",
-        feedback_json=fb,
-    )
+    rec = _cpu_turn(0, Status.NOT_EVALUATED, Stage.RUN, None)
     text = format_table(summarize([rec]))
     assert "Correctness and speed need a GPU evaluator" in text
 
 
 def test_cpu_stage_failures_are_not_blamed_on_a_missing_gpu() -> None:
-    fb = Feedback(task_id="x", status=Status.COMPILE_ERROR, stage=Stage.BUILD).to_json()
-    rec = TurnRecord(
-        run_id="r",
-        trajectory_id="t",
-        task_id="Gemm-sm90a",
-        variant="none",
-        policy="p",
-        turn=0,
-        action="",
-        status="COMPILE_ERROR",
-        feedback_json=fb,
-    )
+    rec = _cpu_turn(0, Status.COMPILE_ERROR, Stage.BUILD, None)
     text = format_table(summarize([rec]))
     assert "no turn reached the GPU stage; every turn ended before it (COMPILE_ERROR x1)" in text
     assert "need a GPU evaluator" not in text
