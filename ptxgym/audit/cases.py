@@ -5,9 +5,7 @@ A case is an action text a policy could send: a kernel of ``kernels/`` (the eval
 inlined, since an action is one file. Each case lists the statuses it may end with and is never to be
 paid (``hostile``); the honest controls are expected to pass. ``static`` cases must be decided by the
 CPU stages (screen, build), so they are judged on a machine without a GPU too; the others need a GPU
-evaluator and report "needs a GPU" under ``--evaluator none``. ``depends_on`` names the change that
-closes a case when it is not closed by this package alone ("B": helper B's build confinement, source
-screen on the preprocessed source and compile-log cut, issue 11 requirement 4).
+evaluator and report "needs a GPU" under ``--evaluator none``.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ class AuditCase:
     static: bool = False
     """Decided by the CPU stages: rejected before any GPU is needed."""
     task: str = "Gemm-sm90a"
-    depends_on: str = ""
     note: str = ""
     accepted: frozenset[Status] = field(init=False)
 
@@ -77,15 +74,14 @@ def _a(name: str, statuses: set[Status], issue: str, **kw) -> AuditCase:
 CASES: tuple[AuditCase, ...] = (
     # attacks on the build: decided on the CPU
     _a("include_solution", {Status.COMPILE_ERROR, Status.STATIC_REJECT}, "11.1", static=True),
-    _a("incbin_macro", {Status.STATIC_REJECT, Status.COMPILE_ERROR}, "11.5", static=True, depends_on="B"),
-    _a("irp_incbin", {Status.STATIC_REJECT, Status.COMPILE_ERROR}, "11.14", static=True, depends_on="B"),
-    _a("macro_incbin", {Status.STATIC_REJECT, Status.COMPILE_ERROR}, "11.14", static=True, depends_on="B"),
+    _a("incbin_macro", {Status.STATIC_REJECT, Status.COMPILE_ERROR}, "11.5", static=True),
+    _a("irp_incbin", {Status.STATIC_REJECT, Status.COMPILE_ERROR}, "11.14", static=True),
+    _a("macro_incbin", {Status.STATIC_REJECT, Status.COMPILE_ERROR}, "11.14", static=True),
     _a(
         "host_asm_passwd",
         {Status.STATIC_REJECT, Status.COMPILE_ERROR},
         "11.14",
         static=True,
-        depends_on="B",
         note="the compile log must not carry /etc/passwd",
     ),
     # attacks on the proofs and the census: need a GPU

@@ -61,7 +61,6 @@ class AuditRow:
     healthy: str
     wall_s: float
     verdict: str
-    depends_on: str
     message: str
 
     @property
@@ -131,6 +130,5 @@ def play_case(case: AuditCase, evaluator: Evaluator, reward: str | None = None) 
         healthy=evaluator_health(evaluator),
         wall_s=round(wall, 2),
         verdict=verdict,
-        depends_on=case.depends_on,
         message=fb.message[:300],
     )

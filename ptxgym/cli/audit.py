@@ -53,14 +53,11 @@ def _table(rows: list[AuditRow]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         cells = [r.case, r.issue, r.expected, r.got, f"{r.reward:.3f}", "YES" if r.paid else "no"]
-        cells += [r.healthy, f"{r.wall_s:.1f}", r.verdict + (f" ({r.depends_on})" if r.depends_on else "")]
+        cells += [r.healthy, f"{r.wall_s:.1f}", r.verdict]
         lines.append(" ".join(str(c)[: w + 8].ljust(w) for c, (_, w) in zip(cells, _COLUMNS, strict=True)))
     counts = Counter(r.verdict for r in rows)
     lines.append("")
     lines.append(f"{len(rows)} cases: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
-    opened = [r.case for r in rows if r.verdict == "OPEN" and r.depends_on]
-    if opened:
-        lines.append(f"open until the change they depend on is merged: {', '.join(opened)}")
     return "\n".join(lines)
 
 
@@ -74,10 +71,7 @@ def run(args: argparse.Namespace) -> int:
     cases = get_cases(args.cases, static_only=args.static)
     if args.list:
         for c in cases:
-            print(
-                f"{c.name:18s} {c.task:14s} {c.issue:6s} {c.expected}"
-                + (f" [{c.depends_on}]" if c.depends_on else "")
-            )
+            print(f"{c.name:18s} {c.task:14s} {c.issue:6s} {c.expected}")
         return 0
     resolve_reward(args.reward)  # a bad spec is a usage error before any work
     source = "--evaluator" if args.evaluator else None

@@ -13,13 +13,13 @@ from ptxgym.cli.main import main
 from ptxgym.evaluation.trusted.base import NullEvaluator
 from ptxgym.records.feedback import Feedback, Stage, Status, TargetInfo, Verdict
 
-STATIC = [c.name for c in CASES if c.static]  # those marked [B] are closed by the build jail (cpu/jail.py)
+STATIC = [c.name for c in CASES if c.static]
 
 
 def test_list_names_every_case(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "--list"]) == 0
     out = capsys.readouterr().out
-    assert all(c.name in out for c in CASES) and "[B]" in out
+    assert all(c.name in out for c in CASES)
     assert {"11.1", "11.2", "11.5", "11.11", "11.13", "11.14"} <= {c.issue for c in CASES}
 
 
@@ -98,14 +98,18 @@ def test_no_gpu_state_to_check_without_a_gpu_evaluator() -> None:
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_audit_pays_no_hostile_case(capsys: pytest.CaptureFixture[str]) -> None:
-    """The whole suite on the local GPU evaluator (minutes): no hostile case is paid, every case as expected.
+    """The issue-11 cases on the local GPU evaluator (about 3 min on an H200): none paid, each as expected.
 
-    Cases that depend on helper B's build changes may still be OPEN, LEAK or UNEXPECTED before they merge.
+    The corpus cases (``issue == "corpus"``) are the GPU evaluator's own tests
+    (tests/evaluation/test_gpu_evaluator.py), played there through the same worker; playing them here too
+    made this test run past 400 s.
     """
-    main(["audit", "--evaluator", "local", "--json"])
+    names = [c.name for c in CASES if c.issue != "corpus"]
+    assert len(names) >= 10
+    main(["audit", "--evaluator", "local", "--json"] + [f"--case={n}" for n in names])
     rows = json.loads(capsys.readouterr().out)
-    pending = {c.name for c in CASES if c.depends_on}
+    assert [r["case"] for r in rows] == names
     assert not [r for r in rows if r["verdict"] == "PAID"], rows
     assert all(r["healthy"] == "yes" for r in rows), rows
-    wrong = [r for r in rows if r["case"] not in pending and r["verdict"] != "ok"]
+    wrong = [r for r in rows if r["verdict"] != "ok"]
     assert not wrong, wrong
