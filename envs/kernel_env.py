@@ -86,6 +86,7 @@ class KernelEnv(gymnasium.Env):
       their rule when read.
     * tasks as data: ``reset`` draws a workload of the task's family (the ten original tasks have one,
       so nothing changes for them); ``ptxgym/Trace-v0`` plays dataset folders; several-file actions.
+      Feedback names the workload a turn played (``workload``: uuid and axes; absent in older records).
     """
 
     metadata = {"render_modes": ["ansi"]}

@@ -38,6 +38,7 @@ from ptxgym.records.feedback import (
     Status,
     TargetInfo,
     Verdict,
+    WorkloadRef,
     truncate,
 )
 from ptxgym.records.schema import Definition, Solution, contract_differences
@@ -238,6 +239,10 @@ class Pipeline:
         base["evaluator"] = base.get("evaluator") or self.evaluator.name
         return EnvironmentInfo(**base)
 
+    def _workload(self) -> WorkloadRef:
+        wl = self.task.workload
+        return WorkloadRef(uuid=wl.uuid, axes=dict(wl.axes))
+
     def _finish(
         self, parts: dict, turn: int, status: Status, stage: Stage, message: str, log: str = ""
     ) -> Feedback:
@@ -247,6 +252,7 @@ class Pipeline:
             status=status,
             stage=stage,
             message=message,
+            workload=self._workload(),
             source_sha256=parts.get("source_sha256"),
             source_chars=parts.get("source_chars", 0),
             compile=parts.get("compile"),
@@ -266,6 +272,7 @@ class Pipeline:
             status=v.status,
             stage=v.stage,
             message=v.message,
+            workload=self._workload(),
             source_sha256=parts.get("source_sha256"),
             source_chars=parts.get("source_chars", 0),
             compile=parts.get("compile"),

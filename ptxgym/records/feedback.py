@@ -325,6 +325,13 @@ class EnvironmentInfo(_Part):
     )
 
 
+class WorkloadRef(_Part):
+    """Which workload of the task's family a turn played."""
+
+    uuid: str = Field(description="The workload's uuid in its definition's workloads.")
+    axes: dict[str, int] = Field(default_factory=dict, description="Its axis values, e.g. {'M': 512}.")
+
+
 class Feedback(BaseModel):
     """One turn's structured outcome. ``status`` is the verdict; the parts say why."""
 
@@ -336,6 +343,11 @@ class Feedback(BaseModel):
     status: Status
     stage: Stage = Field(description="Stage that decided the status (DONE when everything ran).")
     message: str = Field("", description="One precise sentence or two about the status.")
+    workload: WorkloadRef | None = Field(
+        None,
+        description="The workload played (latency and speedup belong to it); None in records written "
+        "before it was recorded.",
+    )
     source_sha256: str | None = Field(None, description="SHA-256 of the extracted source.")
     source_chars: int = 0
     compile: CompileInfo | None = None

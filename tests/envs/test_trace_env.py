@@ -98,6 +98,8 @@ def test_a_solution_of_another_definition_is_task_mismatch() -> None:
     fb = info["feedback"]
     assert fb.status is Status.TASK_MISMATCH and fb.stage is Stage.EXTRACT and fb.compile is None
     assert "written for definition 'gemm_n256_k512'" in fb.message
+    assert fb.workload is not None and fb.workload.axes == {"M": 8192}
+    assert type(fb).from_json(fb.to_json()).workload == fb.workload
     assert not fb.status.compiled
 
 
@@ -110,7 +112,9 @@ def test_fixture_solution_plays_through_env_step_to_the_build_stage() -> None:
     fb = info["feedback"]
     assert fb.status is Status.NOT_EVALUATED, fb.message
     assert fb.compile.ok and fb.sass is not None
+    assert fb.workload is not None and fb.workload.axes == {"M": 256}  # the verdict names its workload
     ((task, cand),) = ev.seen
+    assert fb.workload.uuid == task.workload.uuid
     assert cand.entry_symbol == "gemm_fixture"  # the solution's own entry point, honoured
     assert task.workload.axes == {"M": 256} and task.id == TASK
     assert cand.input_seed == env.unwrapped._input_seed  # the episode's secret seed reaches the evaluator
