@@ -9,11 +9,7 @@ cd "$(dirname "$0")/.."
 out=${1:?outdir}; shift
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-if ! (cd / && python3 -c "import ptxgym.envs, gymnasium, tvm_ffi, cupti") 2>/dev/null; then
-  if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps .whl/*.whl
-    python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .
-  fi
+bash bench/carried_install.sh || exit 2
   (cd / && python3 -c "import ptxgym.envs, gymnasium, tvm_ffi") || { echo "ptxgym is not importable here" >&2; exit 2; }
 fi
 {
