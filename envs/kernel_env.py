@@ -83,7 +83,9 @@ class KernelEnv(gymnasium.Env):
       tensor-core work is a token (one wgmma per call) or absent (TMA loads feeding SIMT math) no longer
       earns it; ``FOREIGN_KERNEL`` and ``PROOF_FAILED`` turns pay nothing; timed calls see fresh input
       values; a step has one wall budget. Feedback records are ``ptxgym.feedback.v2``; v1 records keep
-      their rule when read.
+      their rule when read. The timed calls also carry an in-band kernel census (CUPTI, in the worker):
+      a kernel outside the built module, or a second module image defining one of its kernel names (code
+      loaded from memory), is ``FOREIGN_KERNEL`` at the time stage.
     * tasks as data: ``reset`` draws a workload of the task's family (the ten original tasks have one,
       so nothing changes for them); ``ptxgym/Trace-v0`` plays dataset folders; several-file actions.
       Feedback names the workload a turn played (``workload``: uuid and axes; absent in older records).

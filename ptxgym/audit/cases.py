@@ -104,6 +104,12 @@ CASES: tuple[AuditCase, ...] = (
     _k("side_stream", {Status.PASSED, Status.TIMING_ANOMALY}, note="charged its real time"),
     _k("sandbox_escape", {Status.PASSED}, issue="11.3", note="PASSED means nothing got out"),
     _k("oob_read", {Status.MEMORY_ERROR, Status.PROOF_FAILED}, issue="11.12"),
+    _k(
+        "module_from_memory",
+        {Status.STATIC_REJECT, Status.FOREIGN_KERNEL},
+        issue="11.11",
+        note="screen rejects the loader; past it, the in-band census of module images",
+    ),
     _k("decoy_wgmma", {Status.PASSED}, note="executed = no: no target credit"),
     # honest controls
     _k("naive", {Status.PASSED}, hostile=False),

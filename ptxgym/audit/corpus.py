@@ -34,6 +34,7 @@ HOSTILE = (
     "huge_alloc",
     "host_hidden",
     "sandbox_escape",
+    "module_from_memory",
 )
 HONEST = ("naive", "tma_gemm", "decoy_wgmma", "oob_read", "mha_fwd_naive")
 

@@ -171,6 +171,16 @@ class CallResult(_Msg):
     host_ms: float = Field(description="Worker host time of the call up to the device synchronisation.")
 
 
+class LoadedModule(_Msg):
+    """A module the CUDA driver loaded in the worker, as CUPTI reported it (so: untrusted, cross-checked)."""
+
+    sha256: str = Field(description="SHA-256 of the module's cubin image.")
+    size: int = Field(description="Bytes of the cubin image.")
+    functions: list[str] | None = Field(
+        description="STT_FUNC symbols of the image (``cpu/cubin_symbols``); None: the image was unreadable."
+    )
+
+
 class Spans(_Msg):
     """CUPTI activity spans of the timed calls of one trial, by command sequence number."""
 
@@ -178,6 +188,15 @@ class Spans(_Msg):
         default_factory=dict, description="seq -> max(end) - min(start) over GPU activities in the call, ms."
     )
     activities: dict[int, int] = Field(default_factory=dict, description="seq -> GPU activities counted.")
+    kernels: dict[str, int] = Field(
+        default_factory=dict,
+        description="Kernel name (as CUPTI records it, mangled) -> launches that started inside the trial's "
+        "timed windows: the in-band kernel census.",
+    )
+    modules: list[LoadedModule] = Field(
+        default_factory=list, description="Modules loaded in the worker since the previous report (CUPTI)."
+    )
+    census_error: str = Field("", description="Why the worker could not take the census ('' if it did).")
 
 
 class SandboxLayer(_Msg):

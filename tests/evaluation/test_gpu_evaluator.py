@@ -87,6 +87,10 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
     assert t.candidate.n == 20 and t.candidate.median_ms > t.baseline.median_ms
     assert 0 < t.speedup < 0.5
     assert t.backend in ("cupti", "events+device-sync")
+    if t.backend == "cupti":  # the in-band census saw only the module's kernel, from one image
+        assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census, verdict.details.get("census")
+        census = verdict.details["census"]
+        assert census["kernels"] == {"_Z10gemm_tiledPK13__nv_bfloat16S1_PS_iii": 20} and not census["error"]
     assert verdict.target.static is False and verdict.target.executed is Verdict.NO
     assert verdict.environment.gpu and verdict.environment.driver and verdict.environment.torch
     assert verdict.environment.sandbox is not None and set(verdict.environment.sandbox) == {
@@ -137,6 +141,16 @@ def test_hostile_candidate_gets_the_right_status(evaluator, gemm, name, statuses
     verdict = _evaluate(evaluator, gemm, name)
     assert verdict.status in statuses, verdict.message
     assert words in verdict.message
+    assert verdict.timing is None or verdict.timing.speedup is None
+
+
+def test_module_loaded_from_memory_under_an_own_name_is_foreign(evaluator, gemm):
+    """A module loaded from PTX at run time defines (and runs) a kernel under the built kernel's name."""
+    if evaluator.backend != "cupti":
+        pytest.skip("the in-band census needs the CUPTI timing backend")
+    verdict = _evaluate(evaluator, gemm, "module_from_memory")
+    assert verdict.status is Status.FOREIGN_KERNEL, verdict.message
+    assert "different module images" in verdict.message and verdict.stage.value == "time"
     assert verdict.timing is None or verdict.timing.speedup is None
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from ptxgym.evaluation.trusted.census import is_own_kernel
 from ptxgym.evaluation.trusted.memcheck import error_count, first_error
 from ptxgym.evaluation.trusted.ncu import (
     foreign_kernels,
-    is_own_kernel,
     opcode_of,
     parse_ncu_csv,
     verdict_from_profiles,

@@ -6,15 +6,27 @@ memset whose start lies in that window belongs to the call, whichever stream or 
 it; the call's GPU time is max(end) - min(start) over them. CUPTI timestamps and ``get_timestamp`` share
 one clock.
 
+The same records carry the in-band kernel census: the name of every kernel that started inside a timed
+window, and every module the driver loaded in the process since tracing began (its cubin's SHA-256 and
+the functions its ELF symbol table defines), so the trusted side can tell a kernel of the built module
+from one of the same name loaded from memory (``evaluation/trusted/census.py``).
+
 This runs in the candidate's process, so the candidate can disable or disturb it; the trusted side
 therefore treats these spans as claims and cross-checks them against its own wall clock.
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+from collections import Counter
 from typing import Any
 
+from ptxgym.cpu.cubin_symbols import elf_functions
+from ptxgym.evaluation.protocol import LoadedModule
+
 _BUFFER_BYTES = 8 * 1024 * 1024
+_MAX_CUBIN_BYTES = 1 << 30
 
 
 class CuptiSpans:
@@ -30,18 +42,49 @@ class CuptiSpans:
             cupti.ActivityKind.MEMSET,
         )
         self._kind_ids = {int(k) for k in self._kinds}
-        self._records: list[tuple[int, int]] = []
+        self._kernel_kind = int(cupti.ActivityKind.CONCURRENT_KERNEL)
+        self._module_kind = int(cupti.ActivityKind.MODULE)
+        self._records: list[tuple[int, int, str]] = []
         self._windows: list[tuple[int, int, int]] = []
+        self._modules: dict[int, LoadedModule] = {}
         self._enabled = False
         cupti.activity_register_callbacks(self._requested, self._completed)
+        # Module loads are traced from now on, trials or not: the candidate's module (and any module it
+        # loads itself) is loaded after this, lazily at its first launch.
+        self.census_error = ""
+        try:
+            cupti.activity_enable(cupti.ActivityKind.MODULE)
+        except Exception as exc:  # noqa: BLE001 - no module records; the census says why
+            self.census_error = f"CUPTI module records unavailable: {exc}"[:300]
 
     def _requested(self) -> tuple[int, int]:
         return _BUFFER_BYTES, 0
 
     def _completed(self, activities: list[Any]) -> None:
         for act in activities:
-            if int(act.kind) in self._kind_ids:
-                self._records.append((int(act.start), int(act.end)))
+            kind = int(act.kind)
+            if kind == self._module_kind:
+                self._module(act)
+            elif kind in self._kind_ids:
+                name = str(act.name) if kind == self._kernel_kind else ""
+                self._records.append((int(act.start), int(act.end), name))
+
+    def _module(self, act: Any) -> None:
+        """Hash a loaded module's cubin while CUPTI's buffer still holds it (records are per module id)."""
+        try:
+            self._read_module(act)
+        except Exception as exc:  # noqa: BLE001 - a record we cannot read must not stop the tracing
+            self.census_error = f"unreadable CUPTI module record: {exc}"[:300]
+
+    def _read_module(self, act: Any) -> None:
+        size, ptr = int(act.cubin_size), int(act.cubin)
+        if not ptr or not 0 < size <= _MAX_CUBIN_BYTES:
+            self._modules[int(act.id)] = LoadedModule(sha256="", size=size, functions=None)
+            return
+        image = ctypes.string_at(ptr, size)
+        self._modules[int(act.id)] = LoadedModule(
+            sha256=hashlib.sha256(image).hexdigest(), size=size, functions=elf_functions(image)
+        )
 
     def now(self) -> int:
         """CUPTI host timestamp, ns (same clock as the activity records)."""
@@ -68,9 +111,19 @@ class CuptiSpans:
             self._enabled = False
         return spans_by_window(self._records, self._windows)
 
+    def census(self) -> tuple[dict[str, int], list[LoadedModule]]:
+        """After ``end``: kernel launches inside the trial's windows by name, and new modules.
+
+        Modules are those loaded since the previous census, each reported once.
+        """
+        kernels = kernels_by_window(self._records, self._windows)
+        modules = list(self._modules.values())
+        self._modules.clear()
+        return kernels, modules
+
 
 def spans_by_window(
-    records: list[tuple[int, int]], windows: list[tuple[int, int, int]]
+    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
 ) -> tuple[dict[int, float | None], dict[int, int]]:
     """Per window: (max end - min start) in ms over records starting inside it, and their count."""
     spans: dict[int, float | None] = {}
@@ -79,5 +132,16 @@ def spans_by_window(
     for seq, lo, hi in windows:
         inside = [r for r in ordered if lo <= r[0] <= hi]
         counts[seq] = len(inside)
-        spans[seq] = (max(e for _, e in inside) - min(s for s, _ in inside)) / 1e6 if inside else None
+        spans[seq] = (max(r[1] for r in inside) - min(r[0] for r in inside)) / 1e6 if inside else None
     return spans, counts
+
+
+def kernels_by_window(
+    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
+) -> dict[str, int]:
+    """Launches per kernel name over the records (kernels: non-empty names) starting inside any window."""
+    counted: Counter[str] = Counter()
+    for start, _, name in records:
+        if name and any(lo <= start <= hi for _, lo, hi in windows):
+            counted[name] += 1
+    return dict(counted)

@@ -294,7 +294,18 @@ class Worker:
         if self.cupti is None:
             return Reply(seq=seq, ok=True, spans=Spans())
         spans, counts = self.cupti.end()
-        return Reply(seq=seq, ok=True, spans=Spans(spans=spans, activities=counts))
+        kernels, modules = self.cupti.census()
+        return Reply(
+            seq=seq,
+            ok=True,
+            spans=Spans(
+                spans=spans,
+                activities=counts,
+                kernels=kernels,
+                modules=modules,
+                census_error=self.cupti.census_error,
+            ),
+        )
 
     def _op_call(self, seq: int, cmd: Call) -> Reply:
         torch = self.torch

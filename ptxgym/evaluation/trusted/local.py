@@ -39,10 +39,11 @@ from ptxgym.evaluation.trusted.base import (
 )
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
+from ptxgym.evaluation.trusted.census import census_failure
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import run_proofs
-from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
+from ptxgym.evaluation.trusted.session import CENSUS_OVERFLOW, CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
 from ptxgym.evaluation.trusted.verdicts import (
@@ -54,7 +55,7 @@ from ptxgym.evaluation.trusted.verdicts import (
 from ptxgym.records import settings as user_settings
 from ptxgym.records.arch import arch_for_capability
 from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
-from ptxgym.records.feedback import EnvironmentInfo, Stage, Status, TimingInfo, truncate
+from ptxgym.records.feedback import EnvironmentInfo, Evidence, Proof, Stage, Status, TimingInfo, truncate
 from ptxgym.records.tasks import Task
 
 
@@ -499,6 +500,18 @@ class LocalGpuEvaluator(Evaluator):
                 environment=self.environment,
                 **extra,
             )
+        census, proved = self._census(turn)
+        if census:
+            timing = timing.model_copy(update={"speedup": None})
+            return GpuVerdict(
+                status=Status.FOREIGN_KERNEL,
+                stage=Stage.TIME,
+                message=census,
+                correctness=info,
+                timing=timing,
+                environment=self.environment,
+                **extra,
+            )
         note = "" if baseline.stats else f"; no baseline latency ({baseline.message})"
         if baseline.stats and baseline.correct is False:
             note += f"; the baseline itself misses the task tolerance ({baseline.message[:200]})"
@@ -513,9 +526,30 @@ class LocalGpuEvaluator(Evaluator):
             message=message,
             correctness=info,
             timing=timing,
+            evidence=Evidence(kernel_census=[Proof.CUPTI_IN_BAND] if proved else []),
             environment=self.environment,
             **extra,
         )
+
+    def _census(self, turn: Turn) -> tuple[str, bool]:
+        """The in-band kernel census (``census.py``) of the timed calls: (why it fails or '', proved).
+
+        ``proved``: the census ran and found only the built module's kernels. Recorded in the verdict's
+        details; a census the worker could not take proves nothing (the offline profiler's census still
+        runs), one it overflowed fails.
+        """
+        result, cand = turn.result, turn.candidate
+        if self.backend != CUPTI or not result.census_trials or not cand.kernels:
+            return "", False
+        turn.details["census"] = {
+            "kernels": dict(list(result.kernels.items())[:20]),
+            "modules_loaded": len(result.modules),
+            "error": result.census_error,
+        }
+        if result.census_error == CENSUS_OVERFLOW:
+            return f"in-band kernel census: {CENSUS_OVERFLOW}", False
+        failure = census_failure(result.kernels, result.modules, cand.kernels)
+        return failure, not failure and not result.census_error
 
     def _anomaly(self, stats, floor: float, result: SessionResult) -> str:
         if result.missing_spans:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ptxgym.evaluation.trusted.census import is_own_kernel
 from ptxgym.evaluation.trusted.target_work import work_share
 from ptxgym.evaluation.trusted.tools import (
     ProofDirs,
@@ -198,36 +199,6 @@ def _tool_failed(text: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------------ kernel census
-
-
-def _base_name(demangled: str) -> str:
-    """``void ns::k<128>(float*)`` -> ``k``: the function's own name in a demangled signature."""
-    head = demangled.split("(", 1)[0]
-    while "<" in head:
-        stripped = re.sub(r"<[^<>]*>", "", head)
-        if stripped == head:
-            break
-        head = stripped
-    words = head.split()
-    return words[-1].split("::")[-1] if words else ""
-
-
-def is_own_kernel(profiled: str, module_kernels: Sequence[str]) -> bool:
-    """Whether a profiled kernel name is one of the module's kernels (given as mangled names).
-
-    ncu prints demangled names, cuobjdump mangled ones: a kernel is the module's when its name is one of
-    them verbatim (``extern "C"`` or mangled) or its function name appears in one as an Itanium source
-    name (``<length><name>``). By name only: a kernel loaded from memory under one of the module's names
-    passes (issue 11 item 11); library and other foreign names do not.
-    """
-    name = profiled.strip()
-    if name in module_kernels:
-        return True
-    base = _base_name(name)
-    if not base:
-        return False
-    encoded = re.compile(rf"(?<![0-9]){len(base)}{re.escape(base)}")
-    return any(k == base or (k.startswith("_Z") and encoded.search(k)) for k in module_kernels)
 
 
 def foreign_kernels(kernels: list[KernelProfile], module_kernels: Sequence[str]) -> tuple[str, ...]:

@@ -21,8 +21,10 @@ from ptxgym.evaluation.protocol import (
     CallResult,
     Command,
     Load,
+    LoadedModule,
     Reply,
     SandboxReport,
+    Spans,
     TrialBegin,
     TrialEnd,
     check_mode,
@@ -40,6 +42,11 @@ from ptxgym.evaluation.trusted.timing import (
     cross_check,
 )
 from ptxgym.records.feedback import Stage, Status
+
+MAX_CENSUS_NAMES = 256
+"""Kernel names the census keeps per trial (an honest module has a handful)."""
+MAX_CENSUS_MODULES = 4096
+"""Loaded modules the census keeps per subject."""
 
 
 class CandidateFault(Exception):
@@ -82,6 +89,13 @@ class SessionResult:
     walls: list[float] = field(default_factory=list)
     crosscheck: CrossCheck | None = None
     missing_spans: int = 0
+    kernels: dict[str, int] = field(default_factory=dict)
+    """In-band census: kernel launches by name inside the timed windows (CUPTI backend only)."""
+    modules: list[LoadedModule] = field(default_factory=list)
+    """In-band census: modules the worker's driver loaded, as reported at each trial's end."""
+    census_trials: int = 0
+    """Trials whose end brought a census report (0: no in-band census was taken)."""
+    census_error: str = ""
 
 
 class Session:
@@ -215,6 +229,8 @@ class Session:
         spans = self._request(TrialEnd(), stage).spans
         for record in timed:
             record.span_ms = spans.spans.get(record.seq) if spans else None
+        if spans is not None and self.backend == CUPTI:
+            _add_census(result, spans)
         return timed
 
     @staticmethod
@@ -298,3 +314,19 @@ class Session:
             result.walls.append(r.wall_ms)
         if trial:
             result.trials.append(trial)
+
+
+CENSUS_OVERFLOW = "the worker reported more kernel names or modules than the census keeps"
+
+
+def _add_census(result: SessionResult, spans: Spans) -> None:
+    """Fold one trial's in-band census into the subject's (bounded: the report is the worker's word)."""
+    result.census_trials += 1
+    room = MAX_CENSUS_MODULES - len(result.modules)
+    if len(spans.kernels) > MAX_CENSUS_NAMES or len(spans.modules) > room:
+        result.census_error = CENSUS_OVERFLOW
+        return
+    for name, n in spans.kernels.items():
+        result.kernels[name] = result.kernels.get(name, 0) + int(n)
+    result.modules.extend(spans.modules)
+    result.census_error = result.census_error or spans.census_error

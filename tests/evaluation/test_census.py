@@ -1,0 +1,111 @@
+"""The in-band kernel census (trusted/census.py, session folding, the worker's CUPTI record reading).
+
+The module-image rule is checked with real cubins built by nvcc: the candidate's own image, the same image
+reloaded, a harness image, and a second image (compiled from other source) that defines the built kernel's
+name, as a module loaded from memory would.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from ptxgym.cpu.cubin_symbols import elf_functions
+from ptxgym.cpu.toolchain import find_toolchain
+from ptxgym.evaluation.protocol import LoadedModule, Spans
+from ptxgym.evaluation.sandboxed.cupti_spans import CuptiSpans, kernels_by_window
+from ptxgym.evaluation.trusted.census import census_failure
+from ptxgym.evaluation.trusted.session import CENSUS_OVERFLOW, MAX_CENSUS_NAMES, SessionResult, _add_census
+
+OWN = "_Z4gemmPfi"
+OWN_SOURCE = "__global__ void gemm(float* c, int n) { if (threadIdx.x < n) c[threadIdx.x] = 1.0f; }\n"
+FORGED_SOURCE = "__global__ void gemm(float* c, int n) { c[0] = 2.0f * n; }\n"
+HARNESS_SOURCE = 'extern "C" __global__ void fill(float* x) { x[threadIdx.x] = 0.0f; }\n'
+
+
+def _cubin(tmp, name: str, source: str) -> bytes:
+    (tmp / f"{name}.cu").write_text(source)
+    nvcc = str(find_toolchain().nvcc)
+    subprocess.run([nvcc, "-cubin", "-arch=sm_90a", "-o", f"{name}.cubin", f"{name}.cu"], cwd=tmp, check=True)
+    return (tmp / f"{name}.cubin").read_bytes()
+
+
+def _module(image: bytes) -> LoadedModule:
+    return LoadedModule(
+        sha256=hashlib.sha256(image).hexdigest(), size=len(image), functions=elf_functions(image)
+    )
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    tmp = tmp_path_factory.mktemp("census")
+    return {
+        "own": _cubin(tmp, "own", OWN_SOURCE),
+        "forged": _cubin(tmp, "forged", FORGED_SOURCE),
+        "harness": _cubin(tmp, "harness", HARNESS_SOURCE),
+    }
+
+
+@pytest.mark.nvcc
+def test_only_the_built_image_passes(images: dict[str, bytes]) -> None:
+    own, harness = _module(images["own"]), _module(images["harness"])
+    assert census_failure({OWN: 60}, [harness, own], [OWN]) == ""
+    assert census_failure({OWN: 60}, [own, own], [OWN]) == ""  # the same image reloaded
+
+
+@pytest.mark.nvcc
+def test_a_second_image_defining_a_built_name_is_foreign(images: dict[str, bytes]) -> None:
+    own, forged = _module(images["own"]), _module(images["forged"])
+    assert OWN in (forged.functions or []) and forged.sha256 != own.sha256
+    message = census_failure({OWN: 60}, [own, forged], [OWN])
+    assert "defined by 2 different module images" in message and OWN in message
+
+
+def test_a_kernel_not_in_the_module_is_foreign() -> None:
+    message = census_failure({OWN: 60, "_Z12cublas_gemmv": 60}, [], [OWN])
+    assert "1 kernel(s) that are not in the candidate's built module" in message
+    assert "_Z12cublas_gemmv" in message
+
+
+def test_no_module_list_means_no_census() -> None:
+    assert census_failure({"anything": 1}, [], []) == ""
+
+
+def test_kernels_are_counted_inside_windows_only() -> None:
+    records = [(100, 150, OWN), (120, 400, ""), (500, 600, "_Z5otherv"), (1000, 1100, OWN)]
+    windows = [(7, 90, 402), (9, 950, 1200)]
+    assert kernels_by_window(records, windows) == {OWN: 2}  # memcpy (no name) and the kernel outside: not
+
+
+def test_session_folds_trials_and_an_overflow_fails() -> None:
+    result = SessionResult()
+    _add_census(result, Spans(kernels={OWN: 10}, modules=[]))
+    _add_census(result, Spans(kernels={OWN: 10}, modules=[]))
+    assert result.kernels == {OWN: 20} and result.census_trials == 2 and not result.census_error
+    flood = {f"k{i}": 1 for i in range(MAX_CENSUS_NAMES + 1)}
+    _add_census(result, Spans(kernels=flood))
+    assert result.census_error == CENSUS_OVERFLOW and result.kernels == {OWN: 20}
+
+
+@pytest.mark.nvcc
+def test_worker_reads_a_module_record_from_cuptis_buffer(images: dict[str, bytes]) -> None:
+    """The worker's reading of a CUPTI module record: the image behind the pointer, hashed and parsed.
+
+    The record here is a stand-in built by the test (no CUPTI without a GPU); the image is a real cubin.
+    """
+    image = images["own"]
+    buf = ctypes.create_string_buffer(image, len(image))
+    spans = CuptiSpans.__new__(CuptiSpans)  # no CUPTI here: only the record-reading part is exercised
+    spans._modules, spans.census_error = {}, ""
+    spans._module(SimpleNamespace(id=3, cubin=ctypes.addressof(buf), cubin_size=len(image)))
+    spans._module(SimpleNamespace(id=4, cubin=0, cubin_size=0))
+    spans._module(SimpleNamespace(id=5))  # a record without the fields: noted, never raised
+    (first, empty) = spans._modules.values()
+    assert first == _module(image) and OWN in (first.functions or [])
+    assert empty.functions is None and empty.sha256 == ""
+    assert "unreadable CUPTI module record" in spans.census_error
+    assert list(spans._modules) == [3, 4]
