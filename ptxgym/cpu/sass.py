@@ -33,7 +33,8 @@ _CUOBJDUMP_TIMEOUT_S = 120.0
 _ARCH = re.compile(r"^\s*arch\s*=\s*(?P<arch>sm_\w+)")
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(?P<name>\S+)")
 _INSTRUCTION = re.compile(
-    r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:\{\s*)?(?:@!?U?P(?:T|\d+)\s+)?(?P<opcode>[A-Z][A-Z0-9_]*(?:\.[\w]+)*)"
+    r"^\s*/\*(?P<pc>[0-9a-fA-F]+)\*/\s+(?:\{\s*)?(?:@!?U?P(?:T|\d+)\s+)?"
+    r"(?P<opcode>[A-Z][A-Z0-9_]*(?:\.[\w]+)*)"
 )
 
 
@@ -67,6 +68,24 @@ def parse_sass(text: str, arch: ArchSpec) -> SassInfo:
         histogram=dict(sorted(histogram.items(), key=lambda kv: (-kv[1], kv[0]))),
         static_target=any(k.target_opcodes for k in infos),
     )
+
+
+def pc_opcodes(text: str) -> dict[str, dict[int, str]]:
+    """Per function of a ``cuobjdump --dump-sass`` listing: instruction offset -> opcode with modifiers.
+
+    The offsets are the listing's ``/*0a80*/`` (bytes from the function's start), the key an executed
+    count per instruction is joined on (``evaluation/trusted/sass_join.py``).
+    """
+    out: dict[str, dict[int, str]] = {}
+    current: dict[int, str] | None = None
+    for line in text.splitlines():
+        if _ARCH.match(line):
+            current = None
+        elif m := _FUNCTION.match(line):
+            current = out.setdefault(m.group("name"), {})
+        elif current is not None and (m := _INSTRUCTION.match(line)):
+            current[int(m.group("pc"), 16)] = m.group("opcode")
+    return out
 
 
 def _kernel_info(name: str, counts: Counter[str], arch: ArchSpec) -> KernelSass:

@@ -1,0 +1,106 @@
+"""The in-band SASS count binding (sandboxed/sass_counts.py) and the offset -> opcode listing (cpu/sass.py).
+
+The ctypes structs must match the CUPTI headers byte for byte: a C program compiled against the toolkit's
+own headers prints each ``*_STRUCT_SIZE`` and ``sizeof``, and the test compares them with the binding's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ptxgym.evaluation.sandboxed import sass_counts as sc
+
+HEADER_SIZES = {
+    "_GetChipName": ("CUpti_Device_GetChipName_Params", "CUpti_Device_GetChipName_Params_STRUCT_SIZE"),
+    "_Initialize": ("CUpti_Profiler_Initialize_Params", "CUpti_Profiler_Initialize_Params_STRUCT_SIZE"),
+    "_MetricDetails": ("CUpti_SassMetrics_MetricDetails", "sizeof(CUpti_SassMetrics_MetricDetails)"),
+    "_GetNumOfMetrics": (
+        "CUpti_SassMetrics_GetNumOfMetrics_Params",
+        "CUpti_SassMetrics_GetNumOfMetrics_Params_STRUCT_SIZE",
+    ),
+    "_GetMetrics": ("CUpti_SassMetrics_GetMetrics_Params", "CUpti_SassMetrics_GetMetrics_Params_STRUCT_SIZE"),
+    "_Config": ("CUpti_SassMetrics_Config", "sizeof(CUpti_SassMetrics_Config)"),
+    "_SetConfig": ("CUpti_SassMetricsSetConfig_Params", "CUpti_SassMetricsSetConfig_Params_STRUCT_SIZE"),
+    "_UnsetConfig": (
+        "CUpti_SassMetricsUnsetConfig_Params",
+        "CUpti_SassMetricsUnsetConfig_Params_STRUCT_SIZE",
+    ),
+    "_Enable": ("CUpti_SassMetricsEnable_Params", "CUpti_SassMetricsEnable_Params_STRUCT_SIZE"),
+    "_Disable": ("CUpti_SassMetricsDisable_Params", "CUpti_SassMetricsDisable_Params_STRUCT_SIZE"),
+    "_DataProperties": (
+        "CUpti_SassMetricsGetDataProperties_Params",
+        "CUpti_SassMetricsGetDataProperties_Params_STRUCT_SIZE",
+    ),
+    "_InstanceValue": ("CUpti_SassMetrics_InstanceValue", "CUpti_SassMetrics_InstanceValue_STRUCT_SIZE"),
+    "_FlushData": ("CUpti_SassMetricsFlushData_Params", "CUpti_SassMetricsFlushData_Params_STRUCT_SIZE"),
+}
+
+
+def _cupti_include() -> Path | None:
+    from ptxgym.cpu.toolchain import find_toolchain
+
+    try:
+        root = find_toolchain().cuda_home
+    except Exception:  # noqa: BLE001 - no toolkit: skipped below
+        return None
+    for d in (root / "include", root / "extras" / "CUPTI" / "include"):
+        if (d / "cupti_sass_metrics.h").is_file():
+            return d
+    return None
+
+
+def test_struct_layouts_match_the_cupti_headers(tmp_path: Path) -> None:
+    include, cc = _cupti_include(), shutil.which("gcc") or shutil.which("cc")
+    if include is None or cc is None:
+        pytest.skip("no CUPTI headers or C compiler here")
+    body = "\n".join(
+        f'printf("{name} %zu %zu\\n", (size_t)({size}), sizeof({ctype}));'
+        for name, (ctype, size) in HEADER_SIZES.items()
+    )
+    src = tmp_path / "sizes.c"
+    src.write_text(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <cupti_target.h>\n"
+        "#include <cupti_profiler_target.h>\n#include <cupti_sass_metrics.h>\n"
+        f"int main(void) {{ {body} return 0; }}\n"
+    )
+    subprocess.run([cc, f"-I{include}", str(src), "-o", str(tmp_path / "sizes")], check=True)
+    out = subprocess.run([str(tmp_path / "sizes")], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        name, struct_size, sizeof = line.split()
+        struct = getattr(sc, name)
+        if not HEADER_SIZES[name][1].startswith("sizeof("):  # a parameter struct: its STRUCT_SIZE too
+            assert sc._size(struct) == int(struct_size), name
+        assert ctypes.sizeof(struct) == int(sizeof), name
+    assert ctypes.sizeof(sc._Data) == 48 and sc._size(sc._FlushData) == 40
+
+
+def test_records_are_summed_per_instruction_across_metrics_and_instances() -> None:
+    columns = {11: "inst_executed", 22: "thread_inst_executed_true"}
+    rows = [
+        ("k", 0x80, [(11, 4), (11, 4)]),  # two instances of one metric
+        ("k", 0x80, [(22, 128)]),  # the other metric's record for the same instruction
+        ("k", 0x90, [(11, 1), (99, 7)]),  # a metric we did not ask for: ignored
+    ]
+    merged = {(r.function, r.pc_offset): r.values for r in sc.merge_records(rows, columns)}
+    assert merged == {
+        ("k", 0x80): {"inst_executed": 8, "thread_inst_executed_true": 128},
+        ("k", 0x90): {"inst_executed": 1, "thread_inst_executed_true": 0},
+    }
+
+
+@pytest.mark.nvcc
+def test_pc_listing_of_a_real_module() -> None:
+    from ptxgym.audit.corpus import build_kernel
+    from ptxgym.cpu.sass import dump_sass, pc_opcodes
+    from ptxgym.cpu.toolchain import find_toolchain
+
+    pcs = pc_opcodes(dump_sass(build_kernel("tma_gemm"), find_toolchain()))
+    tma = next(k for k in pcs if "gemm_tma" in k)
+    offsets = sorted(pcs[tma])
+    assert offsets[0] == 0 and all(b - a == 16 for a, b in zip(offsets, offsets[1:], strict=False))
+    assert any(op.startswith("UTMALDG") for op in pcs[tma].values())
