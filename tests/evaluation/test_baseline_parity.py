@@ -85,3 +85,26 @@ def test_gemm_parity_on_the_device(tmp_path):
     parity = float(row.split("|")[3])
     assert 0.95 <= parity <= 1.05, text
     assert "UNSANDBOXED" not in text, text
+
+
+@pytest.mark.gpu
+def test_cudnn_baseline_is_timed_in_the_sandboxed_candidate_path():
+    """cuDNN SDPA (lazily loaded engine libraries) runs under the candidate's host sandbox on the device."""
+    from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode, TargetMode
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+    from ptxgym.records.tasks import get_task
+
+    settings = EvalSettings(
+        warmup=2,
+        iterations=6,
+        trials=1,
+        correctness_sets=1,
+        rotate_sets=1,
+        memcheck=MemcheckMode.NEVER,
+        target_mode=TargetMode.OFF,
+        baseline_from_disk=False,
+    )
+    with LocalGpuEvaluator(settings=settings, spares=1) as ev:
+        record = ev.baseline(get_task("MhaFwd-sm90a"))
+    assert record.stats is not None and record.correct, record.message
+    assert record.sandboxed is True and record.source == "measured", record.message
