@@ -19,8 +19,10 @@ The timed floor is calls x median latency: the kernel executions the protocol ne
 trials x (warm-up + timed)) at the candidate's own median latency, the GPU time no harness can avoid;
 the excess is ``gpu_total`` - floor. The first turn of a task in an evaluator also builds the task's arena
 and measures its baseline (``prepare_arena``, ``prepare_baseline``: per-arena work, resident for later
-turns); the summary shows the excess with and without that one-time share. Every figure printed is
-also written to ``--out``.
+turns); the summary shows the excess with and without that one-time share, and ``--prepare-tasks``
+(default MhaBwd) splits a task's first-turn prepare into input generation, fp32 references and the
+baseline measurement, then times a second prepare of the same task (resident: ~0 s). Every figure
+printed is also written to ``--out``.
 """
 
 from __future__ import annotations
@@ -113,6 +115,24 @@ def play(ev, subject: str, turns: int, say) -> list[dict]:
     return rows
 
 
+def prepare_cost(ev, task_ids: list[str], say) -> None:
+    """Where a task's first-turn ``prepare`` goes, and that a second turn of the task pays ~0 for it."""
+    from ptxgym.records.tasks import get_task
+
+    say("prepare of task | first s (arena: inputs + fp32 references; baseline) | second s | sets")
+    for task_id in task_ids:
+        task = get_task(task_id)
+        ev.settle()
+        arena, _, first = ev._prepare(task)
+        _, _, second = ev._prepare(task)
+        b = arena.build_s
+        say(
+            f"{task_id} | {first['prepare']:.2f} (arena {first['prepare_arena']:.2f}: inputs "
+            f"{b['inputs']:.2f} + references {b['references']:.2f}; "
+            f"baseline {first['prepare_baseline']:.2f}) | {second['prepare']:.3f} | {len(arena.sets)}"
+        )
+
+
 def summary(rows: list[dict], say) -> None:
     """Per subject: mean GPU seconds, floor and excess over its verified correct turns."""
     say("subject | correct turns | mean gpu_total s | mean floor s | mean excess s | without one-time s")
@@ -133,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="write the printed figures here")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--subjects", nargs="*", default=list(SUBJECTS), choices=list(SUBJECTS))
+    parser.add_argument(
+        "--prepare-tasks",
+        nargs="*",
+        default=["MhaBwd-sm90a"],
+        help="tasks whose first-turn prepare is split and re-timed (arena and baseline only, no candidate)",
+    )
     args = parser.parse_args(argv)
     say = Printer(args.out)
 
@@ -159,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                 rows += play(ev, subject, args.turns, say)
             except Exception as exc:  # noqa: BLE001 - one failed subject must not lose the others
                 say(f"{subject} | FAILED: {type(exc).__name__}: {exc}")
+        if args.prepare_tasks:
+            try:
+                prepare_cost(ev, args.prepare_tasks, say)
+            except Exception as exc:  # noqa: BLE001 - reported, the episode figures stand
+                say(f"prepare | FAILED: {type(exc).__name__}: {exc}")
     finally:
         ev.close()
     summary(rows, say)

@@ -197,3 +197,5 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch):
     for key in ("prepare", "prepare_arena", "prepare_baseline"):
         assert key in first.stage_wall_s and key in second.stage_wall_s
     assert second.stage_wall_s["prepare"] < 0.05 < first.stage_wall_s["prepare"]
+    arena = next(iter(ev._arenas.values()))
+    assert arena.build_s["inputs"] > 0 and arena.build_s["references"] > 0
