@@ -328,7 +328,7 @@ class LocalGpuEvaluator(Evaluator):
         for sandboxed in (True, False) if self.sandbox_mode != "off" else (False,):
             turn = Turn(task, None, arena, warm or empty, seed=secrets.randbits(31), baseline_load=load)
             verdict = self._run_candidate(turn, sandboxed=sandboxed)
-            retry = record.message if record is not None else ""
+            retry = (record.message or record.anomaly or "no latency") if record is not None else ""
             record = baseline_record(task, self.backend, verdict, turn.result.failure, sandboxed, warm, retry)
             if record.stats is not None:
                 break
