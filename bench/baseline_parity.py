@@ -65,9 +65,7 @@ class Printer:
 
 
 def build_bridge(out_dir: Path) -> Path:
-    """Compile ``parity_bridge.cc`` into a TVM-FFI module (host compiler; Python and TVM-FFI headers)."""
-    import sysconfig
-
+    """Compile ``parity_bridge.cc`` into a TVM-FFI module (host compiler and TVM-FFI headers only)."""
     import tvm_ffi.libinfo
 
     compiler = shutil.which("g++") or shutil.which("c++")
@@ -83,7 +81,6 @@ def build_bridge(out_dir: Path) -> Path:
         "-fPIC",
         f"-I{tvm_ffi.libinfo.find_include_path()}",
         f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}",
-        f"-I{sysconfig.get_paths()['include']}",
         str(BRIDGE),
         f"-L{lib.parent}",
         "-ltvm_ffi",

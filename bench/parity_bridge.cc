@@ -6,12 +6,42 @@
 // current torch stream (the worker's harness stream). Returned outputs (the cuDNN wrappers return theirs)
 // are copied into the harness outputs inside the call, as any candidate must write its outputs. Host
 // code only: it is built with the host compiler, not nvcc, and reaches the library through the worker's
-// Python interpreter (bench use only; never a shipped candidate).
-#include <Python.h>
+// Python interpreter (bench use only; never a shipped candidate). The few CPython C-API functions it
+// uses are declared below (all exported functions of libpython, resolved in the worker's process), so
+// the build needs no Python development headers.
 #include <tvm/ffi/tvm_ffi.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
+
+extern "C" {
+typedef struct _object PyObject;
+typedef void (*PyCapsule_Destructor)(PyObject*);
+int PyGILState_Ensure(void);  // returns the PyGILState_STATE enum
+void PyGILState_Release(int);
+PyObject* PyCapsule_New(void*, const char*, PyCapsule_Destructor);
+int PyCapsule_IsValid(PyObject*, const char*);
+void* PyCapsule_GetPointer(PyObject*, const char*);
+PyObject* PyDict_New(void);
+int PyDict_SetItemString(PyObject*, const char*, PyObject*);
+PyObject* PyDict_GetItemString(PyObject*, const char*);
+PyObject* PyEval_GetBuiltins(void);
+PyObject* PyRun_StringFlags(const char*, int, PyObject*, PyObject*, void*);
+PyObject* PyTuple_New(ptrdiff_t);
+int PyTuple_SetItem(PyObject*, ptrdiff_t, PyObject*);
+PyObject* PyUnicode_FromString(const char*);
+const char* PyUnicode_AsUTF8(PyObject*);
+PyObject* PyBool_FromLong(long);
+PyObject* PyLong_FromLong(long);
+PyObject* PyObject_CallObject(PyObject*, PyObject*);
+PyObject* PyObject_Str(PyObject*);
+void PyErr_Fetch(PyObject**, PyObject**, PyObject**);
+void Py_IncRef(PyObject*);
+void Py_DecRef(PyObject*);
+}
+
+constexpr int kPyFileInput = 257;  // Py_file_input
 
 using tvm::ffi::TensorView;
 
@@ -67,11 +97,11 @@ PyObject* helper() {
   if (fn == nullptr) {
     PyObject* globals = PyDict_New();
     PyDict_SetItemString(globals, "__builtins__", PyEval_GetBuiltins());
-    PyObject* done = PyRun_String(kHelper, Py_file_input, globals, globals);
-    Py_XDECREF(done);
+    PyObject* done = PyRun_StringFlags(kHelper, kPyFileInput, globals, globals, nullptr);
+    Py_DecRef(done);  // Py_DecRef and Py_IncRef accept NULL
     fn = done ? PyDict_GetItemString(globals, "call") : nullptr;
-    Py_XINCREF(fn);
-    Py_DECREF(globals);
+    Py_IncRef(fn);
+    Py_DecRef(globals);
   }
   return fn;
 }
@@ -81,29 +111,29 @@ std::string python_error() {
   PyErr_Fetch(&type, &value, &tb);
   PyObject* text = value ? PyObject_Str(value) : nullptr;
   std::string out = text ? PyUnicode_AsUTF8(text) : "unknown Python error";
-  Py_XDECREF(text);
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(tb);
+  Py_DecRef(text);
+  Py_DecRef(type);
+  Py_DecRef(value);
+  Py_DecRef(tb);
   return out;
 }
 
 void call(const char* function, bool causal, int n_out, std::vector<TensorView> tensors) {
-  PyGILState_STATE gil = PyGILState_Ensure();
+  int gil = PyGILState_Ensure();
   std::string error;
   PyObject* fn = helper();
   if (fn == nullptr) {
     error = "parity bridge helper: " + python_error();
   } else {
-    PyObject* args = PyTuple_New(3 + static_cast<Py_ssize_t>(tensors.size()));
-    PyTuple_SET_ITEM(args, 0, PyUnicode_FromString(function));
-    PyTuple_SET_ITEM(args, 1, PyBool_FromLong(causal));
-    PyTuple_SET_ITEM(args, 2, PyLong_FromLong(n_out));
-    for (size_t i = 0; i < tensors.size(); ++i) PyTuple_SET_ITEM(args, 3 + i, capsule(tensors[i]));
+    PyObject* args = PyTuple_New(3 + static_cast<ptrdiff_t>(tensors.size()));
+    PyTuple_SetItem(args, 0, PyUnicode_FromString(function));  // steals the reference
+    PyTuple_SetItem(args, 1, PyBool_FromLong(causal));
+    PyTuple_SetItem(args, 2, PyLong_FromLong(n_out));
+    for (size_t i = 0; i < tensors.size(); ++i) PyTuple_SetItem(args, 3 + i, capsule(tensors[i]));
     PyObject* result = PyObject_CallObject(fn, args);
     if (result == nullptr) error = std::string(function) + ": " + python_error();
-    Py_XDECREF(result);
-    Py_DECREF(args);
+    Py_DecRef(result);
+    Py_DecRef(args);
   }
   PyGILState_Release(gil);
   if (!error.empty()) TVM_FFI_THROW(RuntimeError) << error;
