@@ -19,9 +19,9 @@ the order (candidate then baseline, baseline then candidate, ...), and each side
 of its samples' median latencies; parity = candidate path / baseline path (goal 1.00 +- 0.02). One
 difference is inherent to a wrapper and is measured apart: the cuDNN functions return new output
 tensors, which the baseline path copies into the harness buffers after the timed window (the copy is
-not the library's work) while a candidate must write them inside its call. ``copy ms`` is that copy timed alone (device copies of the
-outputs' bytes, L2 flushed, CUDA events, median of 20) and ``parity - copy`` is
-(candidate - copy) / baseline: the path's own effect. GEMM writes C in place (no copy).
+not the library's work) while a candidate must write them inside its call. ``copy ms`` is that copy
+timed alone (device copies of the outputs' bytes, L2 flushed, CUDA events, median of 20) and
+``parity - copy`` is (candidate - copy) / baseline: the path's own effect. GEMM writes C in place (no copy).
 
 Both paths use the same reduced protocol (``--warmup/--iterations/--trials``) so the whole run fits in
 about three minutes on an H200. The printed lines are also written to ``--out``.
