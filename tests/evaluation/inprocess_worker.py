@@ -8,17 +8,20 @@ the trusted side's judgement of a candidate's *outputs* (caching and replay tric
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.protocol import (
+    ApplySandbox,
     Attach,
     AttachResult,
     Call,
     CallResult,
     Load,
     Reply,
+    SandboxReport,
     Spans,
     TrialEnd,
     parse_command,
@@ -29,33 +32,74 @@ from ptxgym.evaluation.sandboxed.worker import argument_views
 class InProcessWorker:
     """Answers commands like a worker; ``candidate(*args)`` writes the outputs of one call."""
 
-    def __init__(self, candidate: Callable[..., Any], scratch: Path) -> None:
+    def __init__(
+        self,
+        candidate: Callable[..., Any],
+        scratch: Path,
+        library: Callable[..., Any] | None = None,
+        sandboxed_library_error: str = "",
+        measured: bool = False,
+    ) -> None:
         self.candidate = candidate
         self.scratch = scratch
         self.seq = 0
         self.primed: dict[str, object] = {}
         self.args: list[list[Any]] = []
+        self.outs: list[list[Any]] = []
         self.loaded = False
         self.calls = 0
+        self.library = library
+        """Stands in for ``library_baselines`` on a baseline load (None: the real function, on the CPU)."""
+        self.sandboxed_library_error = sandboxed_library_error
+        """If set, a baseline call under the sandbox fails with this error (the fallback's error path)."""
+        self.measured = measured
+        """Report 1 ms plus the call's own host time as its GPU time (the wall-clock cross-check holds)."""
+        self.sandboxed = False
+        self.kind = ""
+        self.transcript: list[str] = []
+        """Each command as ``op`` (``load:<kind>``, ``call:<set>:<timed>:<flush>``), in order."""
 
     def request(self, cmd, timeout_s: float, pickler=None) -> Reply:
         self.seq += 1
         cmd = parse_command(cmd.model_copy(update={"seq": self.seq}))
+        self.transcript.append(_describe(cmd))
         if isinstance(cmd, Attach):
-            self.args, _ = argument_views(cmd.blob, cmd.sets)
+            self.args, self.outs = argument_views(cmd.blob, cmd.sets)
             result = AttachResult(arena=cmd.arena, cupti=False, flush_bytes=cmd.flush_bytes)
             return Reply(seq=self.seq, ok=True, attach=result)
+        if isinstance(cmd, ApplySandbox):
+            self.sandboxed = True
+            return Reply(seq=self.seq, ok=True, sandbox=SandboxReport(mode=cmd.mode))
         if isinstance(cmd, Load):
-            self.loaded = cmd.kind == "so"
+            self.loaded, self.kind = cmd.kind in ("so", "baseline"), cmd.kind
+            if cmd.kind == "baseline":
+                self.candidate = self._library(cmd)
         elif isinstance(cmd, Call):
+            t0 = time.perf_counter()
             if self.loaded:
+                if self.sandboxed and self.sandboxed_library_error and self.kind == "baseline":
+                    return Reply(seq=self.seq, ok=False, error=self.sandboxed_library_error)
                 self.calls += 1
-                self.candidate(*self.args[cmd.set])
-            times = CallResult(ev_stream_ms=1.0, ev_device_ms=1.02, host_ms=1.0)
+                returned = self.candidate(*self.args[cmd.set])
+                if returned is not None:  # the worker's copy-back of a library that returns its outputs
+                    values = returned if isinstance(returned, tuple | list) else (returned,)
+                    for dst, src in zip(self.outs[cmd.set], values, strict=True):
+                        dst.copy_(src.reshape(dst.shape))
+            ms = 1.0 + ((time.perf_counter() - t0) * 1e3 if self.measured else 0.0)
+            times = CallResult(ev_stream_ms=ms, ev_device_ms=ms + 0.02, host_ms=ms)
             return Reply(seq=self.seq, ok=True, call=times)
         elif isinstance(cmd, TrialEnd):
             return Reply(seq=self.seq, ok=True, spans=Spans())
         return Reply(seq=self.seq, ok=True)
+
+    def _library(self, cmd: Load) -> Callable[..., Any]:
+        if self.library is not None:
+            return self.library
+        from ptxgym.evaluation.sandboxed import library_baselines
+
+        fn = getattr(library_baselines, cmd.function)
+        options = dict(cmd.options)
+        return lambda *a: fn(*a, **options)
 
     def kill(self) -> None:
         """Nothing to kill (kept for the handle's interface)."""
@@ -64,3 +108,11 @@ class InProcessWorker:
 
     def log_tail(self, limit: int = 3000) -> str:
         return ""
+
+
+def _describe(cmd) -> str:
+    if isinstance(cmd, Load):
+        return f"load:{cmd.kind}"
+    if isinstance(cmd, Call):
+        return f"call:{cmd.set}:{cmd.timed}:{cmd.flush}"
+    return cmd.op

@@ -38,3 +38,22 @@ def test_disk_round_trip_only_for_complete_correct_records(tmp_path):
     assert fresh.get("good", from_disk=False) is not None  # now in memory
     assert fresh.get("wrong", from_disk=True) is None and fresh.get("none", from_disk=True) is None
     assert BaselineStore(tmp_path, "env").get("good", from_disk=False) is None
+
+
+def test_environment_key_names_clocks_and_library_versions():
+    """A baseline from another clock setting or cuBLAS/cuDNN/driver build is never a warm start here."""
+    from dataclasses import replace
+
+    from ptxgym.evaluation.trusted.gpuinfo import GpuFacts
+
+    facts = GpuFacts(0, "NVIDIA H200", (9, 0), 132, 50 << 20, 140 << 30, "580", "13.0", "2.13", "cublas 13.1",
+                     "91300", 1980, 1980)  # fmt: skip
+    changed = [
+        replace(facts, driver="590"),
+        replace(facts, torch="2.14"),
+        replace(facts, cublas="cublas 13.2"),
+        replace(facts, cudnn="91400"),
+        replace(facts, sm_clock_max_mhz=1755),
+        replace(facts, sm_clock_app_mhz=1410),
+    ]
+    assert len({facts.key, *(f.key for f in changed)}) == 1 + len(changed)

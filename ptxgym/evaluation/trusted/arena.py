@@ -107,6 +107,9 @@ class Arena:
         self._mutated: set[str] = set()
         self.reference_s = 0.0
         """Wall seconds of the slowest reference run of the seeded sets (the step budget uses it)."""
+        self.build_s = {"inputs": 0.0, "references": 0.0}
+        """Wall seconds spent building the seeded sets: input generation (derived inputs included, e.g.
+        the fp32 forward state of an attention backward) and fp32 reference runs (once per arena)."""
         self.shapes = task.shapes()
         self._layout: list[list[Arg]] = []
         self.blob = self._allocate(len(seeds))
@@ -153,6 +156,7 @@ class Arena:
 
         defn = self.task.definition
         offsets = self._offsets[index]
+        t = time.perf_counter()
         values = generate_inputs(self.task, self.namespace, seed, self.device)
         shared_in, base_in = {}, {}
         entry: list[Arg] = []
@@ -168,11 +172,15 @@ class Arena:
             dtype = str(value.dtype).removeprefix("torch.")
             entry.append(TensorArg(role="in", offset=offsets[name], shape=self.shapes[name], dtype=dtype))
         del values
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.build_s["inputs"] += time.perf_counter() - t
         t = time.perf_counter()
         reference = run_reference(self.task, self.namespace, base_in)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.reference_s = max(self.reference_s, time.perf_counter() - t)
+        self.build_s["references"] += time.perf_counter() - t
         shared_out = {}
         for name, spec in defn.outputs.items():
             shared_out[name] = self._view(offsets[name], name)

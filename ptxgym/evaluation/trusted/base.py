@@ -109,7 +109,10 @@ class EvalSettings(BaseModel):
         1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
     )
     baseline_from_disk: bool = Field(
-        True, description="Reuse baseline timings cached on disk for this GPU, driver, torch and workload."
+        True,
+        description="Use a baseline an earlier evaluator left on disk (same GPU, driver, clocks, libraries, "
+        "workload, protocol) as a warm start: it seeds the step budget of the re-measurement and is recorded "
+        "beside it. The baseline is always re-measured once per evaluator; the speedup uses that figure.",
     )
 
     @property

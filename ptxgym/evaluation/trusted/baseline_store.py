@@ -1,7 +1,17 @@
-"""Baseline latency records, cached in memory per evaluator and on disk per timing environment.
+"""Baseline latency records: measured once in each evaluator's life, kept on disk only as a warm start.
 
-The disk key names everything that changes a baseline latency: GPU, driver, CUDA runtime and torch
-(``GpuFacts.key``), the definition and workload, the timing protocol (warm-up, iterations, trials),
+Every evaluator re-measures the baseline of a task on its first use (``LocalGpuEvaluator._baseline``,
+through the candidate's own path) and keeps that measurement in memory (``measured``); every speedup it
+reports divides by its own measurement. A record on disk from an earlier evaluator is a *warm start*
+only (``warm_start``): it seeds the step budget of the re-measurement (a hung library call is cut at
+about the budget a candidate of that latency gets, not the hard cap) and is recorded beside the new
+figure (``BaselineRecord.warm_start_ms``) so drift between evaluators is visible. It never stands in
+for the measurement: a machine whose clocks, driver or libraries changed in a way the key misses still
+gets a baseline measured now.
+
+The key names everything that changes a baseline latency: GPU, driver, CUDA runtime, SM clocks (maximum
+and applications clock) and the library versions (torch, cuBLAS, cuDNN) (``GpuFacts.key``), the
+definition and workload, the timing protocol (warm-up, iterations, trials, rotated sets, verified calls),
 the L2 flush size, the timing backend and the baseline function.
 """
 
@@ -14,8 +24,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ptxgym.evaluation.trusted.base import EvalSettings
-from ptxgym.records.feedback import LatencyStats
+from ptxgym.evaluation.trusted.base import EvalSettings, GpuVerdict
+from ptxgym.evaluation.trusted.session import Failure
+from ptxgym.records.feedback import LatencyStats, Status
 from ptxgym.records.tasks import Task
 
 
@@ -31,7 +42,57 @@ class BaselineRecord(BaseModel):
     rel_norm_error: float | None = None
     message: str = ""
     source: str = Field("measured", description="measured (this evaluator) or disk (an earlier one).")
+    sandboxed: bool | None = Field(
+        None,
+        description="Whether the worker that timed it had the candidate's host sandbox applied (the "
+        "candidate path); False only where the sandboxed measurement failed and the unsandboxed retry "
+        "is recorded.",
+    )
+    anomaly: str = Field(
+        "", description="What the candidate path would have called a timing anomaly (cross-check, floor)."
+    )
+    warm_start_ms: float | None = Field(
+        None, description="Median of the disk record this measurement replaced (an earlier evaluator's)."
+    )
     measured_at: float = Field(default_factory=time.time)
+
+
+def baseline_record(
+    task: Task,
+    backend: str | None,
+    verdict: GpuVerdict,
+    failure: Failure | None,
+    sandboxed: bool,
+    warm: BaselineRecord | None,
+    retried: str = "",
+) -> BaselineRecord:
+    """The record of a baseline timed as a turn's subject: its verdict read as a baseline.
+
+    ``failure``: the first failed check the (lenient) turn recorded; ``retried``: why the sandboxed
+    attempt before this one gave no latency (empty if this is the first attempt).
+    """
+    timing = verdict.timing
+    stats = timing.candidate if timing is not None else None
+    correct = None if stats is None and failure is None else failure is None
+    if failure is not None:
+        message = failure.message
+    elif verdict.status not in (Status.PASSED, Status.TIMING_ANOMALY):
+        message = f"baseline {task.baseline.function} failed: {verdict.status.value}: {verdict.message}"
+    else:
+        message = ""
+    if retried:
+        message = f"{message}; timed unsandboxed because the sandboxed attempt failed: {retried}".lstrip("; ")
+    return BaselineRecord(
+        name=task.baseline.name,
+        backend=backend,
+        stats=stats,
+        correct=correct,
+        rel_norm_error=verdict.correctness.rel_norm_error if verdict.correctness else None,
+        message=message[:2000],
+        sandboxed=sandboxed,
+        anomaly=verdict.message if verdict.status is Status.TIMING_ANOMALY else "",
+        warm_start_ms=warm.stats.median_ms if warm is not None and warm.stats is not None else None,
+    )
 
 
 class BaselineStore:
@@ -52,25 +113,36 @@ class BaselineStore:
             str(settings.warmup),
             str(settings.iterations),
             str(settings.trials),
+            str(settings.rotate_sets),
+            str(settings.verified_per_trial),
             str(flush_bytes),
             str(backend),
         )
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
+    def measured(self, key: str) -> BaselineRecord | None:
+        """The record this evaluator measured (or was given with ``put``), if any."""
+        return self._memory.get(key)
+
+    def warm_start(self, key: str) -> BaselineRecord | None:
+        """The record an earlier evaluator left on disk (``source="disk"``), never kept as this one's."""
+        path = self.root / f"{key}.json"
+        if not path.exists():
+            return None
+        try:
+            record = BaselineRecord.model_validate(json.loads(path.read_text()))
+        except (ValueError, OSError):
+            return None
+        return record.model_copy(update={"source": "disk"})
+
     def get(self, key: str, from_disk: bool) -> BaselineRecord | None:
-        """A record from memory, else (if allowed) from disk."""
+        """A record from memory, else (if allowed) from disk, then kept in memory (cache readers)."""
         if key in self._memory:
             return self._memory[key]
-        path = self.root / f"{key}.json"
-        if from_disk and path.exists():
-            try:
-                record = BaselineRecord.model_validate(json.loads(path.read_text()))
-            except (ValueError, OSError):
-                return None
-            record = record.model_copy(update={"source": "disk"})
+        record = self.warm_start(key) if from_disk else None
+        if record is not None:
             self._memory[key] = record
-            return record
-        return None
+        return record
 
     def put(self, key: str, record: BaselineRecord) -> None:
         """Remember a record; only complete, correct measurements go to disk."""

@@ -1,7 +1,9 @@
-"""The per-turn context of the local evaluator: what one evaluation of one candidate needs and gathers.
+"""The per-turn context of the local evaluator: what one evaluation of one subject needs and gathers.
 
-One ``Turn`` is made per ``evaluate`` call and handed from stage to stage (worker set-up, load, check,
-time, memcheck, target); nothing of it outlives the call or is shared with another turn.
+One ``Turn`` is made per ``evaluate`` call (the subject is a candidate) and per baseline measurement (the
+subject is the task's library baseline, ``load`` set and ``candidate`` None), and handed from stage to
+stage (worker set-up, load, check, time, memcheck, target); nothing of it outlives the call or is
+shared with another turn. Both subjects go through the same stages (``LocalGpuEvaluator._run_candidate``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ptxgym.evaluation.protocol import Load
 from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import BuiltCandidate
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord
@@ -26,11 +29,15 @@ class Turn:
     """One candidate's evaluation in progress."""
 
     task: Task
-    candidate: BuiltCandidate
+    candidate: BuiltCandidate | None
+    """The candidate; None when the subject is the baseline (``load``)."""
     arena: Arena
     baseline: BaselineRecord
+    """The baseline the speedup divides by (for a baseline subject: the disk warm start, if any)."""
     seed: int = 0
     """Seed of this turn's input perturbations."""
+    baseline_load: Load | None = None
+    """The library baseline's load command when it is the subject (trusted code, timed like a candidate)."""
     walls: dict[str, float] = field(default_factory=dict)
     """Wall seconds per stage, as recorded in ``Feedback.stage_wall_s``."""
     result: SessionResult = field(default_factory=SessionResult)
@@ -45,6 +52,20 @@ class Turn:
     handle: WorkerHandle | None = None
     free_before: int = 0
     """Free GPU bytes (this process's cache counted as free) after worker set-up, before the load."""
+
+    @property
+    def load(self) -> Load:
+        """The load command of this turn's subject."""
+        if self.baseline_load is not None:
+            return self.baseline_load
+        if self.candidate is None:
+            raise ValueError("a turn needs a candidate or a baseline load command")
+        return Load(kind="so", path=str(self.candidate.so_path), entry=self.candidate.entry_symbol)
+
+    @property
+    def strict(self) -> bool:
+        """Whether a failed check ends the turn (a candidate); the baseline is timed even if it misses."""
+        return self.baseline_load is None
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:

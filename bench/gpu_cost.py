@@ -1,0 +1,201 @@
+"""GPU-exclusive seconds per verified correct candidate, split by stage, against the timed floor (issue 11).
+
+    python bench/gpu_cost.py --out bench/results/gpu_cost.txt [--turns 3] [--subjects ...]
+
+Three subjects, each played as a short episode of ``--turns`` turns (default 3) through one
+``LocalGpuEvaluator`` with the product's default protocol (``EvalSettings()``: 3 checked calls, 3 trials
+x (10 warm-up + 50 timed), memcheck on the first correct turn of an episode, the executed-instruction
+proof on candidates whose SASS holds the target family):
+
+* ``gemm_expert``: the shipped expert GEMM (``knowledge_packs/sm90a/solutions/Gemm.cu``) through the
+  real ``Pipeline`` (screen, nvcc build, SASS census, evaluator);
+* ``gemm_simt``: the audit corpus' slow SIMT GEMM (``ptxgym/audit/kernels/naive.cu``), built once by
+  ``ptxgym.audit.corpus`` and evaluated directly (its shared header is outside the packs' include path);
+* ``mha_fwd_expert``: the shipped expert MHA forward, through the ``Pipeline``.
+
+GPU-exclusive seconds are ``stage_wall_s["gpu_total"]``: the wall time the evaluator held its GPU lock
+for the candidate (the CPU stages, screen, build and SASS, are printed apart and never hold the GPU).
+The timed floor is calls x median latency: the kernel executions the protocol needs (checked calls +
+trials x (warm-up + timed)) at the candidate's own median latency, the GPU time no harness can avoid;
+the excess is ``gpu_total`` - floor. The first turn of a task in an evaluator also builds the task's arena
+and measures its baseline (``prepare_arena``, ``prepare_baseline``: per-arena work, resident for later
+turns); the summary shows the excess with and without that one-time share, and ``--prepare-tasks``
+(default MhaBwd) splits a task's first-turn prepare into input generation, fp32 references and the
+baseline measurement, then times a second prepare of the same task (resident: ~0 s). Every figure
+printed is also written to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "knowledge_packs" / "sm90a" / "solutions"
+SUBJECTS = ("gemm_expert", "gemm_simt", "mha_fwd_expert")
+TASK = {"gemm_expert": "Gemm-sm90a", "gemm_simt": "Gemm-sm90a", "mha_fwd_expert": "MhaFwd-sm90a"}
+CPU_STAGES = ("extract", "screen", "build", "sass")
+ONE_TIME = ("prepare_arena", "prepare_baseline")
+SHOWN = ("prepare", "worker", "check", "time", "memcheck", "execute")
+
+
+class Printer:
+    """Prints a line now and keeps it for ``--out``."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.lines = out, []
+
+    def __call__(self, *parts) -> None:
+        line = " ".join(str(p) for p in parts)
+        print(line, flush=True)
+        self.lines.append(line)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text("\n".join(self.lines) + "\n")
+
+
+def floor_s(settings, median_ms: float | None) -> float | None:
+    """Calls x median latency: the GPU time of the kernel executions one evaluation needs."""
+    return None if median_ms is None else settings.calls_per_step * median_ms / 1e3
+
+
+def play(ev, subject: str, turns: int, say) -> list[dict]:
+    """One episode of ``turns`` turns; one row (status, latency, stage walls) per turn."""
+    from ptxgym.pipeline import Pipeline
+    from ptxgym.records.tasks import get_task
+
+    task = get_task(TASK[subject])
+    rows: list[dict] = []
+    first_correct = True
+    simt = None
+    for turn in range(turns):
+        ev.settle()
+        if subject == "gemm_simt":
+            from ptxgym.audit.corpus import candidate
+
+            t0 = time.perf_counter()
+            simt = simt or candidate("naive", task)
+            build_s = time.perf_counter() - t0
+            cand = simt.model_copy(
+                update={"turn": turn, "first_correct_in_episode": first_correct, "episode_id": "gpu-cost"}
+            )
+            v = ev.evaluate(task, cand)
+            status, timing, walls = v.status, v.timing, dict(v.stage_wall_s)
+            walls["build"] = round(build_s, 4)
+        else:
+            name = "Gemm" if subject == "gemm_expert" else "MhaFwd"
+            source = (SOLUTIONS / f"{name}.cu").read_text()
+            fb = Pipeline(task, ev).run(
+                f"```cpp\n{source}\n```", turn=turn, episode_id="gpu-cost", first_correct=first_correct
+            )
+            status, timing, walls = fb.status, fb.timing, dict(fb.stage_wall_s)
+        median = timing.candidate.median_ms if timing and timing.candidate else None
+        floor = floor_s(ev.settings, median)
+        gpu = walls.get("gpu_total", 0.0)
+        row = {
+            "subject": subject,
+            "turn": turn,
+            "status": status.value,
+            "median_ms": median,
+            "floor_s": floor,
+        }
+        row.update(gpu_s=gpu, excess_s=None if floor is None else gpu - floor, walls=walls)
+        rows.append(row)
+        stages = " ".join(f"{k}={walls[k]:.2f}" for k in (*SHOWN, *ONE_TIME) if k in walls)
+        cpu = " ".join(f"{k}={walls[k]:.2f}" for k in CPU_STAGES if k in walls)
+        say(
+            f"{subject} | {turn} | {status.value} | {median if median is None else f'{median:.4f}'} | "
+            f"{'-' if floor is None else f'{floor:.2f}'} | {gpu:.2f} | "
+            f"{'-' if floor is None else f'{gpu - floor:.2f}'} | {stages} | cpu: {cpu}"
+        )
+        if status.value == "PASSED":
+            first_correct = False
+    return rows
+
+
+def prepare_cost(ev, task_ids: list[str], say) -> None:
+    """Where a task's first-turn ``prepare`` goes, and that a second turn of the task pays ~0 for it."""
+    from ptxgym.records.tasks import get_task
+
+    say("prepare of task | first s (arena: inputs + fp32 references; baseline) | second s | sets")
+    for task_id in task_ids:
+        task = get_task(task_id)
+        ev.settle()
+        arena, _, first = ev._prepare(task)
+        _, _, second = ev._prepare(task)
+        b = arena.build_s
+        say(
+            f"{task_id} | {first['prepare']:.2f} (arena {first['prepare_arena']:.2f}: inputs "
+            f"{b['inputs']:.2f} + references {b['references']:.2f}; "
+            f"baseline {first['prepare_baseline']:.2f}) | {second['prepare']:.3f} | {len(arena.sets)}"
+        )
+
+
+def summary(rows: list[dict], say) -> None:
+    """Per subject: mean GPU seconds, floor and excess over its verified correct turns."""
+    say("subject | correct turns | mean gpu_total s | mean floor s | mean excess s | without one-time s")
+    for subject in dict.fromkeys(r["subject"] for r in rows):
+        ok = [r for r in rows if r["subject"] == subject and r["status"] == "PASSED" and r["floor_s"]]
+        if not ok:
+            say(f"{subject} | 0 | no verified correct turn")
+            continue
+        gpu = statistics.mean(r["gpu_s"] for r in ok)
+        floor = statistics.mean(r["floor_s"] for r in ok)
+        one_time = statistics.mean(sum(r["walls"].get(k, 0.0) for k in ONE_TIME) for r in ok)
+        excess = gpu - floor
+        say(f"{subject} | {len(ok)} | {gpu:.2f} | {floor:.2f} | {excess:.2f} | {excess - one_time:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_cost", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="write the printed figures here")
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--subjects", nargs="*", default=list(SUBJECTS), choices=list(SUBJECTS))
+    parser.add_argument(
+        "--prepare-tasks",
+        nargs="*",
+        default=["MhaBwd-sm90a"],
+        help="tasks whose first-turn prepare is split and re-timed (arena and baseline only, no candidate)",
+    )
+    args = parser.parse_args(argv)
+    say = Printer(args.out)
+
+    from ptxgym.evaluation.trusted.base import EvalSettings
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+
+    t_start = time.perf_counter()
+    settings = EvalSettings()
+    ev = LocalGpuEvaluator(settings=settings, spares=2)
+    f = ev.facts
+    say(f"# gpu cost {time.strftime('%Y-%m-%dT%H:%M:%S')} gpu {f.name} driver {f.driver} torch {f.torch}")
+    say(
+        f"# protocol: {settings.calls_per_step} calls per evaluation ({settings.correctness_sets} checked + "
+        f"{settings.trials} x ({settings.warmup} + {settings.iterations})); memcheck "
+        f"{settings.memcheck.value}; target {settings.target_mode.value}; {args.turns} turns per subject"
+    )
+    say(
+        "subject | turn | status | median ms | floor s | gpu_total s | excess s | GPU stages s | CPU stages s"
+    )
+    rows: list[dict] = []
+    try:
+        for subject in args.subjects:
+            try:
+                rows += play(ev, subject, args.turns, say)
+            except Exception as exc:  # noqa: BLE001 - one failed subject must not lose the others
+                say(f"{subject} | FAILED: {type(exc).__name__}: {exc}")
+        if args.prepare_tasks:
+            try:
+                prepare_cost(ev, args.prepare_tasks, say)
+            except Exception as exc:  # noqa: BLE001 - reported, the episode figures stand
+                say(f"prepare | FAILED: {type(exc).__name__}: {exc}")
+    finally:
+        ev.close()
+    summary(rows, say)
+    say(f"# total {time.perf_counter() - t_start:.0f} s")
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""One timing path: the baseline is timed through the candidate's own stages, once per evaluator.
+
+The real ``LocalGpuEvaluator`` stages (``_prepare``, ``_run_candidate``, ``_measure``, ``_timed_verdict``,
+``measure_baseline``, ``_baseline``) run on the CPU against the in-process worker (``inprocess_worker.py``):
+a real ``Arena`` and ``Session`` on CPU tensors, the real ``library_baselines.gemm_cublas`` as the
+library (``torch.matmul`` on the CPU). Only the GPU facts, the worker pool and the free-memory probe are
+stand-ins, set on an evaluator made without its GPU constructor (``cpu_evaluator``).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from evaltest_helpers import tiny_task  # noqa: E402
+from inprocess_worker import InProcessWorker  # noqa: E402
+
+import ptxgym.evaluation.trusted.local as local  # noqa: E402
+from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, MemcheckMode, TargetMode  # noqa: E402
+from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore  # noqa: E402
+from ptxgym.evaluation.trusted.gpuinfo import GpuFacts  # noqa: E402
+from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
+from ptxgym.records.arch import arch_for_capability  # noqa: E402
+from ptxgym.records.feedback import LatencyStats, Status  # noqa: E402
+
+SETTINGS = EvalSettings(
+    warmup=2,
+    iterations=12,
+    trials=2,
+    correctness_sets=3,
+    rotate_sets=3,
+    memcheck=MemcheckMode.NEVER,
+    target_mode=TargetMode.OFF,
+    seed=5,
+)
+FACTS = GpuFacts(0, "NVIDIA H200", (9, 0), 132, 50 << 20, 140 << 30, "580", "13.0", "2.13")
+
+
+def gemm_task():
+    return tiny_task("Gemm-sm90a", M=64, N=48, K=32)
+
+
+def honest(A, B, C):
+    C.copy_((A.float() @ B.float().T).to(C.dtype))
+
+
+def wrong(A, B, C):
+    C.copy_((A.float() @ B.float().T * 1.5).to(C.dtype))
+
+
+class _Pool:
+    primer = None
+
+    def prime_all(self) -> None:
+        """Nothing to prime: workers are made on demand."""
+
+
+def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> local.LocalGpuEvaluator:
+    """The local evaluator's stages without a GPU: workers from ``make_worker``, arenas on the CPU."""
+    ev = local.LocalGpuEvaluator.__new__(local.LocalGpuEvaluator)
+    ev.settings, ev.device, ev.facts = settings, "cpu", FACTS  # type: ignore[assignment]
+    ev.arch = arch_for_capability(9, 0)
+    ev.flush_bytes, ev.start_timeout_s, ev.max_arenas = 1 << 20, 10.0, 5
+    ev.scratch, ev.sandbox_mode, ev.pool = tmp_path, "on", _Pool()  # type: ignore[assignment]
+    ev.backend, ev.cupti_error = EVENTS, ""
+    ev._arenas, ev._current, ev._held = collections.OrderedDict(), None, None
+    ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
+    ev._lock = threading.Lock()
+    ev._take_worker = lambda arena: make_worker()  # type: ignore[method-assign]
+    ev._free_bytes = lambda: 0  # type: ignore[method-assign]
+    return ev
+
+
+class Workers:
+    """Makes in-process workers and keeps them, to read their transcripts after."""
+
+    def __init__(self, tmp_path, candidate=honest, **kw) -> None:
+        self.made: list[InProcessWorker] = []
+        self.tmp_path, self.candidate, self.kw = tmp_path, candidate, kw
+
+    def __call__(self) -> InProcessWorker:
+        worker = InProcessWorker(self.candidate, self.tmp_path, measured=True, **self.kw)
+        self.made.append(worker)
+        return worker
+
+
+def built(task, turn: int = 0) -> BuiltCandidate:
+    return BuiltCandidate(
+        task_id=task.id,
+        so_path=task.id + ".so",
+        source_sha256="0",
+        artifact_sha256="0",
+        static_target=False,
+        turn=turn,
+        episode_id="e",
+    )
+
+
+def test_baseline_and_candidate_send_the_same_commands(tmp_path):
+    """The baseline's worker sees exactly a candidate's commands (sandbox included); only the load differs."""
+    workers = Workers(tmp_path)
+    ev = cpu_evaluator(tmp_path, workers)
+    task = gemm_task()
+    record = ev.baseline(task)
+    verdict = ev.evaluate(task, built(task))
+    assert verdict.status is Status.PASSED, verdict.message
+    assert len(workers.made) == 2
+    base, cand = (w.transcript for w in workers.made)
+    assert "load:baseline" in base and "load:so" in cand
+    assert base == [c.replace("load:so", "load:baseline") for c in cand]
+    assert "sandbox" in base and base.index("sandbox") < base.index("load:baseline")
+    assert record.sandboxed is True and record.correct is True and record.anomaly == ""
+    assert record.stats is not None and record.stats.n == SETTINGS.trials * SETTINGS.iterations
+    assert workers.made[0].calls == SETTINGS.calls_per_step  # library called like a candidate
+    assert verdict.timing is not None and verdict.timing.baseline == record.stats
+
+
+def test_disk_record_is_a_warm_start_and_each_evaluator_measures_again(tmp_path):
+    task = gemm_task()
+    workers = Workers(tmp_path)
+    ev = cpu_evaluator(tmp_path, workers)
+    key = ev.baselines.key(task, SETTINGS, ev.flush_bytes, ev.backend)
+    stale = BaselineRecord(name="cublas", stats=LatencyStats(median_ms=123.0, n=3, cv=0.0), correct=True)
+    ev.baselines.put(key, stale)  # as an earlier evaluator would have left it on disk
+    ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
+    seen = []
+    budget = ev._budget
+    ev._budget = lambda turn: seen.append(turn.baseline.stats) or budget(turn)  # type: ignore[method-assign]
+
+    record = ev.baseline(task)
+    assert record.source == "measured" and record.warm_start_ms == 123.0
+    assert record.stats is not None and record.stats.median_ms < 100.0  # measured now, not the 123 ms
+    assert seen == [stale.stats]  # the warm start seeded the re-measurement's step budget
+    assert ev.baseline(task) is record and len(workers.made) == 1  # once in this evaluator's life
+
+    again = cpu_evaluator(tmp_path, workers)  # a new evaluator: measured again, not read back
+    assert again.baseline(task).source == "measured" and len(workers.made) == 2
+    off = cpu_evaluator(tmp_path, workers, SETTINGS.model_copy(update={"baseline_from_disk": False}))
+    assert off.baseline(task).warm_start_ms is None
+
+
+def test_a_baseline_missing_the_tolerance_is_timed_a_candidate_is_not(tmp_path):
+    """Strictness is the one difference kept: the library's failed check is recorded, its latency too."""
+    task = gemm_task()
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path, candidate=wrong, library=wrong))
+    record = ev.baseline(task)
+    assert record.correct is False and "correctness call" in record.message
+    assert record.stats is not None and record.stats.n == SETTINGS.trials * SETTINGS.iterations
+    verdict = ev.evaluate(task, built(task))
+    assert verdict.status is Status.INCORRECT_NUMERICAL and verdict.timing is None
+
+
+def test_sandboxed_baseline_failure_is_retried_unsandboxed_and_recorded(tmp_path):
+    task = gemm_task()
+    error = "cuDNN: could not open engine library"
+    workers = Workers(tmp_path, library=honest, sandboxed_library_error=error)
+    ev = cpu_evaluator(tmp_path, workers)
+    record = ev.baseline(task)
+    assert record.sandboxed is False and record.stats is not None and record.correct is True
+    assert "sandboxed attempt failed" in record.message and "could not open engine" in record.message
+    assert [("sandbox" in w.transcript) for w in workers.made] == [True, False]
+
+
+def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch):
+    """Inputs, fp32 references and the baseline are made on a task's first turn only."""
+    import ptxgym.evaluation.trusted.arena as arena_module
+
+    made, references = [], []
+    real_init, real_reference = local.Arena.__init__, arena_module.run_reference
+
+    def counting_init(self, *a, **kw):
+        made.append(1)
+        real_init(self, *a, **kw)
+
+    def counting_reference(*a, **kw):
+        references.append(1)
+        return real_reference(*a, **kw)
+
+    monkeypatch.setattr(local.Arena, "__init__", counting_init)
+    monkeypatch.setattr(arena_module, "run_reference", counting_reference)
+    workers = Workers(tmp_path)
+    ev = cpu_evaluator(tmp_path, workers)
+    task = gemm_task()
+    first = ev.evaluate(task, built(task, 0))
+    after_first = len(references)
+    second = ev.evaluate(task, built(task, 1))
+    assert first.status is second.status is Status.PASSED
+    assert len(made) == 1 and len(workers.made) == 3  # one arena; baseline + two candidates
+    seeded = max(SETTINGS.correctness_sets, SETTINGS.rotate_sets)
+    verified = SETTINGS.trials * SETTINGS.verified_per_trial
+    assert after_first == seeded + 2 * verified  # seeded sets once; fresh draws of baseline and turn 1
+    assert len(references) - after_first == verified  # turn 2: only its own verified fresh calls
+    for key in ("prepare", "prepare_arena", "prepare_baseline"):
+        assert key in first.stage_wall_s and key in second.stage_wall_s
+    assert second.stage_wall_s["prepare"] < 0.05 < first.stage_wall_s["prepare"]
+    arena = next(iter(ev._arenas.values()))
+    assert arena.build_s["inputs"] > 0 and arena.build_s["references"] > 0
