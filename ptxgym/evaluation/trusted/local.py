@@ -554,7 +554,7 @@ class LocalGpuEvaluator(Evaluator):
         runs), one it overflowed fails.
         """
         result, cand = turn.result, turn.candidate
-        if self.backend != CUPTI or not result.census_trials or not cand.kernels:
+        if self.backend != CUPTI or not result.census_trials or cand is None or not cand.kernels:
             return "", False
         turn.details["census"] = {
             "kernels": dict(list(result.kernels.items())[:20]),
