@@ -107,6 +107,11 @@ class Call(_Cmd):
     set: int = Field(0, description="Index of the input set.")
     timed: bool = Field(False, description="Record a CUPTI window for this call.")
     flush: bool = Field(True, description="Flush the L2 before the call.")
+    count: bool = Field(
+        False,
+        description="Count executions per SASS instruction during this call (CUPTI SASS metrics; the "
+        "patched call is slow, so a counted call is never a timed one).",
+    )
 
 
 class Exit(_Cmd):
@@ -221,6 +226,19 @@ class SandboxReport(_Msg):
         return {x.name: f"{x.state}: {x.detail}" if x.detail else x.state for x in self.layers}
 
 
+class SassRow(_Msg):
+    """Executions of one SASS instruction in a counted call, as the worker read them (untrusted)."""
+
+    function: str = Field(description="The kernel's name as CUPTI gives it.")
+    pc: int = Field(description="Byte offset of the instruction in its function (cuobjdump's /*pc*/).")
+    inst: int = Field(description="Warp-level executions (inst_executed).")
+    threads: int = Field(description="Thread executions with a true predicate (0: not measured).")
+
+
+MAX_SASS_ROWS = 200_000
+"""Instruction rows a counted call may report (a large kernel has a few thousand)."""
+
+
 class Reply(_Msg):
     """Answer to one command."""
 
@@ -233,6 +251,8 @@ class Reply(_Msg):
     call: CallResult | None = None
     spans: Spans | None = None
     sandbox: SandboxReport | None = None
+    counts: list[SassRow] | None = Field(None, description="A counted call's rows (``Call.count``).")
+    count_error: str = Field("", description="Why a counted call has no rows ('' when it has them).")
 
 
 # Spawning a worker: the trusted side chooses the sandbox mode and the environment the worker starts with.

@@ -104,3 +104,73 @@ def test_pc_listing_of_a_real_module() -> None:
     offsets = sorted(pcs[tma])
     assert offsets[0] == 0 and all(b - a == 16 for a, b in zip(offsets, offsets[1:], strict=False))
     assert any(op.startswith("UTMALDG") for op in pcs[tma].values())
+
+
+def test_join_places_rows_by_function_and_offset_and_sizes_the_mma_work() -> None:
+    from ptxgym.evaluation.protocol import SassRow
+    from ptxgym.evaluation.trusted.sass_join import in_band_target, join_counts
+    from ptxgym.records.arch import HOPPER
+
+    pcs = {"k": {0x0: "LDC", 0x10: "HGMMA.64x256x16.F32.BF16", 0x20: "UTMALDG.2D"}}
+    mmas = 1000
+    rows = [
+        SassRow(function="k", pc=0x10, inst=4 * mmas, threads=128 * mmas),
+        SassRow(function="k", pc=0x20, inst=10, threads=0),  # no thread count: 32 per warp instruction
+        SassRow(function="k", pc=0x30, inst=5, threads=160),  # not an instruction of the module
+        SassRow(function="other", pc=0x10, inst=5, threads=160),  # not a function of the module
+    ]
+    joined = join_counts(rows, pcs)
+    assert joined.unplaced == 2 and joined.per_opcode["UTMALDG.2D"] == [10, 320]
+    record = in_band_target(rows, "", pcs, HOPPER, flops=2.0 * 64 * 256 * 16 * mmas)
+    assert record["mma_share"] == pytest.approx(1.0) and record["work"] == "yes"
+    assert set(record["counts"]) == {"HGMMA.64x256x16.F32.BF16", "UTMALDG.2D"}
+    assert in_band_target(None, "libcupti could not be loaded", pcs, HOPPER, 1.0) == {
+        "error": "libcupti could not be loaded"
+    }
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+def test_in_band_counts_agree_with_nsight_compute_on_the_expert_gemm() -> None:
+    """One evaluation of the expert GEMM with both proofs: the worker's counts and Nsight Compute's."""
+    import hashlib
+
+    from ptxgym.cpu.build import build_solution
+    from ptxgym.cpu.sass import sass_census
+    from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, MemcheckMode
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+    from ptxgym.knowledge_packs.include_tree import pack_include_dirs
+    from ptxgym.knowledge_packs.variants import PACK_ROOT
+    from ptxgym.records.feedback import Status
+    from ptxgym.records.schema import Solution
+    from ptxgym.records.tasks import get_task
+
+    task = get_task("Gemm-sm90a")
+    source = (PACK_ROOT / "sm90a" / "solutions" / "Gemm.cu").read_text()
+    solution = Solution.from_cuda_source(source, task.definition.name, arch=task.arch)
+    built = build_solution(solution, task.arch_spec, include_dirs=pack_include_dirs(task.arch))
+    assert built.so_path is not None, built.message
+    census = sass_census(built.so_path, task.arch_spec)
+    cand = BuiltCandidate(
+        task_id=task.id,
+        so_path=built.so_path,
+        source_sha256=hashlib.sha256(source.encode()).hexdigest(),
+        artifact_sha256=hashlib.sha256(built.so_path.read_bytes()).hexdigest(),
+        static_target=census.static_target,
+        kernels=[k.kernel for k in census.kernels],
+    )
+    settings = EvalSettings(
+        in_band_counts=True, warmup=2, iterations=5, trials=1, memcheck=MemcheckMode.NEVER, seed=7
+    )
+    with LocalGpuEvaluator(settings=settings, spares=1) as ev:
+        verdict = ev.evaluate(task, cand)
+    record = verdict.details.get("in_band_target")
+    print(f"\nIN_BAND {record}\nNCU {verdict.target.counts if verdict.target else None}")
+    assert verdict.status is Status.PASSED, verdict.message
+    assert record is not None and not record.get("error"), record
+    in_band = sum(
+        v["thread_inst_executed_true"] for op, v in record["counts"].items() if op.startswith("HGMMA")
+    )
+    ncu = verdict.target.counts.get("HGMMA", 0)
+    assert ncu > 0 and in_band == pytest.approx(ncu, rel=0.01)
+    assert record["work"] == "yes" and record["unplaced_rows"] == 0

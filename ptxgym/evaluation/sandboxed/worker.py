@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.protocol import (
+    MAX_SASS_ROWS,
     ApplySandbox,
     Arg,
     Attach,
@@ -43,6 +44,7 @@ from ptxgym.evaluation.protocol import (
     Load,
     Reply,
     SandboxReport,
+    SassRow,
     ScalarArg,
     Spans,
     TrialBegin,
@@ -137,6 +139,7 @@ class Worker:
         self.fn: Any = None
         self.copy_back = False
         self.cupti: Any = None
+        self.sass: Any = None
         self.arena = ""
         self.sandbox: SandboxReport | None = None
 
@@ -308,6 +311,8 @@ class Worker:
         )
 
     def _op_call(self, seq: int, cmd: Call) -> Reply:
+        if cmd.count:
+            return self._counted_call(seq, cmd)
         torch = self.torch
         args = self.args[cmd.set]
         ev0, ev1, ev2 = self.events
@@ -340,6 +345,44 @@ class Worker:
                 ev_stream_ms=ev0.elapsed_time(ev1), ev_device_ms=ev0.elapsed_time(ev2), host_ms=host_ms
             ),
         )
+
+    def _counted_call(self, seq: int, cmd: Call) -> Reply:
+        """One call under CUPTI's SASS metrics (``sass_counts.py``); the counter starts at the first one."""
+        torch = self.torch
+        torch.cuda.synchronize()
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            outcome["result"] = self.fn(*self.args[cmd.set])
+            torch.cuda.synchronize()
+
+        rows: list[SassRow] | None = None
+        error = ""
+        try:
+            if self.sass is None:
+                from ptxgym.evaluation.sandboxed.sass_counts import SassCounter
+
+                self.sass = SassCounter(self.device)
+            counted = self.sass.count(run)
+            rows = [
+                SassRow(
+                    function=c.function[:4096],
+                    pc=c.pc_offset,
+                    inst=c.values.get("inst_executed", 0),
+                    threads=c.values.get("thread_inst_executed_true", 0),
+                )
+                for c in counted[:MAX_SASS_ROWS]
+            ]
+        except Exception as exc:  # noqa: BLE001 - reported; the trusted side keeps its other proofs
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        if "result" not in outcome:  # the counter failed before the call ran: run it plainly
+            run()
+        if self.copy_back and outcome["result"] is not None:
+            self._copy_outputs(cmd.set, outcome["result"])
+        lost = self._context_lost()
+        if lost:
+            return Reply(seq=seq, ok=False, error=lost, cuda_error=self.cuda.sticky_error())
+        return Reply(seq=seq, ok=True, counts=rows, count_error=error)
 
     def _copy_outputs(self, index: int, result) -> None:
         values = result if isinstance(result, tuple | list) else (result,)

@@ -108,6 +108,12 @@ class EvalSettings(BaseModel):
     floor_slack: float = Field(
         1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
     )
+    in_band_counts: bool = Field(
+        False,
+        description="After timing, one more verified call counted per SASS instruction inside the worker "
+        "(CUPTI SASS metrics); the target counts and work share it gives are recorded beside the offline "
+        "proof's (details['in_band_target']), not yet a proof of their own.",
+    )
     baseline_from_disk: bool = Field(
         True,
         description="Use a baseline an earlier evaluator left on disk (same GPU, driver, clocks, libraries, "

@@ -28,6 +28,8 @@ import time
 import traceback
 from pathlib import Path
 
+from ptxgym.cpu.sass import dump_sass, pc_opcodes
+from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.protocol import Load, check_mode
 from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import (
@@ -44,6 +46,7 @@ from ptxgym.evaluation.trusted.census import census_failure
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import run_proofs
+from ptxgym.evaluation.trusted.sass_join import in_band_target
 from ptxgym.evaluation.trusted.session import CENSUS_OVERFLOW, CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
@@ -378,6 +381,11 @@ class LocalGpuEvaluator(Evaluator):
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
+            if self.settings.in_band_counts and turn.candidate is not None:
+                with turn.timed("count"):
+                    session.count_call(result)
+                if result.failure is not None:
+                    return self._failed(turn, "")
         except StepBudgetExceeded as exc:
             return exceeded_verdict(exc, turn.stage, self.environment, **turn.extra())
         except WorkerError as exc:
@@ -515,6 +523,8 @@ class LocalGpuEvaluator(Evaluator):
                 environment=self.environment,
                 **extra,
             )
+        if result.sass_rows is not None or result.count_error:
+            turn.details["in_band_target"] = self._in_band_target(turn)
         census, proved = self._census(turn)
         if census:
             timing = timing.model_copy(update={"speedup": None})
@@ -545,6 +555,18 @@ class LocalGpuEvaluator(Evaluator):
             environment=self.environment,
             **extra,
         )
+
+    def _in_band_target(self, turn: Turn) -> dict:
+        """The counted call's target counts and work share (``sass_join.py``), for the record."""
+        cand = turn.candidate
+        if cand is None or self.arch is None:
+            return {"error": "no candidate module or no known architecture"}
+        try:
+            pcs = pc_opcodes(dump_sass(cand.so_path, find_toolchain()))
+        except Exception as exc:  # noqa: BLE001 - the listing is ours; its failure is recorded, not fatal
+            return {"error": f"SASS listing of the module failed: {exc}"[:300]}
+        r = turn.result
+        return in_band_target(r.sass_rows, r.count_error, pcs, self.arch, turn.task.flops)
 
     def _census(self, turn: Turn) -> tuple[str, bool]:
         """The in-band kernel census (``census.py``) of the timed calls: (why it fails or '', proved).

@@ -24,6 +24,7 @@ from ptxgym.evaluation.protocol import (
     LoadedModule,
     Reply,
     SandboxReport,
+    SassRow,
     Spans,
     TrialBegin,
     TrialEnd,
@@ -96,6 +97,9 @@ class SessionResult:
     census_trials: int = 0
     """Trials whose end brought a census report (0: no in-band census was taken)."""
     census_error: str = ""
+    sass_rows: list[SassRow] | None = None
+    """The counted call's rows (``count_call``; None: not counted)."""
+    count_error: str = ""
 
 
 class Session:
@@ -301,6 +305,23 @@ class Session:
             result.crosscheck = cross_check(
                 result.walls, lat, self.cal, s.wall_slack_ms, s.wall_slack_fraction
             )
+
+    def count_call(self, result: SessionResult) -> None:
+        """One more call, on fresh values, counted per SASS instruction in the worker and verified.
+
+        Its outputs are checked like any verified call (a failure ends the subject as a timed call's
+        would); the rows go to ``result.sass_rows`` and are joined with the module's SASS by the caller.
+        """
+        self.arena.prepare(0, self.generator, fresh=True)
+        self._sync()
+        reply = self._request(Call(set=0, timed=False, flush=True, count=True), Stage.TIME)
+        check = self.arena.verify(0)
+        result.calls_checked += 1
+        if not check.passed and result.failure is None:
+            result.failure = Failure(check.status, Stage.TIME, self._where(Stage.TIME, check), check)
+            return
+        result.sass_rows = reply.counts
+        result.count_error = reply.count_error
 
     def _collect(self, timed: list[TimedCall], result: SessionResult) -> None:
         gap = self.cal.sync_gap_ms if self.cal else 0.0

@@ -1,0 +1,69 @@
+"""In-band target counts: the worker's per-instruction executions joined with the built module's SASS.
+
+The worker counts executions per (function, pc offset) in one verified call (``sandboxed/sass_counts.py``,
+``Call.count``); the trusted side lists the built module's instructions by offset (``cpu.sass.pc_opcodes``
+over cuobjdump's listing of the very .so it handed out) and sums the counts per opcode. Rows at offsets
+the listing does not hold, or in functions outside the module, are counted apart: they are code the
+built module does not contain. The result feeds the same work-share formula as Nsight Compute's counts
+(``target_work.work_share``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ptxgym.evaluation.protocol import SassRow
+from ptxgym.evaluation.trusted.target_work import work_share
+from ptxgym.records.arch import ArchSpec
+
+
+@dataclass
+class JoinedCounts:
+    """Executions per opcode of one counted call, and what could not be placed."""
+
+    per_opcode: dict[str, list[int]] = field(default_factory=dict)
+    """Opcode with modifiers -> [inst_executed, thread_inst_executed_true]."""
+    unplaced: int = 0
+    """Rows whose (function, offset) is not an instruction of the built module."""
+
+    def rows(self) -> list[tuple[str, int, int]]:
+        """(opcode, inst_executed, thread_inst_executed_true) rows for ``work_share``."""
+        return [(op, inst, threads) for op, (inst, threads) in self.per_opcode.items()]
+
+
+def join_counts(rows: Iterable[SassRow], pcs: Mapping[str, Mapping[int, str]]) -> JoinedCounts:
+    """Sum the rows per opcode of the module's listing (a missing thread count: 32 per warp instruction)."""
+    joined = JoinedCounts()
+    for row in rows:
+        opcode = pcs.get(row.function, {}).get(row.pc)
+        if opcode is None:
+            joined.unplaced += 1
+            continue
+        totals = joined.per_opcode.setdefault(opcode, [0, 0])
+        totals[0] += row.inst
+        totals[1] += row.threads if row.threads else 32 * row.inst
+    return joined
+
+
+def in_band_target(
+    rows: list[SassRow] | None, error: str, pcs: Mapping[str, Mapping[int, str]], arch: ArchSpec, flops: float
+) -> dict:
+    """The record ``details['in_band_target']``: target counts, work share and what went wrong."""
+    if rows is None:
+        return {"error": error or "no counted call"}
+    joined = join_counts(rows, pcs)
+    share = work_share(joined.rows(), arch, flops)
+    targets = {
+        op: {"inst_executed": inst, "thread_inst_executed_true": thr}
+        for op, (inst, thr) in sorted(joined.per_opcode.items())
+        if arch.is_target_opcode(op)
+    }
+    return {
+        "counts": targets,
+        "mma_share": share.mma_share,
+        "work": share.work.value,
+        "rows": len(rows),
+        "unplaced_rows": joined.unplaced,
+        "error": error,
+    }
