@@ -6,7 +6,8 @@ stays private to the trusted process: the pristine inputs of each set, the refer
 state of its perturbations and the private copy of any fresh values (the shared inputs must equal what
 the trusted side says they hold after every call). The blob is one allocation sized to a whole number of
 2 MiB pages above the caching allocator's large-segment bound, so no private tensor can share the
-IPC-mapped segment.
+IPC-mapped segment. Every buffer in it lies between guard regions that hold a secret pattern, checked
+after every call (``guards.py``): a write outside the buffers is a MEMORY_ERROR.
 
 Sets are generated once per arena (seeds recorded) and their fp32 references computed once. Two ways to
 give a call new values at the same addresses:
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, poison_
 from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg
+from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout
 from ptxgym.evaluation.trusted.inputs import (
     draw_fresh,
     fresh_names,
@@ -56,7 +59,6 @@ from ptxgym.evaluation.trusted.inputs import (
 from ptxgym.evaluation.trusted.perturb import SignPerturbation
 from ptxgym.records.tasks import Task
 
-_ALIGN = 256
 _PAGE = 2 << 20
 _MIN_BLOB = 12 << 20
 
@@ -110,6 +112,8 @@ class Arena:
         self.shapes = task.shapes()
         self._layout: list[list[Arg]] = []
         self.blob = self._allocate(len(seeds))
+        self.guards = Guards(self.blob, self.layout, secrets.randbits(63))
+        """The guard regions around every buffer, filled with this arena's secret pattern."""
         self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
         self._inputs_file: Path | None = None
 
@@ -130,18 +134,13 @@ class Arena:
         return n * torch.empty((), dtype=torch_dtype(spec.dtype)).element_size()
 
     def _allocate(self, n_sets: int):
+        """The blob: every buffer between guard regions (``guards.py``)."""
         import torch
 
-        offset = 0
-        self._offsets: list[dict[str, int]] = []
-        for _ in range(n_sets):
-            offsets = {}
-            for _, name in self._tensor_names():
-                offsets[name] = offset
-                offset += -(-self._nbytes(name) // _ALIGN) * _ALIGN
-            self._offsets.append(offsets)
-        total = max(_MIN_BLOB, -(-offset // _PAGE) * _PAGE)
-        return torch.empty(total, dtype=torch.uint8, device=self.device)
+        sizes = [[(role, name, self._nbytes(name)) for role, name in self._tensor_names()]] * n_sets
+        self.layout = plain_layout(sizes, _MIN_BLOB, _PAGE)
+        self._offsets = [self.layout.offsets(i) for i in range(n_sets)]
+        return torch.empty(self.layout.total, dtype=torch.uint8, device=self.device)
 
     def _view(self, offset: int, name: str):
         spec = self.task.definition.inputs.get(name) or self.task.definition.outputs[name]
@@ -258,6 +257,10 @@ class Arena:
             self.task.tolerance,
         )
 
+    def check_guards(self) -> GuardBreach | None:
+        """Whether the last call wrote outside its buffers (``guards.py``); a breach re-fills the guards."""
+        return self.guards.check()
+
     def _damaged(self):
         """(shared tensor, what it must hold, input name) for every input of any set that differs."""
         import torch
@@ -278,11 +281,13 @@ class Arena:
         A candidate that writes to its inputs gets INPUT_MUTATED, but the buffers it wrote are shared with
         every later worker of this arena: without this, the next candidates would inherit the damage (and
         be judged INPUT_MUTATED or compared against a reference of other inputs). Called before each
-        worker session; costs one comparison pass over the inputs when nothing was touched.
+        worker session; costs one comparison pass over the inputs when nothing was touched. Guard regions
+        an earlier worker wrote are re-filled too.
         """
         import torch
 
         self._mutated.clear()
+        self.guards.check()  # re-fills any guard an earlier worker wrote
         fixed = set()
         for tensor, want, name in list(self._damaged()):
             tensor.copy_(want)
