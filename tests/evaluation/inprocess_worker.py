@@ -38,7 +38,7 @@ class InProcessWorker:
         self.loaded = False
         self.calls = 0
 
-    def request(self, cmd, timeout_s: float, pickler=None) -> Reply:
+    def request(self, cmd, timeout_s: float, pickler=None, fds=()) -> Reply:
         self.seq += 1
         cmd = parse_command(cmd.model_copy(update={"seq": self.seq}))
         if isinstance(cmd, Attach):

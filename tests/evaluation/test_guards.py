@@ -66,7 +66,7 @@ def test_vmm_layout_ends_every_buffer_at_an_unmapped_page():
     _covers_exactly(layout)
     assert layout.page == page and layout.total % page == 0
     maps = sorted(layout.mappings, key=lambda m: m.offset)
-    assert maps[0].offset == page  # the first page is a hole: an underflow of the first buffer faults
+    assert maps[0].offset == 0  # a tensor over the span starts at a mapped byte
     for a, b in zip(maps, maps[1:], strict=False):
         assert b.offset - (a.offset + a.size) == page  # a hole between every two runs
     assert maps[-1].offset + maps[-1].size + page == layout.total
@@ -226,3 +226,22 @@ def test_a_lenient_session_records_the_breach_and_goes_on(arena):
     assert result.failure.status is Status.MEMORY_ERROR and result.calls_checked == 3  # went on
     assert "output C of input set 1" in result.failure.message
     assert arena.check_guards() is None
+
+
+def test_guard_pages_fall_back_to_the_plain_blob_off_a_gpu(tmp_path):
+    arena = Arena(gemm_task(), [1], "cpu", tmp_path, guard_pages=True)
+    assert not arena.guard_pages and "need a CUDA device" in arena.guard_pages_error
+    assert arena.attach_fds() == [] and arena.attach_command(1, False).vmm is None
+    assert arena.check_guards() is None
+
+
+def test_a_guard_page_attach_command_is_a_valid_command():
+    from ptxgym.evaluation.protocol import Attach, VmmBlob, VmmRun, parse_command
+
+    page = 2 * MiB
+    layout = vmm_layout(SIZES, page)
+    runs = [VmmRun(offset=m.offset, size=m.size, phys=m.phys) for m in layout.mappings]
+    spec = VmmBlob(total=layout.total, page=page, runs=runs)
+    parsed = parse_command(Attach(arena="a", blob=None, vmm=spec, sets=[], flush_bytes=1))
+    assert parsed.vmm is not None
+    assert [r.offset for r in parsed.vmm.runs] == [m.offset for m in layout.mappings]

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, poison_
-from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg
-from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout
+from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg, VmmBlob, VmmRun
+from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout, vmm_layout
 from ptxgym.evaluation.trusted.inputs import (
     draw_fresh,
     fresh_names,
@@ -80,6 +80,14 @@ class InputSet:
     """The reference for ``fresh``, computed on first verification."""
 
 
+def torch_zeros_on(device) -> None:
+    """Run one tiny CUDA op on ``device`` from this thread, so its primary context is current here."""
+    import torch
+
+    torch.zeros(1, device=device).add_(1)
+    torch.cuda.synchronize(device)
+
+
 def ipc_pickle(obj: Any) -> bytes:
     """Pickle with torch's reducers, so CUDA tensors travel as IPC handles."""
     from multiprocessing.reduction import ForkingPickler
@@ -94,7 +102,9 @@ def ipc_pickle(obj: Any) -> bytes:
 class Arena:
     """Input sets, outputs and references of one task on one device."""
 
-    def __init__(self, task: Task, seeds: list[int], device: int, scratch: Path) -> None:
+    def __init__(
+        self, task: Task, seeds: list[int], device: int, scratch: Path, guard_pages: bool = False
+    ) -> None:
         import torch
 
         self.task = task
@@ -111,7 +121,11 @@ class Arena:
         """Wall seconds of the slowest reference run of the seeded sets (the step budget uses it)."""
         self.shapes = task.shapes()
         self._layout: list[list[Arg]] = []
-        self.blob = self._allocate(len(seeds))
+        self._vmm: Any = None
+        self._vmm_fd = -1
+        self.guard_pages_error = ""
+        """Why guard pages were asked for but not used (the blob fell back to one plain allocation)."""
+        self.blob = self._allocate(len(seeds), guard_pages)
         self.guards = Guards(self.blob, self.layout, secrets.randbits(63))
         """The guard regions around every buffer, filled with this arena's secret pattern."""
         self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
@@ -133,14 +147,50 @@ class Arena:
             n *= d
         return n * torch.empty((), dtype=torch_dtype(spec.dtype)).element_size()
 
-    def _allocate(self, n_sets: int):
-        """The blob: every buffer between guard regions (``guards.py``)."""
+    def _allocate(self, n_sets: int, guard_pages: bool):
+        """The blob: every buffer between guard regions (``guards.py``), with guard pages if asked."""
         import torch
 
         sizes = [[(role, name, self._nbytes(name)) for role, name in self._tensor_names()]] * n_sets
+        if guard_pages and self.device.type != "cuda":
+            self.guard_pages_error = f"guard pages need a CUDA device, not {self.device}"
+        elif guard_pages:
+            try:
+                return self._allocate_vmm(sizes)
+            except Exception as exc:  # noqa: BLE001 - any failure: fall back to the plain blob
+                self._release_vmm()
+                self.guard_pages_error = f"{type(exc).__name__}: {exc}"[:500]
         self.layout = plain_layout(sizes, _MIN_BLOB, _PAGE)
         self._offsets = [self.layout.offsets(i) for i in range(n_sets)]
         return torch.empty(self.layout.total, dtype=torch.uint8, device=self.device)
+
+    def _allocate_vmm(self, sizes):
+        """The blob as a virtual-memory reservation with an unmapped page after every buffer (``vmm.py``)."""
+        from ptxgym.evaluation import vmm
+
+        torch_zeros_on(self.device)  # the trusted thread's CUDA context is current
+        index = self.device.index or 0
+        self.layout = vmm_layout(sizes, vmm.granularity(index))
+        handle, self._vmm_fd = vmm.create(self.layout.physical_bytes, index)
+        runs = [(m.offset, m.size, m.phys) for m in self.layout.mappings]
+        self._vmm = vmm.MappedBlob(handle, self.layout.total, self.layout.page, runs, index)
+        self._offsets = [self.layout.offsets(i) for i in range(len(sizes))]
+        return self._vmm.tensor()
+
+    def _release_vmm(self) -> None:
+        import os
+
+        if self._vmm is not None:
+            self._vmm.release()
+            self._vmm = None
+        if self._vmm_fd >= 0:
+            os.close(self._vmm_fd)
+            self._vmm_fd = -1
+
+    @property
+    def guard_pages(self) -> bool:
+        """Whether the blob has an unmapped page after every buffer (a virtual-memory blob)."""
+        return bool(self.layout.mappings)
 
     def _view(self, offset: int, name: str):
         spec = self.task.definition.inputs.get(name) or self.task.definition.outputs[name]
@@ -192,8 +242,20 @@ class Arena:
     # ------------------------------------------------------------------------------------- per call
 
     def attach_command(self, flush_bytes: int, cupti: bool) -> Attach:
-        """The command that maps this arena into a worker."""
-        return Attach(arena=self.id, blob=self.blob, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti)
+        """The command that maps this arena into a worker (send it with ``attach_fds``)."""
+        if not self.guard_pages:
+            return Attach(
+                arena=self.id, blob=self.blob, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti
+            )
+        runs = [VmmRun(offset=m.offset, size=m.size, phys=m.phys) for m in self.layout.mappings]
+        spec = VmmBlob(total=self.layout.total, page=self.layout.page, runs=runs)
+        return Attach(
+            arena=self.id, blob=None, vmm=spec, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti
+        )
+
+    def attach_fds(self) -> list[int]:
+        """File descriptors the attach command needs (the guard-page blob's allocation), else none."""
+        return [self._vmm_fd] if self.guard_pages else []
 
     def prepare(self, index: int, generator, perturb: bool = True, fresh: bool = False) -> None:
         """Give set ``index`` new values in place (same addresses) and poison its outputs.
@@ -323,6 +385,11 @@ class Arena:
         return self._inputs_file
 
     def close(self) -> None:
-        """Drop the saved inputs file (GPU memory goes with the object)."""
+        """Drop the saved inputs file and a guard-page blob's mappings (a plain blob goes with the object)."""
         if self._inputs_file is not None:
             self._inputs_file.unlink(missing_ok=True)
+        if self._vmm is not None and self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+        self._release_vmm()

@@ -108,6 +108,13 @@ class EvalSettings(BaseModel):
     floor_slack: float = Field(
         1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
     )
+    guard_pages: bool = Field(
+        False,
+        description="Build the arena's blob with the CUDA virtual-memory API so that an unmapped page "
+        "follows every buffer: a kernel reading or writing past a buffer faults in the worker itself "
+        "(``evaluation/vmm.py``). If it cannot be built the blob is one plain allocation, as without it "
+        "(the verdict's details say why); guard regions are checked after every call either way.",
+    )
     baseline_from_disk: bool = Field(
         True, description="Reuse baseline timings cached on disk for this GPU, driver, torch and workload."
     )

@@ -18,11 +18,11 @@ Buffers start at ``GUARD_BYTES``-aligned offsets (64 KiB: 16 host pages, 256-byt
 dtype), and every byte of the blob that is not a buffer is guard: the alignment padding after a buffer
 and the blob's tail too, so nothing in the blob is free scratch space for a candidate.
 
-Layout ``vmm`` (``EvalSettings.guard_pages``, ``vmm.py``): each buffer gets its own run of ``page``-sized
-mapped pages with an unmapped page before and after it, and lies at the *end* of its run (start rounded
-down to 256 bytes), so a read or write past its end leaves the mapping and faults in the worker itself;
-the first page of a run holds at least ``GUARD_BYTES`` of guard before the buffer. Only mapped bytes are
-guards there; the holes cost address space, not memory.
+Layout ``vmm`` (``EvalSettings.guard_pages``, ``evaluation/vmm.py``): each buffer gets its own run of
+``page``-sized mapped pages with an unmapped page after it (and before it, but for the first), and lies
+at the *end* of its run (start rounded down to 256 bytes), so a read or write past its end leaves the
+mapping and faults in the worker itself; the first page of a run holds at least ``GUARD_BYTES`` of guard
+before the buffer. Only mapped bytes are guards there; the holes cost address space, not memory.
 """
 
 from __future__ import annotations
@@ -149,11 +149,16 @@ def plain_layout(sizes: Sizes, min_total: int, round_to: int, guard: int = GUARD
 
 
 def vmm_layout(sizes: Sizes, page: int, guard: int = GUARD_BYTES) -> Layout:
-    """Each buffer at the end of its own run of mapped pages, an unmapped page before and after each run."""
+    """Each buffer at the end of its own run of mapped pages, an unmapped page after each run.
+
+    The first run starts at the blob's first byte (a tensor over the span must start at a mapped address);
+    every later run follows an unmapped page, so each buffer has a hole after it and, but for the first,
+    before its leading guard.
+    """
     if page <= 0 or page % ALIGN:
         raise ValueError(f"the mapping granularity must be a positive multiple of {ALIGN}, got {page}")
     slots, maps, gaps = [], [], []
-    va, phys = page, 0  # the first page stays unmapped
+    va, phys = 0, 0
     for index, buffers in enumerate(sizes):
         for role, name, nbytes in buffers:
             size = _up(_up(nbytes, ALIGN) + guard, page)

@@ -91,9 +91,11 @@ class LocalGpuEvaluator(Evaluator):
         )
         self.backend: str | None = None
         self.cupti_error = ""
-        self._arenas: collections.OrderedDict[tuple[str, str], Arena] = collections.OrderedDict()
+        self._arenas: collections.OrderedDict[tuple[str, str, bool], Arena] = collections.OrderedDict()
         self._current: Arena | None = None
         self._held: WorkerHandle | None = None
+        self.guard_pages_error = ""
+        """Why this evaluator stopped using guard pages (a worker could not map them), if it did."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
         self._lock = threading.Lock()
         self.pool.fill()
@@ -113,7 +115,7 @@ class LocalGpuEvaluator(Evaluator):
         with self._lock:
             t0 = time.perf_counter()
             try:
-                verdict = self._evaluate(task, candidate)
+                verdict = self._evaluate_or_demote(task, candidate)
             except InfraError as exc:
                 verdict = self._infra(str(exc), traceback.format_exc())
             except Exception as exc:  # noqa: BLE001 - never raise into the episode
@@ -139,6 +141,35 @@ class LocalGpuEvaluator(Evaluator):
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------ stages
+
+    def _evaluate_or_demote(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """Evaluate; if a guard-page arena fails to set up a worker, drop guard pages and evaluate again.
+
+        Worker set-up (attach, sandbox, calibration) ends before any candidate code is loaded, so the
+        candidate cannot provoke this; every later arena of this evaluator is then a plain blob, and the
+        verdicts' details carry the reason (``guard_pages``).
+        """
+        try:
+            return self._evaluate(task, candidate)
+        except InfraError as exc:
+            arena = self._current
+            if arena is None or not arena.guard_pages:
+                raise
+            self.guard_pages_error = f"a worker could not map the guard-page blob: {exc}"[:800]
+            self.settings = self.settings.model_copy(update={"guard_pages": False})
+            self._forget(arena)
+            return self._evaluate(task, candidate)
+
+    def _forget(self, arena: Arena) -> None:
+        """Drop an arena (and a held worker attached to it) from this evaluator."""
+        for key, found in list(self._arenas.items()):
+            if found is arena:
+                del self._arenas[key]
+        if self._held is not None:
+            self._held.discard()
+            self._held = None
+        self._current = None
+        arena.close()
 
     def _evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
         if self.arch is None or self.arch.name != task.arch:
@@ -168,7 +199,7 @@ class LocalGpuEvaluator(Evaluator):
         return (self.settings.seed * 1_000_003 + candidate.turn * 7919 + episode) % 2**31
 
     def _arena(self, task: Task) -> Arena:
-        key = (task.definition.name, task.workload.uuid)
+        key = (task.definition.name, task.workload.uuid, self.settings.guard_pages)
         if key in self._arenas:
             self._arenas.move_to_end(key)
         else:
@@ -179,7 +210,9 @@ class LocalGpuEvaluator(Evaluator):
             seeds = (
                 [base + i for i in range(n)] if base is not None else [secrets.randbits(31) for _ in range(n)]
             )
-            self._arenas[key] = Arena(task, seeds, self.device, self.scratch)
+            self._arenas[key] = Arena(
+                task, seeds, self.device, self.scratch, guard_pages=self.settings.guard_pages
+            )
         arena = self._arenas[key]
         if arena is not self._current:
             self._current = arena
@@ -194,7 +227,8 @@ class LocalGpuEvaluator(Evaluator):
         arena = self._current
         if arena is None or handle.primed.get("arena") == arena.id:
             return
-        handle.send(arena.attach_command(self.flush_bytes, self.backend != EVENTS), ipc_pickle)
+        cmd = arena.attach_command(self.flush_bytes, self.backend != EVENTS)
+        handle.send(cmd, ipc_pickle, arena.attach_fds())
         handle.primed = {"arena": arena.id}
 
     def _ensure_backend(self, arena: Arena) -> None:
@@ -346,7 +380,12 @@ class LocalGpuEvaluator(Evaluator):
         turn.clocks.append(sm_clock_mhz(self.device))
         budget = self._budget(turn)
         turn.details.update(
-            {"calibration": session.cal.__dict__, "backend": self.backend, "step_budget": budget.record()}
+            {
+                "calibration": session.cal.__dict__,
+                "backend": self.backend,
+                "step_budget": budget.record(),
+                "guard_pages": self._guard_pages_note(turn.arena),
+            }
         )
         session.start_clock(budget)
         try:
@@ -391,6 +430,13 @@ class LocalGpuEvaluator(Evaluator):
         finally:
             handle.discard()
         return self._timed_verdict(turn)
+
+    def _guard_pages_note(self, arena: Arena) -> str:
+        """How out-of-bounds accesses are caught for this turn (recorded in the verdict's details)."""
+        if arena.guard_pages:
+            return "on: an unmapped page follows every buffer; guard regions checked after every call"
+        why = arena.guard_pages_error or self.guard_pages_error
+        return f"off{f' ({why})' if why else ''}: guard regions checked after every call"
 
     def _budget(self, turn: Turn) -> StepBudget:
         """The step's wall budget (``budget.py``): from the baseline latency and the calls to make."""

@@ -143,9 +143,8 @@ class Session:
         if primed.get("arena") == self.arena.id and isinstance(found, Reply):
             reply = found
         else:
-            reply = self.worker.request(
-                self.arena.attach_command(flush_bytes, cupti), self.timeout_s, ipc_pickle
-            )
+            cmd = self.arena.attach_command(flush_bytes, cupti)
+            reply = self.worker.request(cmd, self.timeout_s, ipc_pickle, self.arena.attach_fds())
         if not reply.ok:
             raise CandidateFault(reply.error, reply.cuda_error, Stage.RUN)
         if reply.attach is None:
