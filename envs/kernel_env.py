@@ -84,6 +84,12 @@ class KernelEnv(gymnasium.Env):
       earns it; ``FOREIGN_KERNEL`` and ``PROOF_FAILED`` turns pay nothing; timed calls see fresh input
       values; a step has one wall budget. Feedback records are ``ptxgym.feedback.v2``; v1 records keep
       their rule when read.
+    * Memory safety (issue 11, requirement 3): every input and output buffer lies between guard regions
+      holding a secret byte pattern, checked after every call; a write outside the buffers is
+      ``MEMORY_ERROR`` (stage ``check`` or ``time``) whose message names the buffer and the offset, and
+      pays no correctness or speed. With ``EvalSettings.guard_pages`` an unmapped page follows every
+      buffer, so a read or write past one faults in the worker (``RUNTIME_ERROR``) even when the kernel
+      behaves under a sanitizer; ``details["guard_pages"]`` of the verdict says which protection ran.
     * tasks as data: ``reset`` draws a workload of the task's family (the ten original tasks have one,
       so nothing changes for them); ``ptxgym/Trace-v0`` plays dataset folders; several-file actions.
     """
