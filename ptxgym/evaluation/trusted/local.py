@@ -5,15 +5,22 @@ input sets, the output buffers, the fp32 reference outputs and every verdict; ca
 in it. Each candidate gets a fresh pre-warmed worker process (``pool.py``), mapped onto the arena's
 buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did.
 
-Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from
-the disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
--> correctness -> timing (fresh input values on every call, a secret random subset verified;
-wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed target instructions, work share
-and kernel census (ncu, per TargetMode); ``verdicts.with_proofs`` turns their outcomes into the final
-status and evidence. From the load on, the step runs against one wall budget (``budget.py``): the proofs
-get what the load, check and time left of it. The sandbox report of the worker is recorded in the verdict's
-``environment.sandbox``. The memcheck and ncu runs start their own driver processes (``driver.py``),
-sandboxed like the worker, their reports read from files the candidate cannot write.
+Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, or from the
+disk cache) -> worker + host sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load ->
+correctness -> timing (fresh input values on every call, a secret random subset verified; guard regions
+around every buffer checked after every call; wall-clock cross-check, floor) -> memcheck (per
+MemcheckMode) -> executed target instructions, work share and kernel census (ncu, per TargetMode);
+``verdicts.with_proofs`` turns their outcomes into the final status and evidence. From the load on, the
+step runs against one wall budget (``budget.py``): the proofs get what the load, check and time left of
+it. The sandbox report of the worker is recorded in the verdict's ``environment.sandbox``. The memcheck
+and ncu runs start their own driver processes (``driver.py``), sandboxed like the worker, their reports
+read from files the candidate cannot write.
+
+Guard pages (``EvalSettings.guard_pages``): the arena's blob is built with the CUDA virtual-memory API so
+that an unmapped page follows every buffer (``evaluation/vmm.py``). If the trusted side cannot build it,
+that arena is a plain blob; if a worker cannot be set up with it (before any candidate code is loaded),
+the evaluator drops guard pages for the rest of its life and evaluates again. Either way the verdict's
+``details["guard_pages"]`` says what ran and why.
 """
 
 from __future__ import annotations
@@ -56,6 +63,10 @@ from ptxgym.records.arch import arch_for_capability
 from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
 from ptxgym.records.feedback import EnvironmentInfo, Stage, Status, TimingInfo, truncate
 from ptxgym.records.tasks import Task
+
+
+class WorkerSetupError(InfraError):
+    """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
 
 
 class LocalGpuEvaluator(Evaluator):
@@ -151,11 +162,11 @@ class LocalGpuEvaluator(Evaluator):
         """
         try:
             return self._evaluate(task, candidate)
-        except InfraError as exc:
+        except WorkerSetupError as exc:
             arena = self._current
             if arena is None or not arena.guard_pages:
                 raise
-            self.guard_pages_error = f"a worker could not map the guard-page blob: {exc}"[:800]
+            self.guard_pages_error = f"worker set-up failed with the guard-page blob: {exc}"[:800]
             self.settings = self.settings.model_copy(update={"guard_pages": False})
             self._forget(arena)
             return self._evaluate(task, candidate)
@@ -241,7 +252,7 @@ class LocalGpuEvaluator(Evaluator):
             attached = session.attach(self.flush_bytes, True)
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
-            raise InfraError(f"worker set-up failed: {exc}") from exc
+            raise WorkerSetupError(f"worker set-up failed: {exc}") from exc
         self.backend = CUPTI if attached.cupti else EVENTS
         self.cupti_error = attached.cupti_error
         self._held = handle
@@ -263,7 +274,7 @@ class LocalGpuEvaluator(Evaluator):
                 last = exc
                 continue
             return handle
-        raise InfraError(
+        raise WorkerSetupError(
             "no worker process could be started: "
             + (f"{last.message}\n{truncate(last.log_tail, 1500)}" if last else "no attempt was made")
         )
@@ -304,7 +315,7 @@ class LocalGpuEvaluator(Evaluator):
             session.calibrate()
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
-            raise InfraError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
+            raise WorkerSetupError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
         return session, handle, self._free_bytes()
 
     def _baseline(self, task: Task, arena: Arena) -> BaselineRecord:
