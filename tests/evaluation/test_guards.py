@@ -231,6 +231,7 @@ def test_a_lenient_session_records_the_breach_and_goes_on(arena):
 def test_guard_pages_fall_back_to_the_plain_blob_off_a_gpu(tmp_path):
     arena = Arena(gemm_task(), [1], "cpu", tmp_path, guard_pages=True)
     assert not arena.guard_pages and "need a CUDA device" in arena.guard_pages_error
+    assert arena.protection().startswith("off (guard pages need a CUDA device")
     assert arena.attach_fds() == [] and arena.attach_command(1, False).vmm is None
     assert arena.check_guards() is None
 

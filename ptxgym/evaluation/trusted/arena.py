@@ -192,6 +192,13 @@ class Arena:
         """Whether the blob has an unmapped page after every buffer (a virtual-memory blob)."""
         return bool(self.layout.mappings)
 
+    def protection(self, why_off: str = "") -> str:
+        """How out-of-bounds accesses are caught (a verdict's ``details["guard_pages"]``)."""
+        if self.guard_pages:
+            return "on: an unmapped page follows every buffer; guard regions checked after every call"
+        why = self.guard_pages_error or why_off
+        return f"off{f' ({why})' if why else ''}: guard regions checked after every call"
+
     def _view(self, offset: int, name: str):
         spec = self.task.definition.inputs.get(name) or self.task.definition.outputs[name]
         dtype = torch_dtype(spec.dtype)

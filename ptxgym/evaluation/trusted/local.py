@@ -395,7 +395,7 @@ class LocalGpuEvaluator(Evaluator):
                 "calibration": session.cal.__dict__,
                 "backend": self.backend,
                 "step_budget": budget.record(),
-                "guard_pages": self._guard_pages_note(turn.arena),
+                "guard_pages": turn.arena.protection(self.guard_pages_error),
             }
         )
         session.start_clock(budget)
@@ -441,13 +441,6 @@ class LocalGpuEvaluator(Evaluator):
         finally:
             handle.discard()
         return self._timed_verdict(turn)
-
-    def _guard_pages_note(self, arena: Arena) -> str:
-        """How out-of-bounds accesses are caught for this turn (recorded in the verdict's details)."""
-        if arena.guard_pages:
-            return "on: an unmapped page follows every buffer; guard regions checked after every call"
-        why = arena.guard_pages_error or self.guard_pages_error
-        return f"off{f' ({why})' if why else ''}: guard regions checked after every call"
 
     def _budget(self, turn: Turn) -> StepBudget:
         """The step's wall budget (``budget.py``): from the baseline latency and the calls to make."""
