@@ -226,6 +226,7 @@ def test_a_write_past_the_output_is_a_memory_error(evaluator, gemm):
     verdict = _evaluate(evaluator, gemm, "guard_overrun")
     assert verdict.status is Status.MEMORY_ERROR, verdict.message
     assert verdict.stage is Stage.CHECK and "past the end of output C of input set 0" in verdict.message
+    assert verdict.timing is None  # never timed, so no speed to pay
     assert verdict.details["guard_pages"].startswith("off"), verdict.details["guard_pages"]
 
 
