@@ -31,6 +31,9 @@ reference run on the device for that call's values (about 0.6, 1.6 and 4 TFLOP o
 three: roughly 10, 30 and 70 ms at the H200's fp32 rate, so 0.4, 1.1 and 2.7 s per evaluation at the
 default 39 verified calls, ``EvalSettings.verify_timed_fraction``; estimates, not measurements).
 Unverified calls never run it. Correctness calls cost no reference (sign flips of the seeded sets).
+After every call the guard regions are compared with their private copy: one copy and one comparison of
+their bytes (64 KiB around each buffer plus the blob's rounding tail: about 2.6 MiB for the GEMM's three
+sets, at most the 12 MiB minimum blob for small workloads) and one host sync, outside the timed window.
 """
 
 from __future__ import annotations
