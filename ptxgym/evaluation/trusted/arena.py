@@ -32,8 +32,9 @@ three: roughly 10, 30 and 70 ms at the H200's fp32 rate, so 0.4, 1.1 and 2.7 s p
 default 39 verified calls, ``EvalSettings.verify_timed_fraction``; estimates, not measurements).
 Unverified calls never run it. Correctness calls cost no reference (sign flips of the seeded sets).
 After every call the guard regions are compared with their private copy: one copy and one comparison of
-their bytes (64 KiB around each buffer plus the blob's rounding tail: about 2.6 MiB for the GEMM's three
-sets, at most the 12 MiB minimum blob for small workloads) and one host sync, outside the timed window.
+their bytes (64 KiB around each buffer plus the blob's rounding tail: 2 MiB for the GEMM's three
+sets; 18 MiB with guard pages, whose first page of each run is guard) and one host sync, outside the timed
+window; small workloads compare at most their 12 MiB minimum blob.
 """
 
 from __future__ import annotations
