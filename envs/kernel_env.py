@@ -86,6 +86,12 @@ class KernelEnv(gymnasium.Env):
       their rule when read. The timed calls also carry an in-band kernel census (CUPTI, in the worker):
       a kernel outside the built module, or a second module image defining one of its kernel names (code
       loaded from memory), is ``FOREIGN_KERNEL`` at the time stage.
+    * Memory safety (issue 11, requirement 3): every input and output buffer lies between guard regions
+      holding a secret byte pattern, checked after every call; a write outside the buffers is
+      ``MEMORY_ERROR`` (stage ``check`` or ``time``) whose message names the buffer and the offset, and
+      pays no correctness or speed. With ``EvalSettings.guard_pages`` an unmapped page follows every
+      buffer, so a read or write past one faults in the worker (``RUNTIME_ERROR``) even when the kernel
+      behaves under a sanitizer; ``details["guard_pages"]`` of the verdict says which protection ran.
     * tasks as data: ``reset`` draws a workload of the task's family (the ten original tasks have one,
       so nothing changes for them); ``ptxgym/Trace-v0`` plays dataset folders; several-file actions.
       Feedback names the workload a turn played (``workload``: uuid and axes; absent in older records).

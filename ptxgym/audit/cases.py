@@ -31,7 +31,8 @@ class AuditCase:
     name: str
     source: Path
     issue: str
-    """Where the attack is described, e.g. ``11.2`` (issue 11, item 2), or ``corpus``."""
+    """Where the attack is described, e.g. ``11.2`` (issue 11, item 2), ``11.req3`` (its requirement 3), or
+    ``corpus``."""
     statuses: frozenset[Status]
     """What a GPU evaluator may answer (a hostile case may also be rejected before it runs)."""
     hostile: bool = True
@@ -103,7 +104,24 @@ CASES: tuple[AuditCase, ...] = (
     _k("host_hidden", {Status.TIMING_ANOMALY, Status.PASSED}, note="PASSED only at its true, slow speed"),
     _k("side_stream", {Status.PASSED, Status.TIMING_ANOMALY}, note="charged its real time"),
     _k("sandbox_escape", {Status.PASSED}, issue="11.3", note="PASSED means nothing got out"),
-    _k("oob_read", {Status.MEMORY_ERROR, Status.PROOF_FAILED}, issue="11.12"),
+    _k(
+        "oob_read",
+        {Status.MEMORY_ERROR, Status.PROOF_FAILED, Status.RUNTIME_ERROR},
+        issue="11.12",
+        note="RUNTIME_ERROR: the read faults in the worker (guard pages)",
+    ),
+    _k(
+        "guard_overrun",
+        {Status.MEMORY_ERROR, Status.RUNTIME_ERROR},
+        issue="11.req3",
+        note="writes 4 bytes past C: the guard region after C (RUNTIME_ERROR with guard pages)",
+    ),
+    _k(
+        "unobserved_oob_read",
+        {Status.RUNTIME_ERROR, Status.CRASH, Status.MEMORY_ERROR},
+        note="reads past A only with no sanitizer mapped: caught only by guard pages "
+        "(EvalSettings.guard_pages; the GPU evaluator tests play it with them on)",
+    ),
     _k(
         "module_from_memory",
         {Status.STATIC_REJECT, Status.FOREIGN_KERNEL},

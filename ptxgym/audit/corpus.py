@@ -35,8 +35,9 @@ HOSTILE = (
     "host_hidden",
     "sandbox_escape",
     "module_from_memory",
+    "guard_overrun",
 )
-HONEST = ("naive", "tma_gemm", "decoy_wgmma", "oob_read", "mha_fwd_naive")
+HONEST = ("naive", "tma_gemm", "decoy_wgmma", "oob_read", "unobserved_oob_read", "mha_fwd_naive")
 
 
 SANDBOX_ESCAPE_PORT = 47613

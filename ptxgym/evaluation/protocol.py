@@ -57,12 +57,37 @@ Arg = Annotated[TensorArg | ScalarArg, Field(discriminator="role")]
 """One argument of a call, in the entry point's order."""
 
 
+class VmmRun(_Msg):
+    """One run of mapped pages of a guard-page blob."""
+
+    offset: int = Field(ge=0, description="Byte offset of the run in the blob's address range.")
+    size: int = Field(gt=0, description="Bytes mapped (whole pages).")
+    phys: int = Field(ge=0, description="Byte offset of its backing in the shared allocation.")
+
+
+class VmmBlob(_Msg):
+    """A blob built with the CUDA virtual-memory API (``evaluation/vmm.py``): the worker maps it itself.
+
+    The allocation travels as a POSIX file descriptor, passed with the attach command over the worker's
+    fd socket (``SCM_RIGHTS``); legacy CUDA IPC handles cannot share it.
+    """
+
+    total: int = Field(gt=0, description="Bytes of address range to reserve (runs and the holes between).")
+    page: int = Field(gt=0, description="Mapping granularity (alignment of the reservation).")
+    runs: list[VmmRun] = Field(description="The mapped runs; every other byte of the range stays unmapped.")
+
+
 class Attach(_Cmd):
-    """Map the arena's buffers (one device blob shared through CUDA IPC) into the worker."""
+    """Map the arena's buffers (a blob shared through CUDA IPC, or a guard-page blob) into the worker."""
 
     op: Literal["attach"] = "attach"
     arena: str = Field(description="Arena id; the worker echoes it.")
-    blob: Any = Field(description="The arena's device buffer (a CUDA tensor, sent as an IPC handle).")
+    blob: Any = Field(
+        description="The arena's device buffer (a CUDA tensor, sent as an IPC handle); None with ``vmm``."
+    )
+    vmm: VmmBlob | None = Field(
+        None, description="A guard-page blob to import from the fd sent with this command (``blob`` is None)."
+    )
     sets: list[list[Arg]] = Field(description="Per input set, the call's arguments in order.")
     flush_bytes: int = Field(description="Size of the L2-flush buffer the worker allocates.")
     cupti: bool = Field(True, description="Whether to start CUPTI activity tracing.")

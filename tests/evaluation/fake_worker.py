@@ -7,7 +7,8 @@ with code 3, ``garbage`` writes bytes that are not a reply, ``wrong_seq`` answer
 ``oversize`` answers with 2 MiB, ``child`` forks a sleeping grandchild and then hangs (for the process-group
 kill), ``slow`` answers every command properly but only after ``--delay`` seconds (a candidate whose calls
 each return slowly), ``flood`` prints ``--flood-mib`` MiB and a last line ``END OF FLOOD`` to stdout
-before each proper answer (a printf flood).
+before each proper answer (a printf flood), ``fds`` receives one file descriptor from its stdin (the fd
+socket) per command and answers with the first bytes read from it in ``error`` (the fd-passing channel).
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ def main() -> None:
             sys.stdout.buffer.write(b"END OF FLOOD\n")
             sys.stdout.flush()
             conn_out.send_bytes(_reply(seq, **_payload(cmd)))
+        elif args.mode == "fds":
+            import socket
+
+            with socket.socket(fileno=os.dup(0)) as channel:
+                channel.settimeout(10.0)
+                _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+            text = os.read(fds[0], 64).decode()
+            for fd in fds:
+                os.close(fd)
+            conn_out.send_bytes(_reply(seq, error=text))
         elif args.mode in ("hang", "child"):
             time.sleep(600)
         elif args.mode == "crash":

@@ -59,7 +59,7 @@ class InProcessWorker:
         self.transcript: list[str] = []
         """Each command as ``op`` (``load:<kind>``, ``call:<set>:<timed>:<flush>``), in order."""
 
-    def request(self, cmd, timeout_s: float, pickler=None) -> Reply:
+    def request(self, cmd, timeout_s: float, pickler=None, fds=()) -> Reply:
         self.seq += 1
         cmd = parse_command(cmd.model_copy(update={"seq": self.seq}))
         self.transcript.append(_describe(cmd))

@@ -13,7 +13,7 @@ import pytest
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
 from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode, TargetMode  # noqa: E402
-from ptxgym.records.feedback import Proof, Status, Verdict  # noqa: E402
+from ptxgym.records.feedback import Proof, Stage, Status, Verdict  # noqa: E402
 from ptxgym.records.tasks import get_task  # noqa: E402
 
 SETTINGS = EvalSettings(
@@ -235,7 +235,38 @@ def test_memcheck_clean_and_error(evaluator, gemm):
     assert bad.memcheck.clean is False and "read" in bad.memcheck.first_error.lower()
 
 
+def test_a_write_past_the_output_is_a_memory_error(evaluator, gemm):
+    """4 bytes past C on every call: the outputs and inputs check out, the guard region after C does not."""
+    verdict = _evaluate(evaluator, gemm, "guard_overrun")
+    assert verdict.status is Status.MEMORY_ERROR, verdict.message
+    assert verdict.stage is Stage.CHECK and "past the end of output C of input set 0" in verdict.message
+    assert verdict.timing is None  # never timed, so no speed to pay
+    assert verdict.details["guard_pages"].startswith("off"), verdict.details["guard_pages"]
+
+
 def test_still_healthy_and_memory_returned(evaluator, gemm):
     verdict = _evaluate(evaluator, gemm, "naive")
     assert verdict.status is Status.PASSED, verdict.message
     assert abs(_free_gib(evaluator) - evaluator.free_at_start) < 1.0
+
+
+def test_guard_pages_fault_accesses_past_a_buffer_in_the_worker(evaluator, gemm):
+    """With an unmapped page after every buffer, an honest GEMM passes; reads or writes past a buffer fault.
+
+    Last in this module: it builds a second GEMM arena (the guard-page blob). ``unobserved_oob_read``
+    reads past A only when no sanitizer is mapped in its process, so memcheck would find it clean; in the
+    worker the read must fault.
+    """
+    evaluator.settings = SETTINGS.model_copy(update={"guard_pages": True})
+    try:
+        honest = _evaluate(evaluator, gemm, "naive")
+        read = _evaluate(evaluator, gemm, "unobserved_oob_read")
+        write = _evaluate(evaluator, gemm, "guard_overrun")
+    finally:
+        evaluator.settings = SETTINGS
+    print(f"guard pages: {honest.details.get('guard_pages')}")
+    assert honest.status is Status.PASSED, honest.message
+    assert honest.details["guard_pages"].startswith("on"), honest.details["guard_pages"]
+    faulted = {Status.RUNTIME_ERROR, Status.CRASH, Status.MEMORY_ERROR}
+    assert read.status in faulted and read.timing is None, read.message
+    assert write.status in faulted and write.timing is None, write.message

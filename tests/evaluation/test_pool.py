@@ -60,6 +60,21 @@ def test_echo_round_trip(fake_worker_argv, tmp_path):
     assert _gone(handle.pid)
 
 
+def test_file_descriptors_travel_with_a_command(fake_worker_argv, tmp_path):
+    """A guard-page blob's allocation reaches the worker as an fd over its stdin socket (SCM_RIGHTS)."""
+    handle = _handle(fake_worker_argv("fds"), tmp_path)
+    try:
+        for text in ("first blob", "second blob"):
+            r, w = os.pipe()
+            os.write(w, text.encode())
+            os.close(w)
+            reply = handle.request(Call(), 10.0, fds=[r])
+            os.close(r)
+            assert reply.ok and reply.error == text  # the worker read our pipe through its own descriptor
+    finally:
+        handle.kill()
+
+
 def test_hang_times_out_and_kill_reaps_the_group(fake_worker_argv, tmp_path):
     handle = _handle(fake_worker_argv("child"), tmp_path)
     t0 = time.monotonic()

@@ -11,6 +11,11 @@ attached, applies the host sandbox (``sandbox.py``: no network, no writes outsid
 process limits) and replies with the report of each layer, before any candidate code exists in it. A
 ``load`` of a shared object without that command is refused.
 
+The blob arrives as a CUDA IPC handle inside the attach command, or (guard pages, ``Attach.vmm``) as a
+POSIX file descriptor on stdin, a Unix socket (``SCM_RIGHTS``), that the worker imports and maps itself
+(``evaluation/vmm.py``). stdin is replaced by /dev/null when the sandbox command arrives, before any
+candidate code exists.
+
 Each call: device-wide sync, L2 flush, reset of persisting L2 lines, device-wide sync, start event
 (and CUPTI timestamp), the call, stream event, device-wide sync, device event. Replies are JSON on a
 dedicated pipe (stdout and stderr go to a log file the trusted side reads when the worker dies).
@@ -49,6 +54,7 @@ from ptxgym.evaluation.protocol import (
     Spans,
     TrialBegin,
     TrialEnd,
+    VmmBlob,
     parse_command,
 )
 
@@ -142,6 +148,7 @@ class Worker:
         self.sass: Any = None
         self.arena = ""
         self.sandbox: SandboxReport | None = None
+        self.vmm: Any = None
 
     # ---------------------------------------------------------------------------------------- loop
 
@@ -196,7 +203,8 @@ class Worker:
 
     def _op_attach(self, seq: int, cmd: Attach) -> Reply:
         torch = self.torch
-        self.args, self.outputs = argument_views(cmd.blob, cmd.sets)
+        blob = cmd.blob if cmd.vmm is None else self._map_vmm(cmd.vmm)
+        self.args, self.outputs = argument_views(blob, cmd.sets)
         self.flush = torch.empty(cmd.flush_bytes, dtype=torch.uint8, device=f"cuda:{self.device}")
         cupti_ok, cupti_error = self._start_cupti(cmd.cupti)
         self.arena = cmd.arena
@@ -207,6 +215,28 @@ class Worker:
                 arena=self.arena, cupti=cupti_ok, cupti_error=cupti_error, flush_bytes=self.flush.numel()
             ),
         )
+
+    def _map_vmm(self, spec: VmmBlob):
+        """Import the guard-page blob from the fd sent with the command and map its runs (``vmm.py``)."""
+        import socket
+
+        from ptxgym.evaluation import vmm
+
+        with socket.socket(fileno=os.dup(0)) as channel:
+            channel.settimeout(30.0)
+            _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+        if len(fds) != 1:
+            raise RuntimeError(f"expected the blob's file descriptor with the attach, got {len(fds)}")
+        try:
+            handle = vmm.import_fd(fds[0])
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if self.vmm is not None:
+            self.vmm.release()
+        runs = [(r.offset, r.size, r.phys) for r in spec.runs]
+        self.vmm = vmm.MappedBlob(handle, spec.total, spec.page, runs, self.device)
+        return self.vmm.tensor()
 
     def _start_cupti(self, wanted: bool) -> tuple[bool, str]:
         if not wanted:
@@ -236,6 +266,7 @@ class Worker:
 
         if self.sandbox is not None:
             return Reply(seq=seq, ok=False, error="the sandbox is already applied in this worker")
+        _close_fd_socket()
         try:
             self.sandbox = sandbox.apply(cmd.mode, Path(cmd.scratch))
         except (sandbox.SandboxError, ValueError) as exc:
@@ -398,6 +429,13 @@ class Worker:
                 "the candidate reset or replaced the device context (cudaDeviceReset?)"
             )
         return ""
+
+
+def _close_fd_socket() -> None:
+    """Replace stdin (the trusted side's fd socket) with /dev/null: the candidate never gets the channel."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
 
 
 def argument_views(blob: Any, sets: list[list[Arg]]) -> tuple[list[list[Any]], list[list[Any]]]:

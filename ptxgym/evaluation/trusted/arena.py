@@ -6,7 +6,8 @@ stays private to the trusted process: the pristine inputs of each set, the refer
 state of its perturbations and the private copy of any fresh values (the shared inputs must equal what
 the trusted side says they hold after every call). The blob is one allocation sized to a whole number of
 2 MiB pages above the caching allocator's large-segment bound, so no private tensor can share the
-IPC-mapped segment.
+IPC-mapped segment. Every buffer in it lies between guard regions that hold a secret pattern, checked
+after every call (``guards.py``): a write outside the buffers is a MEMORY_ERROR.
 
 Sets are generated once per arena (seeds recorded) and their fp32 references computed once. Two ways to
 give a call new values at the same addresses:
@@ -30,12 +31,17 @@ reference run on the device for that call's values (about 0.6, 1.6 and 4 TFLOP o
 three: roughly 10, 30 and 70 ms at the H200's fp32 rate, so 0.4, 1.1 and 2.7 s per evaluation at the
 default 39 verified calls, ``EvalSettings.verify_timed_fraction``; estimates, not measurements).
 Unverified calls never run it. Correctness calls cost no reference (sign flips of the seeded sets).
+After every call the guard regions are compared with their private copy: one copy and one comparison of
+their bytes (64 KiB around each buffer plus the blob's rounding tail: 2 MiB for the GEMM's three
+sets; 18 MiB with guard pages, whose first page of each run is guard) and one host sync, outside the timed
+window; small workloads compare at most their 12 MiB minimum blob.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -43,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, poison_
-from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg
+from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg, VmmBlob, VmmRun
+from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout, vmm_layout
 from ptxgym.evaluation.trusted.inputs import (
     draw_fresh,
     fresh_names,
@@ -56,7 +63,6 @@ from ptxgym.evaluation.trusted.inputs import (
 from ptxgym.evaluation.trusted.perturb import SignPerturbation
 from ptxgym.records.tasks import Task
 
-_ALIGN = 256
 _PAGE = 2 << 20
 _MIN_BLOB = 12 << 20
 
@@ -78,6 +84,14 @@ class InputSet:
     """The reference for ``fresh``, computed on first verification."""
 
 
+def torch_zeros_on(device) -> None:
+    """Run one tiny CUDA op on ``device`` from this thread, so its primary context is current here."""
+    import torch
+
+    torch.zeros(1, device=device).add_(1)
+    torch.cuda.synchronize(device)
+
+
 def ipc_pickle(obj: Any) -> bytes:
     """Pickle with torch's reducers, so CUDA tensors travel as IPC handles."""
     from multiprocessing.reduction import ForkingPickler
@@ -92,7 +106,9 @@ def ipc_pickle(obj: Any) -> bytes:
 class Arena:
     """Input sets, outputs and references of one task on one device."""
 
-    def __init__(self, task: Task, seeds: list[int], device: int, scratch: Path) -> None:
+    def __init__(
+        self, task: Task, seeds: list[int], device: int, scratch: Path, guard_pages: bool = False
+    ) -> None:
         import torch
 
         self.task = task
@@ -112,7 +128,13 @@ class Arena:
         the fp32 forward state of an attention backward) and fp32 reference runs (once per arena)."""
         self.shapes = task.shapes()
         self._layout: list[list[Arg]] = []
-        self.blob = self._allocate(len(seeds))
+        self._vmm: Any = None
+        self._vmm_fd = -1
+        self.guard_pages_error = ""
+        """Why guard pages were asked for but not used (the blob fell back to one plain allocation)."""
+        self.blob = self._allocate(len(seeds), guard_pages)
+        self.guards = Guards(self.blob, self.layout, secrets.randbits(63))
+        """The guard regions around every buffer, filled with this arena's secret pattern."""
         self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
         self._inputs_file: Path | None = None
 
@@ -132,19 +154,57 @@ class Arena:
             n *= d
         return n * torch.empty((), dtype=torch_dtype(spec.dtype)).element_size()
 
-    def _allocate(self, n_sets: int):
+    def _allocate(self, n_sets: int, guard_pages: bool):
+        """The blob: every buffer between guard regions (``guards.py``), with guard pages if asked."""
         import torch
 
-        offset = 0
-        self._offsets: list[dict[str, int]] = []
-        for _ in range(n_sets):
-            offsets = {}
-            for _, name in self._tensor_names():
-                offsets[name] = offset
-                offset += -(-self._nbytes(name) // _ALIGN) * _ALIGN
-            self._offsets.append(offsets)
-        total = max(_MIN_BLOB, -(-offset // _PAGE) * _PAGE)
-        return torch.empty(total, dtype=torch.uint8, device=self.device)
+        sizes = [[(role, name, self._nbytes(name)) for role, name in self._tensor_names()]] * n_sets
+        if guard_pages and self.device.type != "cuda":
+            self.guard_pages_error = f"guard pages need a CUDA device, not {self.device}"
+        elif guard_pages:
+            try:
+                return self._allocate_vmm(sizes)
+            except Exception as exc:  # noqa: BLE001 - any failure: fall back to the plain blob
+                self._release_vmm()
+                self.guard_pages_error = f"{type(exc).__name__}: {exc}"[:500]
+        self.layout = plain_layout(sizes, _MIN_BLOB, _PAGE)
+        self._offsets = [self.layout.offsets(i) for i in range(n_sets)]
+        return torch.empty(self.layout.total, dtype=torch.uint8, device=self.device)
+
+    def _allocate_vmm(self, sizes):
+        """The blob as a virtual-memory reservation with an unmapped page after every buffer (``vmm.py``)."""
+        from ptxgym.evaluation import vmm
+
+        torch_zeros_on(self.device)  # the trusted thread's CUDA context is current
+        index = self.device.index or 0
+        self.layout = vmm_layout(sizes, vmm.granularity(index))
+        handle, self._vmm_fd = vmm.create(self.layout.physical_bytes, index)
+        runs = [(m.offset, m.size, m.phys) for m in self.layout.mappings]
+        self._vmm = vmm.MappedBlob(handle, self.layout.total, self.layout.page, runs, index)
+        self._offsets = [self.layout.offsets(i) for i in range(len(sizes))]
+        return self._vmm.tensor()
+
+    def _release_vmm(self) -> None:
+        import os
+
+        if self._vmm is not None:
+            self._vmm.release()
+            self._vmm = None
+        if self._vmm_fd >= 0:
+            os.close(self._vmm_fd)
+            self._vmm_fd = -1
+
+    @property
+    def guard_pages(self) -> bool:
+        """Whether the blob has an unmapped page after every buffer (a virtual-memory blob)."""
+        return bool(self.layout.mappings)
+
+    def protection(self, why_off: str = "") -> str:
+        """How out-of-bounds accesses are caught (a verdict's ``details["guard_pages"]``)."""
+        if self.guard_pages:
+            return "on: an unmapped page follows every buffer; guard regions checked after every call"
+        why = self.guard_pages_error or why_off
+        return f"off{f' ({why})' if why else ''}: guard regions checked after every call"
 
     def _view(self, offset: int, name: str):
         spec = self.task.definition.inputs.get(name) or self.task.definition.outputs[name]
@@ -201,8 +261,20 @@ class Arena:
     # ------------------------------------------------------------------------------------- per call
 
     def attach_command(self, flush_bytes: int, cupti: bool) -> Attach:
-        """The command that maps this arena into a worker."""
-        return Attach(arena=self.id, blob=self.blob, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti)
+        """The command that maps this arena into a worker (send it with ``attach_fds``)."""
+        if not self.guard_pages:
+            return Attach(
+                arena=self.id, blob=self.blob, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti
+            )
+        runs = [VmmRun(offset=m.offset, size=m.size, phys=m.phys) for m in self.layout.mappings]
+        spec = VmmBlob(total=self.layout.total, page=self.layout.page, runs=runs)
+        return Attach(
+            arena=self.id, blob=None, vmm=spec, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti
+        )
+
+    def attach_fds(self) -> list[int]:
+        """File descriptors the attach command needs (the guard-page blob's allocation), else none."""
+        return [self._vmm_fd] if self.guard_pages else []
 
     def prepare(self, index: int, generator, perturb: bool = True, fresh: bool = False) -> None:
         """Give set ``index`` new values in place (same addresses) and poison its outputs.
@@ -266,6 +338,10 @@ class Arena:
             self.task.tolerance,
         )
 
+    def check_guards(self) -> GuardBreach | None:
+        """Whether the last call wrote outside its buffers (``guards.py``); a breach re-fills the guards."""
+        return self.guards.check()
+
     def _damaged(self):
         """(shared tensor, what it must hold, input name) for every input of any set that differs."""
         import torch
@@ -286,11 +362,13 @@ class Arena:
         A candidate that writes to its inputs gets INPUT_MUTATED, but the buffers it wrote are shared with
         every later worker of this arena: without this, the next candidates would inherit the damage (and
         be judged INPUT_MUTATED or compared against a reference of other inputs). Called before each
-        worker session; costs one comparison pass over the inputs when nothing was touched.
+        worker session; costs one comparison pass over the inputs when nothing was touched. Guard regions
+        an earlier worker wrote are re-filled too.
         """
         import torch
 
         self._mutated.clear()
+        self.guards.check()  # re-fills any guard an earlier worker wrote
         fixed = set()
         for tensor, want, name in list(self._damaged()):
             tensor.copy_(want)
@@ -326,6 +404,11 @@ class Arena:
         return self._inputs_file
 
     def close(self) -> None:
-        """Drop the saved inputs file (GPU memory goes with the object)."""
+        """Drop the saved inputs file and a guard-page blob's mappings (a plain blob goes with the object)."""
         if self._inputs_file is not None:
             self._inputs_file.unlink(missing_ok=True)
+        if self._vmm is not None and self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(self.device)
+        self._release_vmm()

@@ -114,6 +114,13 @@ class EvalSettings(BaseModel):
         "(CUPTI SASS metrics); the target counts and work share it gives are recorded beside the offline "
         "proof's (details['in_band_target']), not yet a proof of their own.",
     )
+    guard_pages: bool = Field(
+        False,
+        description="Build the arena's blob with the CUDA virtual-memory API so that an unmapped page "
+        "follows every buffer: a kernel reading or writing past a buffer faults in the worker itself "
+        "(``evaluation/vmm.py``). If it cannot be built the blob is one plain allocation, as without it "
+        "(the verdict's details say why); guard regions are checked after every call either way.",
+    )
     baseline_from_disk: bool = Field(
         True,
         description="Use a baseline an earlier evaluator left on disk (same GPU, driver, clocks, libraries, "

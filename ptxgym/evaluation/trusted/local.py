@@ -7,14 +7,21 @@ buffers through CUDA IPC, and the worker is killed when the candidate is done, w
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, through
 the candidate's own path: ``measure_baseline``; a disk record is only a warm start) -> worker + host
-sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load
--> correctness -> timing (fresh input values on every call, a secret random subset verified;
-wall-clock cross-check, floor) -> memcheck (per MemcheckMode) -> executed target instructions, work share
-and kernel census (ncu, per TargetMode); ``verdicts.with_proofs`` turns their outcomes into the final
-status and evidence. From the load on, the step runs against one wall budget (``budget.py``): the proofs
-get what the load, check and time left of it. The sandbox report of the worker is recorded in the verdict's
-``environment.sandbox``. The memcheck and ncu runs start their own driver processes (``driver.py``),
-sandboxed like the worker, their reports read from files the candidate cannot write.
+sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load -> correctness -> timing (fresh
+input values on every call, a secret random subset verified; guard regions around every buffer checked
+after every call; wall-clock cross-check, floor; in-band kernel census) -> memcheck (per MemcheckMode) ->
+executed target instructions, work share and kernel census (ncu, per TargetMode); ``verdicts.with_proofs``
+turns their outcomes into the final status and evidence. From the load on, the step runs against one wall
+budget (``budget.py``): the proofs get what the load, check and time left of it. The sandbox report of the
+worker is recorded in the verdict's ``environment.sandbox``. The memcheck and ncu runs start their own
+driver processes (``driver.py``), sandboxed like the worker, their reports read from files the candidate
+cannot write.
+
+Guard pages (``EvalSettings.guard_pages``): the arena's blob is built with the CUDA virtual-memory API so
+that an unmapped page follows every buffer (``evaluation/vmm.py``). If the trusted side cannot build it,
+that arena is a plain blob; if a worker cannot be set up with it (before any candidate code is loaded),
+the evaluator drops guard pages for the rest of its life and evaluates again. Either way the verdict's
+``details["guard_pages"]`` says what ran and why.
 """
 
 from __future__ import annotations
@@ -63,6 +70,10 @@ from ptxgym.records.feedback import EnvironmentInfo, Evidence, Proof, Stage, Sta
 from ptxgym.records.tasks import Task
 
 
+class WorkerSetupError(InfraError):
+    """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
+
+
 class LocalGpuEvaluator(Evaluator):
     """Runs, checks, times and profiles candidates on one local GPU."""
 
@@ -96,9 +107,11 @@ class LocalGpuEvaluator(Evaluator):
         )
         self.backend: str | None = None
         self.cupti_error = ""
-        self._arenas: collections.OrderedDict[tuple[str, str], Arena] = collections.OrderedDict()
+        self._arenas: collections.OrderedDict[tuple[str, str, bool], Arena] = collections.OrderedDict()
         self._current: Arena | None = None
         self._held: WorkerHandle | None = None
+        self.guard_pages_error = ""
+        """Why this evaluator stopped using guard pages (a worker could not map them), if it did."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
         self._lock = threading.Lock()
         self.pool.fill()
@@ -118,7 +131,7 @@ class LocalGpuEvaluator(Evaluator):
         with self._lock:
             t0 = time.perf_counter()
             try:
-                verdict = self._evaluate(task, candidate)
+                verdict = self._evaluate_or_demote(task, candidate)
             except InfraError as exc:
                 verdict = self._infra(str(exc), traceback.format_exc())
             except Exception as exc:  # noqa: BLE001 - never raise into the episode
@@ -144,6 +157,35 @@ class LocalGpuEvaluator(Evaluator):
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------ stages
+
+    def _evaluate_or_demote(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """Evaluate; if a guard-page arena fails to set up a worker, drop guard pages and evaluate again.
+
+        Worker set-up (attach, sandbox, calibration) ends before any candidate code is loaded, so the
+        candidate cannot provoke this; every later arena of this evaluator is then a plain blob, and the
+        verdicts' details carry the reason (``guard_pages``).
+        """
+        try:
+            return self._evaluate(task, candidate)
+        except WorkerSetupError as exc:
+            arena = self._current
+            if arena is None or not arena.guard_pages:
+                raise
+            self.guard_pages_error = f"worker set-up failed with the guard-page blob: {exc}"[:800]
+            self.settings = self.settings.model_copy(update={"guard_pages": False})
+            self._forget(arena)
+            return self._evaluate(task, candidate)
+
+    def _forget(self, arena: Arena) -> None:
+        """Drop an arena (and a held worker attached to it) from this evaluator."""
+        for key, found in list(self._arenas.items()):
+            if found is arena:
+                del self._arenas[key]
+        if self._held is not None:
+            self._held.discard()
+            self._held = None
+        self._current = None
+        arena.close()
 
     def _evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
         if self.arch is None or self.arch.name != task.arch:
@@ -186,7 +228,7 @@ class LocalGpuEvaluator(Evaluator):
         return (self.settings.seed * 1_000_003 + candidate.turn * 7919 + episode) % 2**31
 
     def _arena(self, task: Task) -> Arena:
-        key = (task.definition.name, task.workload.uuid)
+        key = (task.definition.name, task.workload.uuid, self.settings.guard_pages)
         if key in self._arenas:
             self._arenas.move_to_end(key)
         else:
@@ -197,7 +239,9 @@ class LocalGpuEvaluator(Evaluator):
             seeds = (
                 [base + i for i in range(n)] if base is not None else [secrets.randbits(31) for _ in range(n)]
             )
-            self._arenas[key] = Arena(task, seeds, self.device, self.scratch)
+            self._arenas[key] = Arena(
+                task, seeds, self.device, self.scratch, guard_pages=self.settings.guard_pages
+            )
         arena = self._arenas[key]
         if arena is not self._current:
             self._current = arena
@@ -212,7 +256,8 @@ class LocalGpuEvaluator(Evaluator):
         arena = self._current
         if arena is None or handle.primed.get("arena") == arena.id:
             return
-        handle.send(arena.attach_command(self.flush_bytes, self.backend != EVENTS), ipc_pickle)
+        cmd = arena.attach_command(self.flush_bytes, self.backend != EVENTS)
+        handle.send(cmd, ipc_pickle, arena.attach_fds())
         handle.primed = {"arena": arena.id}
 
     def _ensure_backend(self, arena: Arena) -> None:
@@ -225,7 +270,7 @@ class LocalGpuEvaluator(Evaluator):
             attached = session.attach(self.flush_bytes, True)
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
-            raise InfraError(f"worker set-up failed: {exc}") from exc
+            raise WorkerSetupError(f"worker set-up failed: {exc}") from exc
         self.backend = CUPTI if attached.cupti else EVENTS
         self.cupti_error = attached.cupti_error
         self._held = handle
@@ -247,7 +292,7 @@ class LocalGpuEvaluator(Evaluator):
                 last = exc
                 continue
             return handle
-        raise InfraError(
+        raise WorkerSetupError(
             "no worker process could be started: "
             + (f"{last.message}\n{truncate(last.log_tail, 1500)}" if last else "no attempt was made")
         )
@@ -288,7 +333,7 @@ class LocalGpuEvaluator(Evaluator):
             session.calibrate()
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
-            raise InfraError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
+            raise WorkerSetupError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
         return session, handle, self._free_bytes()
 
     def _baseline(self, task: Task, arena: Arena) -> BaselineRecord:
@@ -363,7 +408,12 @@ class LocalGpuEvaluator(Evaluator):
         turn.clocks.append(sm_clock_mhz(self.device))
         budget = self._budget(turn)
         turn.details.update(
-            {"calibration": session.cal.__dict__, "backend": self.backend, "step_budget": budget.record()}
+            {
+                "calibration": session.cal.__dict__,
+                "backend": self.backend,
+                "step_budget": budget.record(),
+                "guard_pages": turn.arena.protection(self.guard_pages_error),
+            }
         )
         session.start_clock(budget)
         try:

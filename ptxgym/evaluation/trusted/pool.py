@@ -8,8 +8,10 @@ printf included) go through a pipe to a reader thread of the trusted side, which
 costs neither disk nor memory, and a worker that writes faster than the reader drains blocks on its
 writes. A worker meant for the host sandbox (``sandbox.py``) is spawned with a scrubbed environment
 whose CUDA JIT cache and TMPDIR lie in that scratch directory. Commands go down one pipe, JSON replies
-come up another. Every failure to get a well-formed, matching reply in time is an exception the evaluator
-turns into a verdict: ``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or
+come up another; the worker's stdin is a Unix socket that carries file descriptors a command needs
+(``SCM_RIGHTS``: the guard-page blob's allocation), which the worker closes before the candidate loads.
+Every failure to get a well-formed, matching reply in time is an exception the evaluator turns into a
+verdict: ``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or
 ``ProtocolViolation``.
 
 Spawning happens on one long-lived thread, because the parent-death signal is tied to the spawning
@@ -24,12 +26,13 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -149,9 +152,10 @@ class WorkerHandle:
             env = worker_environ(os.environ if env is None else env, self.scratch)
         argv = [*argv, "--fd-in", str(cmd_r), "--fd-out", str(rep_w), "--parent-pid", str(os.getpid())]
         out_r, out_w = os.pipe()
+        self._fds, child_fds = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.proc = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=child_fds.fileno(),
             stdout=out_w,
             stderr=out_w,
             pass_fds=(cmd_r, rep_w),
@@ -161,6 +165,7 @@ class WorkerHandle:
         )
         for fd in (cmd_r, rep_w, out_w):
             os.close(fd)
+        child_fds.close()
         self.output = OutputCapture(out_r, self.log_path)
         self._to = Connection(cmd_w, readable=False, writable=True)
         self._from = Connection(rep_r, readable=True, writable=False)
@@ -178,12 +183,19 @@ class WorkerHandle:
 
     # ---------------------------------------------------------------------------------------- I/O
 
-    def send(self, cmd: Command, pickler=None) -> int:
-        """Queue a command without waiting; returns its sequence number."""
+    def send(self, cmd: Command, pickler=None, fds: Sequence[int] = ()) -> int:
+        """Queue a command without waiting; returns its sequence number.
+
+        ``fds``: file descriptors the command needs (a guard-page blob's allocation), passed first on the
+        worker's fd socket (its stdin, a Unix socket) with ``SCM_RIGHTS``; the worker reads them when it
+        handles the command.
+        """
         self.seq += 1
         cmd = cmd.model_copy(update={"seq": self.seq})
         data = pickler(cmd) if pickler else pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
         try:
+            if fds:
+                socket.send_fds(self._fds, [b"F"], list(fds))
             self._to.send_bytes(data)
         except (BrokenPipeError, OSError) as exc:
             raise self._died(f"the worker stopped reading commands ({exc})") from exc
@@ -217,10 +229,10 @@ class WorkerHandle:
         self.pending.popleft()
         return reply
 
-    def request(self, cmd: Command, timeout_s: float, pickler=None) -> Reply:
+    def request(self, cmd: Command, timeout_s: float, pickler=None, fds: Sequence[int] = ()) -> Reply:
         """Send a command and wait for its reply (earlier queued replies are consumed first)."""
         self.drain(timeout_s)
-        self.send(cmd, pickler)
+        self.send(cmd, pickler, fds)
         return self.receive(timeout_s)
 
     def drain(self, timeout_s: float) -> list[Reply]:
@@ -265,6 +277,7 @@ class WorkerHandle:
         self.output.settle(2.0)
         for conn in (self._to, self._from):
             conn.close()
+        self._fds.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def discard(self) -> None:

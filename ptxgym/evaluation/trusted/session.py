@@ -1,7 +1,8 @@
 """One subject (a candidate or the baseline) run in one worker: calibrate, check, time.
 
 The trusted side drives every call: it gives the input set new values and poisons its outputs (own CUDA
-context, synchronised), sends the call, measures the wall time until the reply, and verifies the
+context, synchronised), sends the call, measures the wall time until the reply, checks the guard regions
+around every buffer (``guards.py``: a write outside the buffers is MEMORY_ERROR), and verifies the
 outputs itself. Correctness calls are all verified (sign flips of the seeded sets, references known);
 timed calls rotate through the input sets, each with fresh values (a new draw in the same buffers), and
 a random subset (unknown to the worker) is verified against the reference run for those values.
@@ -160,9 +161,8 @@ class Session:
         if primed.get("arena") == self.arena.id and isinstance(found, Reply):
             reply = found
         else:
-            reply = self.worker.request(
-                self.arena.attach_command(flush_bytes, cupti), self.timeout_s, ipc_pickle
-            )
+            cmd = self.arena.attach_command(flush_bytes, cupti)
+            reply = self.worker.request(cmd, self.timeout_s, ipc_pickle, self.arena.attach_fds())
         if not reply.ok:
             raise CandidateFault(reply.error, reply.cuda_error, Stage.RUN)
         if reply.attach is None:
@@ -223,6 +223,8 @@ class Session:
             record = self._call(index, is_timed)
             if is_timed:
                 timed.append(record)
+            if self._breached(result, stage) and strict:
+                return None
             if pos in verify:
                 check = self.arena.verify(index)
                 result.calls_checked += 1
@@ -236,6 +238,16 @@ class Session:
         if spans is not None and self.backend == CUPTI:
             _add_census(result, spans)
         return timed
+
+    def _breached(self, result: SessionResult, stage: Stage) -> bool:
+        """Check the guard regions after a call (outside the timed window); a breach is a MEMORY_ERROR."""
+        breach = self.arena.check_guards()
+        if breach is None:
+            return False
+        if result.failure is None:
+            when = "a correctness call" if stage is Stage.CHECK else "a timing call (warm-up or timed)"
+            result.failure = Failure(Status.MEMORY_ERROR, stage, f"{breach.message} (in {when})")
+        return True
 
     @staticmethod
     def _where(stage: Stage, check: SetCheck) -> str:
@@ -269,6 +281,8 @@ class Session:
             index = i % n_sets
             self.arena.prepare(index, self.generator)
             self._call(index, timed=False)
+            if self._breached(result, Stage.CHECK) and strict:
+                return
             check = self.arena.verify(index)
             result.calls_checked += 1
             result.checks.append(check)
