@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator
 from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT, TaskPrompt, build_task_prompt, pack_variant
-from ptxgym.pipeline import Pipeline
+from ptxgym.pipeline import make_pipeline
 from ptxgym.records.feedback import Feedback, Status, Verdict
 from ptxgym.records.feedback_text import render_feedback
 from ptxgym.records.schema import Solution
@@ -64,7 +64,9 @@ class KernelEnv(gymnasium.Env):
     **Info.** ``feedback`` (the Feedback record), ``feedback_json``, ``reward_components``, ``task_id``,
     ``turn``; after ``reset`` also ``prompt`` (TaskPrompt).
 
-    **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local" or an Evaluator),
+    **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local", "ray" or an
+    Evaluator; ``"ray"`` or a ``RayEvaluator`` evaluates on Ray actors, one per GPU, and runs each step's
+    builds as a Ray task),
     ``settings`` (EvalSettings for a local evaluator), ``reward``, ``max_turns`` (8), ``target_speedup``
     (1.2), ``variant`` (knowledge-pack prompt variant; default ``DEFAULT_VARIANT`` = ``"full"``, shared
     with ``ptxgym eval``; ``None`` or ``"none"``: rules and ABI only), ``dataset`` (a FlashInfer-Trace
@@ -118,7 +120,7 @@ class KernelEnv(gymnasium.Env):
         self.reward_fn = resolve_reward(reward)
         self._owns_evaluator = not isinstance(evaluator, Evaluator)
         self.evaluator = _make_evaluator(evaluator, settings)
-        self.pipeline = Pipeline(self.task, self.evaluator)
+        self.pipeline = make_pipeline(self.task, self.evaluator)
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.observation_space = spaces.Dict(
             {
@@ -255,7 +257,7 @@ class KernelEnv(gymnasium.Env):
         task = base.with_workload(choice)
         if task is not self.task:
             self.task = task
-            self.pipeline = Pipeline(task, self.evaluator)
+            self.pipeline = make_pipeline(task, self.evaluator)
 
     @property
     def history(self) -> Sequence[Feedback]:

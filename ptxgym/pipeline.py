@@ -14,6 +14,7 @@ status. Nothing the action contains makes ``run`` raise: a fault of our own infr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 import traceback
@@ -279,3 +280,55 @@ class Pipeline:
             environment=self._environment(v.environment),
             log=v.log,
         )
+
+
+class RayPipeline(Pipeline):
+    """Runs each step as a Ray task (its CPU stages on whichever CPU node Ray picks).
+
+    The step runs there as a plain ``Pipeline`` with this pipeline's evaluator, which must be picklable
+    and reachable from every node: a ``RayEvaluator`` (``ptxgym.evaluation.trusted.ray_backend``), whose
+    actors then receive the built .so's bytes when they run on another node. Ray is imported only here,
+    when a step runs. A step that Ray itself loses becomes an ``INFRA_ERROR`` turn.
+    """
+
+    def __init__(self, task: Task, evaluator: Evaluator | None = None, num_cpus: float = 1.0) -> None:
+        super().__init__(task, evaluator)
+        self.num_cpus = num_cpus
+
+    def run(self, action: str, **kwargs) -> Feedback:
+        """``Pipeline.run`` in a Ray task."""
+        return self._remote("run", action, kwargs)
+
+    def run_solution(self, solution: Solution, **kwargs) -> Feedback:
+        """``Pipeline.run_solution`` in a Ray task."""
+        return self._remote("run_solution", solution, kwargs)
+
+    def _remote(self, method: str, arg: object, kwargs: dict) -> Feedback:
+        import ray
+
+        try:
+            step = _remote_step().options(num_cpus=self.num_cpus)
+            return ray.get(step.remote(self.task, self.evaluator, method, arg, kwargs))
+        except Exception as exc:  # noqa: BLE001 - our own fault: recorded, never raised into the episode
+            parts: dict = {"stage_wall_s": {}}
+            message = f"the Ray step failed ({type(exc).__name__}: {str(exc).strip()[:500]})"
+            return self._finish(parts, kwargs.get("turn", 0), Status.INFRA_ERROR, Stage.RUN, message)
+
+
+def run_step(task: Task, evaluator: Evaluator, method: str, arg: object, kwargs: dict) -> Feedback:
+    """One step with a plain Pipeline: what a ``RayPipeline`` runs on a CPU node."""
+    return getattr(Pipeline(task, evaluator), method)(arg, **kwargs)
+
+
+@functools.cache
+def _remote_step():  # noqa: ANN202 - a ray.remote function (ray is optional)
+    import ray
+
+    return ray.remote(run_step)
+
+
+def make_pipeline(task: Task, evaluator: Evaluator | None = None) -> Pipeline:
+    """The pipeline for ``evaluator``: a ``RayPipeline`` when it asks for remote builds, else a Pipeline."""
+    if getattr(evaluator, "remote_builds", False):
+        return RayPipeline(task, evaluator)
+    return Pipeline(task, evaluator)
