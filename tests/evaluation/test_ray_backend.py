@@ -174,6 +174,15 @@ def test_candidate_that_kills_its_actor_twice_is_infra_error(task, built) -> Non
     assert alive
 
 
+def _broken_evaluator() -> Evaluator:
+    raise RuntimeError("no such GPU evaluator here")
+
+
+def test_an_evaluator_that_cannot_start_says_why() -> None:
+    with pytest.raises(EvaluatorUnavailableError, match="did not start.*no such GPU evaluator here"):
+        _pool(_broken_evaluator, start_timeout_s=60)
+
+
 def test_select_ray_without_gpus_says_why() -> None:
     with pytest.raises(EvaluatorUnavailableError, match="--evaluator ray: the Ray cluster has no GPU"):
         select_evaluator("ray", source="--evaluator")

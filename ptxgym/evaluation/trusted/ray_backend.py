@@ -114,14 +114,17 @@ class EvaluatorHost:
 class PoolKeeper:
     """Runs inside an actor: owns the evaluator actors (they outlive the clients) and replaces dead ones."""
 
-    def __init__(self, factory: EvaluatorFactory, count: int, num_gpus: float, num_cpus: float) -> None:
+    def __init__(
+        self, factory: EvaluatorFactory, count: int, num_gpus: float, num_cpus: float, concurrency: int
+    ) -> None:
         self.factory, self.num_gpus, self.num_cpus = factory, num_gpus, num_cpus
+        self.concurrency = concurrency
         self.slots = [(0, *self._start()) for _ in range(count)]
 
     def _start(self) -> tuple[Any, str]:
         ray = _ray()
         actor_class = ray.remote(EvaluatorHost).options(
-            num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0, max_concurrency=1
+            num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0, max_concurrency=self.concurrency
         )
         handle = actor_class.remote(self.factory)
         return handle, ray.get(handle.node_id.remote())
@@ -169,6 +172,7 @@ class RayEvaluator(Evaluator):
         num_cpus: float = 1.0,
         transfer: Literal["auto", "bytes"] = "auto",
         remote_builds: bool = True,
+        concurrency: int = 1,
         start_timeout_s: float = 600.0,
     ) -> None:
         """Start the actors.
@@ -176,12 +180,39 @@ class RayEvaluator(Evaluator):
         ``factory`` builds each actor's evaluator (default: the local GPU evaluator with ``settings``).
         ``actors`` defaults to the cluster's GPUs divided by ``num_gpus``. ``transfer="bytes"`` always
         ships the .so's bytes, even to an actor on this node. ``remote_builds`` makes the env run each
-        step (its builds) as a Ray task (``RayPipeline``). Raises ``EvaluatorUnavailableError`` with the
-        reason when Ray is missing, the cluster lacks the GPUs, or an actor's evaluator fails to start.
+        step (its builds) as a Ray task (``RayPipeline``). ``concurrency`` is how many calls one actor
+        runs at once: 1 (the default) serialises them; more only for a thread-safe evaluator that
+        schedules its GPU itself (a dead actor's death is then charged to the oldest call it held).
+        Raises ``EvaluatorUnavailableError`` with the reason when Ray is missing, the cluster lacks the
+        GPUs, or an actor's evaluator fails to start.
         """
         ray = _ray()
-        if not ray.is_initialized():
+        started_ray = not ray.is_initialized()
+        if started_ray:
             ray.init(ignore_reinit_error=True, include_dashboard=False)
+        try:
+            self._start(ray, factory, settings, actors, num_gpus, num_cpus, concurrency, start_timeout_s)
+        except EvaluatorUnavailableError:
+            if started_ray:
+                ray.shutdown()
+            raise
+        self.transfer = transfer
+        self.remote_builds = remote_builds
+        self._owner = True
+        self._setup_local_state()
+
+    def _start(
+        self,
+        ray: Any,
+        factory: EvaluatorFactory | None,
+        settings: EvalSettings | None,
+        actors: int | None,
+        num_gpus: float,
+        num_cpus: float,
+        concurrency: int,
+        start_timeout_s: float,
+    ) -> None:
+        """Check the cluster's resources, start the keeper and wait for its actors."""
         if factory is None:
             factory = functools.partial(local_gpu_evaluator, settings)
         resources = ray.cluster_resources()
@@ -199,10 +230,8 @@ class RayEvaluator(Evaluator):
                     f"{actors} evaluator actor(s) need {each * actors:g} {resource}, the Ray cluster has "
                     f"{resources.get(resource, 0):g}: pass fewer actors or join a larger cluster"
                 )
-        self.transfer = transfer
-        self.remote_builds = remote_builds
         keeper_class = ray.remote(PoolKeeper).options(num_cpus=0, max_concurrency=1, max_restarts=0)
-        self._keeper = keeper_class.remote(factory, actors, num_gpus, num_cpus)
+        self._keeper = keeper_class.remote(factory, actors, num_gpus, num_cpus, concurrency)
         try:
             self._slots: list[tuple[int, Any, str]] = ray.get(
                 self._keeper.current.remote(), timeout=start_timeout_s
@@ -210,11 +239,9 @@ class RayEvaluator(Evaluator):
         except Exception as exc:
             ray.kill(self._keeper, no_restart=True)
             raise EvaluatorUnavailableError(
-                f"the Ray evaluator actors did not start within {start_timeout_s:g} s: {type(exc).__name__}: "
-                f"{_first_line(exc)}"
+                f"the Ray evaluator actors did not start (waited up to {start_timeout_s:g} s): "
+                f"{type(exc).__name__}: {_root_cause(exc)}"
             ) from exc
-        self._owner = True
-        self._setup_local_state()
 
     # ------------------------------------------------------------------------------ pickling (clients)
 
@@ -406,6 +433,12 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:500] if text else type(exc).__name__
 
 
+def _root_cause(exc: BaseException) -> str:
+    """The last line of a Ray error's text (the original exception, for an error raised in an actor)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else type(exc).__name__
+
+
 def _describe(resources: dict[str, float]) -> str:
-    shown = {k: v for k, v in resources.items() if k in {"CPU", "GPU", "memory"}}
-    return ", ".join(f"{k}={v:g}" for k, v in sorted(shown.items())) or "none"
+    shown = [f"{k}={resources[k]:g}" for k in ("CPU", "GPU") if k in resources]
+    return ", ".join(shown) or "none"
