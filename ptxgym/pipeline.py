@@ -286,9 +286,10 @@ class RayPipeline(Pipeline):
     """Runs each step as a Ray task (its CPU stages on whichever CPU node Ray picks).
 
     The step runs there as a plain ``Pipeline`` with this pipeline's evaluator, which must be picklable
-    and reachable from every node: a ``RayEvaluator`` (``ptxgym.evaluation.trusted.ray_backend``), whose
-    actors then receive the built .so's bytes when they run on another node. Ray is imported only here,
-    when a step runs. A step that Ray itself loses becomes an ``INFRA_ERROR`` turn.
+    and reachable from every node, its ``connect()`` joining its cluster: a ``RayEvaluator``
+    (``ptxgym.evaluation.trusted.ray_backend``), whose actors then receive the built .so's bytes when
+    they run on another node. Ray is imported only here, when a step runs. A step that Ray itself loses
+    becomes an ``INFRA_ERROR`` turn.
     """
 
     def __init__(self, task: Task, evaluator: Evaluator | None = None, num_cpus: float = 1.0) -> None:
@@ -307,6 +308,8 @@ class RayPipeline(Pipeline):
         import ray
 
         try:
+            if hasattr(self.evaluator, "connect"):
+                self.evaluator.connect()  # a copy in a fresh process joins the evaluator's cluster
             step = _remote_step().options(num_cpus=self.num_cpus)
             return ray.get(step.remote(self.task, self.evaluator, method, arg, kwargs))
         except Exception as exc:  # noqa: BLE001 - our own fault: recorded, never raised into the episode

@@ -174,6 +174,43 @@ def test_candidate_that_kills_its_actor_twice_is_infra_error(task, built) -> Non
     assert alive
 
 
+@pytest.mark.nvcc
+def test_a_copy_in_another_process_joins_the_cluster(task, built, tmp_path) -> None:
+    """A pickled client (e.g. inside an async vector env's subprocess) reaches the same actors."""
+    with _pool(CPU_ONLY) as evaluator:
+        blob = tmp_path / "client.pkl"
+        blob.write_bytes(ray.cloudpickle.dumps((evaluator, task, built)))
+        code = (
+            "import pickle, sys; ev, task, cand = pickle.loads(open(sys.argv[1], 'rb').read()); "
+            "v = ev.evaluate(task, cand); print(v.status.value, v.details['ray']['actor'])"
+        )
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        run = subprocess.run(
+            [sys.executable, "-c", code, str(blob)], capture_output=True, text=True, env=env, timeout=120
+        )
+        still = evaluator.evaluate(task, built)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "NOT_EVALUATED 0"
+    assert still.status is Status.NOT_EVALUATED  # the copy closing (at exit) did not end the owner's actors
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_async_vector_env_steps_through_ray() -> None:
+    """Envs in subprocesses (Gymnasium's async vector env, spawned) step through the same actors."""
+    with _pool(CPU_ONLY) as evaluator:
+        make = functools.partial(gymnasium.make, "ptxgym/Gemm-sm90a-v0", evaluator=evaluator, max_turns=2)
+        envs = gymnasium.vector.AsyncVectorEnv([make, make], shared_memory=False, context="spawn")
+        try:
+            envs.reset(seed=0)
+            obs, _reward, _term, _trunc, _info = envs.step(
+                [ACTION, ACTION.replace("int row", "int row oops")]
+            )
+        finally:
+            envs.close()
+    assert list(obs["status"]) == ["NOT_EVALUATED", "COMPILE_ERROR"]
+
+
 def _broken_evaluator() -> Evaluator:
     raise RuntimeError("no such GPU evaluator here")
 

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import importlib.util
 import itertools
+import os
 import shutil
 import tempfile
 import threading
@@ -48,6 +49,9 @@ EvaluatorFactory = Callable[[], Evaluator]
 
 #: Attempts per candidate when its actor dies: the first and one retry on the replacement.
 ATTEMPTS = 2
+
+#: The process whose Ray connection this module last saw; a forked child inherits it (and a dead one).
+_ray_pid: int | None = None
 
 
 def ray_unavailable_reason() -> str | None:
@@ -198,7 +202,12 @@ class RayEvaluator(Evaluator):
             raise
         self.transfer = transfer
         self.remote_builds = remote_builds
+        global _ray_pid
+        _ray_pid = os.getpid()
+        self.address = str(ray.get_runtime_context().gcs_address)
+        """The cluster's address: a copy unpickled in a process not yet in Ray joins this cluster."""
         self._owner = True
+        self._lock = threading.Lock()
         self._setup_local_state()
 
     def _start(
@@ -246,24 +255,51 @@ class RayEvaluator(Evaluator):
     # ------------------------------------------------------------------------------ pickling (clients)
 
     def _setup_local_state(self) -> None:
-        self._lock = threading.Lock()
         self._replacing = threading.Lock()
         self._load = [0] * len(self._slots)
         self._turn = itertools.count()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in {"_lock", "_replacing", "_load", "_turn"}}
-        state["_owner"] = False
-        return state
+        # Actor handles unpickle only in a process connected to Ray: they travel as bytes, opened by
+        # connect() once the copy has joined the cluster.
+        self.connect()
+        handles = _ray().cloudpickle.dumps((self._keeper, self._slots))
+        local = {"_lock", "_replacing", "_load", "_turn", "_keeper", "_slots"}
+        return {
+            **{k: v for k, v in self.__dict__.items() if k not in local},
+            "_owner": False,
+            "_handles": handles,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._setup_local_state()
+        self._lock = threading.Lock()
+
+    def connect(self) -> Any:
+        """Ray, joined to this evaluator's cluster if this process is not in one yet (an unpickled copy)."""
+        global _ray_pid
+        ray = _ray()
+        with self._lock:
+            if ray.is_initialized() and _ray_pid not in (None, os.getpid()):
+                raise EvaluatorUnavailableError(
+                    "this process was forked from a Ray driver and cannot use its Ray connection: start "
+                    "subprocesses that use the Ray evaluator with spawn (e.g. gymnasium's "
+                    "AsyncVectorEnv(..., context='spawn'))"
+                )
+            if not ray.is_initialized():
+                ray.init(address=self.address, ignore_reinit_error=True, log_to_driver=False)
+            _ray_pid = os.getpid()
+            handles = self.__dict__.pop("_handles", None)
+            if handles is not None:
+                self._keeper, self._slots = ray.cloudpickle.loads(handles)
+                self._setup_local_state()
+        return ray
 
     # -------------------------------------------------------------------------------------- interface
 
     def actors(self) -> list[Any]:
         """The current actor handles, one per slot (operations and tests: ``ray.kill`` one)."""
+        self.connect()
         with self._lock:
             return [handle for _generation, handle, _node in self._slots]
 
@@ -273,6 +309,7 @@ class RayEvaluator(Evaluator):
 
     def evaluate_many(self, task_candidates: Sequence[tuple[Task, BuiltCandidate]]) -> list[GpuVerdict]:
         """Evaluate a batch over the actors at once; one verdict per pair, in input order."""
+        self.connect()
         return _Batch(self, list(task_candidates)).run()
 
     def close(self) -> None:
