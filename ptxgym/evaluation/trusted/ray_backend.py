@@ -123,15 +123,26 @@ class PoolKeeper:
     ) -> None:
         self.factory, self.num_gpus, self.num_cpus = factory, num_gpus, num_cpus
         self.concurrency = concurrency
-        self.slots = [(0, *self._start()) for _ in range(count)]
+        handles = [self._launch() for _ in range(count)]  # all start at once; then wait for each
+        nodes = _ray().get([handle.node_id.remote() for handle in handles])
+        self.slots = [(0, handle, node) for handle, node in zip(handles, nodes, strict=True)]
+
+    def _launch(self) -> Any:
+        actor_class = (
+            _ray()
+            .remote(EvaluatorHost)
+            .options(
+                num_gpus=self.num_gpus,
+                num_cpus=self.num_cpus,
+                max_restarts=0,
+                max_concurrency=self.concurrency,
+            )
+        )
+        return actor_class.remote(self.factory)
 
     def _start(self) -> tuple[Any, str]:
-        ray = _ray()
-        actor_class = ray.remote(EvaluatorHost).options(
-            num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0, max_concurrency=self.concurrency
-        )
-        handle = actor_class.remote(self.factory)
-        return handle, ray.get(handle.node_id.remote())
+        handle = self._launch()
+        return handle, _ray().get(handle.node_id.remote())
 
     def current(self) -> list[tuple[int, Any, str]]:
         """(generation, handle, node id) of every slot."""
