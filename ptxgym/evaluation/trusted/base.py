@@ -12,7 +12,9 @@ evaluator through ``EvalSettings``; nothing in an action can change it.
 from __future__ import annotations
 
 import math
+import traceback
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -182,6 +184,29 @@ class Evaluator(ABC):
     @abstractmethod
     def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
         """Evaluate one candidate. Must not raise for anything the candidate does."""
+
+    def evaluate_many(self, task_candidates: Sequence[tuple[Task, BuiltCandidate]]) -> list[GpuVerdict]:
+        """Evaluate a batch: one verdict per ``(task, candidate)`` pair, in input order.
+
+        The default evaluates one after the other. A backend that can overlap work (several GPUs, a
+        scheduler, remote actors) overrides it, keeping the contract: same length and order as the
+        input, and an exception while evaluating one candidate becomes that candidate's ``INFRA_ERROR``
+        verdict, never an exception for the batch.
+        """
+        return [self._evaluate_guarded(task, candidate) for task, candidate in task_candidates]
+
+    def _evaluate_guarded(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """``evaluate``, with an exception turned into this candidate's ``INFRA_ERROR`` verdict."""
+        try:
+            return self.evaluate(task, candidate)
+        except Exception as exc:  # noqa: BLE001 - one candidate's failure never ends the batch
+            return GpuVerdict(
+                status=Status.INFRA_ERROR,
+                stage=Stage.RUN,
+                message=f"evaluator {self.name} failed on this candidate ({type(exc).__name__}: {exc})",
+                environment=EnvironmentInfo(evaluator=self.name),
+                log=traceback.format_exc()[-3000:],
+            )
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release processes and GPU memory."""
