@@ -348,6 +348,7 @@ class Pipeline:
             stage_wall_s=stage_wall,
             environment=self._environment(v.environment),
             log=v.log,
+            cache_hit=v.cache_hit,
         )
 
 

@@ -11,7 +11,7 @@ import ptxgym
 from ptxgym.envs.vector import make_vec, step_many
 from ptxgym.evaluation.trusted.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
 from ptxgym.pipeline import Pipeline, Submission, run_batch
-from ptxgym.records.feedback import Status
+from ptxgym.records.feedback import Stage, Status
 from ptxgym.records.tasks import Task, get_task
 
 PLAIN = (Path(__file__).parents[1] / "data" / "plain_gemm.cu").read_text()
@@ -143,3 +143,18 @@ def test_make_vec_refuses_shared_memory_for_text_and_is_public() -> None:
     envs = ptxgym.make_vec("ptxgym/Gemm-sm90a-v0", 1, evaluator="none")
     assert envs.num_envs == 1
     envs.close()
+
+
+class _Cached(_Recording):
+    """Our own merge under test: a backend answering from its verdict cache."""
+
+    def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        return GpuVerdict(status=Status.CRASH, stage=Stage.RUN, message="crashed (reused)", cache_hit=True)
+
+
+@pytest.mark.nvcc
+def test_feedback_says_when_the_verdict_came_from_the_cache() -> None:
+    pipeline = Pipeline(get_task("Gemm-sm90a"), _Cached())
+    fb = pipeline.run(fenced(variant(1)))
+    assert fb.status is Status.CRASH and fb.cache_hit
+    assert not Pipeline(get_task("Gemm-sm90a"), _Recording()).run(fenced(variant(1))).cache_hit

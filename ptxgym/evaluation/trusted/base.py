@@ -113,6 +113,19 @@ class EvalSettings(BaseModel):
     baseline_from_disk: bool = Field(
         True, description="Reuse baseline timings cached on disk for this GPU, driver, torch and workload."
     )
+    verdict_cache_entries: int = Field(
+        512,
+        ge=0,
+        description="Built artifacts whose verdicts the evaluator keeps, least recently used first out "
+        "(``verdict_cache.py`` says which verdicts are reused where); 0 turns the cache off.",
+    )
+    slow_cutoff_speedup: float = Field(
+        0.1,
+        ge=0,
+        description="A candidate whose first trial's median is slower than the baseline by more than this "
+        "speedup (baseline / candidate < it) is timed with that one trial, its verified calls kept; "
+        "``TimingInfo.shortened`` says so. 0 turns the cut-off off.",
+    )
 
     @property
     def verified_per_trial(self) -> int:
@@ -173,6 +186,10 @@ class GpuVerdict(BaseModel):
     details: dict[str, Any] = Field(
         default_factory=dict,
         description="Evaluator-specific measurements (timing cross-check, calibration, baseline source).",
+    )
+    cache_hit: bool = Field(
+        False,
+        description="Answered from the evaluator's verdict cache (the same artifact, evaluated before).",
     )
 
 
