@@ -97,7 +97,7 @@ class LocalGpuEvaluator(Evaluator):
         self._held: WorkerHandle | None = None
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
         self._lock = threading.Lock()
-        self.verdicts = VerdictCache(self.settings, self.settings.verdict_cache_entries)
+        self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
         self.pool.fill()
 
     # -------------------------------------------------------------------------------------- public
@@ -116,7 +116,7 @@ class LocalGpuEvaluator(Evaluator):
         A candidate whose verdict is in the verdict cache (``verdict_cache.py``) is answered from it at
         once, without waiting for the GPU.
         """
-        cached = self.verdicts.lookup(task, candidate)
+        cached = self.verdicts.lookup(task, candidate, self.settings)
         if cached is not None:
             return cached
         with self._lock:
@@ -370,7 +370,8 @@ class LocalGpuEvaluator(Evaluator):
                 return self._failed(turn, hog)
             turn.stage = Stage.TIME
             with turn.timed("time"):
-                session.timing(result)
+                base = turn.baseline.stats
+                session.timing(result, baseline_ms=base.median_ms if base else None)
             turn.clocks.append(sm_clock_mhz(self.device))
             hog = self._memory_hog(turn.free_before)
             if hog or result.failure is not None:
@@ -488,6 +489,7 @@ class LocalGpuEvaluator(Evaluator):
             l2_flush_bytes=self.flush_bytes,
             sm_clock_mhz_before=clocks[0],
             sm_clock_mhz_after=clocks[-1] if len(clocks) > 1 else None,
+            shortened=result.shortened or None,
         )
         cc = result.crosscheck
         extra["details"].update(
@@ -513,6 +515,8 @@ class LocalGpuEvaluator(Evaluator):
         note = "" if baseline.stats else f"; no baseline latency ({baseline.message})"
         if baseline.stats and baseline.correct is False:
             note += f"; the baseline itself misses the task tolerance ({baseline.message[:200]})"
+        if result.shortened:
+            note += f"; {result.shortened}"
         message = (
             f"correct on {info.calls_checked} checked calls; median {stats.median_ms:.4f} ms"
             + (f", {speedup:.3f}x {task.baseline.name}" if speedup else "")

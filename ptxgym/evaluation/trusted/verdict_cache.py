@@ -4,20 +4,22 @@ A key names what decides a verdict besides the evaluator's own settings: the tas
 definition, workload, tolerance, baseline) and the built artifact (its SHA-256, entry symbol, kernels and
 static target). The same source builds to the same artifact (the build cache), and a source differing
 only where the compiler does not look (a comment) usually does too, so both hit. One cache belongs to one
-evaluator, whose ``EvalSettings`` never change, so the settings are not part of the key.
+evaluator; the verdict-deciding settings are the evaluator's own (a failure found under them is a fact
+about the artifact), and ``lookup`` applies the current memcheck schedule.
 
 What is reused, and where (``reusable``):
 
-- A failure that found a counterexample or a fault of the candidate (wrong values, NaN, mutated inputs,
-  a crash, a foreign kernel...) is true of the artifact on that task whatever the inputs: reused in
-  any episode.
-- ``PASSED`` is reused only inside the episode that earned it (same episode id and secret input seed):
+- A failure that found a counterexample or a fault of the candidate (wrong values, NaN, unwritten or
+  mutated buffers, a bad memory access, a foreign kernel: ``CANDIDATE_FAULTS``) is true of the artifact
+  on that task whatever the inputs: reused in any episode.
+- ``PASSED`` is reused only inside the episode that earned it (same episode id and secret input seed;
+  a candidate without an input seed, as tools and tests make them, never gets a reused pass):
   a pass is a claim about the inputs it was checked on. Across episodes each gets fresh inputs, so a
   kernel that is right only on lucky inputs cannot pass once and then be paid from the cache forever.
   A pass without a memcheck run is not reused where the memcheck schedule demands one (the episode's
   first correct turn under ``MemcheckMode.FIRST_CORRECT``).
-- Nothing else is stored: infrastructure errors, ``NOT_EVALUATED``, timeouts, timing anomalies and
-  failed proofs can come from the machine's state rather than from the candidate.
+- Nothing else is stored: infrastructure errors, ``NOT_EVALUATED``, timeouts, crashes, runtime errors,
+  timing anomalies and failed proofs can come from the machine's state rather than from the candidate.
 
 A hit says so: ``GpuVerdict.cache_hit`` (``Feedback.cache_hit``) and a note in the message. Whether a
 resubmitted kernel earns reward again is the reward's decision (it sees the flag and the history).
@@ -34,11 +36,12 @@ from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerd
 from ptxgym.records.feedback import Status
 from ptxgym.records.tasks import Task
 
-#: Failures that are facts about the artifact on the task, whatever the inputs or the machine's state.
+#: Failures that are facts about the artifact on the task, whatever the inputs or the machine's state: the
+#: trusted side saw wrong outputs or inputs, or a proof tool saw a bad access or a foreign kernel.
+#: ``RUNTIME_ERROR`` and ``CRASH`` are not among them: GPU memory taken by another process, or a worker
+#: killed from outside, look the same, and a cached one would deny a good kernel for good.
 CANDIDATE_FAULTS: frozenset[Status] = frozenset(
     {
-        Status.RUNTIME_ERROR,
-        Status.CRASH,
         Status.MEMORY_ERROR,
         Status.INCORRECT_SHAPE,
         Status.INCORRECT_DTYPE,
@@ -91,6 +94,7 @@ def reusable(entry: Entry, candidate: BuiltCandidate, settings: EvalSettings) ->
         return False
     same_episode = (
         bool(candidate.episode_id)
+        and candidate.input_seed is not None
         and entry.episode_id == candidate.episode_id
         and entry.input_seed == candidate.input_seed
     )
@@ -102,23 +106,20 @@ def reusable(entry: Entry, candidate: BuiltCandidate, settings: EvalSettings) ->
 class VerdictCache:
     """Bounded (least recently used) verdicts of one evaluator; thread-safe."""
 
-    def __init__(self, settings: EvalSettings, max_entries: int) -> None:
-        self.settings = settings
+    def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
         self._entries: collections.OrderedDict[str, list[Entry]] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def lookup(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict | None:
+    def lookup(self, task: Task, candidate: BuiltCandidate, settings: EvalSettings) -> GpuVerdict | None:
         """The stored verdict that truthfully answers this turn, marked as a hit; None on a miss."""
         if self.max_entries <= 0:
             return None
         key = cache_key(task, candidate)
         with self._lock:
-            found = next(
-                (e for e in self._entries.get(key, []) if reusable(e, candidate, self.settings)), None
-            )
+            found = next((e for e in self._entries.get(key, []) if reusable(e, candidate, settings)), None)
             if found is None:
                 self.misses += 1
                 return None
