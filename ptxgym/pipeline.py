@@ -10,6 +10,11 @@ the task's, ends the turn as ``TASK_MISMATCH`` before anything is built.
 Every stage records its outcome and wall time; the first failing stage ends the turn with a precise
 status. Nothing the action contains makes ``run`` raise: a fault of our own infrastructure becomes
 ``INFRA_ERROR`` with the error text, so an episode always goes on.
+
+A turn has two halves: ``prepare`` (the CPU stages, giving a ``BuiltCandidate`` or the turn's Feedback)
+and ``finish`` (merging the evaluator's verdict). ``run_batch`` (``Pipeline.run_many`` for one task) runs
+many submissions' CPU halves concurrently on a build pool, then hands the built candidates to each
+evaluator in one ``Evaluator.evaluate_many`` call; Feedback comes back in input order.
 """
 
 from __future__ import annotations
