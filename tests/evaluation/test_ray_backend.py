@@ -99,8 +99,13 @@ def _pool(factory, **kw) -> RayEvaluator:
 
 
 @pytest.mark.nvcc
-def test_compile_only_episode_through_ray() -> None:
+def test_compile_only_episode_through_ray(monkeypatch) -> None:
     """The env's steps run as Ray tasks (real nvcc) and reach the actor's NullEvaluator."""
+
+    def no_local_builds(*args, **kwargs):
+        raise AssertionError("built in the test's process, not in a Ray task")
+
+    monkeypatch.setattr("ptxgym.pipeline.build_solution", no_local_builds)  # Ray workers import their own
     with _pool(CPU_ONLY) as evaluator:
         env = gymnasium.make("ptxgym/Gemm-sm90a-v0", evaluator=evaluator, max_turns=2)
         assert isinstance(env.unwrapped.pipeline, RayPipeline)
@@ -209,6 +214,23 @@ def test_async_vector_env_steps_through_ray() -> None:
         finally:
             envs.close()
     assert list(obs["status"]) == ["NOT_EVALUATED", "COMPILE_ERROR"]
+
+
+@pytest.mark.nvcc
+def test_step_many_sends_one_batch_to_the_actors() -> None:
+    """``step_many`` (run_batch): builds on the caller's pool, the GPU half as one evaluate_many."""
+    from ptxgym.envs.vector import step_many
+
+    with _pool(CPU_ONLY, actors=2) as evaluator:
+        envs = [gymnasium.make("ptxgym/Gemm-sm90a-v0", evaluator=evaluator, max_turns=2) for _ in range(3)]
+        for env in envs:
+            env.reset(seed=0)
+        results = step_many(envs, [ACTION, "no code", ACTION.replace("int row", "int row oops")])
+    assert [r[4]["feedback"].status for r in results] == [
+        Status.NOT_EVALUATED,
+        Status.EXTRACT_ERROR,
+        Status.COMPILE_ERROR,
+    ]
 
 
 def _broken_evaluator() -> Evaluator:
