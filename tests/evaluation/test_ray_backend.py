@@ -99,8 +99,13 @@ def _pool(factory, **kw) -> RayEvaluator:
 
 
 @pytest.mark.nvcc
-def test_compile_only_episode_through_ray() -> None:
+def test_compile_only_episode_through_ray(monkeypatch) -> None:
     """The env's steps run as Ray tasks (real nvcc) and reach the actor's NullEvaluator."""
+
+    def no_local_builds(*args, **kwargs):
+        raise AssertionError("built in the test's process, not in a Ray task")
+
+    monkeypatch.setattr("ptxgym.pipeline.build_solution", no_local_builds)  # Ray workers import their own
     with _pool(CPU_ONLY) as evaluator:
         env = gymnasium.make("ptxgym/Gemm-sm90a-v0", evaluator=evaluator, max_turns=2)
         assert isinstance(env.unwrapped.pipeline, RayPipeline)
