@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator
 from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT, TaskPrompt, build_task_prompt, pack_variant
-from ptxgym.pipeline import Pipeline
+from ptxgym.pipeline import Submission, make_pipeline
 from ptxgym.records.feedback import Feedback, Status, Verdict
 from ptxgym.records.feedback_text import render_feedback
 from ptxgym.records.schema import Solution
@@ -64,7 +64,9 @@ class KernelEnv(gymnasium.Env):
     **Info.** ``feedback`` (the Feedback record), ``feedback_json``, ``reward_components``, ``task_id``,
     ``turn``; after ``reset`` also ``prompt`` (TaskPrompt).
 
-    **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local" or an Evaluator),
+    **Arguments.** ``task`` (task id), ``evaluator`` (None/"auto", "none", "local", "ray" or an
+    Evaluator; ``"ray"`` or a ``RayEvaluator`` evaluates on Ray actors, one per GPU, and runs each step's
+    builds as a Ray task),
     ``settings`` (EvalSettings for a local evaluator), ``reward``, ``max_turns`` (8), ``target_speedup``
     (1.2), ``variant`` (knowledge-pack prompt variant; default ``DEFAULT_VARIANT`` = ``"full"``, shared
     with ``ptxgym eval``; ``None`` or ``"none"``: rules and ABI only), ``dataset`` (a FlashInfer-Trace
@@ -127,7 +129,7 @@ class KernelEnv(gymnasium.Env):
         self.reward_fn = resolve_reward(reward)
         self._owns_evaluator = not isinstance(evaluator, Evaluator)
         self.evaluator = _make_evaluator(evaluator, settings)
-        self.pipeline = Pipeline(self.task, self.evaluator)
+        self.pipeline = make_pipeline(self.task, self.evaluator)
         self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=CHARSET)
         self.observation_space = spaces.Dict(
             {
@@ -200,20 +202,23 @@ class KernelEnv(gymnasium.Env):
 
     def step(self, action: str | Solution):
         """Evaluate one response (or a FlashInfer-Trace Solution); never raises for anything in it."""
+        return self.end_step(self.pipeline.run_submission(self.begin_step(action)))
+
+    def begin_step(self, action: str | Solution) -> Submission:
+        """The first half of ``step``: this turn's submission for the pipeline (``ptxgym.envs.vector``).
+
+        ``step(a)`` is ``end_step(pipeline.run_submission(begin_step(a)))``; batch steppers run many envs'
+        submissions through ``ptxgym.pipeline.run_batch`` in between. Raises ``ResetNeeded`` as ``step``.
+        """
         if self._prompt is None:
             raise gymnasium.error.ResetNeeded("call reset() before step()")
         if self._turn >= self.max_turns:
             raise gymnasium.error.ResetNeeded("the episode is over (truncated); call reset()")
         first_correct = not any(f.correct for f in self._history)
-        turn, episode, seed = self._turn, self._episode_id, self._input_seed
-        if isinstance(action, Solution):
-            fb = self.pipeline.run_solution(
-                action, turn=turn, episode_id=episode, first_correct=first_correct, input_seed=seed
-            )
-        else:
-            fb = self.pipeline.run(
-                action, turn=turn, episode_id=episode, first_correct=first_correct, input_seed=seed
-            )
+        return Submission(action, self._turn, self._episode_id, first_correct, self._input_seed)
+
+    def end_step(self, fb: Feedback):
+        """The second half of ``step``: record the turn's Feedback and return the step tuple."""
         result = self.reward_fn(fb, tuple(self._history))
         self._history.append(fb)
         self._turn += 1
@@ -264,7 +269,7 @@ class KernelEnv(gymnasium.Env):
         task = base.with_workload(choice)
         if task is not self.task:
             self.task = task
-            self.pipeline = Pipeline(task, self.evaluator)
+            self.pipeline = make_pipeline(task, self.evaluator)
 
     @property
     def history(self) -> Sequence[Feedback]:

@@ -10,14 +10,23 @@ the task's, ends the turn as ``TASK_MISMATCH`` before anything is built.
 Every stage records its outcome and wall time; the first failing stage ends the turn with a precise
 status. Nothing the action contains makes ``run`` raise: a fault of our own infrastructure becomes
 ``INFRA_ERROR`` with the error text, so an episode always goes on.
+
+A turn has two halves: ``prepare`` (the CPU stages, giving a ``BuiltCandidate`` or the turn's Feedback)
+and ``finish`` (merging the evaluator's verdict). ``run_batch`` (``Pipeline.run_many`` for one task) runs
+many submissions' CPU halves concurrently on a build pool, then hands the built candidates to each
+evaluator in one ``Evaluator.evaluate_many`` call; Feedback comes back in input order.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -55,6 +64,31 @@ class _StageFailed(Exception):
         self.status, self.stage, self.message = status, stage, message
 
 
+@dataclass(frozen=True)
+class Submission:
+    """One turn to evaluate: an action (response text or Solution) and where it sits in its episode."""
+
+    action: str | Solution
+    turn: int = 0
+    episode_id: str = ""
+    first_correct: bool = True
+    """No earlier turn of the episode was correct (memcheck scheduling)."""
+    input_seed: int | None = None
+    """The episode's secret input seed (never shown to the policy)."""
+    definition: Definition | None = None
+    """For a Solution: the definition it was written for, when the caller knows it."""
+
+
+@dataclass
+class Prepared:
+    """A submission after the CPU stages: its Feedback if a stage ended the turn, else its candidate."""
+
+    parts: dict
+    turn: int
+    candidate: BuiltCandidate | None = None
+    feedback: Feedback | None = None
+
+
 class Pipeline:
     """Runs the stages for one task with one evaluator; reusable across turns and episodes."""
 
@@ -74,13 +108,8 @@ class Pipeline:
         input_seed: int | None = None,
     ) -> Feedback:
         """Evaluate a model response (text with one fenced CUDA block, or several named ones)."""
-        parts: dict = {"stage_wall_s": {}, "input_seed": input_seed}
-        try:
-            files = self._timed(parts, Stage.EXTRACT, lambda: self._extract(action))
-            solution = Solution.from_sources(files, self.task.definition.name, arch=self.task.arch)
-        except _StageFailed as fail:
-            return self._finish(parts, turn, fail.status, fail.stage, fail.message)
-        return self._evaluate_solution(solution, parts, turn, episode_id, first_correct)
+        sub = Submission(action, turn, episode_id, first_correct, input_seed)
+        return self._complete(self.prepare(sub))
 
     def run_solution(
         self,
@@ -98,60 +127,107 @@ class Pipeline:
         check`` finds it in the solution's dataset folder); otherwise it is looked up by name in the
         task's dataset and the catalog. A mismatch with the task is ``TASK_MISMATCH``, never a build.
         """
-        parts: dict = {"stage_wall_s": {}, "input_seed": input_seed}
-        problem = self._mismatch(solution, definition)
-        if problem:
-            return self._finish(parts, turn, Status.TASK_MISMATCH, Stage.EXTRACT, problem)
-        return self._evaluate_solution(solution, parts, turn, episode_id, first_correct)
+        sub = Submission(solution, turn, episode_id, first_correct, input_seed, definition)
+        return self._complete(self.prepare(sub))
+
+    def run_many(self, submissions: Sequence[Submission], max_workers: int | None = None) -> list[Feedback]:
+        """Feedback for each submission, in input order: builds concurrently, then one evaluator batch.
+
+        The batch form of ``run``/``run_solution`` for this task (``run_batch`` mixes tasks and pipelines).
+        """
+        return run_batch([(self, sub) for sub in submissions], max_workers=max_workers)
+
+    # ------------------------------------------------------------------------------- two halves
+
+    def prepare(self, sub: Submission) -> Prepared:
+        """The CPU half (extract, screen, build, SASS): a finished Feedback, or a candidate to evaluate.
+
+        Never raises for anything in the action; a fault of ours is an ``INFRA_ERROR`` Feedback.
+        """
+        parts: dict = {"stage_wall_s": {}, "input_seed": sub.input_seed}
+        try:
+            if isinstance(sub.action, Solution):
+                solution = sub.action
+                problem = self._mismatch(solution, sub.definition)
+                if problem:
+                    raise _StageFailed(Status.TASK_MISMATCH, Stage.EXTRACT, problem)
+            else:
+                files = self._timed(parts, Stage.EXTRACT, lambda: self._extract(sub.action))  # type: ignore[arg-type]
+                solution = Solution.from_sources(files, self.task.definition.name, arch=self.task.arch)
+            candidate = self._build_candidate(solution, parts, sub)
+        except _StageFailed as fail:
+            return Prepared(
+                parts, sub.turn, feedback=self._finish(parts, sub.turn, fail.status, fail.stage, fail.message)
+            )
+        except Exception as exc:  # noqa: BLE001 - our own fault: recorded, never raised into the episode
+            return Prepared(parts, sub.turn, feedback=self._internal(parts, sub.turn, exc))
+        return Prepared(parts, sub.turn, candidate=candidate)
+
+    def finish(self, prepared: Prepared, verdict: GpuVerdict | None) -> Feedback:
+        """The Feedback of a prepared submission, given the evaluator's verdict for its candidate."""
+        if prepared.feedback is not None:
+            return prepared.feedback
+        if verdict is None:
+            raise ValueError("a built candidate needs its evaluator verdict to finish")
+        return self._merge(prepared.parts, prepared.turn, verdict)
+
+    def run_submission(self, sub: Submission) -> Feedback:
+        """``run`` or ``run_solution`` of a Submission (the env's ``step``)."""
+        return self._complete(self.prepare(sub))
+
+    def _complete(self, prepared: Prepared) -> Feedback:
+        """Finish one prepared submission through this pipeline's evaluator (``run``'s GPU half)."""
+        if prepared.candidate is None:
+            return self.finish(prepared, None)
+        try:
+            verdict = self._gpu(prepared.candidate)
+        except Exception as exc:  # noqa: BLE001 - our own fault: recorded, never raised into the episode
+            return self._internal(prepared.parts, prepared.turn, exc)
+        return self.finish(prepared, verdict)
 
     # ---------------------------------------------------------------------------------------- stages
 
-    def _evaluate_solution(
-        self, solution: Solution, parts: dict, turn: int, episode_id: str, first_correct: bool
-    ) -> Feedback:
+    def _build_candidate(self, solution: Solution, parts: dict, sub: Submission) -> BuiltCandidate:
         entry = solution.spec.entry_file
         main_source = next(s.content for s in solution.sources if s.path == entry)
         parts["source_sha256"] = hashlib.sha256(
             "\x00".join(f"{s.path}\x00{s.content}" for s in solution.sources).encode()
         ).hexdigest()
         parts["source_chars"] = sum(len(s.content) for s in solution.sources)
-        try:
-            others = {s.path: s.content for s in solution.sources if s.path != entry}
-            self._timed(
-                parts,
-                Stage.SCREEN,
-                lambda: self._screen(main_source, others, entry, solution.spec.entry_symbol),
-            )
-            built, so_path = self._timed(parts, Stage.BUILD, lambda: self._build(solution, parts))
-            sass = self._timed(parts, Stage.SASS, lambda: sass_census(so_path, self.task.arch_spec))
-            parts["sass"] = sass
-            candidate = BuiltCandidate(
-                task_id=self.task.id,
-                so_path=so_path,
-                entry_symbol=solution.spec.entry_symbol,
-                source_sha256=parts["source_sha256"],
-                artifact_sha256=built.info.artifact_sha256 or "",
-                static_target=sass.static_target,
-                kernels=[k.kernel for k in sass.kernels],
-                episode_id=episode_id,
-                turn=turn,
-                first_correct_in_episode=first_correct,
-                input_seed=parts.get("input_seed"),
-            )
-            verdict = self._gpu(candidate)
-        except _StageFailed as fail:
-            return self._finish(parts, turn, fail.status, fail.stage, fail.message)
-        except Exception as exc:  # noqa: BLE001 - our own fault: recorded, never raised into the episode
-            tail = truncate(traceback.format_exc(), 3000)
-            return self._finish(
-                parts,
-                turn,
-                Status.INFRA_ERROR,
-                Stage.RUN,
-                f"ptxgym internal error ({type(exc).__name__}: {exc})",
-                log=tail,
-            )
-        return self._merge(parts, turn, verdict)
+        others = {s.path: s.content for s in solution.sources if s.path != entry}
+        self._timed(
+            parts,
+            Stage.SCREEN,
+            lambda: self._screen(main_source, others, entry, solution.spec.entry_symbol),
+        )
+        built, so_path = self._timed(parts, Stage.BUILD, lambda: self._build(solution, parts))
+        sass = self._timed(parts, Stage.SASS, lambda: sass_census(so_path, self.task.arch_spec))
+        parts["sass"] = sass
+        return BuiltCandidate(
+            task_id=self.task.id,
+            so_path=so_path,
+            entry_symbol=solution.spec.entry_symbol,
+            source_sha256=parts["source_sha256"],
+            artifact_sha256=built.info.artifact_sha256 or "",
+            static_target=sass.static_target,
+            kernels=[k.kernel for k in sass.kernels],
+            episode_id=sub.episode_id,
+            turn=sub.turn,
+            first_correct_in_episode=sub.first_correct,
+            input_seed=sub.input_seed,
+        )
+
+    def _internal(self, parts: dict, turn: int, exc: Exception) -> Feedback:
+        """An exception of ours as this turn's INFRA_ERROR Feedback (call inside the ``except``)."""
+        tail = truncate(traceback.format_exc(), 3000)
+        return self._finish(
+            parts,
+            turn,
+            Status.INFRA_ERROR,
+            Stage.RUN,
+            f"ptxgym internal error ({type(exc).__name__}: {exc})",
+            log=tail,
+        )
 
     def _extract(self, action: str) -> dict[str, str]:
         if not isinstance(action, str):
@@ -285,4 +361,123 @@ class Pipeline:
             stage_wall_s=stage_wall,
             environment=self._environment(v.environment),
             log=v.log,
+            cache_hit=v.cache_hit,
         )
+
+
+# ------------------------------------------------------------------------------------------------ batches
+
+
+def build_workers() -> int:
+    """Default size of the build pool: the host's cores (``os.cpu_count``), at least 1."""
+    return max(1, os.cpu_count() or 1)
+
+
+def run_batch(jobs: Sequence[tuple[Pipeline, Submission]], max_workers: int | None = None) -> list[Feedback]:
+    """Feedback for each ``(pipeline, submission)``, in input order; the pipelines may differ in task.
+
+    The CPU stages run concurrently on a thread pool of ``max_workers`` (default: the host's cores). A
+    thread is enough: the build's time is spent in nvcc, ptxas and cuobjdump subprocesses, which run in
+    parallel outside the interpreter lock (``bench/throughput.py`` measures it). The built candidates then
+    go to each evaluator in one ``evaluate_many`` call (several pipelines sharing an evaluator make one
+    batch), so a backend that overlaps GPU work sees the whole batch at once. One submission's failure,
+    wherever it happens, is that submission's Feedback, never an exception for the batch.
+    """
+    if not jobs:
+        return []
+    workers = min(len(jobs), max_workers or build_workers())
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-build") as pool:
+        prepared = list(pool.map(lambda job: job[0].prepare(job[1]), jobs))
+    verdicts: dict[int, GpuVerdict] = {}
+    groups: dict[int, list[int]] = {}
+    for i, ((pipeline, _), prep) in enumerate(zip(jobs, prepared, strict=True)):
+        if prep.candidate is not None:
+            groups.setdefault(id(pipeline.evaluator), []).append(i)
+    for members in groups.values():
+        evaluator = jobs[members[0]][0].evaluator
+        pairs = [(jobs[i][0].task, prepared[i].candidate) for i in members]
+        verdicts.update(zip(members, _evaluate_group(evaluator, pairs), strict=True))
+    return [
+        pipeline.finish(prep, verdicts.get(i))
+        for i, ((pipeline, _), prep) in enumerate(zip(jobs, prepared, strict=True))
+    ]
+
+
+def _evaluate_group(evaluator: Evaluator, pairs: list) -> list[GpuVerdict]:
+    """``evaluate_many`` on one evaluator, held to its contract: a broken batch is INFRA_ERROR for each."""
+    try:
+        got = evaluator.evaluate_many(pairs)
+        if len(got) != len(pairs):
+            raise RuntimeError(f"evaluate_many returned {len(got)} verdicts for {len(pairs)} candidates")
+        return list(got)
+    except Exception as exc:  # noqa: BLE001 - a backend bug fails its candidates, not the batch
+        message = f"evaluator {evaluator.name} failed on the batch ({type(exc).__name__}: {exc})"
+        tail = truncate(traceback.format_exc(), 3000)
+        return [
+            GpuVerdict(status=Status.INFRA_ERROR, stage=Stage.RUN, message=message, log=tail) for _ in pairs
+        ]
+
+
+class RayPipeline(Pipeline):
+    """Runs each step as a Ray task (its CPU stages on whichever CPU node Ray picks).
+
+    The step runs there as a plain ``Pipeline`` with this pipeline's evaluator, which must be picklable
+    and reachable from every node, its ``connect()`` joining its cluster: a ``RayEvaluator``
+    (``ptxgym.evaluation.trusted.ray_backend``), whose actors then receive the built .so's bytes when
+    they run on another node. Ray is imported only here, when a step runs. A step that Ray itself loses
+    becomes an ``INFRA_ERROR`` turn.
+    """
+
+    def __init__(self, task: Task, evaluator: Evaluator | None = None, num_cpus: float = 1.0) -> None:
+        super().__init__(task, evaluator)
+        self.num_cpus = num_cpus
+
+    def run(self, action: str, **kwargs) -> Feedback:
+        """``Pipeline.run`` in a Ray task."""
+        return self._remote("run", action, kwargs)
+
+    def run_solution(self, solution: Solution, **kwargs) -> Feedback:
+        """``Pipeline.run_solution`` in a Ray task."""
+        return self._remote("run_solution", solution, kwargs)
+
+    def run_submission(self, sub: Submission) -> Feedback:
+        """``Pipeline.run_submission`` (the env's ``step``) in a Ray task.
+
+        ``run_batch`` (``step_many``, vector envs) calls ``prepare`` instead: those builds run on the
+        caller's build pool and only the GPU half goes to the actors (``evaluate_many``).
+        """
+        return self._remote("run_submission", sub, {"turn": sub.turn})
+
+    def _remote(self, method: str, arg: object, kwargs: dict) -> Feedback:
+        import ray
+
+        try:
+            if hasattr(self.evaluator, "connect"):
+                self.evaluator.connect()  # a copy in a fresh process joins the evaluator's cluster
+            step = _remote_step().options(num_cpus=self.num_cpus)
+            return ray.get(step.remote(self.task, self.evaluator, method, arg, kwargs))
+        except Exception as exc:  # noqa: BLE001 - our own fault: recorded, never raised into the episode
+            parts: dict = {"stage_wall_s": {}}
+            message = f"the Ray step failed ({type(exc).__name__}: {str(exc).strip()[:500]})"
+            return self._finish(parts, kwargs.get("turn", 0), Status.INFRA_ERROR, Stage.RUN, message)
+
+
+def run_step(task: Task, evaluator: Evaluator, method: str, arg: object, kwargs: dict) -> Feedback:
+    """One step with a plain Pipeline: what a ``RayPipeline`` runs on a CPU node."""
+    if method == "run_submission":
+        return Pipeline(task, evaluator).run_submission(arg)  # type: ignore[arg-type]
+    return getattr(Pipeline(task, evaluator), method)(arg, **kwargs)
+
+
+@functools.cache
+def _remote_step():  # noqa: ANN202 - a ray.remote function (ray is optional)
+    import ray
+
+    return ray.remote(run_step)
+
+
+def make_pipeline(task: Task, evaluator: Evaluator | None = None) -> Pipeline:
+    """The pipeline for ``evaluator``: a ``RayPipeline`` when it asks for remote builds, else a Pipeline."""
+    if getattr(evaluator, "remote_builds", False):
+        return RayPipeline(task, evaluator)
+    return Pipeline(task, evaluator)

@@ -11,7 +11,9 @@ import importlib
 import pytest
 
 PUBLIC: dict[str, list[str]] = {
-    "ptxgym": ["Feedback", "Stage", "Status", "Task", "Verdict", "__version__", "catalog", "get_task"],
+    "ptxgym": [
+        "Feedback", "Stage", "Status", "Task", "Verdict", "__version__", "catalog", "get_task", "make_vec",
+    ],
     "ptxgym.records": [
         "ArchSpec", "Definition", "Feedback", "PtxgymError", "Solution", "Stage", "Status", "Task", "Trace",
         "TurnRecord", "UnknownTaskError", "Verdict", "Workload", "__version__", "catalog", "get_arch",
@@ -27,7 +29,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "ptxgym.evaluation.trusted": [],
     "ptxgym.evaluation.sandboxed": [],
-    "ptxgym.envs": ["register_envs"],
+    "ptxgym.envs": ["make_vec", "register_envs", "step_many"],
     "ptxgym.knowledge_packs": [
         "PACK_ROOT", "PromptPack", "UnknownVariantError", "ablation_ladder", "count_tokens",
         "default_tokenizer_name", "render_part", "render_variant", "variant_names", "variant_parts",

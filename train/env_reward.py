@@ -7,11 +7,12 @@ system and user message ``env.reset()`` gives for that task
 prompt back to its task for ``rollout_func``, which receives the prompts only.
 
 ``EnvReward`` is an ``async`` TRL reward function for single-turn GRPO: each completion is one turn.
-It runs the whole batch through the pipeline (extract, policy, nvcc build, SASS census and the GPU
-evaluator when one is attached) concurrently in a thread pool, scores each Feedback with a ptxgym reward
-(``ptxgym.rewards.resolve_reward``), logs every reward component, the compile and correct rates and
-the status of each completion, and returns ``None`` for INFRA_ERROR turns (our fault, not the model's:
-TRL leaves a None out of the group baseline).
+It submits the whole batch at once to the pipeline's batch API (``ptxgym.pipeline.run_batch``: extract,
+policy, nvcc builds concurrently on a build pool, SASS census, then the built candidates in one
+``evaluate_many`` call to the GPU evaluator when one is attached) and waits for it, scores each Feedback
+with a ptxgym reward (``ptxgym.rewards.resolve_reward``), logs every reward component, the compile and
+correct rates and the status of each completion, and returns ``None`` for INFRA_ERROR turns (our fault,
+not the model's: TRL leaves a None out of the group baseline).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def candidate_key(text: str) -> str:
 
 
 class PipelinePool:
-    """One ``Pipeline`` per task over one shared evaluator, and the threads that run them."""
+    """One ``Pipeline`` per task over one shared evaluator; batches go through ``run_batch``."""
 
     def __init__(
         self,
@@ -109,7 +110,10 @@ class PipelinePool:
         self.evaluator = (
             evaluator if isinstance(evaluator, Evaluator) else select_evaluator(evaluator, settings=settings)
         )
-        self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ptxgym-eval")
+        self.max_workers = max_workers
+        """Builds at once in a batch (the build pool's size)."""
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptxgym-batch")
+        """Where a batch waits, off the event loop (one batch at a time: each spans the build pool)."""
         self._pipelines: dict[str, Any] = {}
 
     def pipeline(self, task_id: str) -> Any:
@@ -122,22 +126,24 @@ class PipelinePool:
         return self._pipelines[task_id]
 
     async def run_many(self, items: Sequence[tuple[str, str]]) -> list[Feedback]:
-        """Feedback for each ``(task_id, action text)``, evaluated concurrently.
+        """Feedback for each ``(task_id, action text)``, the whole batch at once (``run_batch``).
 
-        Completions whose extracted kernel is byte-identical (GRPO samples often repeat one) are evaluated
-        once per batch and share the Feedback: the pipeline is a function of the source, and the GPU
-        evaluator runs one candidate at a time, so this is where a batch's time goes.
+        The builds run concurrently on up to ``max_workers`` threads and the built candidates go to the
+        evaluator in one ``evaluate_many`` call. Completions whose extracted kernel is byte-identical
+        (GRPO samples often repeat one) are evaluated once per batch and share the Feedback: the
+        pipeline is a function of the source.
         """
+        from ptxgym.pipeline import Submission, run_batch
+
         loop = asyncio.get_running_loop()
         keys = [(tid, candidate_key(text)) for tid, text in items]
         first: dict[tuple[str, str], int] = {}
         for i, key in enumerate(keys):
             first.setdefault(key, i)
         unique = list(first.values())
-        futures = [
-            loop.run_in_executor(self.executor, self.pipeline(items[i][0]).run, items[i][1]) for i in unique
-        ]
-        done = dict(zip(unique, await asyncio.gather(*futures), strict=True))
+        jobs = [(self.pipeline(items[i][0]), Submission(items[i][1])) for i in unique]
+        feedbacks = await loop.run_in_executor(self.executor, run_batch, jobs, self.max_workers)
+        done = dict(zip(unique, feedbacks, strict=True))
         return [done[first[key]] for key in keys]
 
     def close(self) -> None:

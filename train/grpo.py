@@ -37,7 +37,7 @@ class EnvRecipe(BaseModel):
     )
     reward: str = Field("staged", description="ptxgym reward spec (name or weighted sum).")
     reward_options: dict[str, Any] = Field(default_factory=dict)
-    evaluator: str = Field("auto", description="auto, none or local.")
+    evaluator: str = Field("auto", description="auto, none, local or ray.")
     eval_settings: dict[str, Any] = Field(default_factory=dict, description="EvalSettings fields.")
     eval_workers: int = Field(8, ge=1, description="Turns evaluated at once.")
     target_speedup: float = Field(1.2, description="An episode ends when a correct turn reaches it.")

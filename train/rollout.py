@@ -2,7 +2,8 @@
 
 Each episode starts from ``env.reset()`` (the task prompt), then repeats: generate a response with the
 trainer's own generation backend (vLLM when the trainer uses it, else ``transformers.generate``), send it
-to ``env.step`` (all live episodes step concurrently in a thread pool), append the rendered feedback as
+to the env (all live episodes step as one batch, ``ptxgym.envs.vector.step_many``: builds concurrent,
+one ``evaluate_many`` call), append the rendered feedback as
 the next user message, until the env terminates (target speedup reached), truncates (``max_turns``) or
 the context is full. The per-turn rewards ``r_t`` come from the env's reward function; the credit of
 turn ``t`` is the discounted return ``R_t = sum_{j>=t} gamma^(j-t) r_j`` (``ptxgym.rewards.kevin``).
@@ -34,6 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ptxgym.envs.vector import step_many
 from ptxgym.records.feedback import Feedback, Status
 from ptxgym.rewards import discounted_returns, resolve_reward
 from ptxgym.rewards.base import RewardSpec
@@ -174,9 +176,7 @@ class MultiTurnRollout:
         while live := [e for e in episodes if not e.done]:
             completions, logprobs = gen.generate([e.context for e in live])
             texts = gen.decode(completions)
-            steps = list(
-                self.pool.executor.map(lambda pair: pair[0].env.step(pair[1]), zip(live, texts, strict=True))
-            )
+            steps = step_many([e.env for e in live], texts, self.pool.max_workers)
             for i, (e, (obs, reward, terminated, truncated, info)) in enumerate(
                 zip(live, steps, strict=True)
             ):

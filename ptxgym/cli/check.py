@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--evaluator",
         default=None,
-        choices=["auto", "none", "local"],
+        choices=["auto", "none", "local", "ray"],
         help="GPU evaluator (default: PTXGYM_EVALUATOR or auto)",
     )
     p.add_argument("--json", action="store_true", help="print the Feedback record as JSON")

@@ -59,8 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     run_g.add_argument(
         "--evaluator",
         default="auto",
-        choices=["auto", "none", "local"],
-        help="GPU evaluator: auto (local when a GPU is usable), none (CPU stages only), local",
+        choices=["auto", "none", "local", "ray"],
+        help="GPU evaluator: auto (local when a GPU is usable), none (CPU stages only), local, ray (one "
+        "actor per GPU of the Ray cluster: RAY_ADDRESS, or a local instance)",
     )
     run_g.add_argument("--reward", default=None, help="registered reward name (default: the env's)")
     run_g.add_argument("--seed", type=int, default=0, help="base seed of env resets")

@@ -135,7 +135,7 @@ def _register_grpo(tsub: argparse._SubParsersAction) -> None:
     g.add_argument("--reward", default=None, help="reward spec, e.g. staged or 'staged + 0.5*log_speedup'")
     g.add_argument("--turns", type=int, default=None, help="turns per episode (1: single-turn GRPO)")
     g.add_argument("--credit", choices=["turn", "episode"], default=None)
-    g.add_argument("--evaluator", choices=["auto", "none", "local"], default=None)
+    g.add_argument("--evaluator", choices=["auto", "none", "local", "ray"], default=None)
     g.add_argument("--steps", type=int, default=None)
     g.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="override recipe fields")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")

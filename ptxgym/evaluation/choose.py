@@ -3,7 +3,9 @@
 ``auto`` (the default, ``PTXGYM_EVALUATOR``) attaches the local GPU evaluator when torch is importable
 and sees a CUDA device of a supported architecture, otherwise a ``NullEvaluator`` that states exactly
 why; ``none`` always attaches the NullEvaluator; ``local`` insists on the GPU evaluator and raises
-``EvaluatorUnavailableError`` with the reason if it cannot run. This module imports no torch at import
+``EvaluatorUnavailableError`` with the reason if it cannot run; ``ray`` attaches a ``RayEvaluator`` (one
+local GPU evaluator actor per GPU of the Ray cluster, ``trusted.ray_backend``) and raises the same error
+when Ray is missing or the cluster has no GPU. This module imports no torch at import
 time, and on a machine without an NVIDIA driver or device it decides without importing torch at all
 (it asks the driver library directly), so making an env there takes well under a second.
 """
@@ -69,7 +71,7 @@ def driver_unavailable_reason() -> str | None:
 def select_evaluator(
     choice: str | None = None, settings: EvalSettings | None = None, *, source: str | None = None
 ) -> Evaluator:
-    """The evaluator for ``choice`` (``auto``, ``none``, ``local``; default from PTXGYM_EVALUATOR).
+    """The evaluator for ``choice`` (``auto``, ``none``, ``local``, ``ray``; default from PTXGYM_EVALUATOR).
 
     ``source`` names where the choice came from in messages (e.g. ``--evaluator``); by default the
     environment variable when ``choice`` is None, else ``evaluator=``.
@@ -78,10 +80,17 @@ def select_evaluator(
         source = "PTXGYM_EVALUATOR" if choice is None else "evaluator"
     choice = (choice or user_settings.evaluator_choice()).strip().lower()
     said = f"{source} {choice}" if source.startswith("-") else f"{source}={choice}"
-    if choice not in {"auto", "none", "local"}:
-        raise ValueError(f"{source} must be auto, none or local, got {choice!r}")
+    if choice not in {"auto", "none", "local", "ray"}:
+        raise ValueError(f"{source} must be auto, none or local, or ray (the Ray backend), got {choice!r}")
     if choice == "none":
         return NullEvaluator(f"the evaluator is switched off ({said})")
+    if choice == "ray":
+        from ptxgym.evaluation.trusted.ray_backend import RayEvaluator
+
+        try:
+            return RayEvaluator(settings=settings)
+        except EvaluatorUnavailableError as exc:
+            raise EvaluatorUnavailableError(f"{said}: {exc}") from exc
     reason = gpu_unavailable_reason()
     if reason is None:
         from ptxgym.evaluation.trusted.local import LocalGpuEvaluator

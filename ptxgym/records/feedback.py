@@ -224,6 +224,11 @@ class TimingInfo(_Part):
     l2_flush_bytes: int | None = None
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
+    shortened: str | None = Field(
+        None,
+        description="Why fewer timed calls were made than the settings ask (a candidate far slower than the "
+        "baseline after its first trial: ``EvalSettings.slow_cutoff_speedup``); None: timed in full.",
+    )
 
 
 def work_verdict(mma_share: float | None) -> Verdict:
@@ -360,6 +365,11 @@ class Feedback(BaseModel):
     stage_wall_s: dict[str, float] = Field(default_factory=dict, description="Wall seconds per stage.")
     environment: EnvironmentInfo = Field(default_factory=EnvironmentInfo)
     log: str = Field("", description="Runtime log tail of the candidate process (truncated).")
+    cache_hit: bool = Field(
+        False,
+        description="The GPU verdict was reused from the evaluator's verdict cache: the same built artifact "
+        "on the same task was evaluated before (a pass only within the same episode).",
+    )
 
     @property
     def speedup(self) -> float | None:

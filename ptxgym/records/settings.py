@@ -8,7 +8,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_CACHE_DIR`` | root of the content-addressed caches (builds, baselines, ncu) | ``~/.cache/ptxgym`` |
 | ``PTXGYM_NVCC`` | path of the nvcc to use (overrides discovery) | discovered |
 | ``PTXGYM_CUDA_HOME`` | CUDA toolkit root to use (overrides discovery) | discovered |
-| ``PTXGYM_EVALUATOR`` | ``auto``, ``none`` or ``local``: which evaluator an env attaches | ``auto`` |
+| ``PTXGYM_EVALUATOR`` | ``auto``, ``none``, ``local`` or ``ray``: the evaluator an env attaches | ``auto`` |
 | ``PTXGYM_DEVICE`` | CUDA device index of the local evaluator | ``0`` |
 | ``PTXGYM_COMPILE_TIMEOUT`` | wall-time limit of one nvcc build, seconds | ``120`` |
 | ``PTXGYM_COMPILE_MEMORY_MB`` | address-space limit of one nvcc build, MiB | ``8192`` |
@@ -46,10 +46,12 @@ def cuda_home_override() -> str | None:
 
 
 def evaluator_choice() -> str:
-    """``auto`` (GPU evaluator when a GPU is visible), ``none`` or ``local``."""
+    """``auto`` (GPU evaluator when a GPU is visible), ``none``, ``local`` or ``ray``."""
     choice = (_get("EVALUATOR") or "auto").lower()
-    if choice not in {"auto", "none", "local"}:
-        raise ValueError(f"PTXGYM_EVALUATOR must be auto, none or local, got {choice!r}")
+    if choice not in {"auto", "none", "local", "ray"}:
+        raise ValueError(
+            f"PTXGYM_EVALUATOR must be auto, none or local, or ray (the Ray backend), got {choice!r}"
+        )
     return choice
 
 

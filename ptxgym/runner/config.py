@@ -47,7 +47,7 @@ class EvalConfig(BaseModel):
     trajectories: int = Field(1, ge=1, description="Trajectories per (task, variant).")
     turns: int = Field(8, ge=1, description="Turns per trajectory (truncated after).")
     concurrency: int = Field(4, ge=1, description="Trajectories in flight at once.")
-    evaluator: str = Field("auto", description="auto, none or local.")
+    evaluator: str = Field("auto", description="auto, none, local or ray.")
     reward: str | None = Field(None, description="Registered reward name; None: the env's default.")
     target_speedup: float = Field(1.2, gt=0, description="A PASSED turn at this speedup ends the trajectory.")
     seed: int = Field(0, description="Base seed; trajectory i resets with seed + i.")

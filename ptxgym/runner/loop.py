@@ -3,8 +3,9 @@
 Each trajectory runs in a worker thread: ``policy.act`` -> ``env.step`` -> append the TurnRecord -> next
 turn, until the env terminates (target speedup reached) or truncates (turn budget). K threads keep K
 trajectories in flight, so one trajectory's generation overlaps another's build and GPU evaluation.
-All envs share one evaluator; calls into it are serialised unless it declares ``thread_safe = True``
-(one GPU, one evaluator); builds (CPU) run in parallel.
+All envs share one evaluator; unless it declares ``thread_safe = True`` (one GPU, one evaluator) the
+candidates reach it in batches through ``evaluate_many`` (``SharedEvaluator``), one batch at a time; builds
+(CPU) run in parallel in the trajectory threads.
 
 A policy that fails (server gone, errors after retries) stops its trajectory with an ``error`` event:
 its finished turns stay on disk and ``--resume`` continues it. ``ServerUnavailableError`` stops the
@@ -17,7 +18,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import gymnasium
@@ -33,7 +35,7 @@ from ptxgym.policies.base import (
     ServerUnavailableError,
 )
 from ptxgym.policies.history import Conversation
-from ptxgym.records.feedback import Feedback
+from ptxgym.records.feedback import Feedback, Stage, Status
 from ptxgym.records.feedback_text import render_feedback
 from ptxgym.records.tasks import Task, get_task
 from ptxgym.records.turns import TurnRecord
@@ -43,19 +45,73 @@ from ptxgym.runner.store import Event, ResumeState, RunStore, now
 
 
 class SharedEvaluator(Evaluator):
-    """One evaluator for many envs: ``close`` from an env is ignored; calls are serialised if needed."""
+    """One evaluator for many envs: ``close`` from an env is ignored; calls are batched if needed.
+
+    An evaluator that declares ``thread_safe = True`` is called directly from every trajectory thread.
+    Any other is called by one thread at a time, in batches: a thread whose candidate arrives while none
+    is being evaluated becomes the dispatcher and hands every candidate waiting by then to the inner
+    evaluator in one ``evaluate_many`` call, again until none is left; the others wait for their verdict.
+    So the inner evaluator sees the K trajectories' candidates as batches (a backend that overlaps work
+    gets to), and never two calls at once.
+    """
 
     def __init__(self, inner: Evaluator) -> None:
         self.inner = inner
         self.name = inner.name
-        self._lock = threading.Lock() if not getattr(inner, "thread_safe", False) else None
+        self.batches: list[int] = []
+        """Size of each batch handed to the inner evaluator (for metrics and tests)."""
+        self._direct = bool(getattr(inner, "thread_safe", False))
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[Task, BuiltCandidate, Future[GpuVerdict]]] = []
+        self._dispatching = False
 
     def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
-        """Delegate (under the lock when the evaluator is not thread-safe)."""
-        if self._lock is None:
+        """The candidate's verdict, evaluated in the next batch (directly if the evaluator is thread-safe)."""
+        if self._direct:
             return self.inner.evaluate(task, candidate)
+        return self.evaluate_many([(task, candidate)])[0]
+
+    def evaluate_many(self, task_candidates: Sequence[tuple[Task, BuiltCandidate]]) -> list[GpuVerdict]:
+        """Verdicts in input order; the candidates join the next batch of the inner evaluator."""
+        if self._direct:
+            return self.inner.evaluate_many(task_candidates)
+        mine: list[Future[GpuVerdict]] = [Future() for _ in task_candidates]
         with self._lock:
-            return self.inner.evaluate(task, candidate)
+            self._waiting += [(t, c, f) for (t, c), f in zip(task_candidates, mine, strict=True)]
+            lead = not self._dispatching
+            self._dispatching = self._dispatching or lead
+        if lead:
+            self._dispatch()
+        return [f.result() for f in mine]
+
+    def _dispatch(self) -> None:
+        """Evaluate waiting batches until none is left, then stop being the dispatcher."""
+        while True:
+            with self._lock:
+                batch, self._waiting = self._waiting, []
+                if not batch:
+                    self._dispatching = False
+                    return
+            self.batches.append(len(batch))
+            verdicts = self._batch_verdicts([(t, c) for t, c, _ in batch])
+            for (_, _, fut), verdict in zip(batch, verdicts, strict=True):
+                fut.set_result(verdict)
+
+    def _batch_verdicts(self, pairs: list[tuple[Task, BuiltCandidate]]) -> list[GpuVerdict]:
+        """The inner batch, held to its contract (a broken batch is INFRA_ERROR for each candidate)."""
+        try:
+            got = list(self.inner.evaluate_many(pairs))
+            if len(got) != len(pairs):
+                raise RuntimeError(f"evaluate_many returned {len(got)} verdicts for {len(pairs)} candidates")
+            return got
+        except Exception as exc:  # noqa: BLE001 - a waiting trajectory must get an answer, never hang
+            message = f"evaluator {self.name} failed on a batch ({type(exc).__name__}: {exc})"
+            return [
+                GpuVerdict(
+                    status=Status.INFRA_ERROR, stage=Stage.RUN, message=message, log=traceback.format_exc()
+                )
+                for _ in pairs
+            ]
 
     def close(self) -> None:
         """Envs close their evaluator; the shared one stays open until the runner closes ``inner``."""

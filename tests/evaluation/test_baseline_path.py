@@ -24,6 +24,7 @@ from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, Memchec
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore  # noqa: E402
 from ptxgym.evaluation.trusted.gpuinfo import GpuFacts  # noqa: E402
 from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
+from ptxgym.evaluation.trusted.verdict_cache import VerdictCache  # noqa: E402
 from ptxgym.records.arch import arch_for_capability  # noqa: E402
 from ptxgym.records.feedback import LatencyStats, Status  # noqa: E402
 
@@ -70,6 +71,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev._arenas, ev._current, ev._held = collections.OrderedDict(), None, None
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
     ev._lock = threading.Lock()
+    ev.verdicts = VerdictCache(0)
     ev._take_worker = lambda arena: make_worker()  # type: ignore[method-assign]
     ev._free_bytes = lambda: 0  # type: ignore[method-assign]
     return ev

@@ -24,6 +24,10 @@ SETTINGS = EvalSettings(
     memcheck=MemcheckMode.NEVER,
     target_mode=TargetMode.EXECUTED,
     seed=1234,
+    # every test here runs its candidate for real and times it in full; the cost guards have their tests
+    # at the end of the module
+    verdict_cache_entries=0,
+    slow_cutoff_speedup=0.0,
 )
 
 
@@ -242,6 +246,34 @@ def test_a_write_past_the_output_is_a_memory_error(evaluator, gemm):
     assert verdict.stage is Stage.CHECK and "past the end of output C of input set 0" in verdict.message
     assert verdict.timing is None  # never timed, so no speed to pay
     assert verdict.details["guard_pages"].startswith("off"), verdict.details["guard_pages"]
+
+
+def test_far_slower_candidate_is_timed_with_one_trial_and_every_verified_call(evaluator, gemm):
+    evaluator.settings = SETTINGS.model_copy(update={"slow_cutoff_speedup": 0.1})
+    try:
+        verdict = _evaluate(evaluator, gemm, "naive")  # ~26 ms per call: far under 0.1x cuBLAS
+    finally:
+        evaluator.settings = SETTINGS
+    assert verdict.status is Status.PASSED, verdict.message
+    t = verdict.timing
+    assert t.speedup < 0.1 and t.shortened and "1 of 2 trials" in t.shortened
+    assert t.candidate.n == 10  # one trial of 10 timed calls instead of 2
+    assert verdict.correctness.calls_checked >= 3 + 2 * 3  # the same verified calls as in full
+    assert "cut-off" in verdict.message
+
+
+def test_verdict_cache_answers_a_known_wrong_artifact_without_the_gpu(evaluator, gemm):
+    from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
+
+    evaluator.verdicts = VerdictCache(8)
+    try:
+        first = _evaluate(evaluator, gemm, "nan_output")
+        again = _evaluate(evaluator, gemm, "nan_output")
+    finally:
+        evaluator.verdicts = VerdictCache(0)
+    assert first.status is again.status is Status.NONFINITE
+    assert not first.cache_hit and again.cache_hit and "reused" in again.message
+    assert "gpu_total" in first.stage_wall_s and again.stage_wall_s == {}
 
 
 def test_still_healthy_and_memory_returned(evaluator, gemm):

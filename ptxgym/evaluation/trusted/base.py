@@ -12,7 +12,9 @@ evaluator through ``EvalSettings``; nothing in an action can change it.
 from __future__ import annotations
 
 import math
+import traceback
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,19 @@ class EvalSettings(BaseModel):
         "workload, protocol) as a warm start: it seeds the step budget of the re-measurement and is recorded "
         "beside it. The baseline is always re-measured once per evaluator; the speedup uses that figure.",
     )
+    verdict_cache_entries: int = Field(
+        512,
+        ge=0,
+        description="Built artifacts whose verdicts the evaluator keeps, least recently used first out "
+        "(``verdict_cache.py`` says which verdicts are reused where); 0 turns the cache off.",
+    )
+    slow_cutoff_speedup: float = Field(
+        0.1,
+        ge=0,
+        description="A candidate whose first trial's median is slower than the baseline by more than this "
+        "speedup (baseline / candidate < it) is timed with that one trial, its verified calls kept; "
+        "``TimingInfo.shortened`` says so. 0 turns the cut-off off.",
+    )
 
     @property
     def verified_per_trial(self) -> int:
@@ -188,6 +203,10 @@ class GpuVerdict(BaseModel):
         default_factory=dict,
         description="Evaluator-specific measurements (timing cross-check, calibration, baseline source).",
     )
+    cache_hit: bool = Field(
+        False,
+        description="Answered from the evaluator's verdict cache (the same artifact, evaluated before).",
+    )
 
 
 class Evaluator(ABC):
@@ -198,6 +217,29 @@ class Evaluator(ABC):
     @abstractmethod
     def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
         """Evaluate one candidate. Must not raise for anything the candidate does."""
+
+    def evaluate_many(self, task_candidates: Sequence[tuple[Task, BuiltCandidate]]) -> list[GpuVerdict]:
+        """Evaluate a batch: one verdict per ``(task, candidate)`` pair, in input order.
+
+        The default evaluates one after the other. A backend that can overlap work (several GPUs, a
+        scheduler, remote actors) overrides it, keeping the contract: same length and order as the
+        input, and an exception while evaluating one candidate becomes that candidate's ``INFRA_ERROR``
+        verdict, never an exception for the batch.
+        """
+        return [self._evaluate_guarded(task, candidate) for task, candidate in task_candidates]
+
+    def _evaluate_guarded(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """``evaluate``, with an exception turned into this candidate's ``INFRA_ERROR`` verdict."""
+        try:
+            return self.evaluate(task, candidate)
+        except Exception as exc:  # noqa: BLE001 - one candidate's failure never ends the batch
+            return GpuVerdict(
+                status=Status.INFRA_ERROR,
+                stage=Stage.RUN,
+                message=f"evaluator {self.name} failed on this candidate ({type(exc).__name__}: {exc})",
+                environment=EnvironmentInfo(evaluator=self.name),
+                log=traceback.format_exc()[-3000:],
+            )
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release processes and GPU memory."""

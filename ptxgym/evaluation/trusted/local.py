@@ -57,6 +57,7 @@ from ptxgym.evaluation.trusted.sass_join import in_band_target
 from ptxgym.evaluation.trusted.session import CENSUS_OVERFLOW, CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
+from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
 from ptxgym.evaluation.trusted.verdicts import (
     correctness_info,
     fault_verdict,
@@ -114,6 +115,7 @@ class LocalGpuEvaluator(Evaluator):
         """Why this evaluator stopped using guard pages (a worker could not map them), if it did."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
         self._lock = threading.Lock()
+        self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
         self.pool.fill()
 
     # -------------------------------------------------------------------------------------- public
@@ -127,7 +129,14 @@ class LocalGpuEvaluator(Evaluator):
         )
 
     def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
-        """Evaluate one candidate; never raises (infrastructure faults become INFRA_ERROR)."""
+        """Evaluate one candidate; never raises (infrastructure faults become INFRA_ERROR).
+
+        A candidate whose verdict is in the verdict cache (``verdict_cache.py``) is answered from it at
+        once, without waiting for the GPU.
+        """
+        cached = self.verdicts.lookup(task, candidate, self.settings)
+        if cached is not None:
+            return cached
         with self._lock:
             t0 = time.perf_counter()
             try:
@@ -137,7 +146,9 @@ class LocalGpuEvaluator(Evaluator):
             except Exception as exc:  # noqa: BLE001 - never raise into the episode
                 verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
             walls = {**verdict.stage_wall_s, "gpu_total": round(time.perf_counter() - t0, 4)}
-            return verdict.model_copy(update={"stage_wall_s": walls})
+            verdict = verdict.model_copy(update={"stage_wall_s": walls})
+        self.verdicts.store(task, candidate, verdict)
+        return verdict
 
     def baseline(self, task: Task) -> BaselineRecord:
         """The baseline record of a task's workload (measured on first use in this evaluator)."""
@@ -426,7 +437,8 @@ class LocalGpuEvaluator(Evaluator):
                 return self._failed(turn, hog)
             turn.stage = Stage.TIME
             with turn.timed("time"):
-                session.timing(result, strict=strict)
+                base = turn.baseline.stats if turn.baseline is not None else None
+                session.timing(result, strict=strict, baseline_ms=base.median_ms if base else None)
             turn.clocks.append(sm_clock_mhz(self.device))
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
@@ -551,6 +563,7 @@ class LocalGpuEvaluator(Evaluator):
             l2_flush_bytes=self.flush_bytes,
             sm_clock_mhz_before=clocks[0],
             sm_clock_mhz_after=clocks[-1] if len(clocks) > 1 else None,
+            shortened=result.shortened or None,
         )
         cc = result.crosscheck
         extra["details"].update(
@@ -590,6 +603,8 @@ class LocalGpuEvaluator(Evaluator):
         note = "" if baseline.stats else f"; no baseline latency ({baseline.message})"
         if baseline.stats and baseline.correct is False:
             note += f"; the baseline itself misses the task tolerance ({baseline.message[:200]})"
+        if result.shortened:
+            note += f"; {result.shortened}"
         message = (
             f"correct on {info.calls_checked} checked calls; median {stats.median_ms:.4f} ms"
             + (f", {speedup:.3f}x {task.baseline.name}" if speedup else "")

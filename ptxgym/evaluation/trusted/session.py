@@ -42,6 +42,7 @@ from ptxgym.evaluation.trusted.timing import (
     calibrate,
     call_latency,
     cross_check,
+    slow_cutoff,
 )
 from ptxgym.records.feedback import Stage, Status
 
@@ -101,6 +102,8 @@ class SessionResult:
     sass_rows: list[SassRow] | None = None
     """The counted call's rows (``count_call``; None: not counted)."""
     count_error: str = ""
+    shortened: str = ""
+    """Why the timing stopped after the first trial (``timing.slow_cutoff``); "" when timed in full."""
 
 
 class Session:
@@ -291,21 +294,37 @@ class Session:
             if not check.passed and strict:
                 return
 
-    def timing(self, result: SessionResult, crosscheck: bool = True, strict: bool = True) -> None:
+    def timing(
+        self,
+        result: SessionResult,
+        crosscheck: bool = True,
+        strict: bool = True,
+        baseline_ms: float | None = None,
+    ) -> None:
         """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls.
 
         Every call gets fresh values in its set's buffers; the verified subset is drawn from the session's
         seed (the evaluator's secret), so the candidate cannot tell a verified call from another.
+        With ``baseline_ms``, a candidate whose first trial is far slower than the baseline
+        (``timing.slow_cutoff``) is not timed further: each remaining trial is replaced by its verified
+        calls alone, so the correctness evidence is the same as a full timing's.
         """
         s = self.settings
         rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
-        for _ in range(s.trials):
+        for trial in range(s.trials):
+            if result.shortened:
+                checks = [(j % rotate, False) for j in range(s.verified_per_trial)]
+                if self._trial(checks, set(range(len(checks))), result, Stage.TIME, strict) is None:
+                    return
+                continue
             calls = [(j % rotate, j >= s.warmup) for j in range(s.warmup + s.iterations)]
             verify = set(self.rng.sample(range(s.warmup, s.warmup + s.iterations), s.verified_per_trial))
             timed = self._trial(calls, verify, result, Stage.TIME, strict)
             if timed is None:
                 return
             self._collect(timed, result)
+            if trial == 0 and result.trials:
+                result.shortened = slow_cutoff(result.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials)
         mutated = self.arena.mutated_inputs()
         if mutated and result.failure is None:
             result.failure = Failure(

@@ -122,3 +122,23 @@ def cross_check(
         f"GPU timer (host-side compute, work between calls, or a forged timing) of about "
         f"{median_overhead - cal.overhead_ms:.3f} ms per call",
     )
+
+
+def slow_cutoff(first_trial_ms: list[float], baseline_ms: float | None, cutoff: float, trials: int) -> str:
+    """Why to time a candidate with its first trial only, or "" to time it in full.
+
+    When the first trial's median latency makes the candidate slower than ``cutoff`` x the baseline
+    (``baseline / median < cutoff``), more trials would only refine a number far from any reward that
+    matters; the rest of the trials' verified calls are still made (``Session.timing``). Nothing to cut
+    with one trial, no baseline latency, no first-trial latency or ``cutoff <= 0``.
+    """
+    if cutoff <= 0 or trials <= 1 or not baseline_ms or baseline_ms <= 0 or not first_trial_ms:
+        return ""
+    median = statistics.median(first_trial_ms)
+    if median <= 0 or baseline_ms / median >= cutoff:
+        return ""
+    return (
+        f"timed with 1 of {trials} trials: the first trial's median {median:.4f} ms is "
+        f"{baseline_ms / median:.3f}x the baseline's {baseline_ms:.4f} ms, under the {cutoff:g}x cut-off; "
+        "the other trials' verified calls were still made"
+    )

@@ -1,0 +1,245 @@
+"""Throughput of the env at 1, 4, 16 envs: a fixed mix of distinct candidates through ``step_many``.
+
+    python bench/throughput.py --evaluator none                 # CPU: builds only (NOT_EVALUATED)
+    python bench/throughput.py --evaluator local --memcheck never --candidates 8 --sizes 1,4,8   # GPU
+
+The mix (issue 12): compile errors, wrong answers (NaN, unwritten, half-written outputs), correct slow
+kernels (the naive SIMT GEMM of the audit corpus) and correct fast kernels (the shipped expert GEMM), in
+equal shares, on ``Gemm-sm90a`` (8192 x 7168 x 5120). Every candidate is a generated variant: a device
+global with a value unique to this run and pass is appended to ``kernel.cu``, so the source, the build
+and the artifact all differ and no cache (build, verdict) hits. Each pass makes N envs sharing one
+evaluator and steps them N at a time with ``ptxgym.envs.vector.step_many`` (each candidate a fresh
+episode): builds overlap on the build pool, the candidates reach the evaluator as one batch.
+
+Printed per pass: candidates/min, verified-correct/min, the statuses, and where the time goes, summed
+over candidates: build (extract + screen + nvcc + SASS), check, time, proofs (memcheck + ncu), GPU total
+(the evaluator's wall per candidate), queue (time a candidate of a batch waited for the ones before it on
+the serial default ``evaluate_many``) and the GPU busy fraction (GPU total / wall). ``--pool-compare``
+also times cold builds sequentially, on a thread pool and on a process pool of the host's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "Gemm-sm90a"
+KINDS = ("compile_error", "wrong", "slow", "fast")
+WRONG = ("nan_output", "noop", "half_written")
+BUILD_STAGES = ("extract", "screen", "build", "sass")
+PROOF_STAGES = ("memcheck", "execute")
+
+
+def _read(path: Path) -> str:
+    return path.read_text()
+
+
+def fenced_files(files: dict[str, str]) -> str:
+    """A model-style response with one named fenced block per file (``cpu/extract.py``)."""
+    return "\n".join(f"```cuda {name}\n{text}\n```" for name, text in files.items())
+
+
+def candidate(kind: str, index: int, tag: str) -> str:
+    """The response text of candidate ``index`` of a kind; ``tag`` makes its artifact unique."""
+    corpus = ROOT / "ptxgym" / "audit" / "kernels"
+    mark = f"\n__device__ int ptxgym_bench_variant_{tag}_{index} = {index};\n"
+    common = {"gemm_common.cuh": _read(corpus / "gemm_common.cuh")}
+    if kind == "fast":
+        return fenced_files({"kernel.cu": _read(ROOT / "knowledge_packs/sm90a/solutions/Gemm.cu") + mark})
+    if kind == "slow":
+        return fenced_files({"kernel.cu": _read(corpus / "naive.cu") + mark, **common})
+    if kind == "wrong":
+        name = WRONG[index % len(WRONG)]
+        return fenced_files({"kernel.cu": _read(corpus / f"{name}.cu") + mark, **common})
+    broken = _read(corpus / "naive.cu") + mark + f'static_assert({index} < 0, "bench compile error");\n'
+    return fenced_files({"kernel.cu": broken, **common})
+
+
+def mix(n: int, tag: str) -> list[tuple[str, str]]:
+    """``n`` candidates, the kinds in equal shares and interleaved: ``(kind, response text)``."""
+    return [(KINDS[i % len(KINDS)], candidate(KINDS[i % len(KINDS)], i, tag)) for i in range(n)]
+
+
+def walls(fb, names: tuple[str, ...]) -> float:
+    return sum(fb.stage_wall_s.get(n, 0.0) for n in names)
+
+
+def queue_s(batch) -> float:
+    """Waiting of each candidate behind the earlier ones of its batch on the serial ``evaluate_many``."""
+    waited, total = 0.0, 0.0
+    for fb in batch:
+        gpu = fb.stage_wall_s.get("gpu_total", 0.0)
+        if gpu:
+            total += waited
+            waited += gpu
+    return total
+
+
+def run_pass(evaluator, size: int, n: int, tag: str) -> dict:
+    """``n`` candidates through ``size`` envs; the pass's figures."""
+    import gymnasium
+
+    from ptxgym.envs.vector import step_many
+
+    envs = [
+        gymnasium.make(f"ptxgym/{TASK}-v0", evaluator=evaluator, max_turns=1, variant=None)
+        for _ in range(size)
+    ]
+    items = mix(n, tag)
+    feedbacks, queue = [], 0.0
+    start = time.perf_counter()
+    for lo in range(0, n, size):
+        chunk = items[lo : lo + size]
+        batch_envs = envs[: len(chunk)]
+        for e in batch_envs:
+            e.reset()
+        results = step_many(batch_envs, [text for _, text in chunk])
+        batch = [info["feedback"] for *_, info in results]
+        queue += queue_s(batch)
+        feedbacks += batch
+    wall = time.perf_counter() - start
+    for e in envs:
+        e.close()
+    correct = sum(fb.correct for fb in feedbacks)
+    gpu = sum(fb.stage_wall_s.get("gpu_total", 0.0) for fb in feedbacks)
+    by_kind = Counter(f"{kind}:{fb.status.value}" for (kind, _), fb in zip(items, feedbacks, strict=True))
+    return {
+        "envs": size,
+        "candidates": n,
+        "wall_s": wall,
+        "per_min": 60 * n / wall,
+        "correct_per_min": 60 * correct / wall,
+        "correct": correct,
+        "build_s": sum(walls(fb, BUILD_STAGES) for fb in feedbacks),
+        "check_s": sum(walls(fb, ("check",)) for fb in feedbacks),
+        "time_s": sum(walls(fb, ("time",)) for fb in feedbacks),
+        "proofs_s": sum(walls(fb, PROOF_STAGES) for fb in feedbacks),
+        "gpu_s": gpu,
+        "queue_s": queue,
+        "gpu_busy": gpu / wall,
+        "shortened": sum(bool(fb.timing and fb.timing.shortened) for fb in feedbacks),
+        "statuses": dict(sorted(by_kind.items())),
+    }
+
+
+def _prepare_in_process(text: str) -> str:
+    """Build one candidate in this (worker) process: the process-pool side of ``--pool-compare``."""
+    from ptxgym.pipeline import Pipeline, Submission
+    from ptxgym.records.tasks import get_task
+
+    prepared = Pipeline(get_task(TASK)).prepare(Submission(text))
+    return "built" if prepared.candidate is not None else prepared.feedback.status.value
+
+
+def pool_compare(k: int, tag: str) -> list[str]:
+    """Cold builds of ``k`` distinct slow kernels: one by one, on threads, on processes (host's cores)."""
+    from ptxgym.pipeline import Pipeline, Submission, build_workers
+    from ptxgym.records.tasks import get_task
+
+    pipeline, cores = Pipeline(get_task(TASK)), build_workers()
+    lines = [
+        f"pool compare: {k} cold builds of distinct naive-GEMM variants, pools of {cores} (the host's cores)"
+    ]
+    for how in ("sequential", "threads", "processes"):
+        texts = [candidate("slow", i, f"{tag}_{how}") for i in range(k)]
+        start = time.perf_counter()
+        if how == "sequential":
+            got = ["built" if pipeline.prepare(Submission(t)).candidate else "failed" for t in texts]
+        elif how == "threads":
+            with ThreadPoolExecutor(cores) as pool:
+                got = list(
+                    pool.map(lambda t: "built" if pipeline.prepare(Submission(t)).candidate else "x", texts)
+                )
+        else:
+            with ProcessPoolExecutor(cores) as pool:
+                got = list(pool.map(_prepare_in_process, texts))
+        wall = time.perf_counter() - start
+        lines.append(f"  {how:10s} {wall:7.2f} s  ({wall / k:.2f} s per build)  {Counter(got)}")
+    return lines
+
+
+def header(args: argparse.Namespace) -> str:
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"# python bench/throughput.py {' '.join(sys.argv[1:])}, {when}, commit {commit}, "
+        f"{os.cpu_count()} cores, load average {load}"
+    )
+
+
+def format_pass(r: dict) -> list[str]:
+    return [
+        f"{r['envs']:>3} envs: {r['candidates']} candidates in {r['wall_s']:.1f} s -> {r['per_min']:.2f} "
+        f"candidates/min, {r['correct_per_min']:.2f} verified correct/min ({r['correct']} correct)",
+        f"         time (s, summed over candidates): build {r['build_s']:.1f}, queue {r['queue_s']:.1f}, "
+        f"check {r['check_s']:.1f}, time {r['time_s']:.1f}, proofs {r['proofs_s']:.1f}, GPU total "
+        f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}",
+        f"         {r['statuses']}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--evaluator", default="none", help="none (builds only) or local (the GPU)")
+    parser.add_argument("--sizes", default="1,4,16", help="envs per pass, comma-separated")
+    parser.add_argument(
+        "--candidates", type=int, default=16, help="candidates per pass (kinds in equal shares)"
+    )
+    parser.add_argument("--memcheck", default=None, help="EvalSettings.memcheck for local (default: its own)")
+    parser.add_argument("--pool-compare", type=int, default=0, help="also compare build pools on K builds")
+    parser.add_argument("--out", type=Path, help="also write the report here")
+    args = parser.parse_args(argv)
+
+    from ptxgym.evaluation.choose import select_evaluator
+    from ptxgym.evaluation.trusted.base import EvalSettings
+
+    settings = EvalSettings(**({"memcheck": args.memcheck} if args.memcheck else {}))
+    lines = [header(args)]
+    print(lines[0], flush=True)
+    started = time.perf_counter()
+    evaluator = select_evaluator(args.evaluator, settings=settings)
+    ready = time.perf_counter() - started
+    lines.append(
+        f"evaluator {evaluator.name} ready in {ready:.1f} s; {settings.memcheck.value} memcheck, "
+        f"{settings.target_mode.value} target, slow cut-off {settings.slow_cutoff_speedup}x"
+    )
+    print(lines[-1], flush=True)
+    tag = f"{int(time.time())}"
+    results = []
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            r = run_pass(evaluator, size, args.candidates, f"{tag}_{size}")
+            results.append(r)
+            for line in format_pass(r):
+                print(line, flush=True)
+                lines.append(line)
+        if args.pool_compare:
+            for line in pool_compare(args.pool_compare, tag):
+                print(line, flush=True)
+                lines.append(line)
+    finally:
+        evaluator.close()
+    base = results[0]["per_min"] if results else 0.0
+    ratio = ", ".join(f"{r['envs']} envs {r['per_min'] / base:.2f}x" for r in results) if base else ""
+    total = time.perf_counter() - started
+    lines.append(f"throughput relative to {results[0]['envs']} env(s): {ratio}; total {total:.0f} s")
+    print(lines[-1])
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

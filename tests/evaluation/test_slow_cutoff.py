@@ -1,0 +1,66 @@
+"""The slow cut-off: a candidate far slower than the baseline is timed with its first trial only.
+
+The decision (``timing.slow_cutoff``) is pure; the session's control flow is driven against the fake
+worker on CPU tensors (its calls report 1.0 ms each), as in ``test_session_cpu.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ptxgym.evaluation.trusted.timing import slow_cutoff
+
+
+def test_decision_cuts_only_far_slower_candidates() -> None:
+    first = [10.0, 11.0, 9.0]  # median 10 ms
+    reason = slow_cutoff(first, baseline_ms=0.5, cutoff=0.1, trials=3)  # 0.05x
+    assert "1 of 3 trials" in reason and "0.050x" in reason and "0.1x cut-off" in reason
+    assert slow_cutoff(first, baseline_ms=1.0, cutoff=0.1, trials=3) == ""  # exactly 0.1x: timed in full
+    assert slow_cutoff(first, baseline_ms=5.0, cutoff=0.1, trials=3) == ""  # 0.5x
+    assert slow_cutoff(first, baseline_ms=0.5, cutoff=0.0, trials=3) == ""  # turned off
+    assert slow_cutoff(first, baseline_ms=0.5, cutoff=0.1, trials=1) == ""  # nothing to cut
+    assert slow_cutoff(first, baseline_ms=None, cutoff=0.1, trials=3) == ""  # no baseline latency
+    assert slow_cutoff([], baseline_ms=0.5, cutoff=0.1, trials=3) == ""
+    assert slow_cutoff([0.0], baseline_ms=0.5, cutoff=0.1, trials=3) == ""
+
+
+torch = pytest.importorskip("torch")
+
+from evaltest_helpers import small_task  # noqa: E402
+
+from ptxgym.evaluation.protocol import AttachResult, Reply  # noqa: E402
+from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
+from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
+from ptxgym.evaluation.trusted.pool import WorkerHandle  # noqa: E402
+from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
+from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory):
+    return Arena(small_task("Gemm-sm90a", M=8), [1, 2, 3], "cpu", tmp_path_factory.mktemp("arena"))
+
+
+def _timed(arena, fake_worker_argv, tmp_path, baseline_ms: float | None) -> SessionResult:
+    settings = EvalSettings(warmup=1, iterations=4, trials=3, correctness_sets=2)
+    handle = WorkerHandle(fake_worker_argv("echo"), None, tmp_path)
+    handle.drain(30.0)
+    attach = AttachResult(arena=arena.id, cupti=False, flush_bytes=1)
+    handle.primed = {"arena": arena.id, "reply": Reply(seq=0, ok=True, attach=attach)}
+    session = Session(handle, arena, settings, EVENTS, seed=5, timeout_s=10.0)
+    try:
+        session.attach(1, cupti=False)
+        session.calibrate(n=3)
+        result = SessionResult()
+        session.timing(result, crosscheck=False, strict=False, baseline_ms=baseline_ms)
+        return result
+    finally:
+        session.worker.kill()
+
+
+def test_session_times_one_trial_and_keeps_every_verified_call(arena, fake_worker_argv, tmp_path):
+    full = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.5)  # the fake's 1 ms: 0.5x
+    assert full.shortened == "" and [len(t) for t in full.trials] == [4, 4, 4]
+    cut = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.05)  # 0.05x
+    assert "1 of 3 trials" in cut.shortened and [len(t) for t in cut.trials] == [4]
+    assert cut.calls_checked == full.calls_checked == 3 * 3  # the same verified calls either way
