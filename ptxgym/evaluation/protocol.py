@@ -91,6 +91,11 @@ class Attach(_Cmd):
     sets: list[list[Arg]] = Field(description="Per input set, the call's arguments in order.")
     flush_bytes: int = Field(description="Size of the L2-flush buffer the worker allocates.")
     cupti: bool = Field(True, description="Whether to start CUPTI activity tracing.")
+    module_census: bool = Field(
+        False,
+        description="Also record every module the driver loads (CUPTI's module-loaded callback: cubin "
+        "hash and functions) for the in-band census of module images.",
+    )
 
 
 class ApplySandbox(_Cmd):

@@ -92,20 +92,27 @@ def test_session_folds_trials_and_an_overflow_fails() -> None:
 
 
 @pytest.mark.nvcc
-def test_worker_reads_a_module_record_from_cuptis_buffer(images: dict[str, bytes]) -> None:
-    """The worker's reading of a CUPTI module record: the image behind the pointer, hashed and parsed.
+def test_worker_reads_a_module_from_cuptis_module_loaded_callback(images: dict[str, bytes]) -> None:
+    """The worker's module-loaded callback: resource data -> module data -> the image, hashed and parsed.
 
-    The record here is a stand-in built by the test (no CUPTI without a GPU); the image is a real cubin.
+    The callback data here is laid out by the test as cupti_callbacks.h declares it (no CUPTI without a
+    GPU); the image is a real cubin.
     """
+    from ptxgym.evaluation.sandboxed.cupti_spans import _ModuleData, _ResourceData
+
     image = images["own"]
     buf = ctypes.create_string_buffer(image, len(image))
-    spans = CuptiSpans.__new__(CuptiSpans)  # no CUPTI here: only the record-reading part is exercised
+    module = _ModuleData(moduleId=3, cubinSize=len(image), pCubin=ctypes.addressof(buf))
+    resource = _ResourceData(context=None, handle=None, descriptor=ctypes.addressof(module))
+    spans = CuptiSpans.__new__(CuptiSpans)  # no CUPTI here: only the callback's reading is exercised
     spans._modules, spans.census_error = {}, ""
-    spans._module(SimpleNamespace(id=3, cubin=ctypes.addressof(buf), cubin_size=len(image)))
-    spans._module(SimpleNamespace(id=4, cubin=0, cubin_size=0))
-    spans._module(SimpleNamespace(id=5))  # a record without the fields: noted, never raised
-    (first, empty) = spans._modules.values()
+    spans._on_resource(None, 0, 0, ctypes.addressof(resource))  # the C struct's address
+    empty = _ModuleData(moduleId=4, cubinSize=0, pCubin=None)
+    spans._on_resource(None, 0, 0, SimpleNamespace(resource_descriptor=ctypes.addressof(empty)))
+    assert not spans.census_error
+    spans._on_resource(None, 0, 0, ctypes.addressof(_ResourceData()))  # no module data: noted, not raised
+    assert "no module data" in spans.census_error
+    first, blank = spans._modules[3], spans._modules[4]
     assert first == _module(image) and OWN in (first.functions or [])
-    assert empty.functions is None and empty.sha256 == ""
-    assert "unreadable CUPTI module record" in spans.census_error
-    assert list(spans._modules) == [3, 4]
+    assert blank.functions is None and blank.sha256 == ""
+    assert ctypes.sizeof(_ModuleData) == 24 and _ModuleData.pCubin.offset == 16  # cupti_callbacks.h

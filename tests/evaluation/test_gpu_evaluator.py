@@ -91,10 +91,11 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
     assert t.candidate.n == 20 and t.candidate.median_ms > t.baseline.median_ms
     assert 0 < t.speedup < 0.5
     assert t.backend in ("cupti", "events+device-sync")
-    if t.backend == "cupti":  # the in-band census saw only the module's kernel, from one image
-        assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census, verdict.details.get("census")
+    if t.backend == "cupti":  # the in-band census saw only the module's kernel (module images: off here)
         census = verdict.details["census"]
-        assert census["kernels"] == {"_Z10gemm_tiledPK13__nv_bfloat16S1_PS_iii": 20} and not census["error"]
+        assert census["kernels"] == {"_Z10gemm_tiledPK13__nv_bfloat16S1_PS_iii": 20}, census
+        assert census["error"] == "module records not requested"
+        assert Proof.CUPTI_IN_BAND not in verdict.evidence.kernel_census  # names alone prove no binding
     assert verdict.target.static is False and verdict.target.executed is Verdict.NO
     assert verdict.environment.gpu and verdict.environment.driver and verdict.environment.torch
     assert verdict.environment.sandbox is not None and set(verdict.environment.sandbox) == {
@@ -148,12 +149,23 @@ def test_hostile_candidate_gets_the_right_status(evaluator, gemm, name, statuses
     assert verdict.timing is None or verdict.timing.speedup is None
 
 
-def test_module_loaded_from_memory_under_an_own_name_is_foreign(evaluator, gemm):
-    """A module loaded from PTX at run time defines (and runs) a kernel under the built kernel's name."""
-    if evaluator.backend != "cupti":
-        pytest.skip("the in-band census needs the CUPTI timing backend")
-    verdict = _evaluate(evaluator, gemm, "module_from_memory")
-    assert verdict.status is Status.FOREIGN_KERNEL, verdict.message
+def test_module_loaded_from_memory_under_an_own_name_is_foreign(gemm):
+    """A module loaded from PTX at run time defines (and runs) a kernel under the built kernel's name.
+
+    Its own evaluator, with the module census on (workers record module loads from their start); the
+    honest naive GEMM beside it earns the in-band census evidence.
+    """
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+
+    with LocalGpuEvaluator(settings=SETTINGS.model_copy(update={"module_census": True}), spares=1) as ev:
+        if ev.backend != "cupti":
+            pytest.skip("the in-band census needs the CUPTI timing backend")
+        honest = _evaluate(ev, gemm, "naive")
+        verdict = _evaluate(ev, gemm, "module_from_memory")
+    assert honest.status is Status.PASSED, honest.message
+    assert Proof.CUPTI_IN_BAND in honest.evidence.kernel_census, honest.details.get("census")
+    assert honest.details["census"]["modules_loaded"] >= 1
+    assert verdict.status is Status.FOREIGN_KERNEL, (verdict.message, verdict.details.get("census"))
     assert "different module images" in verdict.message and verdict.stage.value == "time"
     assert verdict.timing is None or verdict.timing.speedup is None
 

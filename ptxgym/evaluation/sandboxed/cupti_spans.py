@@ -32,7 +32,7 @@ _MAX_CUBIN_BYTES = 1 << 30
 class CuptiSpans:
     """Collects GPU activity records and cuts them into per-call spans."""
 
-    def __init__(self) -> None:
+    def __init__(self, module_census: bool = False) -> None:
         from cupti import cupti
 
         self._cupti = cupti
@@ -43,19 +43,24 @@ class CuptiSpans:
         )
         self._kind_ids = {int(k) for k in self._kinds}
         self._kernel_kind = int(cupti.ActivityKind.CONCURRENT_KERNEL)
-        self._module_kind = int(cupti.ActivityKind.MODULE)
         self._records: list[tuple[int, int, str]] = []
         self._windows: list[tuple[int, int, int]] = []
         self._modules: dict[int, LoadedModule] = {}
         self._enabled = False
+        self._subscriber: Any = None
         cupti.activity_register_callbacks(self._requested, self._completed)
-        # Module loads are traced from now on, trials or not: the candidate's module (and any module it
-        # loads itself) is loaded after this, lazily at its first launch.
-        self.census_error = ""
-        try:
-            cupti.activity_enable(cupti.ActivityKind.MODULE)
-        except Exception as exc:  # noqa: BLE001 - no module records; the census says why
-            self.census_error = f"CUPTI module records unavailable: {exc}"[:300]
+        # Module loads come from the callback API (the activity API produces no module records), from now
+        # on: the candidate's module (and any module it loads itself) is loaded after this, lazily at its
+        # first launch.
+        self.census_error = "" if module_census else "module records not requested"
+        if module_census:
+            try:
+                self._subscriber = cupti.subscribe(self._on_resource, None)
+                cupti.enable_callback(
+                    1, self._subscriber, cupti.CallbackDomain.RESOURCE, cupti.CallbackIdResource.MODULE_LOADED
+                )
+            except Exception as exc:  # noqa: BLE001 - no module records; the census says why
+                self.census_error = f"CUPTI module callback unavailable: {exc}"[:300]
 
     def _requested(self) -> tuple[int, int]:
         return _BUFFER_BYTES, 0
@@ -63,26 +68,30 @@ class CuptiSpans:
     def _completed(self, activities: list[Any]) -> None:
         for act in activities:
             kind = int(act.kind)
-            if kind == self._module_kind:
-                self._module(act)
-            elif kind in self._kind_ids:
+            if kind in self._kind_ids:
                 name = str(act.name) if kind == self._kernel_kind else ""
                 self._records.append((int(act.start), int(act.end), name))
 
-    def _module(self, act: Any) -> None:
-        """Hash a loaded module's cubin while CUPTI's buffer still holds it (records are per module id)."""
+    def _on_resource(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
+        """CUPTI's module-loaded callback: hash the cubin while the driver still holds it."""
         try:
-            self._read_module(act)
+            self._module(_ModuleData.from_address(_descriptor(cbdata)))
         except Exception as exc:  # noqa: BLE001 - a record we cannot read must not stop the tracing
             self.census_error = f"unreadable CUPTI module record: {exc}"[:300]
 
-    def _read_module(self, act: Any) -> None:
-        size, ptr = int(act.cubin_size), int(act.cubin)
+    def _module(self, data: Any) -> None:
+        """Record one loaded module (``CUpti_ModuleResourceData``: moduleId, cubinSize, pCubin)."""
+        try:
+            self._read_module(int(data.moduleId), int(data.pCubin or 0), int(data.cubinSize))
+        except Exception as exc:  # noqa: BLE001 - noted; the census then proves nothing
+            self.census_error = f"unreadable CUPTI module record: {exc}"[:300]
+
+    def _read_module(self, module_id: int, ptr: int, size: int) -> None:
         if not ptr or not 0 < size <= _MAX_CUBIN_BYTES:
-            self._modules[int(act.id)] = LoadedModule(sha256="", size=size, functions=None)
+            self._modules[module_id] = LoadedModule(sha256="", size=size, functions=None)
             return
         image = ctypes.string_at(ptr, size)
-        self._modules[int(act.id)] = LoadedModule(
+        self._modules[module_id] = LoadedModule(
             sha256=hashlib.sha256(image).hexdigest(), size=size, functions=elf_functions(image)
         )
 
@@ -120,6 +129,33 @@ class CuptiSpans:
         modules = list(self._modules.values())
         self._modules.clear()
         return kernels, modules
+
+
+class _ModuleData(ctypes.Structure):
+    """``CUpti_ModuleResourceData`` as cupti_callbacks.h lays it out."""
+
+    _fields_ = [("moduleId", ctypes.c_uint32), ("cubinSize", ctypes.c_size_t), ("pCubin", ctypes.c_void_p)]
+
+
+class _ResourceData(ctypes.Structure):
+    """``CUpti_ResourceData``: context, resource handle (a union of pointers), resource descriptor."""
+
+    _fields_ = [("context", ctypes.c_void_p), ("handle", ctypes.c_void_p), ("descriptor", ctypes.c_void_p)]
+
+
+def _descriptor(cbdata: Any) -> int:
+    """The address of a resource callback's ``CUpti_ModuleResourceData``.
+
+    The binding hands the callback data over as an object with ``resource_descriptor`` or as the address
+    of the C struct; both are read.
+    """
+    if hasattr(cbdata, "resource_descriptor"):
+        return int(cbdata.resource_descriptor)
+    address = int(cbdata.ptr) if hasattr(cbdata, "ptr") else int(cbdata)
+    descriptor = _ResourceData.from_address(address).descriptor
+    if not descriptor:
+        raise ValueError("the resource callback carried no module data")
+    return int(descriptor)
 
 
 def spans_by_window(

@@ -206,7 +206,7 @@ class Worker:
         blob = cmd.blob if cmd.vmm is None else self._map_vmm(cmd.vmm)
         self.args, self.outputs = argument_views(blob, cmd.sets)
         self.flush = torch.empty(cmd.flush_bytes, dtype=torch.uint8, device=f"cuda:{self.device}")
-        cupti_ok, cupti_error = self._start_cupti(cmd.cupti)
+        cupti_ok, cupti_error = self._start_cupti(cmd.cupti, cmd.module_census)
         self.arena = cmd.arena
         return Reply(
             seq=seq,
@@ -238,7 +238,7 @@ class Worker:
         self.vmm = vmm.MappedBlob(handle, spec.total, spec.page, runs, self.device)
         return self.vmm.tensor()
 
-    def _start_cupti(self, wanted: bool) -> tuple[bool, str]:
+    def _start_cupti(self, wanted: bool, module_census: bool = False) -> tuple[bool, str]:
         if not wanted:
             return False, "not requested"
         if self.cupti is not None:
@@ -246,7 +246,7 @@ class Worker:
         try:
             from ptxgym.evaluation.sandboxed.cupti_spans import CuptiSpans
 
-            spans = CuptiSpans()
+            spans = CuptiSpans(module_census)
             spans.begin()
             t0 = spans.now()
             self.tiny.add_(1)

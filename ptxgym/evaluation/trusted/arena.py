@@ -260,16 +260,27 @@ class Arena:
 
     # ------------------------------------------------------------------------------------- per call
 
-    def attach_command(self, flush_bytes: int, cupti: bool) -> Attach:
+    def attach_command(self, flush_bytes: int, cupti: bool, module_census: bool = False) -> Attach:
         """The command that maps this arena into a worker (send it with ``attach_fds``)."""
         if not self.guard_pages:
             return Attach(
-                arena=self.id, blob=self.blob, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti
+                arena=self.id,
+                blob=self.blob,
+                sets=self._layout,
+                flush_bytes=flush_bytes,
+                cupti=cupti,
+                module_census=module_census,
             )
         runs = [VmmRun(offset=m.offset, size=m.size, phys=m.phys) for m in self.layout.mappings]
         spec = VmmBlob(total=self.layout.total, page=self.layout.page, runs=runs)
         return Attach(
-            arena=self.id, blob=None, vmm=spec, sets=self._layout, flush_bytes=flush_bytes, cupti=cupti
+            arena=self.id,
+            blob=None,
+            vmm=spec,
+            sets=self._layout,
+            flush_bytes=flush_bytes,
+            cupti=cupti,
+            module_census=module_census,
         )
 
     def attach_fds(self) -> list[int]:

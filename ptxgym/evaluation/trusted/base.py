@@ -116,6 +116,12 @@ class EvalSettings(BaseModel):
         "(CUPTI SASS metrics); the target counts and work share it gives are recorded beside the offline "
         "proof's (details['in_band_target']), not yet a proof of their own.",
     )
+    module_census: bool = Field(
+        False,
+        description="Record every module the driver loads in the worker (CUPTI's module-loaded callback) so "
+        "the in-band census also catches a cubin loaded from memory under the built module's kernel names "
+        "(``census.py``); off until run on the H200.",
+    )
     guard_pages: bool = Field(
         False,
         description="Build the arena's blob with the CUDA virtual-memory API so that an unmapped page "

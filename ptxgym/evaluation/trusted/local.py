@@ -267,7 +267,7 @@ class LocalGpuEvaluator(Evaluator):
         arena = self._current
         if arena is None or handle.primed.get("arena") == arena.id:
             return
-        cmd = arena.attach_command(self.flush_bytes, self.backend != EVENTS)
+        cmd = arena.attach_command(self.flush_bytes, self.backend != EVENTS, self.settings.module_census)
         handle.send(cmd, ipc_pickle, arena.attach_fds())
         handle.primed = {"arena": arena.id}
 
@@ -335,7 +335,9 @@ class LocalGpuEvaluator(Evaluator):
         backend = self.backend or EVENTS
         session = Session(handle, arena, self.settings, backend, seed, self.settings.call_timeout_s)
         try:
-            attached = session.attach(self.flush_bytes, self.backend == CUPTI)
+            attached = session.attach(
+                self.flush_bytes, self.backend == CUPTI, self.settings.module_census and self.backend == CUPTI
+            )
             if self.backend == CUPTI and not attached.cupti:
                 handle.discard()
                 raise InfraError(f"CUPTI failed in a new worker: {attached.cupti_error}")

@@ -157,14 +157,14 @@ class Session:
             raise CandidateFault(reply.error, reply.cuda_error, stage)
         return reply
 
-    def attach(self, flush_bytes: int, cupti: bool) -> AttachResult:
+    def attach(self, flush_bytes: int, cupti: bool, module_census: bool = False) -> AttachResult:
         """Map the arena into the worker (skipped if the worker was primed with it)."""
         primed = self.worker.primed
         found = primed.get("reply")
         if primed.get("arena") == self.arena.id and isinstance(found, Reply):
             reply = found
         else:
-            cmd = self.arena.attach_command(flush_bytes, cupti)
+            cmd = self.arena.attach_command(flush_bytes, cupti, module_census)
             reply = self.worker.request(cmd, self.timeout_s, ipc_pickle, self.arena.attach_fds())
         if not reply.ok:
             raise CandidateFault(reply.error, reply.cuda_error, Stage.RUN)
