@@ -235,6 +235,7 @@ def test_static_target_detection_on_real_builds(plain_builds, built) -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # the shared `built` fixture: ~21 s of concurrent nvcc builds
 def test_driver_api_links_through_libcuda(built) -> None:
     tma = built["tma"]
     assert tma.ok, tma.message
@@ -242,6 +243,7 @@ def test_driver_api_links_through_libcuda(built) -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # the shared `built` fixture: ~21 s of concurrent nvcc builds
 def test_wrong_arch_code_is_a_compile_error_with_ptxas_message(built) -> None:
     outcome = built["tcgen05_on_hopper"]
     assert outcome.status is Status.COMPILE_ERROR and outcome.so_path is None and not outcome.info.ok
@@ -250,6 +252,7 @@ def test_wrong_arch_code_is_a_compile_error_with_ptxas_message(built) -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # the shared `built` fixture: ~21 s of concurrent nvcc builds
 def test_dlopen_without_literal_is_caught_at_symbol_level(built) -> None:
     source = (KERNELS / "dlopen_hidden.cu").read_text()
     assert check_source(source).ok  # regex cannot see it: no dlopen token, no "cublas" literal
@@ -263,6 +266,7 @@ def test_dlopen_without_literal_is_caught_at_symbol_level(built) -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # the shared `built` fixture: ~21 s of concurrent nvcc builds
 def test_loading_gpu_code_at_run_time_is_caught_at_symbol_level(built) -> None:
     """Issue 11, item 11: a kernel carried as bytes, launched past a decoy of the same name."""
     assert check_source((KERNELS / "cubin_from_bytes.cu").read_text()).ok
@@ -275,6 +279,7 @@ def test_loading_gpu_code_at_run_time_is_caught_at_symbol_level(built) -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # the shared `built` fixture: ~21 s of concurrent nvcc builds
 def test_missing_entry_export(built) -> None:
     outcome = built["no_export"]
     assert outcome.status is Status.COMPILE_ERROR and outcome.so_path is None

@@ -184,6 +184,7 @@ def test_backstop_catches_asm_from_a_header_macro() -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # ~10 s of nvcc
 def test_backstop_catches_host_asm_past_the_screen_and_keeps_device_asm() -> None:
     host = (
         HEAD

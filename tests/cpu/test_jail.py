@@ -80,7 +80,11 @@ def _build_hostile(spelling: str, path: Path):
     return build_solution(_solution(code), HOPPER, screen=False, use_cache=False)
 
 
-@pytest.mark.parametrize("spelling", sorted(HOSTILE))
+@pytest.mark.parametrize(
+    "spelling",
+    # one spelling in the fast subset (-m "not slow"), every spelling in the full suite (~4 s of nvcc each)
+    [pytest.param(s, marks=() if s == "incbin" else pytest.mark.slow) for s in sorted(HOSTILE)],
+)
 def test_a_file_outside_the_jail_cannot_be_read(spelling: str, secret: Path) -> None:
     outcome = _build_hostile(spelling, secret)
     text = f"{outcome.message}\n{outcome.info.log}"
@@ -90,7 +94,14 @@ def test_a_file_outside_the_jail_cannot_be_read(spelling: str, secret: Path) -> 
     assert outcome.info.confinement and outcome.info.confinement.startswith(f"Landlock ABI {ABI}")
 
 
-@pytest.mark.parametrize("spelling", ["incbin through a macro", "incbin in .irp", "#include quoted"])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "incbin through a macro",
+        pytest.param("incbin in .irp", marks=pytest.mark.slow),
+        pytest.param("#include quoted", marks=pytest.mark.slow),
+    ],
+)
 def test_etc_passwd_cannot_be_read(spelling: str) -> None:
     outcome = _build_hostile(spelling, Path("/etc/passwd"))
     text = f"{outcome.message}\n{outcome.info.log}"
@@ -123,6 +134,7 @@ def _compile_object(kind: str, directory: Path, secret: Path) -> tuple[int, byte
     return code, obj.read_bytes() if obj.exists() else b"", output
 
 
+@pytest.mark.slow  # ~8 s of nvcc
 def test_control_without_the_jail_the_assembler_embeds_the_file(tmp_path: Path, secret: Path) -> None:
     (tmp_path / "off").mkdir()
     (tmp_path / "on").mkdir()

@@ -78,6 +78,7 @@ def test_run_many_keeps_order_and_sends_built_candidates_as_one_batch() -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # ~6.4 s of nvcc
 def test_a_broken_backend_fails_its_candidates_not_the_batch() -> None:
     pipeline = Pipeline(get_task("Gemm-sm90a"), _Broken())
     feedbacks = pipeline.run_many([Submission(a, turn=i) for i, (a, _) in enumerate(MIXED[:3])])

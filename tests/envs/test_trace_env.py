@@ -121,6 +121,7 @@ def test_fixture_solution_plays_through_env_step_to_the_build_stage() -> None:
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # ~6.5 s of nvcc
 def test_two_named_blocks_play_as_two_files() -> None:
     files = {s["path"]: s["content"] for s in json.loads(SOLUTION.read_text())["sources"]}
     kernel = files["kernel.cu"].replace(

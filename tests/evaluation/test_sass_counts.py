@@ -94,6 +94,7 @@ def test_records_are_summed_per_instruction_across_metrics_and_instances() -> No
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # ~7 s of nvcc
 def test_pc_listing_of_a_real_module() -> None:
     from ptxgym.audit.corpus import build_kernel
     from ptxgym.cpu.sass import dump_sass, pc_opcodes

@@ -58,6 +58,7 @@ def _timed(arena, fake_worker_argv, tmp_path, baseline_ms: float | None) -> Sess
         session.worker.kill()
 
 
+@pytest.mark.slow  # ~9 s
 def test_session_times_one_trial_and_keeps_every_verified_call(arena, fake_worker_argv, tmp_path):
     full = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.5)  # the fake's 1 ms: 0.5x
     assert full.shortened == "" and [len(t) for t in full.trials] == [4, 4, 4]
