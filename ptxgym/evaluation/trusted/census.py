@@ -22,6 +22,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from ptxgym.evaluation.protocol import LoadedModule
+from ptxgym.evaluation.trusted.base import BuiltCandidate
+from ptxgym.evaluation.trusted.session import CENSUS_OVERFLOW, SessionResult
 
 MAX_NAMES_SHOWN = 5
 
@@ -88,3 +90,25 @@ def census_failure(
             "loaded in the candidate's process: code loaded from memory under the module's kernel names"
         )
     return ""
+
+
+def in_band_census(
+    result: SessionResult, candidate: BuiltCandidate | None, cupti: bool, details: dict
+) -> tuple[str, bool]:
+    """The in-band census of a subject's timed calls: (why it fails or '', proved).
+
+    ``proved``: the census ran and found only the built module's kernels, from one image. What it saw goes
+    to ``details["census"]``. A census the worker could not take (no module records, no CUPTI backend, a
+    subject with no module of its own) proves nothing and fails nothing; one it overflowed fails.
+    """
+    if not cupti or not result.census_trials or candidate is None or not candidate.kernels:
+        return "", False
+    details["census"] = {
+        "kernels": dict(list(result.kernels.items())[:20]),
+        "modules_loaded": len(result.modules),
+        "error": result.census_error,
+    }
+    if result.census_error == CENSUS_OVERFLOW:
+        return f"in-band kernel census: {CENSUS_OVERFLOW}", False
+    failure = census_failure(result.kernels, result.modules, candidate.kernels)
+    return failure, not failure and not result.census_error

@@ -35,8 +35,6 @@ import time
 import traceback
 from pathlib import Path
 
-from ptxgym.cpu.sass import dump_sass, pc_opcodes
-from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.protocol import Load, check_mode
 from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import (
@@ -49,12 +47,12 @@ from ptxgym.evaluation.trusted.base import (
 )
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore, baseline_record
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
-from ptxgym.evaluation.trusted.census import census_failure
+from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import run_proofs
-from ptxgym.evaluation.trusted.sass_join import in_band_target
-from ptxgym.evaluation.trusted.session import CENSUS_OVERFLOW, CandidateFault, Session, SessionResult
+from ptxgym.evaluation.trusted.sass_join import counted_target
+from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
 from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
@@ -576,32 +574,29 @@ class LocalGpuEvaluator(Evaluator):
                 "cupti_error": self.cupti_error,
             }
         )
+
+        def unpaid(status: Status, message: str) -> GpuVerdict:
+            """A verdict at the time stage whose speed is not paid (no speedup)."""
+            return GpuVerdict(
+                status=status,
+                stage=Stage.TIME,
+                message=message,
+                correctness=info,
+                timing=timing.model_copy(update={"speedup": None}),
+                environment=self.environment,
+                **extra,
+            )
+
         anomaly = self._anomaly(stats, floor, result)
         if anomaly or stats is None:
-            timing = timing.model_copy(update={"speedup": None})
-            return GpuVerdict(
-                status=Status.TIMING_ANOMALY,
-                stage=Stage.TIME,
-                message=anomaly,
-                correctness=info,
-                timing=timing,
-                environment=self.environment,
-                **extra,
-            )
+            return unpaid(Status.TIMING_ANOMALY, anomaly)
         if result.sass_rows is not None or result.count_error:
-            turn.details["in_band_target"] = self._in_band_target(turn)
-        census, proved = self._census(turn)
-        if census:
-            timing = timing.model_copy(update={"speedup": None})
-            return GpuVerdict(
-                status=Status.FOREIGN_KERNEL,
-                stage=Stage.TIME,
-                message=census,
-                correctness=info,
-                timing=timing,
-                environment=self.environment,
-                **extra,
+            turn.details["in_band_target"] = counted_target(
+                turn.candidate, result, self.arch, turn.task.flops
             )
+        census, proved = in_band_census(result, turn.candidate, self.backend == CUPTI, turn.details)
+        if census:
+            return unpaid(Status.FOREIGN_KERNEL, census)
         note = "" if baseline.stats else f"; no baseline latency ({baseline.message})"
         if baseline.stats and baseline.correct is False:
             note += f"; the baseline itself misses the task tolerance ({baseline.message[:200]})"
@@ -622,38 +617,6 @@ class LocalGpuEvaluator(Evaluator):
             environment=self.environment,
             **extra,
         )
-
-    def _in_band_target(self, turn: Turn) -> dict:
-        """The counted call's target counts and work share (``sass_join.py``), for the record."""
-        cand = turn.candidate
-        if cand is None or self.arch is None:
-            return {"error": "no candidate module or no known architecture"}
-        try:
-            pcs = pc_opcodes(dump_sass(cand.so_path, find_toolchain()))
-        except Exception as exc:  # noqa: BLE001 - the listing is ours; its failure is recorded, not fatal
-            return {"error": f"SASS listing of the module failed: {exc}"[:300]}
-        r = turn.result
-        return in_band_target(r.sass_rows, r.count_error, pcs, self.arch, turn.task.flops)
-
-    def _census(self, turn: Turn) -> tuple[str, bool]:
-        """The in-band kernel census (``census.py``) of the timed calls: (why it fails or '', proved).
-
-        ``proved``: the census ran and found only the built module's kernels. Recorded in the verdict's
-        details; a census the worker could not take proves nothing (the offline profiler's census still
-        runs), one it overflowed fails.
-        """
-        result, cand = turn.result, turn.candidate
-        if self.backend != CUPTI or not result.census_trials or cand is None or not cand.kernels:
-            return "", False
-        turn.details["census"] = {
-            "kernels": dict(list(result.kernels.items())[:20]),
-            "modules_loaded": len(result.modules),
-            "error": result.census_error,
-        }
-        if result.census_error == CENSUS_OVERFLOW:
-            return f"in-band kernel census: {CENSUS_OVERFLOW}", False
-        failure = census_failure(result.kernels, result.modules, cand.kernels)
-        return failure, not failure and not result.census_error
 
     def _anomaly(self, stats, floor: float, result: SessionResult) -> str:
         if result.missing_spans:

@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ptxgym.cpu.sass import dump_sass, pc_opcodes
+from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.protocol import SassRow
+from ptxgym.evaluation.trusted.base import BuiltCandidate
+from ptxgym.evaluation.trusted.session import SessionResult
 from ptxgym.evaluation.trusted.target_work import work_share
 from ptxgym.records.arch import ArchSpec
 
@@ -67,3 +71,16 @@ def in_band_target(
         "unplaced_rows": joined.unplaced,
         "error": error,
     }
+
+
+def counted_target(
+    candidate: BuiltCandidate | None, result: SessionResult, arch: ArchSpec | None, flops: float
+) -> dict:
+    """``details['in_band_target']`` of a subject whose extra call was counted (``Session.count_call``)."""
+    if candidate is None or arch is None:
+        return {"error": "no candidate module or no known architecture"}
+    try:
+        pcs = pc_opcodes(dump_sass(candidate.so_path, find_toolchain()))
+    except Exception as exc:  # noqa: BLE001 - the listing is ours; its failure is recorded, not fatal
+        return {"error": f"SASS listing of the module failed: {exc}"[:300]}
+    return in_band_target(result.sass_rows, result.count_error, pcs, arch, flops)
