@@ -41,21 +41,28 @@ def _size(struct: type[ctypes.Structure]) -> int:
 
     That field is the last one unless the struct names another in ``_size_field``.
     """
-    field = getattr(struct, getattr(struct, "_size_field", struct._fields_[-1][0]))
+    own = struct.__dict__.get("_fields_") or ()
+    name = struct.__dict__.get("_size_field") or (own[-1][0] if own else "pPriv")
+    field = getattr(struct, name)
     return field.offset + field.size
 
 
-class _GetChipName(ctypes.Structure):
+class _Params(ctypes.Structure):
+    """The two fields every CUPTI parameter struct starts with; subclasses append their own."""
+
+    _size_field = "pPriv"
+    _fields_ = [("structSize", ctypes.c_size_t), ("pPriv", ctypes.c_void_p)]
+
+
+class _GetChipName(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("deviceIndex", ctypes.c_size_t),
         ("pChipName", ctypes.c_char_p),
     ]
 
 
-class _Initialize(ctypes.Structure):
-    _fields_ = [("structSize", ctypes.c_size_t), ("pPriv", ctypes.c_void_p)]
+class _Initialize(_Params):
+    """Nothing beyond the header fields."""
 
 
 class _MetricDetails(ctypes.Structure):
@@ -66,19 +73,15 @@ class _MetricDetails(ctypes.Structure):
     ]
 
 
-class _GetNumOfMetrics(ctypes.Structure):
+class _GetNumOfMetrics(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("pChipName", ctypes.c_char_p),
         ("numOfMetrics", ctypes.c_size_t),
     ]
 
 
-class _GetMetrics(ctypes.Structure):
+class _GetMetrics(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("pChipName", ctypes.c_char_p),
         ("numOfMetrics", ctypes.c_size_t),
         ("pMetricsList", ctypes.POINTER(_MetricDetails)),
@@ -89,42 +92,34 @@ class _Config(ctypes.Structure):
     _fields_ = [("metricId", ctypes.c_uint64), ("outputGranularity", ctypes.c_uint8)]
 
 
-class _SetConfig(ctypes.Structure):
+class _SetConfig(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("numOfMetricConfig", ctypes.c_size_t),
         ("pConfigs", ctypes.POINTER(_Config)),
         ("deviceIndex", ctypes.c_uint32),
     ]
 
 
-class _UnsetConfig(ctypes.Structure):
-    _fields_ = [("structSize", ctypes.c_size_t), ("pPriv", ctypes.c_void_p), ("deviceIndex", ctypes.c_uint32)]
+class _UnsetConfig(_Params):
+    _fields_ = [("deviceIndex", ctypes.c_uint32)]
 
 
-class _Enable(ctypes.Structure):
+class _Enable(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("ctx", ctypes.c_void_p),
         ("enableLazyPatching", ctypes.c_uint8),
     ]
 
 
-class _Disable(ctypes.Structure):
+class _Disable(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("ctx", ctypes.c_void_p),
         ("numOfDroppedRecords", ctypes.c_size_t),
     ]
 
 
-class _DataProperties(ctypes.Structure):
+class _DataProperties(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("ctx", ctypes.c_void_p),
         ("numOfPatchedInstructionRecords", ctypes.c_size_t),
         ("numOfInstances", ctypes.c_size_t),
@@ -135,10 +130,8 @@ class _InstanceValue(ctypes.Structure):
     _fields_ = [("metricId", ctypes.c_uint64), ("value", ctypes.c_uint64)]
 
 
-class _Data(ctypes.Structure):
+class _Data(_Params):
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("cubinCrc", ctypes.c_uint32),
         ("functionIndex", ctypes.c_uint32),
         ("functionName", ctypes.c_char_p),
@@ -147,11 +140,9 @@ class _Data(ctypes.Structure):
     ]
 
 
-class _FlushData(ctypes.Structure):
+class _FlushData(_Params):
     _size_field = "numOfInstances"  # as the header's CUpti_SassMetricsFlushData_Params_STRUCT_SIZE
     _fields_ = [
-        ("structSize", ctypes.c_size_t),
-        ("pPriv", ctypes.c_void_p),
         ("ctx", ctypes.c_void_p),
         ("numOfPatchedInstructionRecords", ctypes.c_size_t),
         ("numOfInstances", ctypes.c_size_t),

@@ -9,6 +9,7 @@ the result to ``verdicts.with_proofs``, which can only take the PASSED away.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -44,18 +45,7 @@ def run_proofs(
     t = time.perf_counter()
     target = _target(task, cand, inputs, device, settings, scratch, sandbox)
     walls["execute"] = round(time.perf_counter() - t, 4)
-    return _with_memcheck(target, memcheck), walls
-
-
-def _with_memcheck(target: ProofResults, memcheck: MemcheckInfo | None) -> ProofResults:
-    return ProofResults(
-        memcheck=memcheck,
-        target=target.target,
-        profile_failed=target.profile_failed,
-        foreign_kernels=target.foreign_kernels,
-        census_checked=target.census_checked,
-        source=target.source,
-    )
+    return dataclasses.replace(target, memcheck=memcheck), walls
 
 
 def _memcheck(
