@@ -61,15 +61,15 @@ class VmmRun(_Msg):
     """One run of mapped pages of a guard-page blob."""
 
     offset: int = Field(ge=0, description="Byte offset of the run in the blob's address range.")
-    size: int = Field(gt=0, description="Bytes mapped (whole pages).")
-    phys: int = Field(ge=0, description="Byte offset of its backing in the shared allocation.")
+    size: int = Field(gt=0, description="Bytes mapped (whole pages): all of the run's own allocation.")
 
 
 class VmmBlob(_Msg):
     """A blob built with the CUDA virtual-memory API (``evaluation/vmm.py``): the worker maps it itself.
 
-    The allocation travels as a POSIX file descriptor, passed with the attach command over the worker's
-    fd socket (``SCM_RIGHTS``); legacy CUDA IPC handles cannot share it.
+    Each run is an allocation of its own; they travel as POSIX file descriptors, one per run in order,
+    passed with the attach command over the worker's fd socket (``SCM_RIGHTS``); legacy CUDA IPC handles
+    cannot share them.
     """
 
     total: int = Field(gt=0, description="Bytes of address range to reserve (runs and the holes between).")

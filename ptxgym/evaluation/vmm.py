@@ -1,13 +1,15 @@
 """Guard pages: the arena's blob built with the CUDA virtual-memory API, shared through a POSIX fd.
 
 Used by both sides of the trust boundary (``EvalSettings.guard_pages``). The trusted side creates one
-physical allocation (``cuMemCreate``, exportable as a POSIX file descriptor), reserves an address range
-(``cuMemAddressReserve``) and maps each buffer's run of pages into it (``cuMemMap``, ``cuMemSetAccess``)
-with an unmapped page after every run (``trusted/guards.py``, ``vmm_layout``). The worker receives the
-file descriptor over a Unix socket (``SCM_RIGHTS``), imports it (``cuMemImportFromShareableHandle``) and
-maps the same runs at the same offsets of its own reservation, so a kernel that reads or writes past a
-buffer leaves the mapping and faults in the worker itself, whether or not a sanitizer watches. Legacy
-``cudaIpc`` handles cannot share such an allocation, hence the fd.
+physical allocation per buffer run (``cuMemCreate``, exportable as a POSIX file descriptor), reserves an
+address range (``cuMemAddressReserve``) and maps each run into it (``cuMemMap``, ``cuMemSetAccess``) with
+an unmapped page after every run (``trusted/guards.py``, ``vmm_layout``). One allocation per run because
+the driver maps whole allocations only: on the H200 (driver 580) mapping a run at a non-zero offset of a
+shared allocation failed with CUDA_ERROR_NOT_SUPPORTED. The worker receives the file descriptors over a
+Unix socket (``SCM_RIGHTS``), imports them (``cuMemImportFromShareableHandle``) and maps the same runs at
+the same offsets of its own reservation, so a kernel that reads or writes past a buffer leaves the mapping
+and faults in the worker itself, whether or not a sanitizer watches. Legacy ``cudaIpc`` handles cannot
+share such allocations, hence the fds.
 
 Both sides see the whole span as one ``uint8`` CUDA tensor (through ``__cuda_array_interface__``) whose
 views at the layout's offsets are the buffers, so everything above this module is unchanged. Nothing may
@@ -96,15 +98,49 @@ class _Span:
         }
 
 
+def create_runs(sizes: Sequence[int], device: int) -> tuple[list[Any], list[int]]:
+    """One shareable allocation per run size: their handles and fds (all released if one fails)."""
+    import os
+
+    handles: list[Any] = []
+    fds: list[int] = []
+    try:
+        for size in sizes:
+            handle, fd = create(size, device)
+            handles.append(handle)
+            fds.append(fd)
+    except Exception:
+        release_handles(handles)
+        for fd in fds:
+            os.close(fd)
+        raise
+    return handles, fds
+
+
+def release_handles(handles: Sequence[Any]) -> None:
+    """Release allocation handles (the memory goes once no mapping of them is left)."""
+    d = _driver()
+    for handle in handles:
+        if handle is not None:
+            d.cuMemRelease(handle)
+
+
 class MappedBlob:
-    """One process's mapping of the shared allocation: runs of pages at their offsets, holes between."""
+    """One process's mapping of the runs' allocations: each run at its offset, unmapped holes between."""
 
     def __init__(
-        self, handle: Any, total: int, page: int, runs: Sequence[tuple[int, int, int]], device: int
+        self, handles: Sequence[Any], total: int, page: int, runs: Sequence[tuple[int, int]], device: int
     ) -> None:
-        """``runs``: (offset in the span, size, offset in the allocation) of each mapped run."""
+        """``runs``: (offset in the span, size) of each mapped run, backed by ``handles[i]`` in whole.
+
+        This object owns the handles from the start: on any failure they are released with the mappings.
+        """
         d = _driver()
-        self.handle, self.total, self.device = handle, total, device
+        if len(handles) != len(runs):
+            release_handles(handles)
+            raise VmmError(f"{len(runs)} run(s) need as many allocations, got {len(handles)}")
+        self.handles: list[Any] = list(handles)
+        self.total, self.device = total, device
         self.base = 0
         self._mapped: list[tuple[int, int]] = []
         access = d.CUmemAccessDesc()
@@ -113,13 +149,13 @@ class MappedBlob:
         access.flags = d.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
         try:
             self.base = int(_ok(d.cuMemAddressReserve(total, page, 0, 0), "cuMemAddressReserve"))
-            for offset, size, phys in runs:
+            for (offset, size), handle in zip(runs, self.handles, strict=True):
                 ptr = self.base + offset
-                _ok(d.cuMemMap(ptr, size, phys, handle, 0), "cuMemMap")
+                _ok(d.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap")
                 self._mapped.append((ptr, size))
                 _ok(d.cuMemSetAccess(ptr, size, [access], 1), "cuMemSetAccess")
         except Exception:
-            self.release()  # the handle too: this object owns it from the start
+            self.release()  # the handles too: this object owns them from the start
             raise
 
     def tensor(self):
@@ -129,7 +165,7 @@ class MappedBlob:
         return torch.as_tensor(_Span(self.base, self.total), device=f"cuda:{self.device}")
 
     def release(self, free_handle: bool = True) -> None:
-        """Unmap every run, free the address range and (``free_handle``) release the allocation."""
+        """Unmap every run, free the address range and (``free_handle``) release the allocations."""
         d = _driver()
         for ptr, size in self._mapped:
             d.cuMemUnmap(ptr, size)
@@ -137,6 +173,6 @@ class MappedBlob:
         if self.base:
             d.cuMemAddressFree(self.base, self.total)
             self.base = 0
-        if free_handle and self.handle is not None:
-            d.cuMemRelease(self.handle)
-            self.handle = None
+        if free_handle:
+            release_handles(self.handles)
+            self.handles = []

@@ -23,6 +23,9 @@ SETTINGS = EvalSettings(
     call_timeout_s=10.0,
     memcheck=MemcheckMode.NEVER,
     target_mode=TargetMode.EXECUTED,
+    ncu_crosscheck_fraction=0.0,  # the in-band counts are the proof; the TMA test cross-checks them
+    guard_pages=True,
+    module_census=True,
     seed=1234,
     # every test here runs its candidate for real and times it in full; the cost guards have their tests
     # at the end of the module
@@ -109,21 +112,33 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
 
 
 def test_tma_gemm_passes_with_target_yes(evaluator, gemm):
-    verdict = _evaluate(evaluator, gemm, "tma_gemm")
+    """In-band counts are the proof; this candidate is cross-checked by Nsight Compute, which agrees."""
+    evaluator.settings = SETTINGS.model_copy(update={"ncu_crosscheck_fraction": 1.0})
+    try:
+        verdict = _evaluate(evaluator, gemm, "tma_gemm")
+    finally:
+        evaluator.settings = SETTINGS
+    print(f"IN_BAND {verdict.details.get('in_band_target')}")
     assert verdict.status is Status.PASSED, verdict.message
     assert verdict.target.static is True
     assert verdict.target.executed is Verdict.YES, verdict.target.message
     assert verdict.target.counts.get("UTMALDG", 0) > 0
     # TMA loads feed SIMT math: the target executed, but its MMAs did none of the work, so no target credit
     assert verdict.target.work is Verdict.NO and verdict.target.mma_share == 0.0
-    assert verdict.evidence.target_executed == [Proof.NCU_OFFLINE] and verdict.evidence.kernel_census
+    assert verdict.evidence.target_executed == [Proof.CUPTI_IN_BAND, Proof.NCU_OFFLINE]
+    assert verdict.evidence.target_work == [Proof.CUPTI_IN_BAND, Proof.NCU_OFFLINE]
+    assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census
+    assert "in-band" in verdict.target.message
 
 
 def test_decoy_wgmma_is_static_yes_executed_no(evaluator, gemm):
     verdict = _evaluate(evaluator, gemm, "decoy_wgmma")
+    print(f"IN_BAND {verdict.details.get('in_band_target')}")
     assert verdict.status is Status.PASSED, verdict.message
     assert verdict.target.static is True
     assert verdict.target.executed is Verdict.NO, verdict.target.message
+    assert verdict.evidence.target_executed == [Proof.CUPTI_IN_BAND]  # no Nsight Compute run
+    assert "execute" not in verdict.stage_wall_s or verdict.stage_wall_s["execute"] < 1.0
 
 
 HOSTILE = [
@@ -238,8 +253,8 @@ def test_host_sandbox_contains_hostile_host_code(evaluator, gemm):
 
 
 def test_memcheck_clean_and_error(evaluator, gemm):
-    evaluator.settings = SETTINGS.model_copy(
-        update={"memcheck": MemcheckMode.ALWAYS, "target_mode": TargetMode.STATIC}
+    evaluator.settings = SETTINGS.model_copy(  # a plain blob: with guard pages oob_read faults first
+        update={"memcheck": MemcheckMode.ALWAYS, "target_mode": TargetMode.STATIC, "guard_pages": False}
     )
     try:
         clean = _evaluate(evaluator, gemm, "naive")
@@ -252,8 +267,15 @@ def test_memcheck_clean_and_error(evaluator, gemm):
 
 
 def test_a_write_past_the_output_is_a_memory_error(evaluator, gemm):
-    """4 bytes past C on every call: the outputs and inputs check out, the guard region after C does not."""
-    verdict = _evaluate(evaluator, gemm, "guard_overrun")
+    """4 bytes past C on every call: the outputs and inputs check out, the guard region after C does not.
+
+    A plain blob (no guard pages), where the write lands in the guard region instead of faulting.
+    """
+    evaluator.settings = SETTINGS.model_copy(update={"guard_pages": False})
+    try:
+        verdict = _evaluate(evaluator, gemm, "guard_overrun")
+    finally:
+        evaluator.settings = SETTINGS
     assert verdict.status is Status.MEMORY_ERROR, verdict.message
     assert verdict.stage is Stage.CHECK and "past the end of output C of input set 0" in verdict.message
     assert verdict.timing is None  # never timed, so no speed to pay
@@ -294,20 +316,14 @@ def test_still_healthy_and_memory_returned(evaluator, gemm):
     assert abs(_free_gib(evaluator) - evaluator.free_at_start) < 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on the H200 (2026-12-04) cuMemMap of a run at a non-zero offset of one physical allocation is "
-    "CUDA_ERROR_NOT_SUPPORTED, so the evaluator falls back to the plain blob; next: one allocation per run "
-    "(bench/results/gpu_tests_2026-12-04_after_merges.txt)",
-)
 def test_guard_pages_fault_accesses_past_a_buffer_in_the_worker(evaluator, gemm):
     """With an unmapped page after every buffer, an honest GEMM passes; reads or writes past a buffer fault.
 
-    Last in this module: it builds a second GEMM arena (the guard-page blob). ``unobserved_oob_read``
-    reads past A only when no sanitizer is mapped in its process, so memcheck would find it clean; in the
-    worker the read must fault.
+    The module's evaluator has guard pages on (the default). ``unobserved_oob_read`` reads past A only
+    when no sanitizer is mapped in its process, so memcheck would find it clean; in the worker the read
+    must fault. Memcheck does not run on the honest one (``MemcheckMode.AUTO`` with guard pages).
     """
-    evaluator.settings = SETTINGS.model_copy(update={"guard_pages": True})
+    evaluator.settings = SETTINGS.model_copy(update={"memcheck": MemcheckMode.AUTO})
     try:
         honest = _evaluate(evaluator, gemm, "naive")
         read = _evaluate(evaluator, gemm, "unobserved_oob_read")
@@ -317,6 +333,7 @@ def test_guard_pages_fault_accesses_past_a_buffer_in_the_worker(evaluator, gemm)
     print(f"guard pages: {honest.details.get('guard_pages')}")
     assert honest.status is Status.PASSED, honest.message
     assert honest.details["guard_pages"].startswith("on"), honest.details["guard_pages"]
+    assert honest.memcheck is None or not honest.memcheck.ran
     faulted = {Status.RUNTIME_ERROR, Status.CRASH, Status.MEMORY_ERROR}
     assert read.status in faulted and read.timing is None, read.message
     assert write.status in faulted and write.timing is None, write.message

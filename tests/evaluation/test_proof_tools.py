@@ -155,7 +155,7 @@ def test_run_proofs_end_to_end_honest(tools, monkeypatch, tmp_path):
     monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
     scratch = tmp_path / "evaluator"
     scratch.mkdir()
-    proofs, walls = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, SETTINGS, scratch, "on")
+    proofs, walls = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, SETTINGS, scratch, "on", True)
     got = with_proofs(_passed(), proofs)
     assert got.status is Status.PASSED and set(walls) == {"memcheck", "execute"}
     assert got.memcheck.clean is True and got.target.executed is Verdict.NO and not got.target.credited
@@ -167,7 +167,7 @@ def test_run_proofs_end_to_end_honest(tools, monkeypatch, tmp_path):
 
 def test_run_proofs_stops_at_a_failed_memcheck(tools, monkeypatch, tmp_path):
     monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
-    proofs, walls = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, SETTINGS, tmp_path, "on")
+    proofs, walls = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, SETTINGS, tmp_path, "on", True)
     assert set(walls) == {"memcheck"} and proofs.target is None
     assert with_proofs(_passed(), proofs).status is Status.PROOF_FAILED
 
@@ -175,6 +175,100 @@ def test_run_proofs_stops_at_a_failed_memcheck(tools, monkeypatch, tmp_path):
 def test_run_proofs_finds_a_foreign_kernel(tools, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
     monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
-    proofs, _ = run_proofs(GEMM, _candidate(["_Z4peekv"]), Path("i.pt"), 0, SETTINGS, tmp_path, "on")
+    proofs, _ = run_proofs(GEMM, _candidate(["_Z4peekv"]), Path("i.pt"), 0, SETTINGS, tmp_path, "on", True)
     got = with_proofs(_passed(), proofs)
     assert got.status is Status.FOREIGN_KERNEL and "gemm_tiled(" in got.message
+
+
+# ------------------------------------------------------------------------ in-band counts as the proof
+
+NO_MEMCHECK = SETTINGS.model_copy(update={"memcheck": MemcheckMode.NEVER})
+
+
+def _in_band(mmas: int, crosscheck: bool):
+    """The in-band proof of a counted call that executed ``mmas`` m64n256k16 wgmmas (0: SIMT only)."""
+    from ptxgym.evaluation.protocol import SassRow
+    from ptxgym.evaluation.trusted.proofs import InBand
+    from ptxgym.evaluation.trusted.sass_join import in_band_info, in_band_target
+
+    pcs = {OWN[0]: {0x0: "LDG.E", 0x10: "HGMMA.64x256x16.F32.BF16", 0x20: "FFMA"}}
+    rows = [SassRow(function=OWN[0], pc=0x20, inst=10**6, threads=32 * 10**6)]
+    if mmas:
+        rows.append(SassRow(function=OWN[0], pc=0x10, inst=4 * mmas, threads=128 * mmas))
+    record = in_band_target(rows, "", pcs, HOPPER, GEMM.flops)
+    target, note = in_band_info(record, HOPPER)
+    assert target is not None, note
+    return InBand(target=target, crosscheck=crosscheck)
+
+
+def test_in_band_counts_are_the_proof_without_a_second_run(tools, monkeypatch, tmp_path):
+    """Not cross-checked: no tool runs at all (the hostile driver would hang), the verdict is in-band's."""
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "hang")
+    in_band = _in_band(0, crosscheck=False)
+    proofs, walls = run_proofs(
+        GEMM, _candidate(OWN), Path("i.pt"), 0, NO_MEMCHECK, tmp_path, "on", False, in_band
+    )
+    got = with_proofs(_passed(), proofs)
+    assert got.status is Status.PASSED and walls["execute"] < 1.0
+    assert got.target.executed is Verdict.NO and "in-band" in got.target.message
+    assert got.evidence.target_executed == [Proof.CUPTI_IN_BAND] and got.memcheck is None
+
+
+def test_a_cross_check_that_agrees_adds_nsight_compute(tools, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")  # its profile: the decoy's SIMT run, no wgmma executed
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
+    proofs, _ = run_proofs(
+        GEMM, _candidate(OWN), Path("i.pt"), 0, NO_MEMCHECK, tmp_path, "on", False, _in_band(0, True)
+    )
+    got = with_proofs(_passed(), proofs)
+    assert got.status is Status.PASSED, got.message
+    assert got.evidence.target_executed == [Proof.CUPTI_IN_BAND, Proof.NCU_OFFLINE]
+    assert got.details["ncu_target"]["executed"] == "no"
+
+
+def test_a_forged_in_band_count_is_caught_by_the_cross_check(tools, monkeypatch, tmp_path):
+    """The worker claims every product on wgmma; Nsight Compute saw SIMT code: PROOF_FAILED, unpaid."""
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
+    forged = _in_band(GEMM.flops // (2 * 64 * 256 * 16), crosscheck=True)
+    assert forged.target.credited
+    proofs, _ = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, NO_MEMCHECK, tmp_path, "on", False, forged)
+    got = with_proofs(_passed(), proofs)
+    assert got.status is Status.PROOF_FAILED and "disagree with Nsight Compute" in got.message
+    assert got.timing is None or got.timing.speedup is None
+
+
+def test_without_in_band_counts_nsight_compute_stands_and_says_why(tools, monkeypatch, tmp_path):
+    from ptxgym.evaluation.trusted.proofs import InBand
+
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
+    why = InBand(note="in-band counts failed: libcupti could not be loaded")
+    proofs, _ = run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, NO_MEMCHECK, tmp_path, "on", False, why)
+    got = with_proofs(_passed(), proofs)
+    assert got.status is Status.PASSED and got.evidence.target_executed == [Proof.NCU_OFFLINE]
+    assert "libcupti could not be loaded" in got.target.message
+
+
+def test_in_band_info_refuses_counts_it_cannot_place():
+    from ptxgym.evaluation.protocol import SassRow
+    from ptxgym.evaluation.trusted.sass_join import in_band_info, in_band_target
+
+    pcs = {"k": {0x10: "HGMMA.64x256x16.F32.BF16"}}
+    foreign = in_band_target([SassRow(function="other", pc=0x10, inst=4, threads=128)], "", pcs, HOPPER, 1.0)
+    assert in_band_info(foreign, HOPPER) == (
+        None,
+        "1 counted row(s) are not instructions of the built module",
+    )
+    assert in_band_info(in_band_target([], "", pcs, HOPPER, 1.0), HOPPER)[0] is None
+    assert in_band_info({"error": "x"}, HOPPER) == (None, "in-band counts failed: x")
+
+
+def test_memcheck_runs_where_guard_pages_do_not():
+    from ptxgym.evaluation.trusted.base import memcheck_due
+
+    assert not memcheck_due(MemcheckMode.AUTO, first_correct=True, guard_pages=True)
+    assert memcheck_due(MemcheckMode.AUTO, first_correct=True, guard_pages=False)
+    assert not memcheck_due(MemcheckMode.AUTO, first_correct=False, guard_pages=False)
+    assert memcheck_due(MemcheckMode.ALWAYS, first_correct=False, guard_pages=True)
+    assert not memcheck_due(MemcheckMode.NEVER, first_correct=True, guard_pages=False)

@@ -133,7 +133,7 @@ def test_join_places_rows_by_function_and_offset_and_sizes_the_mma_work() -> Non
 @pytest.mark.gpu
 @pytest.mark.nvcc
 def test_in_band_counts_agree_with_nsight_compute_on_the_expert_gemm() -> None:
-    """One evaluation of the expert GEMM with both proofs: the worker's counts and Nsight Compute's."""
+    """One evaluation of the expert GEMM, in-band counts cross-checked by Nsight Compute: they agree."""
     import hashlib
 
     from ptxgym.cpu.build import build_solution
@@ -142,7 +142,7 @@ def test_in_band_counts_agree_with_nsight_compute_on_the_expert_gemm() -> None:
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
     from ptxgym.knowledge_packs.include_tree import pack_include_dirs
     from ptxgym.knowledge_packs.variants import PACK_ROOT
-    from ptxgym.records.feedback import Status
+    from ptxgym.records.feedback import Proof, Status
     from ptxgym.records.schema import Solution
     from ptxgym.records.tasks import get_task
 
@@ -161,17 +161,19 @@ def test_in_band_counts_agree_with_nsight_compute_on_the_expert_gemm() -> None:
         kernels=[k.kernel for k in census.kernels],
     )
     settings = EvalSettings(
-        in_band_counts=True, warmup=2, iterations=5, trials=1, memcheck=MemcheckMode.NEVER, seed=7
+        ncu_crosscheck_fraction=1.0, warmup=2, iterations=5, trials=1, memcheck=MemcheckMode.NEVER, seed=7
     )
     with LocalGpuEvaluator(settings=settings, spares=1) as ev:
         verdict = ev.evaluate(task, cand)
     record = verdict.details.get("in_band_target")
-    print(f"\nIN_BAND {record}\nNCU {verdict.target.counts if verdict.target else None}")
-    assert verdict.status is Status.PASSED, verdict.message
+    print(f"\nIN_BAND {record}\nTARGET {verdict.target}")
+    assert verdict.status is Status.PASSED, verdict.message  # PROOF_FAILED if the two disagreed
+    assert verdict.evidence.target_work == [Proof.CUPTI_IN_BAND, Proof.NCU_OFFLINE]
     assert record is not None and not record.get("error"), record
     in_band = sum(
         v["thread_inst_executed_true"] for op, v in record["counts"].items() if op.startswith("HGMMA")
     )
-    ncu = verdict.target.counts.get("HGMMA", 0)
-    assert ncu > 0 and in_band == pytest.approx(ncu, rel=0.01)
+    assert verdict.target.counts.get("HGMMA", 0) == in_band > 0
+    assert verdict.details["ncu_target"]["counts"]["HGMMA"] == pytest.approx(in_band, rel=0.01)
+    assert verdict.target.credited and verdict.target.mma_share == pytest.approx(1.0, abs=0.01)
     assert record["work"] == "yes" and record["unplaced_rows"] == 0

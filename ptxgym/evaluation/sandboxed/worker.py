@@ -217,25 +217,30 @@ class Worker:
         )
 
     def _map_vmm(self, spec: VmmBlob):
-        """Import the guard-page blob from the fd sent with the command and map its runs (``vmm.py``)."""
+        """Import the guard-page runs from the fds sent with the command and map them (``vmm.py``)."""
         import socket
 
         from ptxgym.evaluation import vmm
 
+        want = len(spec.runs)
         with socket.socket(fileno=os.dup(0)) as channel:
             channel.settimeout(30.0)
-            _, fds, _, _ = socket.recv_fds(channel, 1, 1)
-        if len(fds) != 1:
-            raise RuntimeError(f"expected the blob's file descriptor with the attach, got {len(fds)}")
+            _, fds, _, _ = socket.recv_fds(channel, 1, want)
+        handles = []
         try:
-            handle = vmm.import_fd(fds[0])
+            if len(fds) != want:
+                raise RuntimeError(f"expected {want} file descriptor(s) with the attach, got {len(fds)}")
+            handles = [vmm.import_fd(fd) for fd in fds]
+        except Exception:
+            vmm.release_handles(handles)
+            raise
         finally:
             for fd in fds:
                 os.close(fd)
         if self.vmm is not None:
             self.vmm.release()
-        runs = [(r.offset, r.size, r.phys) for r in spec.runs]
-        self.vmm = vmm.MappedBlob(handle, spec.total, spec.page, runs, self.device)
+        runs = [(r.offset, r.size) for r in spec.runs]
+        self.vmm = vmm.MappedBlob(handles, spec.total, spec.page, runs, self.device)
         return self.vmm.tensor()
 
     def _start_cupti(self, wanted: bool, module_census: bool = False) -> tuple[bool, str]:

@@ -129,7 +129,7 @@ class Arena:
         self.shapes = task.shapes()
         self._layout: list[list[Arg]] = []
         self._vmm: Any = None
-        self._vmm_fd = -1
+        self._vmm_fds: list[int] = []
         self.guard_pages_error = ""
         """Why guard pages were asked for but not used (the blob fell back to one plain allocation)."""
         self.blob = self._allocate(len(seeds), guard_pages)
@@ -178,9 +178,9 @@ class Arena:
         torch_zeros_on(self.device)  # the trusted thread's CUDA context is current
         index = self.device.index or 0
         self.layout = vmm_layout(sizes, vmm.granularity(index))
-        handle, self._vmm_fd = vmm.create(self.layout.physical_bytes, index)
-        runs = [(m.offset, m.size, m.phys) for m in self.layout.mappings]
-        self._vmm = vmm.MappedBlob(handle, self.layout.total, self.layout.page, runs, index)
+        runs = [(m.offset, m.size) for m in self.layout.mappings]
+        handles, self._vmm_fds = vmm.create_runs([size for _, size in runs], index)
+        self._vmm = vmm.MappedBlob(handles, self.layout.total, self.layout.page, runs, index)
         self._offsets = [self.layout.offsets(i) for i in range(len(sizes))]
         return self._vmm.tensor()
 
@@ -190,9 +190,9 @@ class Arena:
         if self._vmm is not None:
             self._vmm.release()
             self._vmm = None
-        if self._vmm_fd >= 0:
-            os.close(self._vmm_fd)
-            self._vmm_fd = -1
+        for fd in self._vmm_fds:
+            os.close(fd)
+        self._vmm_fds = []
 
     @property
     def guard_pages(self) -> bool:
@@ -271,7 +271,7 @@ class Arena:
                 cupti=cupti,
                 module_census=module_census,
             )
-        runs = [VmmRun(offset=m.offset, size=m.size, phys=m.phys) for m in self.layout.mappings]
+        runs = [VmmRun(offset=m.offset, size=m.size) for m in self.layout.mappings]
         spec = VmmBlob(total=self.layout.total, page=self.layout.page, runs=runs)
         return Attach(
             arena=self.id,
@@ -284,8 +284,8 @@ class Arena:
         )
 
     def attach_fds(self) -> list[int]:
-        """File descriptors the attach command needs (the guard-page blob's allocation), else none."""
-        return [self._vmm_fd] if self.guard_pages else []
+        """File descriptors the attach command needs (one per guard-page run, in order), else none."""
+        return list(self._vmm_fds) if self.guard_pages else []
 
     def prepare(self, index: int, generator, perturb: bool = True, fresh: bool = False) -> None:
         """Give set ``index`` new values in place (same addresses) and poison its outputs.

@@ -41,17 +41,36 @@ class TargetMode(str, Enum):
     STATIC = "static"
     """SASS presence only (cuobjdump)."""
     EXECUTED = "executed"
-    """Nsight Compute predicate-true counts inside the candidate's call (the default)."""
+    """The default: executed counts per SASS instruction taken inside the sandboxed worker on one extra
+    verified call (CUPTI SASS metrics, ``Proof.CUPTI_IN_BAND``), joined with the built module's listing;
+    a secret random ``ncu_crosscheck_fraction`` of the candidates is also profiled by Nsight Compute and
+    the two must agree. Where the in-band counts are missing, Nsight Compute gives the proof."""
+    NCU = "ncu"
+    """Nsight Compute over a separate sandboxed run of every candidate (``Proof.NCU_OFFLINE``; ~7 s each)."""
 
 
 class MemcheckMode(str, Enum):
     """When compute-sanitizer memcheck runs."""
 
+    AUTO = "auto"
+    """The default: never where the arena has guard pages (an unmapped page after every buffer faults in
+    the worker itself), else as FIRST_CORRECT."""
     NEVER = "never"
     FIRST_CORRECT = "first_correct"
     """On the first correct candidate of each episode."""
     ALWAYS = "always"
     """On every correct candidate."""
+
+
+def memcheck_due(mode: MemcheckMode, first_correct: bool, guard_pages: bool) -> bool:
+    """Whether compute-sanitizer runs on a candidate that passed.
+
+    ``first_correct``: the first correct one of its episode; ``guard_pages``: its arena ends every buffer
+    at an unmapped page.
+    """
+    if mode is MemcheckMode.AUTO:
+        mode = MemcheckMode.NEVER if guard_pages else MemcheckMode.FIRST_CORRECT
+    return mode is MemcheckMode.ALWAYS or (mode is MemcheckMode.FIRST_CORRECT and first_correct)
 
 
 class EvalSettings(BaseModel):
@@ -94,7 +113,7 @@ class EvalSettings(BaseModel):
     )
     budget_cap_s: float = Field(120.0, gt=0, description="Step budget: hard cap of the whole step, s.")
     target_mode: TargetMode = TargetMode.EXECUTED
-    memcheck: MemcheckMode = MemcheckMode.FIRST_CORRECT
+    memcheck: MemcheckMode = MemcheckMode.AUTO
     profile_timeout_s: float = Field(120.0, gt=0, description="Wall limit for the Nsight Compute check.")
     memcheck_timeout_s: float = Field(180.0, gt=0, description="Wall limit for compute-sanitizer.")
     seed: int | None = Field(None, description="Base seed; None draws one per turn (and records it).")
@@ -110,20 +129,22 @@ class EvalSettings(BaseModel):
     floor_slack: float = Field(
         1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
     )
-    in_band_counts: bool = Field(
-        False,
-        description="After timing, one more verified call counted per SASS instruction inside the worker "
-        "(CUPTI SASS metrics); the target counts and work share it gives are recorded beside the offline "
-        "proof's (details['in_band_target']), not yet a proof of their own.",
+    ncu_crosscheck_fraction: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="TargetMode.EXECUTED: share of the candidates whose in-band counts are also taken by "
+        "Nsight Compute (drawn in secret per candidate); a disagreement is PROOF_FAILED. It bounds how long "
+        "a forged in-band count can go unnoticed at ~7 s of GPU per cross-checked candidate.",
     )
     module_census: bool = Field(
-        False,
+        True,
         description="Record every module the driver loads in the worker (CUPTI's module-loaded callback) so "
         "the in-band census also catches a cubin loaded from memory under the built module's kernel names "
-        "(``census.py``); off until run on the H200.",
+        "(``census.py``).",
     )
     guard_pages: bool = Field(
-        False,
+        True,
         description="Build the arena's blob with the CUDA virtual-memory API so that an unmapped page "
         "follows every buffer: a kernel reading or writing past a buffer faults in the worker itself "
         "(``evaluation/vmm.py``). If it cannot be built the blob is one plain allocation, as without it "

@@ -88,12 +88,14 @@ class Gap:
 
 @dataclass(frozen=True)
 class Mapping:
-    """One run of mapped pages (``vmm`` layout): blob bytes [offset, offset + size) backed at ``phys``."""
+    """One run of mapped pages (``vmm`` layout): blob bytes [offset, offset + size).
+
+    Each run is backed by an allocation of its own: the driver maps only whole allocations (on the H200 a
+    run at a non-zero offset of a shared allocation was refused with CUDA_ERROR_NOT_SUPPORTED).
+    """
 
     offset: int
     size: int
-    phys: int
-    """Offset of its backing in the one physical allocation."""
 
 
 @dataclass(frozen=True)
@@ -158,18 +160,18 @@ def vmm_layout(sizes: Sizes, page: int, guard: int = GUARD_BYTES) -> Layout:
     if page <= 0 or page % ALIGN:
         raise ValueError(f"the mapping granularity must be a positive multiple of {ALIGN}, got {page}")
     slots, maps, gaps = [], [], []
-    va, phys = 0, 0
+    va = 0
     for index, buffers in enumerate(sizes):
         for role, name, nbytes in buffers:
             size = _up(_up(nbytes, ALIGN) + guard, page)
             start = va + size - _up(nbytes, ALIGN)
             slot = Slot(index, role, name, start, nbytes)
             slots.append(slot)
-            maps.append(Mapping(va, size, phys))
+            maps.append(Mapping(va, size))
             gaps.append(Gap(va, start, None, slot))
             if slot.end < va + size:
                 gaps.append(Gap(slot.end, va + size, slot, None))
-            va, phys = va + size + page, phys + size
+            va = va + size + page
     return Layout(tuple(slots), tuple(gaps), va, tuple(maps), page)
 
 

@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from ptxgym.evaluation.protocol import Load, check_mode
@@ -42,16 +43,16 @@ from ptxgym.evaluation.trusted.base import (
     EvalSettings,
     Evaluator,
     GpuVerdict,
-    MemcheckMode,
     TargetMode,
+    memcheck_due,
 )
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore, baseline_record
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
 from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
-from ptxgym.evaluation.trusted.proofs import run_proofs
-from ptxgym.evaluation.trusted.sass_join import counted_target
+from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
+from ptxgym.evaluation.trusted.sass_join import counted_target, in_band_info
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
@@ -208,6 +209,7 @@ class LocalGpuEvaluator(Evaluator):
             )
         arena, baseline, walls = self._prepare(task)
         turn = Turn(task, candidate, arena, baseline, seed=self._turn_seed(candidate))
+        turn.in_band = InBand(crosscheck=self._draw_crosscheck())
         turn.walls.update(walls)
         verdict = self._run_candidate(turn)
         if verdict.status is Status.PASSED:
@@ -229,6 +231,11 @@ class LocalGpuEvaluator(Evaluator):
         total = time.perf_counter() - t
         walls = {"prepare_arena": t_arena, "prepare_baseline": total - t_arena, "prepare": total}
         return arena, baseline, {k: round(v, 4) for k, v in walls.items()}
+
+    def _draw_crosscheck(self) -> bool:
+        """A secret draw: does Nsight Compute also profile this candidate (``ncu_crosscheck_fraction``)?"""
+        fraction = self.settings.ncu_crosscheck_fraction
+        return fraction >= 1.0 or secrets.randbelow(1_000_000) < fraction * 1_000_000
 
     def _turn_seed(self, candidate: BuiltCandidate) -> int:
         if self.settings.seed is None:
@@ -443,7 +450,7 @@ class LocalGpuEvaluator(Evaluator):
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
-            if self.settings.in_band_counts and turn.candidate is not None:
+            if self._counts(turn):
                 with turn.timed("count"):
                     session.count_call(result)
                 if result.failure is not None:
@@ -476,15 +483,22 @@ class LocalGpuEvaluator(Evaluator):
             handle.discard()
         return self._timed_verdict(turn)
 
+    def _counts(self, turn: Turn) -> bool:
+        """Whether the subject gets the in-band counted call (``TargetMode.EXECUTED``, a target opcode)."""
+        cand = turn.candidate
+        return cand is not None and cand.static_target and self.settings.target_mode is TargetMode.EXECUTED
+
+    def _memcheck_due(self, turn: Turn) -> bool:
+        cand = turn.candidate
+        first = cand is not None and cand.first_correct_in_episode
+        return cand is not None and memcheck_due(self.settings.memcheck, first, turn.arena.guard_pages)
+
     def _budget(self, turn: Turn) -> StepBudget:
         """The step's wall budget (``budget.py``): from the baseline latency and the calls to make."""
-        cand, mode = turn.candidate, self.settings.memcheck
-        first = cand is not None and cand.first_correct_in_episode
-        memcheck = cand is not None and (
-            mode is MemcheckMode.ALWAYS or (mode is MemcheckMode.FIRST_CORRECT and first)
-        )
-        executed = self.settings.target_mode is TargetMode.EXECUTED
-        target = cand is not None and executed and cand.static_target
+        cand = turn.candidate
+        memcheck = self._memcheck_due(turn)
+        measured = self.settings.target_mode in (TargetMode.EXECUTED, TargetMode.NCU)
+        target = cand is not None and measured and cand.static_target
         stats = turn.baseline.stats
         return StepBudget.for_step(
             self.settings,
@@ -591,9 +605,11 @@ class LocalGpuEvaluator(Evaluator):
         if anomaly or stats is None:
             return unpaid(Status.TIMING_ANOMALY, anomaly)
         if result.sass_rows is not None or result.count_error:
-            turn.details["in_band_target"] = counted_target(
-                turn.candidate, result, self.arch, turn.task.flops
-            )
+            record = counted_target(turn.candidate, result, self.arch, turn.task.flops)
+            turn.details["in_band_target"] = record
+            if self.arch is not None:
+                counted, why = in_band_info(record, self.arch)
+                turn.in_band = replace(turn.in_band, target=counted, note=why)
         census, proved = in_band_census(result, turn.candidate, self.backend == CUPTI, turn.details)
         if census:
             return unpaid(Status.FOREIGN_KERNEL, census)
@@ -648,7 +664,8 @@ class LocalGpuEvaluator(Evaluator):
             }
         )
         args = (turn.arena.inputs_file(), self.device, settings, self.scratch, self.sandbox_mode)
-        proofs, walls = run_proofs(turn.task, turn.candidate, *args)
+        due = self._memcheck_due(turn)
+        proofs, walls = run_proofs(turn.task, turn.candidate, *args, memcheck_due=due, in_band=turn.in_band)
         turn.walls.update(walls)
         return with_proofs(verdict, proofs)
 

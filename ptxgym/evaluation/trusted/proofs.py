@@ -1,26 +1,49 @@
-"""The out-of-band proofs of a candidate that passed the check and the timing: memcheck, then ncu.
+"""The proofs of a candidate that passed the check and the timing: memcheck, then the target proof.
 
-``run_proofs`` runs compute-sanitizer memcheck (per ``MemcheckMode``) and, unless memory safety already
-failed, the executed-instruction proof with its work share and kernel census (per ``TargetMode``). Each
-runs the candidate in a one-shot driver sandboxed like the worker (the evaluator's sandbox mode) and
-reads the tool's report from a file the candidate cannot write (``tools.ProofDirs``). The evaluator hands
-the result to ``verdicts.with_proofs``, which can only take the PASSED away.
+``run_proofs`` runs compute-sanitizer memcheck when it is due (``base.memcheck_due``) and, unless memory
+safety already failed, settles the executed-instruction verdict and work share (per ``TargetMode``):
+
+* ``EXECUTED`` (default): the in-band counts the worker took on a verified call (``sass_join.in_band_info``)
+  are the proof, with no second run of the candidate. On a cross-checked candidate (a secret draw,
+  ``EvalSettings.ncu_crosscheck_fraction``) Nsight Compute profiles it too and must agree
+  (``sass_join.counts_agree``; a disagreement is PROOF_FAILED). Without usable in-band counts Nsight
+  Compute gives the proof and the target message says why.
+* ``NCU``: Nsight Compute on every candidate, as the only proof.
+
+Memcheck and Nsight Compute each run the candidate in a one-shot driver sandboxed like the worker (the
+evaluator's sandbox mode) and read the tool's report from a file the candidate cannot write
+(``tools.ProofDirs``). The evaluator hands the result to ``verdicts.with_proofs``, which can only take
+the PASSED away.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ptxgym.evaluation.trusted import ncu
-from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, MemcheckMode, TargetMode
+from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, TargetMode
 from ptxgym.evaluation.trusted.memcheck import run_memcheck
+from ptxgym.evaluation.trusted.sass_join import counts_agree
 from ptxgym.evaluation.trusted.tools import ProofDirs
 from ptxgym.evaluation.trusted.verdicts import ProofResults
 from ptxgym.records import settings as user_settings
 from ptxgym.records.feedback import MemcheckInfo, Proof, TargetInfo, Verdict
 from ptxgym.records.tasks import Task
+
+
+@dataclass(frozen=True)
+class InBand:
+    """What the worker proved in band about the target family, and what the evaluator drew."""
+
+    target: TargetInfo | None = None
+    """The counted call's TargetInfo (None: no usable counts)."""
+    note: str = ""
+    """Why there is no usable count ("" when there is one, or none was taken)."""
+    crosscheck: bool = False
+    """Whether Nsight Compute profiles this candidate too (the evaluator's secret draw)."""
 
 
 def run_proofs(
@@ -31,19 +54,20 @@ def run_proofs(
     settings: EvalSettings,
     scratch: Path,
     sandbox: str,
+    memcheck_due: bool,
+    in_band: InBand | None = None,
 ) -> tuple[ProofResults, dict[str, float]]:
     """The proofs of one candidate and their wall seconds (``memcheck``, ``execute``)."""
     walls: dict[str, float] = {}
     memcheck = None
-    mode = settings.memcheck
-    if mode is MemcheckMode.ALWAYS or (mode is MemcheckMode.FIRST_CORRECT and cand.first_correct_in_episode):
+    if memcheck_due:
         t = time.perf_counter()
         memcheck = _memcheck(cand, inputs, device, settings, scratch, sandbox)
         walls["memcheck"] = round(time.perf_counter() - t, 4)
         if memcheck.ran and memcheck.clean is not True:  # an error or a failed tool: no profile needed
             return ProofResults(memcheck=memcheck), walls
     t = time.perf_counter()
-    target = _target(task, cand, inputs, device, settings, scratch, sandbox)
+    target = _target(task, cand, inputs, device, settings, scratch, sandbox, in_band or InBand())
     walls["execute"] = round(time.perf_counter() - t, 4)
     return dataclasses.replace(target, memcheck=memcheck), walls
 
@@ -69,22 +93,52 @@ def _target(
     settings: EvalSettings,
     scratch: Path,
     sandbox: str,
+    in_band: InBand,
 ) -> ProofResults:
-    """The executed-instruction proof; without a target opcode in the SASS there is nothing to profile."""
+    """The executed-instruction proof (module docstring); without a target opcode in the SASS none runs."""
     arch = task.arch_spec
     mode = settings.target_mode
-    if mode is not TargetMode.EXECUTED or not cand.static_target:
-        executed = Verdict.NO if mode is TargetMode.EXECUTED else Verdict.NOT_CHECKED
+    measured = mode in (TargetMode.EXECUTED, TargetMode.NCU)
+    if not measured or not cand.static_target:
+        executed = Verdict.NO if measured else Verdict.NOT_CHECKED
         message = "" if cand.static_target else "no target-family opcode in the SASS, so none can execute"
         info = TargetInfo(
             family=arch.target_family,
-            mode=mode.value,
+            mode="executed" if measured else mode.value,
             static=cand.static_target,
             executed=executed,
             work=executed,
             message=message,
         )
         return ProofResults(target=info, source=None)
+    if mode is TargetMode.EXECUTED and in_band.target is not None and not in_band.crosscheck:
+        return ProofResults(target=in_band.target, source=Proof.CUPTI_IN_BAND)
+    profiled = _ncu(task, cand, inputs, device, settings, scratch, sandbox)
+    if mode is TargetMode.NCU or profiled.profile_failed or profiled.target is None:
+        return profiled
+    if in_band.target is None:  # EXECUTED without usable in-band counts: Nsight Compute's stand
+        why = in_band.note or "no in-band counts"
+        target = profiled.target.model_copy(update={"message": f"{profiled.target.message} ({why})"})
+        return dataclasses.replace(profiled, target=target)
+    if profiled.target.executed not in (Verdict.YES, Verdict.NO):  # nothing to compare: in-band stands
+        return dataclasses.replace(profiled, target=in_band.target, source=Proof.CUPTI_IN_BAND)
+    differ = counts_agree(in_band.target, profiled.target)
+    return dataclasses.replace(
+        profiled, target=in_band.target, mismatch=differ, cross_checked=profiled.target
+    )
+
+
+def _ncu(
+    task: Task,
+    cand: BuiltCandidate,
+    inputs: Path,
+    device: int,
+    settings: EvalSettings,
+    scratch: Path,
+    sandbox: str,
+) -> ProofResults:
+    """Nsight Compute's executed counts, work share and kernel census over a sandboxed driver run."""
+    arch = task.arch_spec
     key = ncu.cache_key(
         cand.source_sha256, cand.artifact_sha256, task.arch, task.workload.uuid, cand.entry_symbol
     )

@@ -5,7 +5,9 @@ The worker counts executions per (function, pc offset) in one verified call (``s
 over cuobjdump's listing of the very .so it handed out) and sums the counts per opcode. Rows at offsets
 the listing does not hold, or in functions outside the module, are counted apart: they are code the
 built module does not contain. The result feeds the same work-share formula as Nsight Compute's counts
-(``target_work.work_share``).
+(``target_work.work_share``). ``in_band_info`` turns it into the TargetInfo that backs the target verdict
+under ``TargetMode.EXECUTED`` (``Proof.CUPTI_IN_BAND``); ``counts_agree`` compares it with Nsight
+Compute's on a cross-checked candidate.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ptxgym.evaluation.trusted.base import BuiltCandidate
 from ptxgym.evaluation.trusted.session import SessionResult
 from ptxgym.evaluation.trusted.target_work import work_share
 from ptxgym.records.arch import ArchSpec
+from ptxgym.records.feedback import TargetInfo, Verdict
 
 
 @dataclass
@@ -65,12 +68,68 @@ def in_band_target(
     }
     return {
         "counts": targets,
+        "mma_flops": share.mma_flops,
         "mma_share": share.mma_share,
         "work": share.work.value,
+        "share_message": share.message,
         "rows": len(rows),
         "unplaced_rows": joined.unplaced,
         "error": error,
     }
+
+
+def in_band_info(record: dict, arch: ArchSpec) -> tuple[TargetInfo | None, str]:
+    """The TargetInfo a counted call proves, or None and why it proves nothing.
+
+    It proves nothing when the count failed, returned no row, or returned a row that is not an
+    instruction of the built module (code from elsewhere ran in the counted call: the caller falls back
+    to Nsight Compute rather than guess).
+    """
+    if record.get("error"):
+        return None, f"in-band counts failed: {record['error']}"
+    if not record.get("rows"):
+        return None, "the counted call returned no instruction rows"
+    if record.get("unplaced_rows"):
+        return None, (f"{record['unplaced_rows']} counted row(s) are not instructions of the built module")
+    counts: dict[str, int] = {}
+    for opcode, value in record["counts"].items():
+        if value["thread_inst_executed_true"] > 0:
+            base = opcode.split(".")[0]
+            counts[base] = counts.get(base, 0) + value["thread_inst_executed_true"]
+    executed = Verdict.YES if counts else Verdict.NO
+    listed = ", ".join(f"{op} x{n}" for op, n in sorted(counts.items()))
+    head = (
+        f"executed target instructions ({listed}) in the counted call"
+        if counts
+        else f"no {arch.target_family} instruction executed with a true predicate in the counted call"
+    )
+    info = TargetInfo(
+        family=arch.target_family,
+        mode="executed",
+        static=True,
+        executed=executed,
+        counts=counts,
+        message=f"{head}; {record['share_message']} (in-band CUPTI counts)",
+        mma_flops=record["mma_flops"],
+        mma_share=record["mma_share"],
+        work=Verdict(record["work"]) if counts else Verdict.NO,
+    )
+    return info, ""
+
+
+def counts_agree(in_band: TargetInfo, ncu: TargetInfo, rel: float = 0.02) -> str:
+    """What differs between the in-band verdicts and MMA FLOPs and Nsight Compute's ("" when they match)."""
+    if ncu.executed not in (Verdict.YES, Verdict.NO):
+        return ""  # nothing measured to compare (a failed profile is its own verdict)
+    if in_band.executed is not ncu.executed or in_band.work is not ncu.work:
+        return (
+            f"in-band counts say executed={in_band.executed.value}, work={in_band.work.value}; Nsight "
+            f"Compute says executed={ncu.executed.value}, work={ncu.work.value}"
+        )
+    a, b = in_band.mma_flops or 0.0, ncu.mma_flops or 0.0
+    if abs(a - b) > rel * max(a, b, 1.0):
+        return f"in-band MMA FLOPs {a:.4g} differ from Nsight Compute's {b:.4g} by more than {rel:.0%}"
+    return ""
 
 
 def counted_target(

@@ -19,6 +19,7 @@ from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import BuiltCandidate
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord
 from ptxgym.evaluation.trusted.pool import WorkerHandle
+from ptxgym.evaluation.trusted.proofs import InBand
 from ptxgym.evaluation.trusted.session import Session, SessionResult
 from ptxgym.records.feedback import Stage
 from ptxgym.records.tasks import Task
@@ -52,6 +53,8 @@ class Turn:
     handle: WorkerHandle | None = None
     free_before: int = 0
     """Free GPU bytes (this process's cache counted as free) after worker set-up, before the load."""
+    in_band: InBand = field(default_factory=InBand)
+    """The in-band target proof of the counted call and the secret cross-check draw (``proofs.py``)."""
 
     @property
     def load(self) -> Load:

@@ -17,7 +17,8 @@ What is reused, and where (``reusable``):
   a pass is a claim about the inputs it was checked on. Across episodes each gets fresh inputs, so a
   kernel that is right only on lucky inputs cannot pass once and then be paid from the cache forever.
   A pass without a memcheck run is not reused where the memcheck schedule demands one (the episode's
-  first correct turn under ``MemcheckMode.FIRST_CORRECT``).
+  first correct turn under ``MemcheckMode.FIRST_CORRECT``, or ``AUTO`` taken as it, since the cache does not
+  know the arena).
 - Nothing else is stored: infrastructure errors, ``NOT_EVALUATED``, timeouts, crashes, runtime errors,
   timing anomalies and failed proofs can come from the machine's state rather than from the candidate.
 
@@ -32,7 +33,7 @@ import hashlib
 import threading
 from dataclasses import dataclass
 
-from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerdict, MemcheckMode
+from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerdict, memcheck_due
 from ptxgym.records.feedback import Status
 from ptxgym.records.tasks import Task
 
@@ -98,9 +99,9 @@ def reusable(entry: Entry, candidate: BuiltCandidate, settings: EvalSettings) ->
         and entry.episode_id == candidate.episode_id
         and entry.input_seed == candidate.input_seed
     )
-    memcheck_due = settings.memcheck is MemcheckMode.FIRST_CORRECT and candidate.first_correct_in_episode
+    due = memcheck_due(settings.memcheck, candidate.first_correct_in_episode, guard_pages=False)
     memcheck_ran = entry.verdict.memcheck is not None and entry.verdict.memcheck.ran
-    return same_episode and (memcheck_ran or not memcheck_due)
+    return same_episode and (memcheck_ran or not due)
 
 
 class VerdictCache:

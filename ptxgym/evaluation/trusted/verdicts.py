@@ -7,7 +7,8 @@ INCORRECT_NUMERICAL, INPUT_MUTATED) and the comparison statistics.
 
 The proofs that follow a PASSED check and timing (``with_proofs``) can only take the PASSED away:
 a memory error is MEMORY_ERROR, a kernel from outside the candidate's module is FOREIGN_KERNEL, and a
-proof tool that ran but failed, crashed or timed out is PROOF_FAILED. The verdict's ``evidence`` records
+proof tool that ran but failed, crashed or timed out, or whose counts disagree with the in-band ones on
+a cross-checked candidate, is PROOF_FAILED. The verdict's ``evidence`` records
 which proof backs each verdict.
 """
 
@@ -151,6 +152,11 @@ class ProofResults:
     """Whether the kernels that ran were compared with the module's (``foreign_kernels`` is meaningful)."""
     source: Proof | None = Proof.NCU_OFFLINE
     """Where ``target`` and the kernel census came from (None: from no proof, e.g. the SASS alone)."""
+    cross_checked: TargetInfo | None = None
+    """Nsight Compute's own TargetInfo where it cross-checked the in-band ``target`` (recorded in the
+    verdict's ``details["ncu_target"]``)."""
+    mismatch: str = ""
+    """How in-band counts and Nsight Compute's disagree on a cross-checked candidate ("" if they agree)."""
 
 
 def with_proofs(verdict: GpuVerdict, proofs: ProofResults) -> GpuVerdict:
@@ -163,6 +169,8 @@ def with_proofs(verdict: GpuVerdict, proofs: ProofResults) -> GpuVerdict:
         update["memcheck"] = proofs.memcheck
     if proofs.target is not None:
         update["target"] = proofs.target
+    if proofs.cross_checked is not None:
+        update["details"] = {**verdict.details, "ncu_target": proofs.cross_checked.model_dump(mode="json")}
     failure = _proof_failure(proofs)
     if failure is not None:
         status, stage, message = failure
@@ -191,6 +199,13 @@ def _proof_failure(proofs: ProofResults) -> tuple[Status, Stage, str] | None:
             f"{len(proofs.foreign_kernels)} kernel(s) that are not in the candidate's built module ran "
             f"during its call: {names}{more}",
         )
+    if proofs.mismatch:
+        return (
+            Status.PROOF_FAILED,
+            Stage.EXECUTE,
+            f"the in-band instruction counts of the candidate disagree with Nsight Compute's: "
+            f"{proofs.mismatch}"[:1500],
+        )
     if proofs.profile_failed:
         return (
             Status.PROOF_FAILED,
@@ -208,9 +223,12 @@ def _evidence(base: Evidence, proofs: ProofResults) -> Evidence:
 
     t, mc = proofs.target, proofs.memcheck
     measured = (Verdict.YES, Verdict.NO)
+    executed = t is not None and t.executed in measured
+    work = t is not None and t.work in measured
+    in_band = Proof.CUPTI_IN_BAND if proofs.cross_checked is not None else None
     return Evidence(
-        target_executed=plus(base.target_executed, proofs.source, t is not None and t.executed in measured),
-        target_work=plus(base.target_work, proofs.source, t is not None and t.work in measured),
+        target_executed=plus(plus(base.target_executed, in_band, executed), proofs.source, executed),
+        target_work=plus(plus(base.target_work, in_band, work), proofs.source, work),
         kernel_census=plus(
             base.kernel_census, proofs.source, proofs.census_checked and not proofs.profile_failed
         ),
