@@ -4,8 +4,9 @@
 
 Three subjects, each played as a short episode of ``--turns`` turns (default 3) through one
 ``LocalGpuEvaluator`` with the product's default protocol (``EvalSettings()``: 3 checked calls, 3 trials
-x (10 warm-up + 50 timed), memcheck on the first correct turn of an episode, the executed-instruction
-proof on candidates whose SASS holds the target family):
+x (10 warm-up + 50 timed); guard pages, so memcheck only where they could not be built; the in-band
+executed-instruction proof, one counted verified call (stage ``count``), on candidates whose SASS holds
+the target family, with Nsight Compute (stage ``execute``) on a secret 5% of them):
 
 * ``gemm_expert``: the shipped expert GEMM (``knowledge_packs/sm90a/solutions/Gemm.cu``) through the
   real ``Pipeline`` (screen, nvcc build, SASS census, evaluator);
@@ -39,7 +40,7 @@ SUBJECTS = ("gemm_expert", "gemm_simt", "mha_fwd_expert")
 TASK = {"gemm_expert": "Gemm-sm90a", "gemm_simt": "Gemm-sm90a", "mha_fwd_expert": "MhaFwd-sm90a"}
 CPU_STAGES = ("extract", "screen", "build", "sass")
 ONE_TIME = ("prepare_arena", "prepare_baseline")
-SHOWN = ("prepare", "worker", "check", "time", "memcheck", "execute")
+SHOWN = ("prepare", "worker", "check", "time", "count", "memcheck", "execute")
 
 
 class Printer:

@@ -94,10 +94,11 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
     assert t.candidate.n == 20 and t.candidate.median_ms > t.baseline.median_ms
     assert 0 < t.speedup < 0.5
     assert t.backend in ("cupti", "events+device-sync")
-    if t.backend == "cupti":  # the in-band census saw only the module's kernel (module images: off here)
+    if t.backend == "cupti":  # the in-band census saw only the module's kernel, from the module's image
         census = verdict.details["census"]
         assert census["kernels"] == {"_Z10gemm_tiledPK13__nv_bfloat16S1_PS_iii": 20}, census
-        assert census["error"] == "module records not requested"
+        assert census["error"] == "" and census["modules_loaded"] >= 1, census
+        assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census
         assert Proof.CUPTI_IN_BAND not in verdict.evidence.kernel_census  # names alone prove no binding
     assert verdict.target.static is False and verdict.target.executed is Verdict.NO
     assert verdict.environment.gpu and verdict.environment.driver and verdict.environment.torch
@@ -173,9 +174,9 @@ def test_module_loaded_from_memory_under_an_own_name_is_foreign(gemm):
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     with LocalGpuEvaluator(settings=SETTINGS.model_copy(update={"module_census": True}), spares=1) as ev:
-        if ev.backend != "cupti":
-            pytest.skip("the in-band census needs the CUPTI timing backend")
         honest = _evaluate(ev, gemm, "naive")
+        if ev.backend != "cupti":  # decided on the first evaluation
+            pytest.skip("the in-band census needs the CUPTI timing backend")
         verdict = _evaluate(ev, gemm, "module_from_memory")
     assert honest.status is Status.PASSED, honest.message
     assert Proof.CUPTI_IN_BAND in honest.evidence.kernel_census, honest.details.get("census")
@@ -252,36 +253,6 @@ def test_host_sandbox_contains_hostile_host_code(evaluator, gemm):
     assert escaped == []
 
 
-def test_memcheck_clean_and_error(evaluator, gemm):
-    evaluator.settings = SETTINGS.model_copy(  # a plain blob: with guard pages oob_read faults first
-        update={"memcheck": MemcheckMode.ALWAYS, "target_mode": TargetMode.STATIC, "guard_pages": False}
-    )
-    try:
-        clean = _evaluate(evaluator, gemm, "naive")
-        bad = _evaluate(evaluator, gemm, "oob_read")
-    finally:
-        evaluator.settings = SETTINGS
-    assert clean.status is Status.PASSED and clean.memcheck.ran and clean.memcheck.clean is True
-    assert bad.status is Status.MEMORY_ERROR, bad.message
-    assert bad.memcheck.clean is False and "read" in bad.memcheck.first_error.lower()
-
-
-def test_a_write_past_the_output_is_a_memory_error(evaluator, gemm):
-    """4 bytes past C on every call: the outputs and inputs check out, the guard region after C does not.
-
-    A plain blob (no guard pages), where the write lands in the guard region instead of faulting.
-    """
-    evaluator.settings = SETTINGS.model_copy(update={"guard_pages": False})
-    try:
-        verdict = _evaluate(evaluator, gemm, "guard_overrun")
-    finally:
-        evaluator.settings = SETTINGS
-    assert verdict.status is Status.MEMORY_ERROR, verdict.message
-    assert verdict.stage is Stage.CHECK and "past the end of output C of input set 0" in verdict.message
-    assert verdict.timing is None  # never timed, so no speed to pay
-    assert verdict.details["guard_pages"].startswith("off"), verdict.details["guard_pages"]
-
-
 def test_far_slower_candidate_is_timed_with_one_trial_and_every_verified_call(evaluator, gemm):
     evaluator.settings = SETTINGS.model_copy(update={"slow_cutoff_speedup": 0.1})
     try:
@@ -337,3 +308,37 @@ def test_guard_pages_fault_accesses_past_a_buffer_in_the_worker(evaluator, gemm)
     faulted = {Status.RUNTIME_ERROR, Status.CRASH, Status.MEMORY_ERROR}
     assert read.status in faulted and read.timing is None, read.message
     assert write.status in faulted and write.timing is None, write.message
+
+
+# The last two tests use a plain blob (a second GEMM arena, ~2 GiB with its references): after the memory
+# check above, which compares against the free memory with only the guard-page arena resident.
+
+
+def test_memcheck_clean_and_error(evaluator, gemm):
+    evaluator.settings = SETTINGS.model_copy(  # a plain blob: with guard pages oob_read faults first
+        update={"memcheck": MemcheckMode.ALWAYS, "target_mode": TargetMode.STATIC, "guard_pages": False}
+    )
+    try:
+        clean = _evaluate(evaluator, gemm, "naive")
+        bad = _evaluate(evaluator, gemm, "oob_read")
+    finally:
+        evaluator.settings = SETTINGS
+    assert clean.status is Status.PASSED and clean.memcheck.ran and clean.memcheck.clean is True
+    assert bad.status is Status.MEMORY_ERROR, bad.message
+    assert bad.memcheck.clean is False and "read" in bad.memcheck.first_error.lower()
+
+
+def test_a_write_past_the_output_is_a_memory_error(evaluator, gemm):
+    """4 bytes past C on every call: the outputs and inputs check out, the guard region after C does not.
+
+    A plain blob (no guard pages), where the write lands in the guard region instead of faulting.
+    """
+    evaluator.settings = SETTINGS.model_copy(update={"guard_pages": False})
+    try:
+        verdict = _evaluate(evaluator, gemm, "guard_overrun")
+    finally:
+        evaluator.settings = SETTINGS
+    assert verdict.status is Status.MEMORY_ERROR, verdict.message
+    assert verdict.stage is Stage.CHECK and "past the end of output C of input set 0" in verdict.message
+    assert verdict.timing is None  # never timed, so no speed to pay
+    assert verdict.details["guard_pages"].startswith("off"), verdict.details["guard_pages"]
