@@ -40,7 +40,8 @@ SUBJECTS = ("gemm_expert", "gemm_simt", "mha_fwd_expert")
 TASK = {"gemm_expert": "Gemm-sm90a", "gemm_simt": "Gemm-sm90a", "mha_fwd_expert": "MhaFwd-sm90a"}
 CPU_STAGES = ("extract", "screen", "build", "sass")
 ONE_TIME = ("prepare_arena", "prepare_baseline")
-SHOWN = ("prepare", "worker", "check", "time", "count", "memcheck", "execute")
+SHOWN = ("prepare", "worker", "check", "time", "time_inputs", "time_verify", "time_guards", "count")
+SHOWN += ("memcheck", "execute")
 
 
 class Printer:
@@ -83,7 +84,7 @@ def play(ev, subject: str, turns: int, say) -> list[dict]:
                 update={"turn": turn, "first_correct_in_episode": first_correct, "episode_id": "gpu-cost"}
             )
             v = ev.evaluate(task, cand)
-            status, timing, walls = v.status, v.timing, dict(v.stage_wall_s)
+            status, timing, walls, message = v.status, v.timing, dict(v.stage_wall_s), v.message
             walls["build"] = round(build_s, 4)
         else:
             name = "Gemm" if subject == "gemm_expert" else "MhaFwd"
@@ -91,7 +92,7 @@ def play(ev, subject: str, turns: int, say) -> list[dict]:
             fb = Pipeline(task, ev).run(
                 f"```cpp\n{source}\n```", turn=turn, episode_id="gpu-cost", first_correct=first_correct
             )
-            status, timing, walls = fb.status, fb.timing, dict(fb.stage_wall_s)
+            status, timing, walls, message = fb.status, fb.timing, dict(fb.stage_wall_s), fb.message
         median = timing.candidate.median_ms if timing and timing.candidate else None
         floor = floor_s(ev.settings, median)
         gpu = walls.get("gpu_total", 0.0)
@@ -111,7 +112,9 @@ def play(ev, subject: str, turns: int, say) -> list[dict]:
             f"{'-' if floor is None else f'{floor:.2f}'} | {gpu:.2f} | "
             f"{'-' if floor is None else f'{gpu - floor:.2f}'} | {stages} | cpu: {cpu}"
         )
-        if status.value == "PASSED":
+        if status.value != "PASSED":
+            say(f"#   {subject} turn {turn}: {message[:400]}")
+        else:
             first_correct = False
     return rows
 
@@ -160,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         default=["MhaBwd-sm90a"],
         help="tasks whose first-turn prepare is split and re-timed (arena and baseline only, no candidate)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override an EvalSettings field (e.g. verify_timed_fraction=0.05); printed with the protocol",
+    )
     args = parser.parse_args(argv)
     say = Printer(args.out)
 
@@ -167,14 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     t_start = time.perf_counter()
-    settings = EvalSettings()
+    overrides = dict(item.split("=", 1) for item in args.set)
+    settings = EvalSettings.model_validate({**EvalSettings().model_dump(), **overrides})
     ev = LocalGpuEvaluator(settings=settings, spares=2)
     f = ev.facts
     say(f"# gpu cost {time.strftime('%Y-%m-%dT%H:%M:%S')} gpu {f.name} driver {f.driver} torch {f.torch}")
     say(
         f"# protocol: {settings.calls_per_step} calls per evaluation ({settings.correctness_sets} checked + "
         f"{settings.trials} x ({settings.warmup} + {settings.iterations})); memcheck "
-        f"{settings.memcheck.value}; target {settings.target_mode.value}; {args.turns} turns per subject"
+        f"{settings.memcheck.value}; target {settings.target_mode.value}; {args.turns} turns per subject; "
+        f"{settings.verified_per_trial} verified timed calls per trial; overrides {overrides or 'none'}"
     )
     say(
         "subject | turn | status | median ms | floor s | gpu_total s | excess s | GPU stages s | CPU stages s"

@@ -15,6 +15,7 @@ kernel that is never launched still counts here (FACTS.md); execution is checked
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -134,26 +135,63 @@ def sass_census(
     """
     toolchain = toolchain or find_toolchain()
     so_path = Path(so_path)
-    key = _cache_key(so_path, arch, toolchain)
+    key = _cache_key(so_path, arch.name, toolchain)
     cache_file = settings.cache_dir() / "sass" / key[:2] / f"{key}.json"
     if use_cache and cache_file.is_file():
         try:
             return SassInfo.model_validate_json(cache_file.read_text())
         except ValueError:
             cache_file.unlink(missing_ok=True)  # a corrupt entry is rebuilt below
-    info = parse_sass(dump_sass(so_path, toolchain), arch)
+    text = dump_sass(so_path, toolchain)
+    info = parse_sass(text, arch)
     if use_cache:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(cache_file, info.model_dump_json())
+        if info.static_target:  # the in-band target proof will join counts with it (module_pcs)
+            _write_pcs(_pcs_file(_cache_key(so_path, _PCS, toolchain)), pc_opcodes(text))
     return info
 
 
-def _cache_key(so_path: Path, arch: ArchSpec, toolchain: Toolchain) -> str:
+def module_pcs(so_path: Path, toolchain: Toolchain | None = None) -> dict[str, dict[int, str]]:
+    """``pc_opcodes`` of a built object's listing, from the cache ``sass_census`` fills (else dumped now).
+
+    The CPU stage lists the object once; the evaluator joins the in-band counts with the same listing
+    without running cuobjdump again while it holds the GPU.
+    """
+    toolchain = toolchain or find_toolchain()
+    so_path = Path(so_path)
+    cache_file = _pcs_file(_cache_key(so_path, _PCS, toolchain))
+    if cache_file.is_file():
+        try:
+            raw = json.loads(cache_file.read_text())
+            return {fn: {int(pc): op for pc, op in rows.items()} for fn, rows in raw.items()}
+        except (ValueError, AttributeError):
+            cache_file.unlink(missing_ok=True)
+    pcs = pc_opcodes(dump_sass(so_path, toolchain))
+    _write_pcs(cache_file, pcs)
+    return pcs
+
+
+_PCS = "pc-opcodes"
+"""Cache-key part of ``module_pcs`` entries (the listing does not depend on the task's arch)."""
+
+
+def _pcs_file(key: str) -> Path:
+    return settings.cache_dir() / "sass-pcs" / key[:2] / f"{key}.json"
+
+
+def _write_pcs(path: Path, pcs: dict[str, dict[int, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = {fn: {str(pc): op for pc, op in rows.items()} for fn, rows in pcs.items()}
+    _atomic_write(path, json.dumps(raw))
+
+
+def _cache_key(so_path: Path, arch: str, toolchain: Toolchain) -> str:
     h = hashlib.sha256()
     with so_path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    for part in (PARSER_VERSION, arch.name, str(toolchain.cuobjdump_version), str(toolchain.cuobjdump)):
+    for part in (PARSER_VERSION, arch, str(toolchain.cuobjdump_version), str(toolchain.cuobjdump)):
         h.update(b"\0" + part.encode())
     return h.hexdigest()
 

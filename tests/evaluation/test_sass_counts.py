@@ -95,16 +95,30 @@ def test_records_are_summed_per_instruction_across_metrics_and_instances() -> No
 
 @pytest.mark.nvcc
 @pytest.mark.slow  # ~7 s of nvcc
-def test_pc_listing_of_a_real_module() -> None:
+def test_pc_listing_of_a_real_module(monkeypatch, tmp_path) -> None:
     from ptxgym.audit.corpus import build_kernel
     from ptxgym.cpu.sass import dump_sass, pc_opcodes
     from ptxgym.cpu.toolchain import find_toolchain
 
-    pcs = pc_opcodes(dump_sass(build_kernel("tma_gemm"), find_toolchain()))
+    so = build_kernel("tma_gemm")
+    pcs = pc_opcodes(dump_sass(so, find_toolchain()))
     tma = next(k for k in pcs if "gemm_tma" in k)
     offsets = sorted(pcs[tma])
     assert offsets[0] == 0 and all(b - a == 16 for a, b in zip(offsets, offsets[1:], strict=False))
     assert any(op.startswith("UTMALDG") for op in pcs[tma].values())
+
+    # the CPU stage's census caches the listing, so the evaluator's join runs no cuobjdump on the GPU's time
+    import ptxgym.cpu.sass as sass
+    from ptxgym.records.arch import HOPPER
+
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path))
+    assert sass.sass_census(so, HOPPER).static_target
+
+    def no_dump(*_args, **_kw):
+        raise AssertionError("module_pcs ran cuobjdump although the census had listed the module")
+
+    monkeypatch.setattr(sass, "dump_sass", no_dump)
+    assert sass.module_pcs(so) == pcs
 
 
 def test_join_places_rows_by_function_and_offset_and_sizes_the_mma_work() -> None:

@@ -447,6 +447,7 @@ class LocalGpuEvaluator(Evaluator):
                 base = turn.baseline.stats if turn.baseline is not None else None
                 session.timing(result, strict=strict, baseline_ms=base.median_ms if base else None)
             turn.clocks.append(sm_clock_mhz(self.device))
+            turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)

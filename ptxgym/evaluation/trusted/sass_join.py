@@ -2,7 +2,8 @@
 
 The worker counts executions per (function, pc offset) in one verified call (``sandboxed/sass_counts.py``,
 ``Call.count``); the trusted side lists the built module's instructions by offset (``cpu.sass.pc_opcodes``
-over cuobjdump's listing of the very .so it handed out) and sums the counts per opcode. Rows at offsets
+over cuobjdump's listing of the very .so it handed out, cached by the CPU stage's ``sass_census``:
+``cpu.sass.module_pcs``) and sums the counts per opcode. Rows at offsets
 the listing does not hold, or in functions outside the module, are counted apart: they are code the
 built module does not contain. The result feeds the same work-share formula as Nsight Compute's counts
 (``target_work.work_share``). ``in_band_info`` turns it into the TargetInfo that backs the target verdict
@@ -15,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ptxgym.cpu.sass import dump_sass, pc_opcodes
-from ptxgym.cpu.toolchain import find_toolchain
+from ptxgym.cpu.sass import module_pcs
 from ptxgym.evaluation.protocol import SassRow
 from ptxgym.evaluation.trusted.base import BuiltCandidate
 from ptxgym.evaluation.trusted.session import SessionResult
@@ -139,7 +139,7 @@ def counted_target(
     if candidate is None or arch is None:
         return {"error": "no candidate module or no known architecture"}
     try:
-        pcs = pc_opcodes(dump_sass(candidate.so_path, find_toolchain()))
+        pcs = module_pcs(candidate.so_path)
     except Exception as exc:  # noqa: BLE001 - the listing is ours; its failure is recorded, not fatal
         return {"error": f"SASS listing of the module failed: {exc}"[:300]}
     return in_band_target(result.sass_rows, result.count_error, pcs, arch, flops)

@@ -104,6 +104,13 @@ class SessionResult:
     count_error: str = ""
     shortened: str = ""
     """Why the timing stopped after the first trial (``timing.slow_cutoff``); "" when timed in full."""
+    trusted_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of the trusted side's own work inside the trials: ``inputs`` (fresh values and
+    poisoned outputs, ``Arena.prepare``), ``verify`` (reference runs and comparisons) and ``guards``."""
+
+    def spend(self, what: str, since: float) -> None:
+        """Add the wall seconds since ``since`` (a ``perf_counter`` reading) to ``trusted_s[what]``."""
+        self.trusted_s[what] = self.trusted_s.get(what, 0.0) + time.perf_counter() - since
 
 
 class Session:
@@ -222,14 +229,21 @@ class Session:
         self._request(TrialBegin(cupti=self.backend == CUPTI), stage)
         timed: list[TimedCall] = []
         for pos, (index, is_timed) in enumerate(calls):
+            t = time.perf_counter()
             self.arena.prepare(index, self.generator, fresh=fresh)
+            result.spend("inputs", t)
             record = self._call(index, is_timed)
             if is_timed:
                 timed.append(record)
-            if self._breached(result, stage) and strict:
+            t = time.perf_counter()
+            breached = self._breached(result, stage)
+            result.spend("guards", t)
+            if breached and strict:
                 return None
             if pos in verify:
+                t = time.perf_counter()
                 check = self.arena.verify(index)
+                result.spend("verify", t)
                 result.calls_checked += 1
                 if not check.passed and result.failure is None:
                     result.failure = Failure(check.status, stage, self._where(stage, check), check)
