@@ -49,7 +49,8 @@ SETTINGS = EvalSettings(
 
 
 def test_the_formula():
-    s = EvalSettings()
+    assert EvalSettings().verified_per_trial == 3  # the default: 9 verified timed calls per step
+    s = EvalSettings(verify_timed_fraction=0.25)  # 13 per trial, to exercise the verified term
     b = StepBudget.for_step(s, baseline_ms=0.768, floor_ms=0.608, reference_s=0.01, proofs=True)
     calls = 3 + 3 * (10 + 50)
     assert (b.calls, b.verified, b.latency_ms) == (calls, 3 * 13, 0.768)

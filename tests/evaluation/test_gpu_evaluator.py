@@ -99,7 +99,6 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
         assert census["kernels"] == {"_Z10gemm_tiledPK13__nv_bfloat16S1_PS_iii": 20}, census
         assert census["error"] == "" and census["modules_loaded"] >= 1, census
         assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census
-        assert Proof.CUPTI_IN_BAND not in verdict.evidence.kernel_census  # names alone prove no binding
     assert verdict.target.static is False and verdict.target.executed is Verdict.NO
     assert verdict.environment.gpu and verdict.environment.driver and verdict.environment.torch
     assert verdict.environment.sandbox is not None and set(verdict.environment.sandbox) == {

@@ -28,8 +28,10 @@ inputs' bytes: GEMM 8192x7168x5120 157 MB, MHA forward 604 MB, MHA backward 201 
 bandwidth that is roughly 0.2 ms, 0.8 ms and 0.3 ms per call, 0.04-0.15 s per evaluation at the
 default 3 x 60 calls (estimates from bytes, not measurements). Per *verified* timed call, one fp32
 reference run on the device for that call's values (about 0.6, 1.6 and 4 TFLOP of fp32 math for the
-three: roughly 10, 30 and 70 ms at the H200's fp32 rate, so 0.4, 1.1 and 2.7 s per evaluation at the
-default 39 verified calls, ``EvalSettings.verify_timed_fraction``; estimates, not measurements).
+three). Measured on the H200 (bench/results/gpu_cost_2026-12-04_in_band*.txt, ``time_verify``): 0.61 s
+(GEMM) and 4.1 s (MHA forward) for 39 verified calls, i.e. ~16 and ~105 ms each; 0.14 s and 0.95 s at
+the default 9 (``EvalSettings.verify_timed_fraction``). Fresh values (``time_inputs``): 0.06-0.09 s
+(GEMM) and 0.16 s (MHA forward) per evaluation.
 Unverified calls never run it. Correctness calls cost no reference (sign flips of the seeded sets).
 After every call the guard regions are compared with their private copy: one copy and one comparison of
 their bytes (64 KiB around each buffer plus the blob's rounding tail: 2 MiB for the GEMM's three
