@@ -4,7 +4,8 @@ Columns: case, issue item, expected verdict, status got, reward paid (the chosen
 paid (correctness, speed or target credit), evaluator healthy after, wall seconds, verdict
 (``ptxgym.audit.play``). Exit status 1 when a hostile case was paid or leaked a file, else 0. Without a
 GPU (``--evaluator none``) the static cases are decided by the CPU stages and the others say "needs a
-GPU".
+GPU". ``--ncu`` proves the target family with Nsight Compute on every candidate (``TargetMode.NCU``),
+the offline audit of the in-band counts that back it by default.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--case", action="append", dest="cases", metavar="NAME", help="play only this case (repeat)"
     )
     p.add_argument("--static", action="store_true", help="only the cases the CPU stages decide")
+    p.add_argument(
+        "--ncu",
+        action="store_true",
+        help="prove the target family with Nsight Compute on every candidate (TargetMode.NCU) instead of "
+        "the in-band counts: the offline audit of the in-band proof",
+    )
     p.add_argument("--reward", default="staged", help="reward spec whose total is reported (default: staged)")
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -66,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from ptxgym.audit.cases import get_cases
     from ptxgym.audit.play import play_case
     from ptxgym.evaluation.choose import select_evaluator
+    from ptxgym.evaluation.trusted.base import EvalSettings, TargetMode
     from ptxgym.rewards import resolve_reward
 
     cases = get_cases(args.cases, static_only=args.static)
@@ -75,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     resolve_reward(args.reward)  # a bad spec is a usage error before any work
     source = "--evaluator" if args.evaluator else None
+    settings = EvalSettings(target_mode=TargetMode.NCU) if args.ncu else None
     rows = []
-    with select_evaluator(args.evaluator, source=source) as evaluator:
+    with select_evaluator(args.evaluator, settings, source=source) as evaluator:
         for case in cases:
             row = play_case(case, evaluator, args.reward)
             rows.append(row)

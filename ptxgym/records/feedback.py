@@ -287,7 +287,10 @@ class Proof(str, Enum):
     """Nsight Compute over a separate, sandboxed run of the candidate; its report is read from a file the
     candidate cannot write, never from the candidate's output."""
     CUPTI_IN_BAND = "cupti-in-band"
-    """CUPTI records taken inside the sandboxed worker, on the calls whose outputs were verified."""
+    """CUPTI records taken inside the sandboxed worker, on the calls whose outputs were verified. The
+    worker also runs the candidate's host code, so these are the worker's report: a secret share of the
+    candidates is cross-checked by Nsight Compute (``EvalSettings.ncu_crosscheck_fraction``), and a
+    disagreement pays nothing (PROOF_FAILED)."""
     MEMCHECK = "memcheck"
     """compute-sanitizer memcheck over a separate, sandboxed run, report read from its own file."""
     GUARD_REGIONS = "guard-regions"

@@ -113,3 +113,22 @@ def test_gpu_audit_pays_no_hostile_case(capsys: pytest.CaptureFixture[str]) -> N
     assert all(r["healthy"] == "yes" for r in rows), rows
     wrong = [r for r in rows if r["verdict"] != "ok"]
     assert not wrong, wrong
+
+
+def test_ncu_flag_makes_nsight_compute_the_proof(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--ncu`` hands the evaluator TargetMode.NCU (the offline audit of the in-band proof)."""
+    import ptxgym.evaluation.choose as choose
+    from ptxgym.evaluation.trusted.base import TargetMode
+
+    seen = []
+    real = choose.select_evaluator
+
+    def spy(choice=None, settings=None, *, source=None):
+        seen.append(settings)
+        return real(choice, settings, source=source)
+
+    monkeypatch.setattr(choose, "select_evaluator", spy)
+    assert main(["audit", "--ncu", "--evaluator", "none", "--case", "include_solution", "--json"]) == 0
+    assert main(["audit", "--evaluator", "none", "--case", "include_solution", "--json"]) == 0
+    assert seen[0] is not None and seen[0].target_mode is TargetMode.NCU
+    assert seen[1] is None  # the evaluator's defaults: the in-band proof
