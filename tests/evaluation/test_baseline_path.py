@@ -10,7 +10,6 @@ stand-ins, set on an evaluator made without its GPU constructor (``cpu_evaluator
 from __future__ import annotations
 
 import collections
-import threading
 
 import pytest
 
@@ -22,6 +21,7 @@ from inprocess_worker import InProcessWorker  # noqa: E402
 import ptxgym.evaluation.trusted.local as local  # noqa: E402
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, MemcheckMode, TargetMode  # noqa: E402
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore  # noqa: E402
+from ptxgym.evaluation.trusted.gpu_queue import GpuQueue  # noqa: E402
 from ptxgym.evaluation.trusted.gpuinfo import GpuFacts  # noqa: E402
 from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
 from ptxgym.evaluation.trusted.verdict_cache import VerdictCache  # noqa: E402
@@ -70,7 +70,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.backend, ev.cupti_error, ev.guard_pages_error = EVENTS, "", ""
     ev._arenas, ev._current, ev._held = collections.OrderedDict(), None, None
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
-    ev._lock = threading.Lock()
+    ev.queue = GpuQueue()
     ev.verdicts = VerdictCache(0)
     ev._take_worker = lambda arena: make_worker()  # type: ignore[method-assign]
     ev._free_bytes = lambda: 0  # type: ignore[method-assign]
@@ -199,5 +199,8 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch):
     for key in ("prepare", "prepare_arena", "prepare_baseline"):
         assert key in first.stage_wall_s and key in second.stage_wall_s
     assert second.stage_wall_s["prepare"] < 0.05 < first.stage_wall_s["prepare"]
+    assert 0 <= second.stage_wall_s["queue"] < 0.05 and ev.queue.served == 2  # nobody else was waiting
+    for key in ("time_inputs", "time_verify", "time_guards"):  # the trusted side's own work while timing
+        assert 0 < second.stage_wall_s[key] < second.stage_wall_s["time"]
     arena = next(iter(ev._arenas.values()))
     assert arena.build_s["inputs"] > 0 and arena.build_s["references"] > 0

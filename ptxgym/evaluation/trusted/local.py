@@ -30,7 +30,6 @@ import collections
 import secrets
 import shutil
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import replace
@@ -49,6 +48,7 @@ from ptxgym.evaluation.trusted.base import (
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore, baseline_record
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
 from ptxgym.evaluation.trusted.census import in_band_census
+from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
@@ -87,6 +87,7 @@ class LocalGpuEvaluator(Evaluator):
         max_arenas: int = 5,
         worker_start_timeout_s: float = 180.0,
         sandbox_mode: str | None = None,
+        queue_capacity: int = 64,
     ) -> None:
         import torch
 
@@ -113,7 +114,8 @@ class LocalGpuEvaluator(Evaluator):
         self.guard_pages_error = ""
         """Why this evaluator stopped using guard pages (a worker could not map them), if it did."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
-        self._lock = threading.Lock()
+        self.queue = GpuQueue(queue_capacity)
+        """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""
         self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
         self.pool.fill()
 
@@ -136,7 +138,7 @@ class LocalGpuEvaluator(Evaluator):
         cached = self.verdicts.lookup(task, candidate, self.settings)
         if cached is not None:
             return cached
-        with self._lock:
+        with self.queue.turn():
             t0 = time.perf_counter()
             try:
                 verdict = self._evaluate_or_demote(task, candidate)
@@ -144,14 +146,18 @@ class LocalGpuEvaluator(Evaluator):
                 verdict = self._infra(str(exc), traceback.format_exc())
             except Exception as exc:  # noqa: BLE001 - never raise into the episode
                 verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
-            walls = {**verdict.stage_wall_s, "gpu_total": round(time.perf_counter() - t0, 4)}
+            walls = {
+                **verdict.stage_wall_s,
+                "gpu_total": round(time.perf_counter() - t0, 4),
+                "queue": round(self.queue.last_wait_s, 4),
+            }
             verdict = verdict.model_copy(update={"stage_wall_s": walls})
         self.verdicts.store(task, candidate, verdict)
         return verdict
 
     def baseline(self, task: Task) -> BaselineRecord:
         """The baseline record of a task's workload (measured on first use in this evaluator)."""
-        with self._lock:
+        with self.queue.turn():
             return self._baseline(task, self._arena(task))
 
     def close(self) -> None:

@@ -1,0 +1,117 @@
+"""The GPU queue: callers served in arrival order, one at a time, at most ``capacity`` waiting (no GPU)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
+
+
+def _wait_until(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.002)
+
+
+def test_callers_are_served_in_arrival_order_one_at_a_time():
+    queue = GpuQueue(capacity=16)
+    release = threading.Event()
+    order: list[int] = []
+    inside = []
+
+    def caller(i: int) -> None:
+        with queue.turn():
+            inside.append(i)
+            assert len(inside) - len(order) == 1  # nobody else holds the GPU
+            if i == 0:
+                release.wait(10)
+            order.append(i)
+
+    threads = [threading.Thread(target=caller, args=(0,))]
+    threads[0].start()
+    _wait_until(lambda: inside == [0])
+    for i in range(1, 8):  # each arrives while the earlier ones wait: a ticket each, in this order
+        t = threading.Thread(target=caller, args=(i,))
+        t.start()
+        threads.append(t)
+        _wait_until(lambda i=i: queue.waiting == i)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert order == list(range(8)) and queue.served == 8 and queue.waiting == 0
+
+
+def test_a_full_queue_holds_the_next_caller_back():
+    queue = GpuQueue(capacity=1)
+    release = threading.Event()
+    admitted = []
+
+    def holder() -> None:
+        with queue.turn():
+            release.wait(10)
+
+    def caller(name: str) -> None:
+        with queue.turn():
+            admitted.append(name)
+
+    first = threading.Thread(target=holder)
+    first.start()
+    _wait_until(lambda: queue.waiting == 0 and queue._next == 1)
+    waiter = threading.Thread(target=caller, args=("waiter",))
+    waiter.start()
+    _wait_until(lambda: queue.waiting == 1)
+    extra = threading.Thread(target=caller, args=("extra",))
+    extra.start()
+    time.sleep(0.2)
+    assert queue._next == 2  # the extra caller has no ticket yet: the queue is full
+    release.set()
+    for t in (first, waiter, extra):
+        t.join(10)
+    assert admitted == ["waiter", "extra"]
+
+
+def test_the_wait_is_recorded_per_thread():
+    queue = GpuQueue()
+    with queue.turn():
+        pass
+    assert 0 <= queue.last_wait_s < 0.1
+    release = threading.Event()
+    waited = []
+
+    def holder() -> None:
+        with queue.turn():
+            release.wait(10)
+
+    def caller() -> None:
+        with queue.turn():
+            waited.append(queue.last_wait_s)
+
+    h = threading.Thread(target=holder)
+    h.start()
+    _wait_until(lambda: queue._next == 2)
+    c = threading.Thread(target=caller)
+    c.start()
+    time.sleep(0.3)
+    release.set()
+    h.join(10)
+    c.join(10)
+    assert waited and waited[0] >= 0.25
+
+
+def test_a_failing_holder_still_passes_the_gpu_on():
+    queue = GpuQueue()
+    with pytest.raises(RuntimeError), queue.turn():
+        raise RuntimeError("the evaluation failed")
+    with queue.turn():
+        pass
+    assert queue.served == 2
+
+
+def test_capacity_must_leave_room():
+    with pytest.raises(ValueError, match="at least one"):
+        GpuQueue(capacity=0)
