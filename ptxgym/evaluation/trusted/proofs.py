@@ -46,6 +46,19 @@ class InBand:
     """Whether Nsight Compute profiles this candidate too (the evaluator's secret draw)."""
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every proof of one candidate needs: the subject and where and how to run it."""
+
+    task: Task
+    cand: BuiltCandidate
+    inputs: Path
+    device: int
+    settings: EvalSettings
+    scratch: Path
+    sandbox: str
+
+
 def run_proofs(
     task: Task,
     cand: BuiltCandidate,
@@ -58,46 +71,41 @@ def run_proofs(
     in_band: InBand | None = None,
 ) -> tuple[ProofResults, dict[str, float]]:
     """The proofs of one candidate and their wall seconds (``memcheck``, ``execute``)."""
+    run = _Run(task, cand, inputs, device, settings, scratch, sandbox)
     walls: dict[str, float] = {}
     memcheck = None
     if memcheck_due:
         t = time.perf_counter()
-        memcheck = _memcheck(cand, inputs, device, settings, scratch, sandbox)
+        memcheck = _memcheck(run)
         walls["memcheck"] = round(time.perf_counter() - t, 4)
         if memcheck.ran and memcheck.clean is not True:  # an error or a failed tool: no profile needed
             return ProofResults(memcheck=memcheck), walls
     t = time.perf_counter()
-    target = _target(task, cand, inputs, device, settings, scratch, sandbox, in_band or InBand())
+    target = _target(run, in_band or InBand())
     walls["execute"] = round(time.perf_counter() - t, 4)
     return dataclasses.replace(target, memcheck=memcheck), walls
 
 
-def _memcheck(
-    cand: BuiltCandidate, inputs: Path, device: int, settings: EvalSettings, scratch: Path, sandbox: str
-) -> MemcheckInfo:
-    dirs = ProofDirs.create(scratch)
+def _memcheck(run: _Run) -> MemcheckInfo:
+    dirs = ProofDirs.create(run.scratch)
     try:
         info, _, _ = run_memcheck(
-            inputs, cand.so_path, cand.entry_symbol, device, settings.memcheck_timeout_s, dirs, sandbox
+            run.inputs,
+            run.cand.so_path,
+            run.cand.entry_symbol,
+            run.device,
+            run.settings.memcheck_timeout_s,
+            dirs,
+            run.sandbox,
         )
     finally:
         dirs.remove()
     return info
 
 
-def _target(
-    task: Task,
-    cand: BuiltCandidate,
-    inputs: Path,
-    device: int,
-    settings: EvalSettings,
-    scratch: Path,
-    sandbox: str,
-    in_band: InBand,
-) -> ProofResults:
+def _target(run: _Run, in_band: InBand) -> ProofResults:
     """The executed-instruction proof (module docstring); without a target opcode in the SASS none runs."""
-    arch = task.arch_spec
-    mode = settings.target_mode
+    cand, arch, mode = run.cand, run.task.arch_spec, run.settings.target_mode
     measured = mode in (TargetMode.EXECUTED, TargetMode.NCU)
     if not measured or not cand.static_target:
         executed = Verdict.NO if measured else Verdict.NOT_CHECKED
@@ -113,7 +121,7 @@ def _target(
         return ProofResults(target=info, source=None)
     if mode is TargetMode.EXECUTED and in_band.target is not None and not in_band.crosscheck:
         return ProofResults(target=in_band.target, source=Proof.CUPTI_IN_BAND)
-    profiled = _ncu(task, cand, inputs, device, settings, scratch, sandbox)
+    profiled = _ncu(run)
     if mode is TargetMode.NCU or profiled.profile_failed or profiled.target is None:
         return profiled
     if in_band.target is None:  # EXECUTED without usable in-band counts: Nsight Compute's stand
@@ -128,35 +136,27 @@ def _target(
     )
 
 
-def _ncu(
-    task: Task,
-    cand: BuiltCandidate,
-    inputs: Path,
-    device: int,
-    settings: EvalSettings,
-    scratch: Path,
-    sandbox: str,
-) -> ProofResults:
+def _ncu(run: _Run) -> ProofResults:
     """Nsight Compute's executed counts, work share and kernel census over a sandboxed driver run."""
-    arch = task.arch_spec
+    task, cand = run.task, run.cand
     key = ncu.cache_key(
         cand.source_sha256, cand.artifact_sha256, task.arch, task.workload.uuid, cand.entry_symbol
     )
-    dirs = ProofDirs.create(scratch)
+    dirs = ProofDirs.create(run.scratch)
     try:
         out = ncu.check_executed(
-            arch,
-            inputs,
+            task.arch_spec,
+            run.inputs,
             cand.so_path,
             cand.entry_symbol,
-            device,
-            settings.profile_timeout_s,
+            run.device,
+            run.settings.profile_timeout_s,
             user_settings.cache_dir() / "ncu",
             key,
             task_flops=task.flops,
             module_kernels=cand.kernels,
             dirs=dirs,
-            sandbox=sandbox,
+            sandbox=run.sandbox,
         )
     finally:
         dirs.remove()
