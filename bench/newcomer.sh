@@ -36,8 +36,8 @@ step train_tiny ptxgym train tiny --out models/tiny --tasks Gemm-sm90a
 step train_sft_smoke ptxgym train sft --model models/tiny --data data/experts --out runs/sft --preset smoke
 step train_grpo_smoke ptxgym train grpo --model models/tiny --out runs/grpo --preset smoke --tasks Gemm-sm90a
 cd "$ROOT" || exit 1
-step tests_fast python -m pytest -q -p no:cacheprovider -m "not slow"
-step tests_full python -m pytest -q -p no:cacheprovider
+step tests_fast python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m "not slow"
+step tests_full python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 deactivate
 rm -rf "$WORK"
 echo "wrote $OUT"

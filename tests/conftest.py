@@ -60,6 +60,31 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
         os.environ["PTXGYM_CACHE_DIR"] = str(tmp_path_factory.mktemp("ptxgym-cache"))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _gpu_files_one_at_a_time(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Under pytest-xdist (``-n 2``) with a GPU: a test file holding gpu tests runs while no other does.
+
+    Its module fixtures (an evaluator, its workers) and tests then have the GPU to themselves, so the
+    timings they assert are not disturbed by another worker's. A file lock in the run's shared temporary
+    folder; serial runs and machines without a GPU take no lock.
+    """
+    import os
+
+    here = request.node.path
+    gpu_here = any(i.path == here and i.get_closest_marker("gpu") for i in request.session.items)
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not gpu_here or gpu_reason():
+        yield
+        return
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent  # xdist gives each worker a folder in the run's own
+    with open(shared / "ptxgym-gpu.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def have(tool: str) -> bool:
     """Whether a command is on PATH."""
     return shutil.which(tool) is not None
