@@ -64,11 +64,11 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 def _gpu_files_one_at_a_time(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """Under pytest-xdist (``-n 2``) with a GPU: a test file holding gpu tests runs while no other does.
+    """Under pytest-xdist (``-n 2``) with a GPU: gpu test files run one at a time.
 
-    Its module fixtures (an evaluator, its workers) and tests then have the GPU to themselves, so the
-    timings they assert are not disturbed by another worker's. A file lock in the run's shared temporary
-    folder; serial runs and machines without a GPU take no lock.
+    Each file's module fixtures (an evaluator, its workers) and tests then have the GPU to themselves
+    (CPU-only files may run alongside), so the timings they assert are not disturbed by another worker's.
+    A file lock in the run's shared temporary folder; serial runs and machines without a GPU take none.
     """
     import os
 
