@@ -112,6 +112,11 @@ def test_pc_listing_of_a_real_module(monkeypatch, tmp_path) -> None:
     from ptxgym.records.arch import HOPPER
 
     monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path))
+    assert sass.module_pcs(so) == pcs  # no census yet: listed now, and cached
+    (cached,) = (tmp_path / "sass-pcs").rglob("*.json")
+    cached.write_text("{not json")
+    assert sass.module_pcs(so) == pcs  # a corrupt entry is listed again
+    cached.unlink()
     assert sass.sass_census(so, HOPPER).static_target
 
     def no_dump(*_args, **_kw):
