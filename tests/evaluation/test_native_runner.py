@@ -211,3 +211,13 @@ def test_order_of_commands_is_enforced(client, blob, candidate):
     fd, _ = blob
     with pytest.raises(RunnerError, match="closed its fd socket"):  # the candidate's runner gets no fds
         client.request(wire.Attach(blob=wire.MemfdBlob(size=BLOB)), fds=[fd])
+
+
+def test_gpu_attach_without_a_driver_is_an_error_reply(client, blob, runner_bin):
+    """The GPU path's first step on a host with no usable driver: a clear error, the runner serves on."""
+    fd, _ = blob
+    spec = wire.GpuBlob(device=0, total=2 << 21, page=2 << 20, runs=[wire.Run(offset=0, size=2 << 20)])
+    reply = client.request(wire.Attach(blob=spec), fds=[fd])
+    assert not reply.ok and reply.error, reply
+    assert any(word in reply.error for word in ("libcuda.so.1", "without CUDA", "failed: CUDA_ERROR")), reply
+    assert client.request(wire.Attach(blob=wire.MemfdBlob(size=BLOB)), fds=[fd]).ok

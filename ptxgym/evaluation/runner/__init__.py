@@ -27,6 +27,14 @@ carry ``op`` and ``seq`` (1, 2, ...); every reply carries ``seq`` (echoed), ``ok
 just before it on a third channel, a Unix socket (``SCM_RIGHTS``), which the runner closes at ``load``.
 The candidate's stdout/stderr go to the trusted side's log file, not to the reply pipe.
 
+Differences from the Python worker's loading
+--------------------------------------------
+``tvm_ffi.load_module`` also fills ``__tvm_ffi__library_ctx``, unpacks ``__tvm_ffi__library_bin`` and
+initialises context symbols; the runner only resolves the exported function, which is all a
+``ptxgym.cpu.build`` candidate (one ``TVM_FFI_DLL_EXPORT_TYPED_FUNC``, its cubin in cudart's fat binary)
+needs. The candidate's ``libtvm_ffi.so`` must be the runner's (same soname: the loader reuses the copy
+already mapped), or TVM-FFI's current stream and error slot would be two different ones.
+
 Known limits (by design of a same-process runner)
 -------------------------------------------------
 The candidate still shares the runner's address space: its host code can write a forged frame to the
@@ -39,7 +47,8 @@ Untested (no GPU this session)
 Every line under ``PTXGYM_RUNNER_CUDA``: the VMM import and mapping (mirrors ``evaluation/vmm.py``), the
 primary-context retain, the stream installed with ``TVMFFIEnvSetStream``, the CUDA-event timing
 (``ev_ms``). First GPU check: attach a ``trusted/guards.py`` blob, run a ``ptxgym.cpu.build`` candidate,
-compare outputs and ``ev_ms`` with the Python worker's on the same arena.
+compare outputs and ``ev_ms`` with the Python worker's on the same arena
+(``tests/evaluation/test_native_runner_gpu.py`` does the first half; never run yet).
 
 Next steps to make it the worker
 --------------------------------

@@ -205,11 +205,22 @@ class Runner {
     void* p = mmap(nullptr, size_t(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (p == MAP_FAILED) throw std::runtime_error(std::string("mmap failed: ") + strerror(errno));
-    if (cpu_base_) munmap(cpu_base_, cpu_size_);
+    drop_blobs();
     cpu_base_ = static_cast<char*>(p);
     cpu_size_ = size_t(size);
     runs_ = {{0, cpu_size_}};
     return JsonWriter().boolean("ok", true).object("attach", JsonWriter().text("device", "cpu"));
+  }
+
+  // Forget the attached blob (a new attach replaces it).
+  void drop_blobs() {
+    if (cpu_base_) munmap(cpu_base_, cpu_size_);
+    cpu_base_ = nullptr;
+    cpu_size_ = 0;
+    runs_.clear();
+#ifdef PTXGYM_RUNNER_CUDA
+    gpu_.reset();
+#endif
   }
 
   JsonWriter attach_vmm(const Json& blob) {
@@ -225,7 +236,7 @@ class Runner {
     for (auto& r : runs)
       if (r.first + r.second > size_t(total)) throw std::runtime_error("a run ends past blob.total");
     std::vector<int> fds = receive_fds(sock_, runs.size());
-    gpu_.reset();
+    drop_blobs();
     auto mapped = std::make_unique<GpuBlob>(cuda_);
     mapped->map(int(device), fds, size_t(total), size_t(page), runs);
     gpu_ = std::move(mapped);
