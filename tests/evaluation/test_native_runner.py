@@ -3,13 +3,14 @@
 The candidate's entry ``run(a, b, c, alpha, mode)`` computes ``c = a + alpha * b`` over float32 arrays of
 a memfd blob, and its ``mode`` scalar selects a misbehaviour: raise, crash, print garbage, or write
 forged frames to the reply channel (the fd it finds on its own command line, as a hostile candidate
-would).
+would), read /etc/passwd, spin forever, or abort.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,7 +24,9 @@ from ptxgym.evaluation.runner.client import (
     RunnerClient,
     RunnerDied,
     RunnerError,
+    RunnerTimeout,
 )
+from ptxgym.evaluation.runner.jail import runner_jail
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +37,7 @@ CANDIDATE = r"""
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/function.h>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +67,10 @@ static void frame(const std::string& body, unsigned len) {
 void run(TensorView a, TensorView b, TensorView c, double alpha, int64_t mode) {
   if (mode == 1) TVM_FFI_THROW(ValueError) << "candidate refuses: mode " << mode;
   if (mode == 2) *(volatile int*)nullptr = 1;
+  if (mode == 8) {
+    std::printf("about to abort\n");  // never flushed: reaches the log only if stdout is unbuffered
+    std::abort();
+  }
   if (mode == 3) {  // an oversized frame header to stdout, then text
     static const char g[] = "\x7f\xff\xff\xffgarbage";
     std::fwrite(g, 1, sizeof g - 1, stdout);
@@ -70,6 +78,13 @@ void run(TensorView a, TensorView b, TensorView c, double alpha, int64_t mode) {
   }
   if (mode == 4) frame("", 0xFFFFFFFFu);
   if (mode == 5) { std::string b = "{\"seq\":99,\"ok\":true}"; frame(b, b.size()); }
+  if (mode == 6) {  // read a file the runner does not need
+    FILE* f = std::fopen("/etc/passwd", "r");
+    int err = errno;
+    if (f) TVM_FFI_THROW(RuntimeError) << "read /etc/passwd";
+    TVM_FFI_THROW(RuntimeError) << "denied: " << std::strerror(err);
+  }
+  if (mode == 7) for (volatile int spin = 0;; spin = spin + 1) {}
   TVM_FFI_ICHECK_EQ(a.dtype().bits, 32);
   const float* x = static_cast<const float*>(a.data_ptr());
   const float* y = static_cast<const float*>(b.data_ptr());
@@ -173,6 +188,14 @@ def test_crash_is_seen_as_death(client, blob, candidate):
     with pytest.raises(RunnerDied, match="SIGSEGV") as info:
         client.request(wire.Call(args=args(mode=2)))
     assert info.value.returncode == -11
+    assert "Segfault encountered" in info.value.log_tail  # libtvm_ffi's handler printed a backtrace
+
+
+def test_output_before_an_abort_reaches_the_log(client, blob, candidate):
+    assert ready(client, blob, candidate).ok
+    with pytest.raises(RunnerDied, match="SIGABRT") as info:
+        client.request(wire.Call(args=args(mode=8)))
+    assert "about to abort" in info.value.log_tail
 
 
 def test_stdout_garbage_stays_off_the_reply_channel(client, blob, candidate):
@@ -221,3 +244,33 @@ def test_gpu_attach_without_a_driver_is_an_error_reply(client, blob, runner_bin)
     assert not reply.ok and reply.error, reply
     assert any(word in reply.error for word in ("libcuda.so.1", "without CUDA", "failed: CUDA_ERROR")), reply
     assert client.request(wire.Attach(blob=wire.MemfdBlob(size=BLOB)), fds=[fd]).ok
+
+
+def test_hang_is_a_timeout(client, blob, candidate):
+    assert ready(client, blob, candidate).ok
+    with pytest.raises(RunnerTimeout):
+        client.request(wire.Call(args=args(mode=7)), timeout_s=1.0)
+
+
+def test_unconfined_candidate_reads_any_file(client, blob, candidate):
+    """The probe of the next test works: without a jail the candidate reads /etc/passwd."""
+    assert ready(client, blob, candidate).ok
+    reply = client.request(wire.Call(args=args(mode=6)))
+    assert not reply.ok and reply.error == "RuntimeError: read /etc/passwd"
+
+
+def test_confined_runner_reads_only_what_it_needs(runner_bin, blob, candidate, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    inside = Path(shutil.copy(candidate, scratch / "cand.so"))
+    jailed = RunnerClient(runner_bin, tmp_path, jail=runner_jail(runner_bin, scratch))
+    try:
+        assert jailed.hello is not None, jailed.log_tail()
+        assert ready(jailed, blob, inside).ok
+        assert jailed.request(wire.Call(args=args(alpha=0.5))).ok
+        np.testing.assert_array_equal(blob[1][2], np.arange(N, dtype=np.float32) + 0.5)
+        reply = jailed.request(wire.Call(args=args(mode=6)))
+        assert not reply.ok and reply.error == "RuntimeError: denied: Permission denied", reply
+        assert "libpython" not in Path(f"/proc/{jailed.pid}/maps").read_text()  # the launcher exec'd
+    finally:
+        jailed.kill()

@@ -17,6 +17,7 @@ import pytest
 from ptxgym.evaluation.runner import wire
 from ptxgym.evaluation.runner.build import build_runner
 from ptxgym.evaluation.runner.client import RunnerClient
+from ptxgym.evaluation.runner.jail import runner_jail
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -73,7 +74,9 @@ def build_kernel(out: Path) -> Path:
     return out / "k.so"
 
 
-def test_gpu_call_on_a_guard_page_blob(tmp_path):
+@pytest.mark.parametrize("jailed", [False, True], ids=["plain", "jailed"])
+def test_gpu_call_on_a_guard_page_blob(tmp_path, jailed):
+    """``jailed``: through ``runner_jail(gpu=True)``, whose GPU read rules are a guess to check here."""
     torch = pytest.importorskip("torch")
     from ptxgym.evaluation import vmm
 
@@ -87,12 +90,17 @@ def test_gpu_call_on_a_guard_page_blob(tmp_path):
     b.fill_(1.0)
     c.zero_()
     torch.cuda.synchronize()
-    client = RunnerClient(build_runner(tmp_path / "cache"), tmp_path)
+    binary = build_runner(tmp_path / "cache")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    kernel = build_kernel(scratch)
+    jail = runner_jail(binary, scratch, gpu=True) if jailed else None
+    client = RunnerClient(binary, tmp_path, jail=jail)
     try:
         spec = wire.GpuBlob(device=0, total=2 * page, page=page, runs=[wire.Run(offset=0, size=page)])
         attach = client.request(wire.Attach(blob=spec), fds=fds)
         assert attach.ok and attach.attach and attach.attach.device == "cuda", attach
-        assert client.request(wire.Load(path=str(build_kernel(tmp_path)), entry="run")).ok
+        assert client.request(wire.Load(path=str(kernel), entry="run")).ok
 
         def t(off: int) -> wire.TensorArg:
             return wire.TensorArg(role="in", offset=off, shape=(N,), dtype="float32", device="cuda")

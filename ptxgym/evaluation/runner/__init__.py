@@ -17,6 +17,10 @@ What exists
 * ``wire.py``: the messages (frozen models); ``client.py``: ``RunnerClient`` starts the runner and
   validates every reply (``ProtocolViolation``, ``RunnerDied``, ``RunnerTimeout``, as ``trusted/pool.py``
   does for the Python worker).
+* ``jail.py``: ``runner_jail``, the ``ptxgym/confine`` launcher's rules for a runner (Landlock reads
+  limited to the system libraries, tvm-ffi and the scratch directory holding the candidate; writes to
+  the scratch directory only; no new sockets). ``RunnerClient(jail=...)`` starts the runner through the
+  launcher, which execs it, so no interpreter is left. Tested on the CPU; its GPU rules are a guess.
 
 Wire format
 -----------
@@ -59,9 +63,9 @@ Next steps to make it the worker
 2. CUPTI in C: activity records (kernel spans per timed call) and the SASS-metrics counted call, ported
    from ``sandboxed/cupti_spans.py`` and ``sass_counts.py``; better still, measured from a separate
    process so the candidate cannot forge them.
-3. Confinement: start the runner through ``ptxgym/confine`` (``launch.py`` exec launcher) with Landlock
-   read rules limited to the runner, ``libtvm_ffi.so``, the candidate ``.so``, the CUDA driver and
-   runtime, ``/dev/nvidia*`` and the scratch directory; seccomp as for the worker; rlimits.
+3. Confinement on the GPU: run ``test_native_runner_gpu.py[jailed]`` and narrow ``jail.GPU_READ`` to what
+   the driver really opens (``strace -f -e trace=openat`` of a runner); add the worker's rlimits (address
+   space, processes) and make the pool copy the candidate into the runner's scratch before ``load``.
 4. Output capture through the pool's ``OutputCapture`` (a capped log plus tail) instead of a plain file;
    pre-warmed spares in ``trusted/pool.py`` with ``RunnerClient`` behind ``WorkerHandle``'s interface.
 """

@@ -2,11 +2,12 @@
 
 The runner is started in its own session with three inherited descriptors: the read end of the command
 pipe, the write end of the reply pipe and one end of a Unix socket for file descriptors (``SCM_RIGHTS``).
-Its stdin is ``/dev/null``; its stdout and stderr (the candidate's output) go to a log file, never to the
-reply pipe. Frames are a 4-byte big-endian length and one JSON object. A reply that is longer than
-``MAX_REPLY_BYTES``, does not parse into ``wire.Reply``, or does not echo the awaited sequence number is
-a ``ProtocolViolation``; a closed pipe is ``RunnerDied`` (with the exit status); silence is
-``RunnerTimeout``.
+With a ``Jail`` it is started through ``ptxgym/confine``'s launcher, which confines itself and execs the
+runner (no interpreter is left). Its stdin is ``/dev/null``; its stdout and stderr (the candidate's
+output) go to a log file, never to the reply pipe. Frames are a 4-byte big-endian length and one JSON
+object. A reply that is longer than ``MAX_REPLY_BYTES``, does not parse into ``wire.Reply``, or does not
+echo the awaited sequence number is a ``ProtocolViolation``; a closed pipe is ``RunnerDied`` (with the
+exit status); silence is ``RunnerTimeout``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ptxgym.confine import launch
+from ptxgym.confine.launch import Jail
 from ptxgym.evaluation.runner.wire import MAX_COMMAND_BYTES, MAX_REPLY_BYTES, Command, Reply
 
 
@@ -54,15 +57,19 @@ class ProtocolViolation(RunnerError):
 class RunnerClient:
     """One runner process and its channels."""
 
-    def __init__(self, binary: Path, log_dir: Path, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, binary: Path, log_dir: Path, timeout_s: float = 30.0, jail: Jail | None = None
+    ) -> None:
+        """Start ``binary``; with ``jail``, through ``ptxgym/confine``'s launcher (see ``jail.py``)."""
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         self._fds, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.log_path = Path(tempfile.mkstemp(prefix="runner-", suffix=".log", dir=log_dir)[1])
+        argv = [str(binary), "--fd-in", str(cmd_r), "--fd-out", str(rep_w)]
+        argv += ["--fd-sock", str(child_sock.fileno())]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [str(binary), "--fd-in", str(cmd_r), "--fd-out", str(rep_w)]
-                + ["--fd-sock", str(child_sock.fileno())],
+                launch.command(jail, argv) if jail else argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

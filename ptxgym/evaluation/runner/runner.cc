@@ -58,12 +58,15 @@ void write_full(int fd, const std::string& data) {
   }
 }
 
-// One framed message, or false at end of input.
+// One framed message, or false at end of input. An oversized command ends the runner (exit 4).
 bool read_message(int fd, std::string* out) {
   unsigned char head[4];
   if (!read_full(fd, head, 4)) return false;
   uint32_t n = (uint32_t(head[0]) << 24) | (uint32_t(head[1]) << 16) | (uint32_t(head[2]) << 8) | head[3];
-  if (n > kMaxCommand) return false;
+  if (n > kMaxCommand) {
+    std::fprintf(stderr, "ptxgym-runner: a command of %u bytes exceeds %u\n", n, kMaxCommand);
+    std::exit(4);
+  }
   out->assign(n, '\0');
   return read_full(fd, &(*out)[0], n);
 }
@@ -392,6 +395,7 @@ int main(int argc, char** argv) {
   int in = parse_fd(argc, argv, "--fd-in", true);
   int out = parse_fd(argc, argv, "--fd-out", true);
   int sock = parse_fd(argc, argv, "--fd-sock", false);
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // the candidate's output reaches the log even if it crashes
   if (in <= 2 || out <= 2) {
     std::fprintf(stderr, "ptxgym-runner: the channels must not be stdin, stdout or stderr\n");
     return 2;
