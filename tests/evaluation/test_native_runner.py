@@ -78,6 +78,7 @@ void run(TensorView a, TensorView b, TensorView c, double alpha, int64_t mode) {
   }
   if (mode == 4) frame("", 0xFFFFFFFFu);
   if (mode == 5) { std::string b = "{\"seq\":99,\"ok\":true}"; frame(b, b.size()); }
+  if (mode == 9) frame("not json", 8);
   if (mode == 6) {  // read a file the runner does not need
     FILE* f = std::fopen("/etc/passwd", "r");
     int err = errno;
@@ -210,10 +211,11 @@ def test_oversized_forged_frame_is_a_violation(client, blob, candidate):
         client.request(wire.Call(args=args(mode=4)))
 
 
-def test_out_of_sequence_forged_reply_is_a_violation(client, blob, candidate):
+@pytest.mark.parametrize(("mode", "message"), [(5, "command 99"), (9, "malformed reply")])
+def test_forged_reply_in_bounds_is_a_violation(client, blob, candidate, mode, message):
     assert ready(client, blob, candidate).ok
-    with pytest.raises(ProtocolViolation, match="command 99"):
-        client.request(wire.Call(args=args(mode=5)))
+    with pytest.raises(ProtocolViolation, match=message):
+        client.request(wire.Call(args=args(mode=mode)))
 
 
 def test_views_outside_the_blob_are_refused(client, blob, candidate):
@@ -263,7 +265,7 @@ def test_confined_runner_reads_only_what_it_needs(runner_bin, blob, candidate, t
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     inside = Path(shutil.copy(candidate, scratch / "cand.so"))
-    jailed = RunnerClient(runner_bin, tmp_path, jail=runner_jail(runner_bin, scratch))
+    jailed = RunnerClient(runner_bin, tmp_path, jail=runner_jail(runner_bin, scratch), cwd=scratch)
     try:
         assert jailed.hello is not None, jailed.log_tail()
         assert ready(jailed, blob, inside).ok

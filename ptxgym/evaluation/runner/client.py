@@ -58,9 +58,18 @@ class RunnerClient:
     """One runner process and its channels."""
 
     def __init__(
-        self, binary: Path, log_dir: Path, timeout_s: float = 30.0, jail: Jail | None = None
+        self,
+        binary: Path,
+        log_dir: Path,
+        timeout_s: float = 30.0,
+        jail: Jail | None = None,
+        cwd: Path | None = None,
     ) -> None:
-        """Start ``binary``; with ``jail``, through ``ptxgym/confine``'s launcher (see ``jail.py``)."""
+        """Start ``binary``; with ``jail``, through ``ptxgym/confine``'s launcher (see ``jail.py``).
+
+        The runner gets a scrubbed environment (``PATH`` only) and ``cwd`` (default ``log_dir``) as its
+        working directory; the log of its output is written in ``log_dir``.
+        """
         cmd_r, self._cmd_w = os.pipe()
         self._rep_r, rep_w = os.pipe()
         self._fds, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -76,6 +85,7 @@ class RunnerClient:
                 pass_fds=(cmd_r, rep_w, child_sock.fileno()),
                 start_new_session=True,
                 env={"PATH": "/usr/bin:/bin"},
+                cwd=cwd or log_dir,
             )
         for fd in (cmd_r, rep_w):
             os.close(fd)
