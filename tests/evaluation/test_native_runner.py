@@ -8,6 +8,7 @@ would), read /etc/passwd, spin forever, or abort.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import shutil
@@ -276,3 +277,11 @@ def test_confined_runner_reads_only_what_it_needs(runner_bin, blob, candidate, t
         assert "libpython" not in Path(f"/proc/{jailed.pid}/maps").read_text()  # the launcher exec'd
     finally:
         jailed.kill()
+
+
+def test_a_runner_its_jail_cannot_start_is_seen_as_death(runner_bin, tmp_path):
+    jail = runner_jail(runner_bin, tmp_path)
+    rules = dataclasses.replace(jail.landlock, execute=())  # the runner itself may not be executed
+    with pytest.raises(RunnerDied, match="exit code 127") as info:
+        RunnerClient(runner_bin, tmp_path, jail=dataclasses.replace(jail, landlock=rules))
+    assert "ptxgym-jail: cannot run" in info.value.log_tail

@@ -91,9 +91,13 @@ class RunnerClient:
             os.close(fd)
         child_sock.close()
         self.seq = 0
-        self.hello = self._receive(0, timeout_s).hello
-        if self.hello is None:
-            raise ProtocolViolation("the first reply carries no hello", self.log_tail())
+        try:
+            self.hello = self._receive(0, timeout_s).hello
+            if self.hello is None:
+                raise ProtocolViolation("the first reply carries no hello", self.log_tail())
+        except RunnerError:
+            self.kill()
+            raise
 
     @property
     def pid(self) -> int:
