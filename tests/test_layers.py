@@ -29,6 +29,7 @@ GROUPS: dict[str, int] = {
     "ptxgym.evaluation.compare": 1,
     "ptxgym.evaluation.sandboxed": 2,
     "ptxgym.evaluation.trusted": 2,
+    "ptxgym.evaluation.runner": 2,
     "ptxgym.evaluation.choose": 3,
     "ptxgym.rewards": 3,
     "ptxgym.pipeline": 4,

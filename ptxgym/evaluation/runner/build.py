@@ -1,0 +1,128 @@
+"""Compile ``ptxgym-runner`` from ``runner.cc`` into the cache, keyed by a hash of what goes into it.
+
+The host C++ compiler (``g++``, else ``c++``, from PATH) builds
+the runner against tvm-ffi's headers and ``libtvm_ffi.so`` (found with ``tvm_ffi.libinfo``, rpath set so
+the runner needs no ``LD_LIBRARY_PATH``). When the CUDA toolkit's ``cuda.h`` is found (the same
+discovery as the candidate build, ``ptxgym.cpu.toolchain``) the GPU path is compiled in
+(``-DPTXGYM_RUNNER_CUDA``); the runner still never links ``libcuda``: it opens the driver at run time,
+and only for a GPU blob. The product lands in ``<cache>/runner/<key>/ptxgym-runner``, written to a
+temporary name first and renamed, so concurrent builds of one key are safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ptxgym.records import settings
+from ptxgym.records.errors import ToolchainNotFoundError
+
+HERE = Path(__file__).resolve().parent
+SOURCES = ("runner.cc", "json.h", "cuda_path.h")
+"""Every file the runner is compiled from (all count in the cache key)."""
+BUILD_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class RunnerBuild:
+    """How the runner is compiled on this host."""
+
+    compiler: str
+    """The C++ compiler executable."""
+    flags: tuple[str, ...]
+    """Every argument but the output path."""
+    cuda: bool
+    """Whether the GPU path is compiled in (``cuda.h`` found)."""
+
+
+def _compiler() -> str:
+    for name in ("g++", "c++"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ToolchainNotFoundError(
+        "no C++ compiler on PATH (looked for g++ and c++): the native runner is built with the host "
+        "compiler; install g++ (e.g. apt-get install g++) or put one on PATH"
+    )
+
+
+def _cuda_include() -> Path | None:
+    """The CUDA include directory holding ``cuda.h``, or None (no toolkit: a CPU-only runner)."""
+    try:
+        from ptxgym.cpu.toolchain import find_toolchain
+
+        dirs = find_toolchain().include_dirs
+    except Exception:  # no toolkit at all: the runner is still useful on the CPU
+        return None
+    return next((d for d in dirs if (d / "cuda.h").is_file()), None)
+
+
+def plan() -> RunnerBuild:
+    """The compiler and flags for this host."""
+    import tvm_ffi.libinfo as info
+
+    include = Path(info.find_include_path())
+    dlpack = Path(info.find_dlpack_include_path())
+    lib_dir = Path(info.find_libtvm_ffi()).parent
+    cuda = _cuda_include()
+    flags = [
+        "-std=c++17",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{include}",
+        f"-I{dlpack}",
+        *([f"-I{cuda}", "-DPTXGYM_RUNNER_CUDA"] if cuda else []),
+        str(HERE / "runner.cc"),
+        f"-L{lib_dir}",
+        "-ltvm_ffi",
+        f"-Wl,-rpath,{lib_dir}",
+        "-ldl",
+    ]
+    return RunnerBuild(compiler=_compiler(), flags=tuple(flags), cuda=cuda is not None)
+
+
+def key(build: RunnerBuild) -> str:
+    """Hash of the sources, the flags and the compiler's version."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
+    version = subprocess.run([build.compiler, "--version"], capture_output=True, text=True, check=False)
+    digest.update("\0".join([build.compiler, version.stdout, *build.flags]).encode())
+    return digest.hexdigest()[:20]
+
+
+def build_runner(cache: Path | None = None) -> Path:
+    """The path of a built ``ptxgym-runner`` (compiled on first use, then taken from the cache)."""
+    build = plan()
+    root = (cache or settings.cache_dir()) / "runner" / key(build)
+    binary = root / "ptxgym-runner"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    root.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".ptxgym-runner-", dir=root)
+    os.close(fd)
+    try:
+        done = subprocess.run(
+            [build.compiler, *build.flags, "-o", tmp],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ToolchainNotFoundError(
+                f"compiling the native runner failed ({build.compiler}, exit {done.returncode}):\n"
+                f"{done.stderr[-4000:]}"
+            )
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, binary)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return binary
