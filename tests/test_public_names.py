@@ -29,6 +29,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "ptxgym.evaluation.trusted": [],
     "ptxgym.evaluation.sandboxed": [],
+    "ptxgym.evaluation.runner": [],
     "ptxgym.envs": ["make_vec", "register_envs", "step_many"],
     "ptxgym.knowledge_packs": [
         "PACK_ROOT", "PromptPack", "UnknownVariantError", "ablation_ladder", "count_tokens",
