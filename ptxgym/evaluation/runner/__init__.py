@@ -69,3 +69,5 @@ Next steps to make it the worker
 4. Output capture through the pool's ``OutputCapture`` (a capped log plus tail) instead of a plain file;
    pre-warmed spares in ``trusted/pool.py`` with ``RunnerClient`` behind ``WorkerHandle``'s interface.
 """
+
+__all__: list[str] = []  # a folder of modules: import them by name
