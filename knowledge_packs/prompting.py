@@ -43,7 +43,8 @@ How to answer:
   cuda_fp16.h, tvm/ffi/*. Forbidden: cuBLAS, cuBLASLt, cuDNN, CUTLASS, CuTe, any dlopen/dlsym, file,
   process or network calls. Do not modify inputs.
 - The target instruction family for {arch} is {target}. The kernel counts as a target-instruction
-  success only if such instructions actually execute during the call (checked with Nsight Compute).
+  success only if such instructions actually execute during a checked call and its tensor-core MMAs do
+  at least half of the task's FLOPs (counted per SASS instruction while the call runs).
 - Correctness: every output element must satisfy |out - ref| <= {atol} or |out - ref| / |ref| <= {rtol},
   on several fresh random inputs; then the kernel is timed against {baseline}.
 """
