@@ -27,6 +27,7 @@ GROUPS: dict[str, int] = {
     "ptxgym.evaluation": 1,
     "ptxgym.evaluation.protocol": 1,
     "ptxgym.evaluation.compare": 1,
+    "ptxgym.evaluation.child_errors": 1,
     "ptxgym.evaluation.sandboxed": 2,
     "ptxgym.evaluation.trusted": 2,
     "ptxgym.evaluation.runner": 2,

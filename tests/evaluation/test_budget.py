@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
 
+from ptxgym.evaluation.child_errors import WorkerTimeout  # noqa: E402
 from ptxgym.evaluation.protocol import AttachResult, Call, Load, Reply  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
 from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
@@ -24,12 +25,7 @@ from ptxgym.evaluation.trusted.budget import (  # noqa: E402
     StepBudgetExceeded,
     exceeded_verdict,
 )
-from ptxgym.evaluation.trusted.pool import (  # noqa: E402
-    MAX_OUTPUT_BYTES,
-    TAIL_BYTES,
-    WorkerHandle,
-    WorkerTimeout,
-)
+from ptxgym.evaluation.trusted.pool import MAX_OUTPUT_BYTES, TAIL_BYTES, WorkerHandle  # noqa: E402
 from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
 from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
 from ptxgym.records.feedback import EnvironmentInfo, Stage, Status  # noqa: E402

@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from ptxgym.evaluation.child_errors import ProtocolViolation, WorkerDied, WorkerTimeout
 from ptxgym.evaluation.protocol import Call
-from ptxgym.evaluation.trusted.pool import (
-    ProtocolViolation,
-    WorkerDied,
-    WorkerHandle,
-    WorkerPool,
-    WorkerTimeout,
-)
+from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.verdicts import worker_error_verdict
 from ptxgym.records.feedback import EnvironmentInfo, Stage, Status
 

@@ -27,31 +27,19 @@ from pydantic import ValidationError
 
 from ptxgym.confine import launch
 from ptxgym.confine.launch import Jail
+from ptxgym.evaluation.child_errors import (
+    ProtocolViolation,
+    WorkerDied,
+    WorkerError,
+    WorkerTimeout,
+    describe_exit,
+)
 from ptxgym.evaluation.runner.wire import MAX_COMMAND_BYTES, MAX_REPLY_BYTES, Command, Reply
 
-
-class RunnerError(Exception):
-    """The runner did not answer a command properly."""
-
-    def __init__(self, message: str, log_tail: str = "") -> None:
-        super().__init__(message)
-        self.message, self.log_tail = message, log_tail
-
-
-class RunnerTimeout(RunnerError):
-    """No complete reply in time."""
-
-
-class RunnerDied(RunnerError):
-    """The runner ended (exit, abort, signal) before replying."""
-
-    def __init__(self, message: str, log_tail: str = "", returncode: int | None = None) -> None:
-        super().__init__(message, log_tail)
-        self.returncode = returncode
-
-
-class ProtocolViolation(RunnerError):
-    """The reply was oversized, malformed or answered another command."""
+RunnerError = WorkerError
+"""The runner did not answer a command properly (the worker's error family: the same verdicts)."""
+RunnerTimeout = WorkerTimeout
+RunnerDied = WorkerDied
 
 
 class RunnerClient:
@@ -195,15 +183,3 @@ class RunnerClient:
             except OSError:
                 pass
         self._fds.close()
-
-
-def describe_exit(returncode: int | None) -> str:
-    """'exit code 3' or 'signal SIGSEGV' for a Popen return code."""
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit code {returncode}"

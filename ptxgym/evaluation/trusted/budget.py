@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ptxgym.evaluation.child_errors import WorkerTimeout
 from ptxgym.evaluation.trusted.base import EvalSettings, GpuVerdict
-from ptxgym.evaluation.trusted.pool import WorkerTimeout
 from ptxgym.evaluation.trusted.verdicts import worker_error_verdict
 from ptxgym.records.feedback import EnvironmentInfo, Stage
 

@@ -35,6 +35,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
+from ptxgym.evaluation.child_errors import WorkerError
 from ptxgym.evaluation.protocol import Load, check_mode
 from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import (
@@ -50,7 +51,7 @@ from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exc
 from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
-from ptxgym.evaluation.trusted.pool import WorkerError, WorkerHandle, WorkerPool
+from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
 from ptxgym.evaluation.trusted.sass_join import counted_target, in_band_info
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult

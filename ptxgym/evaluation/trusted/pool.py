@@ -39,6 +39,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ptxgym.evaluation.child_errors import (
+    ProtocolViolation,
+    WorkerDied,
+    WorkerTimeout,
+    describe_exit,
+)
 from ptxgym.evaluation.protocol import MAX_REPLY_BYTES, Command, Reply, worker_environ
 
 MAX_OUTPUT_BYTES = 1 << 20
@@ -99,43 +105,6 @@ class OutputCapture:
                 return fh.read().decode(errors="replace")
         except OSError:
             return ""
-
-
-class WorkerError(Exception):
-    """A worker did not answer a command properly."""
-
-    def __init__(self, message: str, log_tail: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.log_tail = log_tail
-
-
-class WorkerTimeout(WorkerError):
-    """No reply within the time limit (the candidate hangs)."""
-
-
-class WorkerDied(WorkerError):
-    """The worker process ended (exit, abort, signal) before replying."""
-
-    def __init__(self, message: str, log_tail: str = "", returncode: int | None = None) -> None:
-        super().__init__(message, log_tail)
-        self.returncode = returncode
-
-
-class ProtocolViolation(WorkerError):
-    """The reply was malformed, too long, or answered another command."""
-
-
-def describe_exit(returncode: int | None) -> str:
-    """'exit code 3' or 'signal SIGSEGV' for a Popen return code."""
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return f"signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit code {returncode}"
 
 
 class WorkerHandle:

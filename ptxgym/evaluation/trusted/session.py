@@ -14,6 +14,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from ptxgym.evaluation.child_errors import WorkerTimeout
 from ptxgym.evaluation.compare import SetCheck
 from ptxgym.evaluation.protocol import (
     ApplySandbox,
@@ -34,7 +35,7 @@ from ptxgym.evaluation.protocol import (
 from ptxgym.evaluation.trusted.arena import Arena, ipc_pickle
 from ptxgym.evaluation.trusted.base import EvalSettings
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, StepClock
-from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerTimeout
+from ptxgym.evaluation.trusted.pool import WorkerHandle
 from ptxgym.evaluation.trusted.timing import (
     CUPTI,
     Calibration,

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ptxgym.evaluation.child_errors import ProtocolViolation, WorkerDied, WorkerError, WorkerTimeout
 from ptxgym.evaluation.compare import SetCheck
 from ptxgym.evaluation.trusted.base import GpuVerdict
-from ptxgym.evaluation.trusted.pool import ProtocolViolation, WorkerDied, WorkerError, WorkerTimeout
 from ptxgym.records.feedback import (
     CorrectnessInfo,
     EnvironmentInfo,
