@@ -9,11 +9,15 @@ Stages of one evaluation: arena (once per task) -> baseline (once per evaluator 
 the candidate's own path: ``measure_baseline``; a disk record is only a warm start) -> worker + host
 sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load -> correctness -> timing (fresh
 input values on every call, a secret random subset verified; guard regions around every buffer checked
-after every call; wall-clock cross-check, floor; in-band kernel census) -> memcheck (per MemcheckMode) ->
-executed target instructions, work share and kernel census (ncu, per TargetMode); ``verdicts.with_proofs``
-turns their outcomes into the final status and evidence. From the load on, the step runs against one wall
+after every call; wall-clock cross-check, floor; in-band kernel census) -> counted call (one more verified
+call counted per SASS instruction: the in-band target proof, ``TargetMode.EXECUTED``) -> memcheck (when
+``base.memcheck_due``: by default only without guard pages) -> the target verdict and work share
+(``proofs.py``: the in-band counts, Nsight Compute on a secret share of candidates or where the counts are
+missing, or on every one with ``TargetMode.NCU``); ``verdicts.with_proofs`` turns their outcomes into the
+final status and evidence. From the load on, the step runs against one wall
 budget (``budget.py``): the proofs get what the load, check and time left of it. The sandbox report of the
-worker is recorded in the verdict's ``environment.sandbox``. The memcheck and ncu runs start their own
+worker is recorded in the verdict's ``environment.sandbox``. Callers are served first come, first served
+(``gpu_queue.py``). The memcheck and ncu runs start their own
 driver processes (``driver.py``), sandboxed like the worker, their reports read from files the candidate
 cannot write.
 
