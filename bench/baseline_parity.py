@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import commit
+
 HERE = Path(__file__).resolve().parent
 BRIDGE = HERE / "parity_bridge.cc"
 ENTRY = {
@@ -205,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ptxgym-parity-"))
     so = build_bridge(work)
     built_s = time.perf_counter() - t_start
-    say(f"# baseline parity {time.strftime('%Y-%m-%dT%H:%M:%S')}; bridge built in {built_s:.1f} s")
+    say(
+        f"# baseline parity {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}; "
+        f"bridge built in {built_s:.1f} s"
+    )
     ev = LocalGpuEvaluator(settings=settings, spares=1)
     f = ev.facts
     say(

@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import commit
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "knowledge_packs" / "sm90a" / "solutions"
 SUBJECTS = ("gemm_expert", "gemm_simt", "mha_fwd_expert")
@@ -181,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = EvalSettings.model_validate({**EvalSettings().model_dump(), **overrides})
     ev = LocalGpuEvaluator(settings=settings, spares=2)
     f = ev.facts
-    say(f"# gpu cost {time.strftime('%Y-%m-%dT%H:%M:%S')} gpu {f.name} driver {f.driver} torch {f.torch}")
+    say(
+        f"# gpu cost {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()} gpu {f.name} driver {f.driver} "
+        f"torch {f.torch}"
+    )
     say(
         f"# protocol: {settings.calls_per_step} calls per evaluation ({settings.correctness_sets} checked + "
         f"{settings.trials} x ({settings.warmup} + {settings.iterations})); memcheck "

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+
+from provenance import commit as provenance_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "Gemm-sm90a"
@@ -167,9 +168,7 @@ def pool_compare(k: int, tag: str) -> list[str]:
 
 
 def header(args: argparse.Namespace) -> str:
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = provenance_commit()
     when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
