@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from ptxgym.records.feedback import Status
+from ptxgym.records.feedback import WRONG_RESULT, Status
 from ptxgym.records.tasks import get_task
 from ptxgym.records.turns import TurnRecord
 from ptxgym.rewards import gate
@@ -41,22 +41,14 @@ from ptxgym.train.teachers import Quality, ReasoningTeacher, RepairTeacher
 
 TARGET_FORMAT = "fixit_task_wrong_kernel_feedback_to_reasoned_fixed_kernel"
 
-FIXIT_STATUSES: frozenset[Status] = frozenset(
-    {
-        Status.COMPILE_ERROR,
-        Status.COMPILE_TIMEOUT,
-        Status.RUNTIME_ERROR,
-        Status.TIMEOUT,
-        Status.CRASH,
-        Status.MEMORY_ERROR,
-        Status.INCORRECT_SHAPE,
-        Status.INCORRECT_DTYPE,
-        Status.INCORRECT_NUMERICAL,
-        Status.NONFINITE,
-        Status.UNWRITTEN,
-        Status.INPUT_MUTATED,
-    }
-)
+FIXIT_STATUSES: frozenset[Status] = WRONG_RESULT | {
+    Status.COMPILE_ERROR,
+    Status.COMPILE_TIMEOUT,
+    Status.RUNTIME_ERROR,
+    Status.TIMEOUT,
+    Status.CRASH,
+    Status.MEMORY_ERROR,
+}
 
 
 @dataclass(frozen=True)

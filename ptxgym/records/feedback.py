@@ -84,14 +84,20 @@ _PRE_BUILD = {
     Status.COMPILE_ERROR,
     Status.COMPILE_TIMEOUT,
 }
+WRONG_RESULT: frozenset[Status] = frozenset(
+    {
+        Status.INCORRECT_SHAPE,
+        Status.INCORRECT_DTYPE,
+        Status.INCORRECT_NUMERICAL,
+        Status.NONFINITE,
+        Status.UNWRITTEN,
+        Status.INPUT_MUTATED,
+    }
+)
+"""The candidate ran and the trusted side found its outputs (or its inputs) wrong."""
 _RAN = {
     Status.PASSED,
-    Status.INCORRECT_SHAPE,
-    Status.INCORRECT_DTYPE,
-    Status.INCORRECT_NUMERICAL,
-    Status.NONFINITE,
-    Status.UNWRITTEN,
-    Status.INPUT_MUTATED,
+    *WRONG_RESULT,
     Status.TIMING_ANOMALY,
     Status.FOREIGN_KERNEL,
     Status.PROOF_FAILED,

@@ -34,25 +34,14 @@ import threading
 from dataclasses import dataclass
 
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerdict, memcheck_due
-from ptxgym.records.feedback import Status
+from ptxgym.records.feedback import WRONG_RESULT, Status
 from ptxgym.records.tasks import Task
 
 #: Failures that are facts about the artifact on the task, whatever the inputs or the machine's state: the
 #: trusted side saw wrong outputs or inputs, or a proof tool saw a bad access or a foreign kernel.
 #: ``RUNTIME_ERROR`` and ``CRASH`` are not among them: GPU memory taken by another process, or a worker
 #: killed from outside, look the same, and a cached one would deny a good kernel for good.
-CANDIDATE_FAULTS: frozenset[Status] = frozenset(
-    {
-        Status.MEMORY_ERROR,
-        Status.INCORRECT_SHAPE,
-        Status.INCORRECT_DTYPE,
-        Status.INCORRECT_NUMERICAL,
-        Status.NONFINITE,
-        Status.UNWRITTEN,
-        Status.INPUT_MUTATED,
-        Status.FOREIGN_KERNEL,
-    }
-)
+CANDIDATE_FAULTS: frozenset[Status] = WRONG_RESULT | {Status.MEMORY_ERROR, Status.FOREIGN_KERNEL}
 
 
 @dataclass(frozen=True)
