@@ -1,0 +1,165 @@
+"""How much hidden per-call work the trusted wall clock catches (issue 11, requirement 1: timing).
+
+    python bench/wall_allowance.py --out bench/results/wall_allowance.txt [--process python native]
+
+The candidate's GPU times come from its own process (CUPTI spans or CUDA events there), so a candidate
+whose host code forges them, or does work its GPU timer does not see, is bounded only by the trusted
+side's wall clock: per call, wall time - claimed GPU time must stay within the calibrated harness
+overhead plus an allowance (``timing.cross_check``: max(``wall_slack_ms``, ``wall_slack_fraction`` x
+median latency, 5 x the calibration's IQR)). Under-reporting a call's GPU time by x ms looks to the
+trusted side exactly like x ms of host work after the kernel finished, so this bench plays the expert
+GEMM with a host-side busy wait of ``h`` microseconds after a stream synchronisation inside every call
+(the GPU timer does not see it) for several ``h``, and prints for each subject: status, median latency,
+the calibrated overhead and its IQR, the measured excess per call (median wall - GPU - overhead), the
+allowance, and whether it was caught. The smallest caught ``h`` as a share of the median latency is the
+forgery a candidate can no longer hide. ``--process`` plays it with each candidate process kind
+(``EvalSettings.candidate_process`` where that setting exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from provenance import commit
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = ROOT / "knowledge_packs" / "sm90a" / "solutions" / "Gemm.cu"
+ENTRY = "TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, gemm::run);"
+HIDDEN_US = (None, 0, 10, 20, 40, 80, 160)
+"""None: the expert as shipped; 0: with the wrapper's stream synchronisation but no busy wait."""
+
+
+def variant(hidden_us: int | None) -> str:
+    """The expert GEMM, its entry wrapped to synchronise and then spin ``hidden_us`` on the host."""
+    source = GEMM.read_text()
+    if hidden_us is None:
+        return source
+    assert ENTRY in source, "the expert's entry line changed: update this bench"
+    wrapper = f"""
+#include <chrono>
+namespace hidden {{
+void run(tvm::ffi::TensorView A, tvm::ffi::TensorView B, tvm::ffi::TensorView C) {{
+  gemm::run(A, B, C);
+  cudaStreamSynchronize(static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, A.device().device_id)));
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds({hidden_us});
+  while (std::chrono::steady_clock::now() < until) {{
+  }}
+}}
+}}  // namespace hidden
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, hidden::run);
+"""
+    return source.replace(ENTRY, wrapper)
+
+
+class Recorder:
+    """The evaluator, keeping the last verdict (its ``details`` hold the calibration and cross-check)."""
+
+    def __init__(self, ev) -> None:
+        self.ev, self.verdict = ev, None
+
+    def evaluate(self, task, candidate):
+        self.verdict = self.ev.evaluate(task, candidate)
+        return self.verdict
+
+    def __getattr__(self, name):
+        return getattr(self.ev, name)
+
+
+def play(ev, hidden_us: int | None, say, label: str) -> dict:
+    from ptxgym.pipeline import Pipeline
+    from ptxgym.records.tasks import get_task
+
+    task = get_task("Gemm-sm90a")
+    ev.settle()
+    seen = Recorder(ev)
+    action = f"```cpp\n{variant(hidden_us)}\n```"
+    fb = Pipeline(task, seen).run(action, turn=1, episode_id="wall", first_correct=False)
+    details = seen.verdict.details if seen.verdict is not None else {}
+    cal = details.get("calibration") or {}
+    cc = details.get("crosscheck") or {}
+    median = fb.timing.candidate.median_ms if fb.timing and fb.timing.candidate else None
+    row = {
+        "process": label,
+        "hidden_us": hidden_us,
+        "status": fb.status.value,
+        "median_ms": median,
+        "overhead_ms": cal.get("overhead_ms"),
+        "overhead_iqr_ms": cal.get("overhead_iqr_ms"),
+        "excess_ms": (cc["median_overhead_ms"] - cal["overhead_ms"]) if cc and cal else None,
+        "allowed_ms": (cc["allowed_ms"] - cal["overhead_ms"]) if cc and cal else None,
+        "caught": fb.status.value == "TIMING_ANOMALY",
+    }
+    f = lambda v: "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
+    share = None if (hidden_us is None or not median) else hidden_us / 1e3 / median
+    say(
+        f"{label} | {'shipped' if hidden_us is None else hidden_us} | {row['status']} | {f(median)} | "
+        f"{f(row['overhead_ms'])} | {f(row['overhead_iqr_ms'])} | {f(row['excess_ms'])} | "
+        f"{f(row['allowed_ms'])} | {'-' if share is None else f'{share:.1%}'} | "
+        f"{'yes' if row['caught'] else 'no'}"
+    )
+    if fb.status.value not in ("PASSED", "TIMING_ANOMALY"):
+        say(f"#   {fb.message[:300]}")
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wall_allowance", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--process", nargs="*", default=["python"])
+    parser.add_argument("--hidden-us", nargs="*", type=int, default=None, help="busy-wait microseconds")
+    parser.add_argument("--repeats", type=int, default=2, help="plays of the shipped expert per process")
+    args = parser.parse_args(argv)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+
+    from ptxgym.evaluation.trusted.base import EvalSettings
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+
+    hidden = [None, *args.hidden_us] if args.hidden_us is not None else list(HIDDEN_US)
+    say(f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}")
+    say(
+        "process | hidden us | status | median ms | overhead ms | overhead iqr ms | excess ms | allowed ms | "
+        "hidden share | caught"
+    )
+    rows = []
+    for process in args.process:
+        fields = EvalSettings.model_fields
+        if process != "python" and "candidate_process" not in fields:
+            say(f"# {process}: EvalSettings has no candidate_process setting here; skipped")
+            continue
+        settings = EvalSettings(**({"candidate_process": process} if "candidate_process" in fields else {}))
+        ev = LocalGpuEvaluator(settings=settings, spares=2)
+        try:
+            for h in hidden:
+                for _ in range(args.repeats if h is None else 1):
+                    rows.append(play(ev, h, say, process))
+        finally:
+            ev.close()
+    for process in dict.fromkeys(r["process"] for r in rows):
+        mine = [r for r in rows if r["process"] == process]
+        honest = [r["excess_ms"] for r in mine if r["hidden_us"] in (None, 0) and r["excess_ms"] is not None]
+        caught = [r["hidden_us"] for r in mine if r["hidden_us"] and r["caught"]]
+        medians = [r["median_ms"] for r in mine if r["median_ms"]]
+        say(
+            f"# {process}: honest excess ms {[round(x, 4) for x in honest]}; smallest hidden us caught "
+            f"{min(caught) if caught else 'none'}"
+            + (
+                f" ({min(caught) / 1e3 / statistics.median(medians):.1%} of the median latency)"
+                if caught and medians
+                else ""
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
