@@ -15,12 +15,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import shutil
 import struct
 import subprocess
 from pathlib import Path
 
 import pytest
+from cupti_native import NATIVE, build_cubin, compile_program, find_cupti  # tests/evaluation on sys.path
 from pydantic import TypeAdapter
 
 from ptxgym.cpu.cubin_symbols import elf_functions
@@ -28,52 +28,11 @@ from ptxgym.evaluation.protocol import LoadedModule, SassRow, Spans
 from ptxgym.evaluation.sandboxed import sass_counts as sc
 from ptxgym.evaluation.sandboxed.cupti_spans import kernels_by_window, spans_by_window
 
-RUNNER = Path(__file__).resolve().parents[2] / "ptxgym" / "evaluation" / "runner"
-NATIVE = Path(__file__).resolve().parent / "native"
-FLAGS = ("-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror")  # the runner's warnings (build.py)
-
-
-def _gxx() -> str:
-    gxx = shutil.which("g++") or shutil.which("c++")
-    if gxx is None:
-        pytest.skip("no C++ compiler here")
-    return gxx
-
-
-def cupti_include() -> Path | None:
-    """The toolkit's include directory holding the CUPTI headers, or None."""
-    from ptxgym.cpu.toolchain import find_toolchain
-
-    try:
-        root = find_toolchain().cuda_home
-    except Exception:  # noqa: BLE001 - no toolkit: the callers skip
-        return None
-    for d in (root / "include", root / "extras" / "CUPTI" / "include"):
-        if (d / "cupti.h").is_file() and (d / "cupti_sass_metrics.h").is_file() and (d / "cuda.h").is_file():
-            return d
-    return None
-
-
-def cupti_lib_dir(include: Path) -> Path | None:
-    """The directory holding libcupti.so beside those headers, or None."""
-    root = include.parent
-    for d in (
-        root / "lib64",
-        root / "lib",
-        root / "extras" / "CUPTI" / "lib64",
-        root / "targets" / "x86_64-linux" / "lib",
-    ):
-        if (d / "libcupti.so").exists():
-            return d
-    return None
-
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cupti-driver") / "driver"
-    cmd = [_gxx(), *FLAGS, f"-I{RUNNER}", str(NATIVE / "cupti_logic_driver.cc"), "-o", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out
+    return compile_program(NATIVE / "cupti_logic_driver.cc", out, [])
 
 
 def run(driver: Path, *args: str, stdin: object = None) -> list[str]:
@@ -82,13 +41,10 @@ def run(driver: Path, *args: str, stdin: object = None) -> list[str]:
     return done.stdout.splitlines()
 
 
-def test_cupti_path_compiles_against_the_cupti_headers_and_links_libcupti(tmp_path: Path) -> None:
-    include = cupti_include()
-    if include is None:
-        pytest.skip("no CUPTI headers in the CUDA toolkit here")
-    lib = cupti_lib_dir(include)
-    if lib is None:
-        pytest.skip(f"no libcupti.so beside {include}")
+def test_cupti_path_and_the_gpu_driver_compile_against_the_cupti_headers(tmp_path: Path) -> None:
+    cupti = find_cupti()
+    if cupti is None:
+        pytest.skip("no CUPTI headers and library in the CUDA toolkit here")
     src = tmp_path / "tu.cc"
     src.write_text(
         '#include "cupti_path.h"\n'
@@ -100,16 +56,13 @@ def test_cupti_path_compiles_against_the_cupti_headers_and_links_libcupti(tmp_pa
         "  err += c::count_json([] {}, 0, 10, &json, &ran);\n"
         "  return static_cast<int>(err.size() % 2);\n}\n"
     )
-    cmd = [_gxx(), *FLAGS, "-DPTXGYM_RUNNER_CUPTI", f"-I{RUNNER}", f"-I{include}", str(src)]
-    cmd += [f"-L{lib}", "-lcupti", f"-Wl,-rpath,{lib}", "-o", str(tmp_path / "tu")]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    needed = subprocess.run(["ldd", str(tmp_path / "tu")], capture_output=True, text=True, check=False).stdout
+    tu = compile_program(src, tmp_path / "tu", cupti.flags())
+    needed = subprocess.run(["ldd", str(tu)], capture_output=True, text=True, check=False).stdout
     assert "libcupti.so" in needed
-    # without the macro the header declares the interface only and needs no CUPTI header
-    plain = [_gxx(), *FLAGS, "-fsyntax-only", f"-I{RUNNER}", str(src)]
-    done = subprocess.run(plain, capture_output=True, text=True, check=False)
-    assert "undefined reference" not in done.stderr and done.returncode == 0, done.stderr[-3000:]
+    # the GPU test's driver (built on the GPU host) compiles here too
+    compile_program(NATIVE / "cupti_gpu_driver.cc", tmp_path / "gpu_driver", [*cupti.flags(), "-ldl"])
+    # without the macro the header adds nothing that needs CUPTI
+    compile_program(src, tmp_path / "plain.o", ["-c"])
 
 
 def test_sha256_matches_hashlib(driver: Path, tmp_path: Path) -> None:
@@ -128,25 +81,24 @@ def test_sha256_matches_hashlib(driver: Path, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def cubins(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     """Real sm_90a cubins: the test kernels (with -O3 and -G) and a single-kernel module."""
-    from ptxgym.cpu.toolchain import find_toolchain
-
-    try:
-        nvcc = str(find_toolchain().nvcc)
-    except Exception as exc:  # noqa: BLE001 - no toolkit
-        pytest.skip(f"no nvcc: {exc}")
     out = tmp_path_factory.mktemp("cubins")
     (out / "one.cu").write_text('extern "C" __global__ void only(int* x) { x[threadIdx.x] += 1; }\n')
-    images = []
-    for name, src, extra in (
-        ("kernels", NATIVE / "cupti_kernels.cu", ["-O3"]),
-        ("debug", NATIVE / "cupti_kernels.cu", ["-G"]),
-        ("one", out / "one.cu", []),
-    ):
-        cubin = out / f"{name}.cubin"
-        cmd = [nvcc, "-cubin", "-arch=sm_90a", *extra, str(src), "-o", str(cubin)]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        images.append(cubin.read_bytes())
-    return images
+    images = [
+        build_cubin(out / "kernels.cubin").read_bytes(),
+        build_cubin(out / "debug.cubin", ["-G"]).read_bytes(),
+    ]
+    from ptxgym.cpu.toolchain import find_toolchain
+
+    cmd = [
+        str(find_toolchain().nvcc),
+        "-cubin",
+        "-arch=sm_90a",
+        str(out / "one.cu"),
+        "-o",
+        str(out / "one.cubin"),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return [*images, (out / "one.cubin").read_bytes()]
 
 
 def _damaged(image: bytes, rng: random.Random) -> list[bytes]:

@@ -257,6 +257,7 @@ inline uint64_t now() {
 
 inline void begin() {
   detail::State& s = detail::state();
+  if (!s.started) return;  // end_json says so
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.records.clear();
@@ -277,6 +278,7 @@ inline void window(int64_t seq, uint64_t t0, uint64_t t1) {
 
 inline std::string end_json(std::string* json) {
   detail::State& s = detail::state();
+  if (!s.started) return "CUPTI tracing is not started (start() failed or was not called)";
   std::string err = std::exchange(s.enable_error, "");
   if (s.enabled) {
     std::string flushed = detail::failed(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
