@@ -299,3 +299,24 @@ def test_json_strings_decode_as_python_replaces(driver: Path) -> None:
         text = bytes.fromhex(hexed).decode("utf-8", errors="replace")
         assert json.loads(line) == (text if cut < 0 else text[:cut]), hexed
         assert line.isascii()
+
+
+def _synthetic_elf(symbols: int) -> bytes:
+    """A minimal 64-bit ELF: a null section, a symbol table of `symbols` zero entries and a string table."""
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", header, 0x28, 64)  # e_shoff
+    struct.pack_into("<HH", header, 0x3A, 64, 3)  # e_shentsize, e_shnum
+    symtab_at, symtab_size = 64 + 3 * 64, 24 * symbols
+    sections = bytes(64)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 2, 0, 0, symtab_at, symtab_size, 2, 0, 8, 24)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, symtab_at + symtab_size, 1, 0, 0, 1, 0)
+    return bytes(header) + sections + bytes(symtab_size + 1)
+
+
+def test_elf_symbol_table_limit_matches_python(driver: Path, tmp_path: Path) -> None:
+    images = [_synthetic_elf(3), _synthetic_elf((1 << 20) + 1)]  # within the limit, and one past it
+    for i, image in enumerate(images):
+        (tmp_path / f"{i}.elf").write_bytes(image)
+    got = run(driver, "elf", *(str(tmp_path / f"{i}.elf") for i in range(len(images))))
+    assert [json.loads(line) for line in got] == [elf_functions(image) for image in images] == [[], None]

@@ -55,14 +55,14 @@ struct State {
   ModuleTable modules;
   std::string census_error;
   bool sass_ready = false;
-  int sass_device = 0;
   uint64_t inst_id = 0;
   std::optional<uint64_t> threads_id;
 };
 
+// Never destroyed: CUPTI may still hand back a buffer while the process exits.
 inline State& state() {
-  static State s;
-  return s;
+  static State* s = new State;
+  return *s;
 }
 
 // "<call> failed: <CUPTI's message> (<code>)", or "" on success.
@@ -167,7 +167,6 @@ inline std::string sass_setup(State& s, int device) {
   err = failed(cuptiSassMetricsSetConfig(&set), "cuptiSassMetricsSetConfig");
   if (!err.empty()) return err;
   s.sass_ready = true;
-  s.sass_device = device;
   s.inst_id = *inst;
   s.threads_id = threads;
   return "";
