@@ -195,10 +195,11 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
             records.append((start, start + rng.randrange(0, 50_000), name))
         if windows and trial % 3 == 0:  # records on the window edges
             records += [(windows[0][1], windows[0][1] + 7, "edge"), (windows[0][2], windows[0][2] + 9, "")]
-        if trial % 3 == 1:  # a window of one record spanning exactly 2 ms (a float written as 2.0)
-            lo = t + 10**9
-            windows.append((100, lo, lo + 10))
-            records.append((lo, lo + 2_000_000, "two_ms"))
+        if trial % 3 == 1:  # windows of one record each, of durations Python writes in each of its forms
+            for k, ns in enumerate([2_000_000, 20_000_000, 1, 10, 0, 100, 123_456_789, 10**13, 5 * 10**18]):
+                lo = t + 10**9 * (k + 1)
+                windows.append((100 + k, lo, lo + 10))
+                records.append((lo, lo + ns, ""))
         modules: list[tuple[int, bytes | None, int]] = [
             (5, cubins[0], len(cubins[0])),
             (6, None, 1234),  # no image pointer: size only
@@ -320,3 +321,11 @@ def test_elf_symbol_table_limit_matches_python(driver: Path, tmp_path: Path) -> 
         (tmp_path / f"{i}.elf").write_bytes(image)
     got = run(driver, "elf", *(str(tmp_path / f"{i}.elf") for i in range(len(images))))
     assert [json.loads(line) for line in got] == [elf_functions(image) for image in images] == [[], None]
+
+
+def test_floats_are_written_as_python_writes_them(driver: Path) -> None:
+    rng = random.Random(13)
+    values = [0.0, 1.0, 2.0, 20.0, 0.1, 1e-5, 1e-4, 1e16, 1e15, 123456789.0, 1.5e300, 2.5e-300, -0.5, -2e20]
+    values += [rng.uniform(1, 10) * 10.0 ** rng.randrange(-30, 30) for _ in range(400)]
+    values += [rng.randrange(1 << 53) / 1e6 for _ in range(200)]  # spans: whole ns over 1e6
+    assert run(driver, "float", stdin={"values": values}) == [json.dumps(v) for v in values]

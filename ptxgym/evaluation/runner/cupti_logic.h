@@ -57,17 +57,29 @@ inline std::string json_string(const std::string& s, size_t max_chars = std::str
   return out + "\"";
 }
 
-// A float as Python's json writes it: the shortest text that reads back as the same double, with ".0"
-// on an integral value.
+// A finite float as Python's json writes it (repr): the fewest significant digits that read back as the
+// same double; positional from 1e-4 up to 1e16 (with ".0" on an integral value), else d.ddde+XX.
 inline std::string json_float(double v) {
   char buf[40];
   for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
     if (std::strtod(buf, nullptr) == v) break;
   }
-  std::string text = buf;
-  if (text.find_first_of(".en") == std::string::npos) text += ".0";
-  return text;
+  std::string text = buf;  // [-]d[.ddd]e(+|-)XX
+  std::string sign = text[0] == '-' ? "-" : "";
+  size_t e = text.find('e');
+  std::string digits = text.substr(sign.size(), e - sign.size());
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  int exp = std::atoi(text.c_str() + e + 1);
+  if (exp < -4 || exp >= 16) {
+    std::string mantissa = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
+    std::snprintf(buf, sizeof buf, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    return sign + mantissa + buf;
+  }
+  if (exp < 0) return sign + "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+  size_t whole = static_cast<size_t>(exp) + 1;
+  if (digits.size() <= whole) return sign + digits + std::string(whole - digits.size(), '0') + ".0";
+  return sign + digits.substr(0, whole) + "." + digits.substr(whole);
 }
 
 // One GPU activity record: a kernel (its name) or a memcpy/memset (empty name).

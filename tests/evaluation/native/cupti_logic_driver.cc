@@ -4,6 +4,7 @@
 //   sha256 FILE...  one hex digest per line
 //   elf FILE...     one line per file: the STT_FUNC names as a JSON array, or null
 //   quote           stdin {"items": [[hex, max_chars or -1], ...]}: one JSON string per line
+//   float           stdin {"values": [float, ...]}: each as the JSON writer writes it, one a line
 //   spans           stdin {"records": [[start, end, hex name]], "windows": [[seq, lo, hi]],
 //                   "modules": [[id, hex image or null, size]], "census_error": hex}: the Spans JSON,
 //                   then a second one of no records whose modules must be empty (taken once)
@@ -112,6 +113,9 @@ int main(int argc, char** argv) {
                                  max_chars < 0 ? std::string::npos : static_cast<size_t>(max_chars))
                   << "\n";
       }
+    } else if (cmd == "float") {
+      Json in = read_stdin();
+      for (const Json& v : in.at("values").as_array("values")) std::cout << json_float(v.f) << "\n";
     } else if (cmd == "spans") {
       return spans();
     } else if (cmd == "sass") {
