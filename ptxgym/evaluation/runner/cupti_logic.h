@@ -1,0 +1,294 @@
+// The pure part of the runner's CUPTI path (cupti_path.h): no CUPTI call, so it is tested on a CPU
+// host against the Python worker's functions (tests/evaluation/test_runner_cupti.py).
+//
+//  * spans: every kernel, memcpy and memset record whose start lies in a timed call's window
+//    [t0, t1] belongs to that call; its span is max(end) - min(start) in ms (cupti_spans.spans_by_window);
+//  * kernel census: launches per kernel name over records starting inside any window (kernels_by_window);
+//  * modules: the cubin's SHA-256, size and ELF function symbols, keyed by CUPTI's module id, reported
+//    once in load order (CuptiSpans._read_module and census);
+//  * SASS counts: CUPTI's records summed per (function, pc) over the chosen metrics
+//    (sass_counts.merge_records), written as protocol.SassRow objects (the worker's row and name limits).
+// JSON texts are shaped like protocol.Spans / LoadedModule / SassRow. Strings are decoded as UTF-8 with
+// Python's errors="replace" and written as ASCII JSON (\uXXXX escapes): json.h's JsonWriter::quote would
+// turn each byte past ASCII into its own code point, which changes a UTF-8 name.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cubin_elf.h"
+#include "sha256.h"
+#include "utf8.h"
+
+namespace ptxrunner::cupti {
+
+constexpr uint64_t kMaxCubinBytes = uint64_t(1) << 30;  // cupti_spans._MAX_CUBIN_BYTES
+constexpr size_t kMaxFunctionChars = 4096;              // the worker's SassRow.function[:4096]
+
+// A JSON string of s decoded as UTF-8 with Python's errors="replace", cut to max_chars code points.
+inline std::string json_string(const std::string& s, size_t max_chars = std::string::npos) {
+  std::string out = "\"";
+  char buf[16];
+  size_t chars = 0;
+  for (size_t i = 0; i < s.size() && chars < max_chars; ++chars) {
+    uint32_t cp = 0;
+    if (!utf8_next(s, &i, &cp)) cp = 0xFFFD;
+    if (cp == '"' || cp == '\\') {
+      out += '\\';
+      out += static_cast<char>(cp);
+    } else if (cp >= 0x20 && cp < 0x7F) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x10000) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      out += buf;
+    } else {  // a surrogate pair
+      uint32_t v = cp - 0x10000;
+      std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+      out += buf;
+    }
+  }
+  return out + "\"";
+}
+
+// A finite float as Python's json writes it (repr): the fewest significant digits that read back as the
+// same double; positional from 1e-4 up to 1e16 (with ".0" on an integral value), else d.ddde+XX.
+inline std::string json_float(double v) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string text = buf;  // [-]d[.ddd]e(+|-)XX
+  std::string sign = text[0] == '-' ? "-" : "";
+  size_t e = text.find('e');
+  std::string digits = text.substr(sign.size(), e - sign.size());
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  int exp = std::atoi(text.c_str() + e + 1);
+  if (exp < -4 || exp >= 16) {
+    std::string mantissa = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
+    std::snprintf(buf, sizeof buf, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    return sign + mantissa + buf;
+  }
+  if (exp < 0) return sign + "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+  size_t whole = static_cast<size_t>(exp) + 1;
+  if (digits.size() <= whole) return sign + digits + std::string(whole - digits.size(), '0') + ".0";
+  return sign + digits.substr(0, whole) + "." + digits.substr(whole);
+}
+
+// One GPU activity record: a kernel (its name) or a memcpy/memset (empty name).
+struct Record {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  std::string name;
+};
+
+// One timed call's host window [lo, hi] (CUPTI timestamps), by command sequence number.
+struct Window {
+  int64_t seq = 0;
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+};
+
+// protocol.LoadedModule.
+struct Module {
+  std::string sha256;
+  uint64_t size = 0;
+  std::optional<std::vector<std::string>> functions;
+};
+
+// The census record of a cubin the driver handed CUPTI (pointer and size as CUPTI gives them): no hash
+// and no functions when there is no image or its size is 0 or past 1 GiB.
+inline Module module_record(const void* image, uint64_t size) {
+  Module m;
+  m.size = size;
+  if (!image || size == 0 || size > kMaxCubinBytes) return m;
+  m.sha256 = sha256_hex(image, size);
+  m.functions = elf_functions(static_cast<const unsigned char*>(image), size);
+  return m;
+}
+
+// Modules by CUPTI module id: the first load's position, the latest load's record (a Python dict).
+class ModuleTable {
+ public:
+  void put(uint32_t id, Module m) {
+    auto it = index_.find(id);
+    if (it != index_.end()) {
+      modules_[it->second] = std::move(m);
+      return;
+    }
+    index_[id] = modules_.size();
+    modules_.push_back(std::move(m));
+  }
+  // Every module since the last take, in load order; the table is then empty.
+  std::vector<Module> take() {
+    index_.clear();
+    return std::exchange(modules_, {});
+  }
+
+ private:
+  std::map<uint32_t, size_t> index_;
+  std::vector<Module> modules_;
+};
+
+// Sequence numbers in first-window order, each with its last window (a Python dict built from the list).
+inline std::vector<Window> unique_windows(const std::vector<Window>& windows) {
+  std::vector<Window> out;
+  std::map<int64_t, size_t> at;
+  for (const Window& w : windows) {
+    auto it = at.find(w.seq);
+    if (it != at.end()) {
+      out[it->second] = w;
+    } else {
+      at[w.seq] = out.size();
+      out.push_back(w);
+    }
+  }
+  return out;
+}
+
+// Whether `start` lies in any window (windows sorted by lo, with the running maximum of hi).
+inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, uint64_t start) {
+  auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(start, UINT64_MAX));
+  return it != sorted_max_hi.begin() && std::prev(it)->second >= start;
+}
+
+// protocol.Spans as JSON: spans and activity counts per window, the kernel census over all windows, the
+// modules and the census error.
+inline std::string spans_json(const std::vector<Record>& records, const std::vector<Window>& windows,
+                              const std::vector<Module>& modules, const std::string& census_error) {
+  std::vector<const Record*> by_start;
+  for (const Record& r : records) by_start.push_back(&r);
+  std::sort(by_start.begin(), by_start.end(),
+            [](const Record* a, const Record* b) { return a->start < b->start; });
+  std::string spans, counts;
+  for (const Window& w : unique_windows(windows)) {
+    auto lo = std::lower_bound(by_start.begin(), by_start.end(), w.lo,
+                               [](const Record* r, uint64_t t) { return r->start < t; });
+    auto hi = std::upper_bound(lo, by_start.end(), w.hi,
+                               [](uint64_t t, const Record* r) { return t < r->start; });
+    std::string key = "\"" + std::to_string(w.seq) + "\":";
+    std::string span = "null";
+    if (lo != hi) {
+      uint64_t max_end = 0;
+      for (auto r = lo; r != hi; ++r) max_end = std::max(max_end, (*r)->end);
+      int64_t ns = static_cast<int64_t>(max_end) - static_cast<int64_t>((*lo)->start);
+      span = json_float(static_cast<double>(ns) / 1e6);
+    }
+    spans += (spans.empty() ? "" : ",") + key + span;
+    counts += (counts.empty() ? "" : ",") + key + std::to_string(hi - lo);
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi;
+  for (const Window& w : windows) sorted_max_hi.emplace_back(w.lo, w.hi);
+  std::sort(sorted_max_hi.begin(), sorted_max_hi.end());
+  for (size_t i = 1; i < sorted_max_hi.size(); ++i)
+    sorted_max_hi[i].second = std::max(sorted_max_hi[i].second, sorted_max_hi[i - 1].second);
+  std::vector<std::pair<std::string, int64_t>> kernels;  // first-launch order, as Python's Counter
+  std::map<std::string, size_t> kernel_at;
+  for (const Record& r : records) {
+    if (r.name.empty() || !in_any(sorted_max_hi, r.start)) continue;
+    std::string key = json_string(r.name);
+    auto it = kernel_at.find(key);
+    if (it == kernel_at.end()) {
+      kernel_at[key] = kernels.size();
+      kernels.emplace_back(key, 1);
+    } else {
+      ++kernels[it->second].second;
+    }
+  }
+  std::string kernel_text;
+  for (const auto& k : kernels)
+    kernel_text += (kernel_text.empty() ? "" : ",") + k.first + ":" + std::to_string(k.second);
+  std::string module_text;
+  for (const Module& m : modules) {
+    std::string functions = "null";
+    if (m.functions) {
+      functions.clear();
+      for (const std::string& f : *m.functions) functions += (functions.empty() ? "" : ",") + json_string(f);
+      functions = "[" + functions + "]";
+    }
+    module_text += std::string(module_text.empty() ? "" : ",") + "{\"sha256\":" + json_string(m.sha256) +
+                   ",\"size\":" + std::to_string(m.size) + ",\"functions\":" + functions + "}";
+  }
+  return "{\"spans\":{" + spans + "},\"activities\":{" + counts + "},\"kernels\":{" + kernel_text +
+         "},\"modules\":[" + module_text + "],\"census_error\":" + json_string(census_error) + "}";
+}
+
+// One CUPTI SASS metrics record: an instruction of a function, with (metric id, value) per instance.
+struct SassRecord {
+  std::string function;
+  uint32_t pc = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> values;
+};
+
+// protocol.SassRow before JSON.
+struct SassRow {
+  std::string function;
+  uint32_t pc = 0;
+  uint64_t inst = 0;
+  uint64_t threads = 0;
+};
+
+// The CUPTI SASS metric names per column, in the order tried (sass_counts.WANTED): inst_executed, then
+// thread_inst_executed_true (Nsight Compute's source-page columns).
+inline const std::vector<std::string>& inst_metrics() {
+  static const std::vector<std::string> names = {"smsp__sass_inst_executed"};
+  return names;
+}
+inline const std::vector<std::string>& thread_metrics() {
+  static const std::vector<std::string> names = {"smsp__sass_thread_inst_executed_pred_on",
+                                                 "smsp__sass_thread_inst_executed_op_pred_on"};
+  return names;
+}
+
+// The metric id of the first name in `names` that `available` (name -> id) has; nullopt if none.
+inline std::optional<uint64_t> pick_metric(const std::map<std::string, uint64_t>& available,
+                                           const std::vector<std::string>& names) {
+  for (const std::string& n : names) {
+    auto it = available.find(n);
+    if (it != available.end()) return it->second;
+  }
+  return std::nullopt;
+}
+
+// Records summed per (function as decoded text, pc) in first-seen order; values of other metrics ignored.
+inline std::vector<SassRow> merge_records(const std::vector<SassRecord>& records, uint64_t inst_id,
+                                          std::optional<uint64_t> threads_id) {
+  std::vector<SassRow> rows;
+  std::map<std::pair<std::string, uint32_t>, size_t> at;
+  for (const SassRecord& r : records) {
+    std::string decoded = json_string(r.function);  // the key Python merges on: the replaced text
+    auto key = std::make_pair(decoded, r.pc);
+    auto it = at.find(key);
+    size_t i = it != at.end() ? it->second : rows.size();
+    if (it == at.end()) {
+      at[key] = i;
+      rows.push_back({r.function, r.pc, 0, 0});
+    }
+    for (const auto& [metric, value] : r.values) {
+      if (metric == inst_id) rows[i].inst += value;
+      else if (threads_id && metric == *threads_id) rows[i].threads += value;
+    }
+  }
+  return rows;
+}
+
+// A JSON array of protocol.SassRow objects: the first max_rows rows, names cut to 4096 characters.
+inline std::string sass_rows_json(const std::vector<SassRow>& rows, size_t max_rows) {
+  std::string out = "[";
+  for (size_t i = 0; i < rows.size() && i < max_rows; ++i) {
+    const SassRow& r = rows[i];
+    out += std::string(i ? "," : "") + "{\"function\":" + json_string(r.function, kMaxFunctionChars) +
+           ",\"pc\":" + std::to_string(r.pc) + ",\"inst\":" + std::to_string(r.inst) +
+           ",\"threads\":" + std::to_string(r.threads) + "}";
+  }
+  return out + "]";
+}
+
+}  // namespace ptxrunner::cupti

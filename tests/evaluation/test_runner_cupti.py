@@ -1,0 +1,331 @@
+"""The native runner's CUPTI path (``runner/cupti_path.h``) on the CPU: compiled, and checked part by part.
+
+It compiles against the toolkit's CUPTI headers, and its pure parts answer exactly as the Python worker's do.
+
+A small driver (``tests/evaluation/native/cupti_logic_driver.cc``, built here with g++) exposes the logic of
+``runner/cupti_logic.h``: SHA-256 (against hashlib), the cubin ELF reader (against
+``cpu/cubin_symbols.elf_functions`` on real nvcc cubins and damaged copies), span cutting and the kernel and
+module census (against ``sandboxed/cupti_spans``), the SASS record merge (against ``sandboxed/sass_counts``
+and the worker's row limits) and UTF-8 JSON strings (against Python's ``errors="replace"`` decoding). Every
+JSON text is read back with the protocol's own models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from cupti_native import NATIVE, build_cubin, compile_program, find_cupti  # tests/evaluation on sys.path
+from pydantic import TypeAdapter
+
+from ptxgym.cpu.cubin_symbols import elf_functions
+from ptxgym.evaluation.protocol import LoadedModule, SassRow, Spans
+from ptxgym.evaluation.sandboxed import sass_counts as sc
+from ptxgym.evaluation.sandboxed.cupti_spans import kernels_by_window, spans_by_window
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cupti-driver") / "driver"
+    return compile_program(NATIVE / "cupti_logic_driver.cc", out, [])
+
+
+def run(driver: Path, *args: str, stdin: object = None) -> list[str]:
+    text = json.dumps(stdin) if stdin is not None else None
+    done = subprocess.run([str(driver), *args], input=text, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def test_cupti_path_and_the_gpu_driver_compile_against_the_cupti_headers(tmp_path: Path) -> None:
+    cupti = find_cupti()
+    if cupti is None:
+        pytest.skip("no CUPTI headers and library in the CUDA toolkit here")
+    src = tmp_path / "tu.cc"
+    src.write_text(
+        '#include "cupti_path.h"\n'
+        "int main() {\n"
+        "  namespace c = ptxrunner::cupti;\n"
+        "  std::string json;\n  bool ran = false;\n"
+        "  std::string err = c::start(true);\n"
+        "  c::begin();\n  c::window(1, c::now(), c::now());\n  err += c::end_json(&json);\n"
+        "  err += c::count_json([] {}, 0, 10, &json, &ran);\n"
+        "  return static_cast<int>(err.size() % 2);\n}\n"
+    )
+    tu = compile_program(src, tmp_path / "tu", cupti.flags())
+    needed = subprocess.run(["ldd", str(tu)], capture_output=True, text=True, check=False).stdout
+    assert "libcupti.so" in needed
+    # the GPU test's driver (built on the GPU host) compiles here too
+    compile_program(NATIVE / "cupti_gpu_driver.cc", tmp_path / "gpu_driver", [*cupti.flags(), "-ldl"])
+    # without the macro the header adds nothing that needs CUPTI
+    compile_program(src, tmp_path / "plain.o", ["-c"])
+
+
+def test_sha256_matches_hashlib(driver: Path, tmp_path: Path) -> None:
+    rng = random.Random(7)
+    sizes = [0, 1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 129, 1000, 1 << 20]
+    sizes += [rng.randrange(0, 5000) for _ in range(20)]
+    files, expected = [], []
+    for i, n in enumerate(sizes):
+        data = rng.randbytes(n)
+        (tmp_path / f"{i}.bin").write_bytes(data)
+        files.append(str(tmp_path / f"{i}.bin"))
+        expected.append(hashlib.sha256(data).hexdigest())
+    assert run(driver, "sha256", *files) == expected
+
+
+@pytest.fixture(scope="module")
+def cubins(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
+    """Real sm_90a cubins: the test kernels (with -O3 and -G) and a single-kernel module."""
+    out = tmp_path_factory.mktemp("cubins")
+    (out / "one.cu").write_text('extern "C" __global__ void only(int* x) { x[threadIdx.x] += 1; }\n')
+    images = [
+        build_cubin(out / "kernels.cubin").read_bytes(),
+        build_cubin(out / "debug.cubin", ["-G"]).read_bytes(),
+    ]
+    from ptxgym.cpu.toolchain import find_toolchain
+
+    cmd = [
+        str(find_toolchain().nvcc),
+        "-cubin",
+        "-arch=sm_90a",
+        str(out / "one.cu"),
+        "-o",
+        str(out / "one.cubin"),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return [*images, (out / "one.cubin").read_bytes()]
+
+
+def _damaged(image: bytes, rng: random.Random) -> list[bytes]:
+    """Truncations at every interesting length, random byte flips, and a non-UTF-8 symbol name."""
+    cuts = [0, 3, 4, 63, 64, 0x40, len(image) // 2, len(image) - 1]
+    cuts += [rng.randrange(len(image)) for _ in range(20)]
+    out = [image[:n] for n in cuts]
+    for _ in range(60):
+        b = bytearray(image)
+        for _ in range(rng.randrange(1, 8)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        out.append(bytes(b))
+    header = bytearray(image)
+    header[0x3A:0x3C] = (1000).to_bytes(2, "little")  # section headers past the end
+    out.append(bytes(header))
+    header = bytearray(image)
+    header[0x28:0x30] = (1 << 63).to_bytes(8, "little")  # an offset that wraps in 64-bit arithmetic
+    out.append(bytes(header))
+    typed = bytearray(image)
+    for at in _function_symbols(image)[:1]:
+        typed[at + 4] = (typed[at + 4] & 0xF0) | 10  # STT_LOOS: not a function, though 10 & 7 == 2
+        out.append(bytes(typed))
+    named = bytearray(image)
+    at = named.find(b"simt_loop\0")
+    if at >= 0:
+        named[at] = 0xFF  # strict UTF-8 decoding fails: the whole answer is None
+        out.append(bytes(named))
+    return out
+
+
+def _function_symbols(image: bytes) -> list[int]:
+    """File offsets of the STT_FUNC entries of a well-formed ELF's symbol tables."""
+    shoff = struct.unpack_from("<Q", image, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", image, 0x3A)
+    offsets = []
+    for i in range(shnum):
+        sec = struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * shentsize)
+        if sec[1] == 2:  # SHT_SYMTAB
+            entsize = sec[9] or 24
+            offsets += [
+                sec[4] + k * entsize
+                for k in range(sec[5] // entsize)
+                if image[sec[4] + k * entsize + 4] & 0xF == 2
+            ]
+    return offsets
+
+
+def test_elf_functions_match_python_on_real_and_damaged_cubins(driver: Path, cubins, tmp_path: Path) -> None:
+    rng = random.Random(11)
+    images = list(cubins)
+    for image in cubins:
+        images += _damaged(image, rng)
+    paths = []
+    for i, image in enumerate(images):
+        (tmp_path / f"{i}.cubin").write_bytes(image)
+        paths.append(str(tmp_path / f"{i}.cubin"))
+    got = [json.loads(line) for line in run(driver, "elf", *paths)]
+    expected = [elf_functions(image) for image in images]
+    assert got == expected
+    assert "simt_loop" in expected[0] and "hgmma_loop" in expected[0]
+    assert None in expected and any(e and e != expected[0] for e in expected[len(cubins) :])  # both kinds
+
+
+def _hex(text: str | bytes) -> str:
+    return (text.encode() if isinstance(text, str) else text).hex()
+
+
+NAMES = [
+    "_Z6kernelPf",
+    "simt_loop",
+    'k"quoted\\',
+    "tab\tand\nnewline",
+    "caf\u00e9",
+    "\u2211x",
+    "emoji\U0001f600",
+]
+
+
+def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
+    rng = random.Random(3)
+    for trial in range(30):
+        base = rng.randrange(1 << 40, 1 << 60)
+        windows = []
+        t = base
+        for seq in range(1, rng.randrange(1, 8)):
+            lo = t + rng.randrange(0, 5000)
+            hi = lo + rng.randrange(0, 100_000)
+            windows.append((seq if rng.random() > 0.1 else 1, lo, hi))  # a repeated seq now and then
+            t = hi if rng.random() > 0.2 else lo  # overlapping windows now and then
+        records = []
+        for _ in range(rng.randrange(0, 60)):
+            start = base + rng.randrange(0, max(1, t - base + 10_000))
+            name = rng.choice(NAMES) if rng.random() > 0.4 else ""
+            records.append((start, start + rng.randrange(0, 50_000), name))
+        if windows and trial % 3 == 0:  # records on the window edges
+            records += [(windows[0][1], windows[0][1] + 7, "edge"), (windows[0][2], windows[0][2] + 9, "")]
+        if trial % 3 == 1:  # windows of one record each, of durations Python writes in each of its forms
+            for k, ns in enumerate([2_000_000, 20_000_000, 1, 10, 0, 100, 123_456_789, 10**13, 5 * 10**18]):
+                lo = t + 10**9 * (k + 1)
+                windows.append((100 + k, lo, lo + 10))
+                records.append((lo, lo + ns, ""))
+        modules: list[tuple[int, bytes | None, int]] = [
+            (5, cubins[0], len(cubins[0])),
+            (6, None, 1234),  # no image pointer: size only
+            (7, b"", 0),  # an empty image
+            (5, cubins[2], len(cubins[2])),  # the same module id again: replaced in place
+            (8, b"not an elf at all", 17),
+        ][: rng.randrange(0, 6)]
+        census_error = rng.choice(
+            ["", "module records not requested", "unreadable CUPTI module record: \u00e9"]
+        )
+        payload = {
+            "records": [[s, e, _hex(n)] for s, e, n in records],
+            "windows": [list(w) for w in windows],
+            "modules": [[i, None if img is None else img.hex(), size] for i, img, size in modules],
+            "census_error": _hex(census_error),
+        }
+        first, second = run(driver, "spans", stdin=payload)
+        spans, counts = spans_by_window(records, windows)
+        by_id: dict[int, LoadedModule] = {}
+        for module_id, image, size in modules:
+            by_id[module_id] = (
+                LoadedModule(
+                    sha256=hashlib.sha256(image).hexdigest(), size=size, functions=elf_functions(image)
+                )
+                if image
+                else LoadedModule(sha256="", size=size, functions=None)
+            )
+        expected = Spans(
+            spans=spans,
+            activities=counts,
+            kernels=kernels_by_window(records, windows),
+            modules=list(by_id.values()),
+            census_error=census_error,
+        )
+        assert Spans.model_validate_json(first) == expected
+        text = ",".join(f'"{k}":{json.dumps(v)}' for k, v in spans.items())
+        assert '"spans":{' + text + "}" in first  # floats written as Python writes them
+        assert Spans.model_validate_json(second).modules == []  # reported once
+
+
+def test_sass_rows_match_the_python_worker(driver: Path) -> None:
+    rng = random.Random(5)
+    long_name = "_Z" + "x" * 5000 + "\u00e9"
+    names = [n.encode() for n in [*NAMES, long_name, long_name + "y"]] + [b"bad\xff\xfe", b"cut\xe2\x82"]
+    metric_sets = [
+        {"smsp__sass_inst_executed": 11, "smsp__sass_thread_inst_executed_pred_on": 22, "other": 33},
+        {"smsp__sass_inst_executed": 11, "smsp__sass_thread_inst_executed_op_pred_on": 44},
+        {"smsp__sass_inst_executed": 11},
+        {"smsp__sass_thread_inst_executed_pred_on": 22},  # no instruction count: no rows
+    ]
+    for trial in range(24):
+        available = metric_sets[trial % len(metric_sets)]
+        ids = list(available.values()) + [99]
+        records = []
+        for _ in range(rng.randrange(0, 80)):
+            pairs = [(rng.choice(ids), rng.randrange(0, 1 << 40)) for _ in range(rng.randrange(1, 3))]
+            records.append((rng.choice(names), rng.choice([0, 16, 32, 0x1230]), pairs))
+        max_rows = rng.choice([0, 1, 5, 200_000])
+        payload = {
+            "available": [[k, v] for k, v in available.items()],
+            "records": [[name.hex(), pc, [list(p) for p in pairs]] for name, pc, pairs in records],
+            "max_rows": max_rows,
+        }
+        (line,) = run(driver, "sass", stdin=payload)
+        picked = {
+            col: next((available[n] for n in wanted if n in available), None)
+            for col, wanted in sc.WANTED.items()
+        }
+        if picked["inst_executed"] is None:
+            assert line == "no inst"
+            continue
+        columns = {mid: col for col, mid in picked.items() if mid is not None}
+        merged = sc.merge_records([(n.decode(errors="replace"), pc, p) for n, pc, p in records], columns)
+        expected = [  # as the worker builds its reply
+            SassRow(
+                function=c.function[:4096],
+                pc=c.pc_offset,
+                inst=c.values.get("inst_executed", 0),
+                threads=c.values.get("thread_inst_executed_true", 0),
+            )
+            for c in merged[:max_rows]
+        ]
+        assert TypeAdapter(list[SassRow]).validate_json(line) == expected
+
+
+def test_json_strings_decode_as_python_replaces(driver: Path) -> None:
+    rng = random.Random(9)
+    samples = [b"", b"plain", b'"\\', bytes(range(0, 0x20)), b"\x7f", "\u00e9\u2211\U0001f600".encode()]
+    samples += [b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\xf0\x9f\x98", b"\xff"]
+    samples += [rng.randbytes(rng.randrange(1, 40)) for _ in range(300)]
+    samples += [
+        bytes(rng.choice(b"\x41\x80\xbf\xc2\xdf\xe0\xed\xef\xf0\xf4\xf5") for _ in range(12))
+        for _ in range(300)
+    ]
+    items = [[s.hex(), rng.choice([-1, -1, 0, 1, 3])] for s in samples]
+    lines = run(driver, "quote", stdin={"items": items})
+    for (hexed, cut), line in zip(items, lines, strict=True):
+        text = bytes.fromhex(hexed).decode("utf-8", errors="replace")
+        assert json.loads(line) == (text if cut < 0 else text[:cut]), hexed
+        assert line.isascii()
+
+
+def _synthetic_elf(symbols: int) -> bytes:
+    """A minimal 64-bit ELF: a null section, a symbol table of `symbols` zero entries and a string table."""
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", header, 0x28, 64)  # e_shoff
+    struct.pack_into("<HH", header, 0x3A, 64, 3)  # e_shentsize, e_shnum
+    symtab_at, symtab_size = 64 + 3 * 64, 24 * symbols
+    sections = bytes(64)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 2, 0, 0, symtab_at, symtab_size, 2, 0, 8, 24)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, symtab_at + symtab_size, 1, 0, 0, 1, 0)
+    return bytes(header) + sections + bytes(symtab_size + 1)
+
+
+def test_elf_symbol_table_limit_matches_python(driver: Path, tmp_path: Path) -> None:
+    images = [_synthetic_elf(3), _synthetic_elf((1 << 20) + 1)]  # within the limit, and one past it
+    for i, image in enumerate(images):
+        (tmp_path / f"{i}.elf").write_bytes(image)
+    got = run(driver, "elf", *(str(tmp_path / f"{i}.elf") for i in range(len(images))))
+    assert [json.loads(line) for line in got] == [elf_functions(image) for image in images] == [[], None]
+
+
+def test_floats_are_written_as_python_writes_them(driver: Path) -> None:
+    rng = random.Random(13)
+    values = [0.0, 1.0, 2.0, 20.0, 0.1, 1e-5, 1e-4, 1e16, 1e15, 123456789.0, 1.5e300, 2.5e-300, -0.5, -2e20]
+    values += [rng.uniform(1, 10) * 10.0 ** rng.randrange(-30, 30) for _ in range(400)]
+    values += [rng.randrange(1 << 53) / 1e6 for _ in range(200)]  # spans: whole ns over 1e6
+    assert run(driver, "float", stdin={"values": values}) == [json.dumps(v) for v in values]
