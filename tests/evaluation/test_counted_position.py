@@ -230,3 +230,34 @@ def test_a_cut_short_step_still_counts_among_its_verified_calls(arena, tmp_path)
             assert result.calls_checked == VERIFIED // 2 + (settings.trials - 1) * checks + 1
             return
     pytest.fail("no seed put the counted call in a cut-short trial")
+
+
+def test_the_evaluator_counts_a_target_candidate_among_its_timed_calls(tmp_path):
+    """A target candidate's counted call comes during the timing, in ``details["counted_call"]``.
+
+    ``LocalGpuEvaluator``'s own stages on the CPU (``test_baseline_path.cpu_evaluator``).
+    """
+    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
+
+    from ptxgym.evaluation.trusted.base import TargetMode
+    from ptxgym.evaluation.trusted.proofs import InBand
+    from ptxgym.evaluation.trusted.turn import Turn
+
+    settings = SETTINGS.model_copy(update={"target_mode": TargetMode.EXECUTED, "seed": 5})
+    workers = Workers(tmp_path, honest)
+    ev = cpu_evaluator(tmp_path, workers, settings)
+    task = gemm_task()
+    cand = built(task).model_copy(update={"static_target": True})
+    arena, baseline, _ = ev._prepare(task)
+    turn = Turn(task, cand, arena, baseline, seed=17)
+    turn.in_band = InBand()
+    verdict = ev._run_candidate(turn)
+    worker = workers.made[-1]
+    where = verdict.details["counted_call"]
+    counted = [c for c in worker.transcript if c.startswith("count:")]
+    assert len(counted) == 1 and worker.counted_calls[0][0] == where["call"], where
+    assert worker.calls == settings.calls_per_step + 1  # as many calls as when it came last
+    assert verdict.timing is not None
+    assert verdict.timing.candidate.n == settings.trials * settings.iterations
+    if verdict.status is Status.PASSED:  # (the wall-clock cross-check may flag a loaded CPU)
+        assert "SASS listing of the module failed" in verdict.details["in_band_target"]["error"]
