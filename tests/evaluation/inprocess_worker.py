@@ -76,6 +76,8 @@ class InProcessWorker:
         """If set, a counted call inside an activity trial answers this count error (no rows)."""
         self.spans = False
         """Report spans and a census for the windows of each trial (the CUPTI backend)."""
+        self.silent_count_window = False
+        """CUPTI records no activity in a counted call's window (patched kernels unseen by the tracing)."""
         self.count_delay_s = 0.0
         """Extra host time of a counted call (the patching's slowdown)."""
         self.counting = False
@@ -135,7 +137,7 @@ class InProcessWorker:
     def _counted(self, cmd: Call) -> Reply:
         """A counted call: the candidate runs (its outputs are checked); rows, or the in-trial error."""
         inside = self.in_trial and cmd.timed
-        if inside:
+        if inside and not self.silent_count_window:
             self.windows.append(self.seq)
         self.counting = True
         try:

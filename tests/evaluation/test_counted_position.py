@@ -180,6 +180,13 @@ def test_inside_the_activity_trial_the_census_sees_it_and_no_span_is_taken(arena
     assert session.count_outside == ""
 
 
+def test_a_counted_window_without_activity_joins_the_census_from_its_rows(arena, tmp_path):
+    """Should CUPTI's tracing not see the patched call's kernels, the census takes its rows' functions."""
+    result, fake, _ = _step(arena, tmp_path, seed=8, backend=CUPTI, spans=True, silent_count_window=True)
+    assert result.failure is None and result.counted.in_trial
+    assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1}
+
+
 def test_a_count_error_inside_the_trial_splits_it_and_counts_outside(arena, tmp_path):
     error = "cuptiSassMetricsEnable failed: CUPTI_ERROR_NOT_COMPATIBLE (26)"
     result, fake, session = _step(

@@ -112,7 +112,10 @@ def test_expert_keeps_its_target_credit_with_the_counted_call_among_the_timed(ev
     assert verdict.evidence.target_work == [Proof.CUPTI_IN_BAND]
     assert verdict.timing is not None and verdict.timing.candidate.n == SETTINGS.trials * SETTINGS.iterations
     if verdict.timing.backend == "cupti":  # the census took the counted call in and saw only the module
-        assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census, verdict.details.get("census")
+        census = verdict.details["census"]
+        print(f"CENSUS {census}")
+        assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census, census
+        assert sum(census["kernels"].values()) >= SETTINGS.trials * SETTINGS.iterations + 1, census
 
 
 def test_wgmma_on_the_steps_last_call_only_gets_no_target_credit(evaluator, task):

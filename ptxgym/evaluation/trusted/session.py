@@ -17,7 +17,8 @@ sample, so the timed samples stay ``trials x iterations`` and the step makes as 
 when the counted call was one more call after the last trial (one call added, not one sample replaced:
 the samples and the call count a candidate could observe both stay what they were). The counted call
 belongs to the activity trial around it: the worker records its window for the in-band census (its
-kernels are in the census) but the trusted side takes no span from it. If CUPTI cannot count inside an
+kernels are in the census; should CUPTI record no activity in that window, the functions its rows name
+join the census instead) but the trusted side takes no span from it. If CUPTI cannot count inside an
 activity trial (a count error there), the trial is split: it ends before a second counted call on fresh
 values of the same slot, outside any trial, whose executed functions join the census from its own rows,
 and a new trial begins after it (``CountedCall.outside``, logged in ``details["counted_call"]``; the
@@ -182,6 +183,8 @@ class Session:
         """Calls of the loaded subject so far (reset by ``load``)."""
         self.count_outside: str = ""
         """Why the counted call runs outside the activity trial from the start ("": it runs inside)."""
+        self._windowed: tuple[int, list[SassRow]] | None = None
+        """The counted call inside the open activity trial: its command number and rows (``_close``)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -310,6 +313,13 @@ class Session:
             record.span_ms = spans.spans.get(record.seq) if spans else None
         if spans is not None and self.backend == CUPTI:
             _add_census(result, spans)
+        windowed, self._windowed = self._windowed, None
+        if (
+            windowed is not None
+            and self.backend == CUPTI
+            and not (spans and spans.activities.get(windowed[0]))
+        ):
+            _add_counted_names(result, windowed[1])  # CUPTI recorded nothing in its window: its rows tell
 
     def _verified(self, index: int, result: SessionResult, stage: Stage) -> bool:
         """Verify set ``index`` after a call; a failure is recorded (the first one) and False returned."""
@@ -356,6 +366,8 @@ class Session:
         result.sass_rows, result.count_error = reply.counts, reply.count_error
         if cupti and not inside and reply.counts:  # no census window: its rows name what it ran
             _add_counted_names(result, reply.counts)
+        elif inside and reply.counts:
+            self._windowed = (reply.seq, reply.counts)
         return True
 
     def _count_once(
