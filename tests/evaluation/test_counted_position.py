@@ -64,7 +64,7 @@ def _step(arena, tmp_path, seed, candidate=None, backend=EVENTS, settings=SETTIN
     result = SessionResult()
     session.correctness(result)
     assert result.failure is None, result.failure
-    session.timing(result, crosscheck=False, count=True, baseline_ms=worker.get("baseline_ms"))
+    session.timing(result, crosscheck=False, count=True)
     return result, fake, session
 
 
