@@ -42,7 +42,7 @@ SUBJECTS = ("gemm_expert", "gemm_simt", "mha_fwd_expert")
 TASK = {"gemm_expert": "Gemm-sm90a", "gemm_simt": "Gemm-sm90a", "mha_fwd_expert": "MhaFwd-sm90a"}
 CPU_STAGES = ("extract", "screen", "build", "sass")
 ONE_TIME = ("prepare_arena", "prepare_baseline")
-SHOWN = ("prepare", "worker", "check", "time", "time_inputs", "time_verify", "time_guards", "count")
+SHOWN = ("prepare", "worker", "check", "time", "time_inputs", "time_verify", "time_guards", "time_count")
 SHOWN += ("memcheck", "execute")
 
 

@@ -89,6 +89,13 @@ CASES: tuple[AuditCase, ...] = (
     _a("forged_ncu_csv", {Status.PASSED}, "11.2", note="executed = no despite the forged rows"),
     _a("single_wgmma", {Status.PASSED}, "11.13", note="executed = yes, work share ~3e-8: no target credit"),
     _a("module_load_data", {Status.FOREIGN_KERNEL}, "11.11", note="kernel census by name"),
+    _a(
+        "last_call_wgmma",
+        {Status.PASSED},
+        "11.counted",
+        note="wgmma work only on the step's last call (once the counted call): no target credit unless the "
+        "secret counted slot is the last one, 1 in trials x (iterations + 1) = 153 at the defaults",
+    ),
     # the evaluator corpus
     _k("noop", {Status.UNWRITTEN}),
     _k("half_written", {Status.UNWRITTEN}),

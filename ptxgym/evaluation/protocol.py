@@ -139,8 +139,9 @@ class Call(_Cmd):
     flush: bool = Field(True, description="Flush the L2 before the call.")
     count: bool = Field(
         False,
-        description="Count executions per SASS instruction during this call (CUPTI SASS metrics; the "
-        "patched call is slow, so a counted call is never a timed one).",
+        description="Count executions per SASS instruction during this call (CUPTI SASS metrics). The "
+        "patched call is slow, so no latency is taken from a counted call; with ``timed`` its CUPTI window "
+        "is still recorded, for the trial's kernel census.",
     )
 
 

@@ -4,6 +4,12 @@ The trusted ``Session`` and ``Arena`` run unchanged against it: commands are the
 validated with ``parse_command``; the attach layout is decoded by the real worker's ``argument_views``;
 every answer is a real ``Reply``. Only the process boundary and the GPU are missing, so what it tests is
 the trusted side's judgement of a candidate's *outputs* (caching and replay tricks), not isolation.
+
+Counted calls (``Call.count``) run the candidate like any call and answer one made-up row per call
+(``COUNTED_ROW``) or, with ``count_error_in_trial``, that error when asked to count inside an activity
+trial (CUPTI refusing SASS metrics while activity tracing is on). With ``spans`` a trial's end reports a
+1 ms span for every window the trial recorded and the kernel ``IN_BAND_KERNEL`` once per window (the
+CUPTI backend's in-band census), like the real worker.
 """
 
 from __future__ import annotations
@@ -22,11 +28,18 @@ from ptxgym.evaluation.protocol import (
     Load,
     Reply,
     SandboxReport,
+    SassRow,
     Spans,
+    TrialBegin,
     TrialEnd,
     parse_command,
 )
 from ptxgym.evaluation.sandboxed.worker import argument_views
+
+IN_BAND_KERNEL = "gemm_tiled"
+"""The kernel name a trial's census reports once per window (``spans=True``)."""
+COUNTED_ROW = SassRow(function=IN_BAND_KERNEL, pc=0x10, inst=4, threads=128)
+"""The one row every successful counted call reports."""
 
 
 class InProcessWorker:
@@ -57,7 +70,22 @@ class InProcessWorker:
         self.sandboxed = False
         self.kind = ""
         self.transcript: list[str] = []
-        """Each command as ``op`` (``load:<kind>``, ``call:<set>:<timed>:<flush>``), in order."""
+        """Each command as ``op`` (``load:<kind>``, ``call:<set>:<timed>:<flush>``, ``count:<set>:<timed>``),
+        in order."""
+        self.count_error_in_trial = ""
+        """If set, a counted call inside an activity trial answers this count error (no rows)."""
+        self.spans = False
+        """Report spans and a census for the windows of each trial (the CUPTI backend)."""
+        self.silent_count_window = False
+        """CUPTI records no activity in a counted call's window (patched kernels unseen by the tracing)."""
+        self.count_delay_s = 0.0
+        """Extra host time of a counted call (the patching's slowdown)."""
+        self.counting = False
+        """True while the candidate runs inside a counted call (what a test's candidate may peek at)."""
+        self.counted_calls: list[tuple[int, bool]] = []
+        """(the candidate's call number, inside an activity trial) of each counted call."""
+        self.in_trial = False
+        self.windows: list[int] = []
 
     def request(self, cmd, timeout_s: float, pickler=None, fds=()) -> Reply:
         self.seq += 1
@@ -74,8 +102,14 @@ class InProcessWorker:
             self.loaded, self.kind = cmd.kind in ("so", "baseline"), cmd.kind
             if cmd.kind == "baseline":
                 self.candidate = self._library(cmd)
+        elif isinstance(cmd, TrialBegin):
+            self.in_trial, self.windows = cmd.cupti, []
+        elif isinstance(cmd, Call) and cmd.count:
+            return self._counted(cmd)
         elif isinstance(cmd, Call):
             t0 = time.perf_counter()
+            if cmd.timed and self.in_trial:
+                self.windows.append(self.seq)
             if self.loaded:
                 if self.sandboxed and self.sandboxed_library_error and self.kind == "baseline":
                     return Reply(seq=self.seq, ok=False, error=self.sandboxed_library_error)
@@ -89,8 +123,33 @@ class InProcessWorker:
             times = CallResult(ev_stream_ms=ms, ev_device_ms=ms + 0.02, host_ms=ms)
             return Reply(seq=self.seq, ok=True, call=times)
         elif isinstance(cmd, TrialEnd):
-            return Reply(seq=self.seq, ok=True, spans=Spans())
+            self.in_trial = False
+            if not self.spans:
+                return Reply(seq=self.seq, ok=True, spans=Spans())
+            spans = Spans(
+                spans=dict.fromkeys(self.windows, 1.0),
+                activities=dict.fromkeys(self.windows, 1),
+                kernels={IN_BAND_KERNEL: len(self.windows)} if self.windows else {},
+            )
+            return Reply(seq=self.seq, ok=True, spans=spans)
         return Reply(seq=self.seq, ok=True)
+
+    def _counted(self, cmd: Call) -> Reply:
+        """A counted call: the candidate runs (its outputs are checked); rows, or the in-trial error."""
+        inside = self.in_trial and cmd.timed
+        if inside and not self.silent_count_window:
+            self.windows.append(self.seq)
+        self.counting = True
+        try:
+            self.calls += 1
+            self.candidate(*self.args[cmd.set])
+        finally:
+            self.counting = False
+        time.sleep(self.count_delay_s)
+        self.counted_calls.append((self.calls, inside))
+        if inside and self.count_error_in_trial:
+            return Reply(seq=self.seq, ok=True, counts=None, count_error=self.count_error_in_trial)
+        return Reply(seq=self.seq, ok=True, counts=[COUNTED_ROW])
 
     def _library(self, cmd: Load) -> Callable[..., Any]:
         if self.library is not None:
@@ -113,6 +172,8 @@ class InProcessWorker:
 def _describe(cmd) -> str:
     if isinstance(cmd, Load):
         return f"load:{cmd.kind}"
+    if isinstance(cmd, Call) and cmd.count:
+        return f"count:{cmd.set}:{cmd.timed}"
     if isinstance(cmd, Call):
         return f"call:{cmd.set}:{cmd.timed}:{cmd.flush}"
     return cmd.op

@@ -10,7 +10,8 @@ structs laid out as the CUPTI headers declare them: each starts with ``structSiz
 field plus its size) and ``pPriv``. Every call's result is checked; any failure raises ``SassCountError``
 with CUPTI's own message, and the worker reports it (the evaluator then keeps its offline proof).
 
-Patching makes the counted call slow, so it is a separate call after the timed ones, never timed.
+Patching makes the counted call slow, so it is never timed: it takes a secret slot among the timed calls
+and no latency is taken from it (``trusted/session.py``).
 """
 
 from __future__ import annotations

@@ -383,9 +383,15 @@ class Worker:
         )
 
     def _counted_call(self, seq: int, cmd: Call) -> Reply:
-        """One call under CUPTI's SASS metrics (``sass_counts.py``); the counter starts at the first one."""
+        """One call under CUPTI's SASS metrics (``sass_counts.py``); the counter starts at the first one.
+
+        With ``cmd.timed`` (a counted call inside an activity trial) its CUPTI window is recorded too, so
+        the trial's census sees its kernels; the trusted side takes no latency from it.
+        """
         torch = self.torch
         torch.cuda.synchronize()
+        window = self.cupti is not None and cmd.timed
+        t_start = self.cupti.now() if window else 0
         outcome: dict[str, Any] = {}
 
         def run() -> None:
@@ -413,6 +419,8 @@ class Worker:
             error = f"{type(exc).__name__}: {exc}"[:500]
         if "result" not in outcome:  # the counter failed before the call ran: run it plainly
             run()
+        if window:
+            self.cupti.window(seq, t_start, self.cupti.now())
         if self.copy_back and outcome["result"] is not None:
             self._copy_outputs(cmd.set, outcome["result"])
         lost = self._context_lost()

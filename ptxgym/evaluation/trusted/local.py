@@ -9,8 +9,9 @@ Stages of one evaluation: arena (once per task) -> baseline (once per evaluator 
 the candidate's own path: ``measure_baseline``; a disk record is only a warm start) -> worker + host
 sandbox (``sandbox.py``, per ``PTXGYM_SANDBOX``) + calibration -> load -> correctness -> timing (fresh
 input values on every call, a secret random subset verified; guard regions around every buffer checked
-after every call; wall-clock cross-check, floor; in-band kernel census) -> counted call (one more verified
-call counted per SASS instruction: the in-band target proof, ``TargetMode.EXECUTED``) -> memcheck (when
+after every call; wall-clock cross-check, floor; in-band kernel census; the counted call at a secret slot
+among the timed calls, verified, no sample: counted per SASS instruction, the in-band target proof of
+``TargetMode.EXECUTED``, ``session.py``) -> memcheck (when
 ``base.memcheck_due``: by default only without guard pages) -> the target verdict and work share
 (``proofs.py``: the in-band counts, Nsight Compute on a secret share of candidates or where the counts are
 missing, or on every one with ``TargetMode.NCU``); ``verdicts.with_proofs`` turns their outcomes into the
@@ -118,6 +119,8 @@ class LocalGpuEvaluator(Evaluator):
         self._held: WorkerHandle | None = None
         self.guard_pages_error = ""
         """Why this evaluator stopped using guard pages (a worker could not map them), if it did."""
+        self.count_outside = ""
+        """Why counted calls run outside the activity trials (CUPTI could not count inside one), if so."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
         self.queue = GpuQueue(queue_capacity)
         """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""
@@ -456,17 +459,19 @@ class LocalGpuEvaluator(Evaluator):
             turn.stage = Stage.TIME
             with turn.timed("time"):
                 base = turn.baseline.stats if turn.baseline is not None else None
-                session.timing(result, strict=strict, baseline_ms=base.median_ms if base else None)
+                session.count_outside = self.count_outside
+                session.timing(
+                    result,
+                    strict=strict,
+                    baseline_ms=base.median_ms if base else None,
+                    count=self._counts(turn),
+                )
+            self._note_counted(turn, session)
             turn.clocks.append(sm_clock_mhz(self.device))
             turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
-            if self._counts(turn):
-                with turn.timed("count"):
-                    session.count_call(result)
-                if result.failure is not None:
-                    return self._failed(turn, "")
         except StepBudgetExceeded as exc:
             return exceeded_verdict(exc, turn.stage, self.environment, **turn.extra())
         except WorkerError as exc:
@@ -494,6 +499,15 @@ class LocalGpuEvaluator(Evaluator):
         finally:
             handle.discard()
         return self._timed_verdict(turn)
+
+    def _note_counted(self, turn: Turn, session: Session) -> None:
+        """Record where the counted call went; learn that counting must happen outside activity trials."""
+        counted = turn.result.counted
+        if counted is None:
+            return
+        turn.details["counted_call"] = counted.record()
+        if session.count_outside and not self.count_outside:
+            self.count_outside = session.count_outside
 
     def _counts(self, turn: Turn) -> bool:
         """Whether the subject gets the in-band counted call (``TargetMode.EXECUTED``, a target opcode)."""

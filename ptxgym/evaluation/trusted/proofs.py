@@ -10,6 +10,36 @@ safety already failed, settles the executed-instruction verdict and work share (
   Compute gives the proof and the target message says why.
 * ``NCU``: Nsight Compute on every candidate, as the only proof.
 
+The counted call (``session.py``) sits at a secret slot among the timed calls, drawn by the trusted side
+(uniform over trials x (iterations + 1) slots), on that slot's fresh values, verified like a timed call.
+A host-side call counter no longer finds it: the step makes as many calls as before, and the last call
+is the counted one once in trials x (iterations + 1) (153 at the defaults), so a kernel that does the
+target's work only on a guessed call earns the credit with that probability and no more
+(``last_call_wgmma`` in ``ptxgym audit``). What still tells the counted call apart, for a policy paid
+to find it:
+
+* It is slow. CUPTI patches every instruction to count it, so the call takes several times as long. A
+  kernel that reads ``%globaltimer`` or ``clock64`` on the device, or host code that times its own call
+  or launches and times a probe kernel first, can tell a patched call from a plain one, and run the
+  target's work only when patched (or, inversely, SIMT only when patched, which only loses it credit).
+  Host code need not even time: libcupti is loaded in its process, so it can ask CUPTI whether SASS
+  metrics are on (e.g. an enable call that fails while the evaluator's is active).
+  Deciding inside the call is the strong form: no guess, every step, and it earns the target credit
+  (``gate.target_credit``) today. What bounds it is weak and is said plainly: (a) the timed calls run
+  the unpatched path, so the latency and the speed reward are the SIMT path's: the credit comes without
+  the speed a real wgmma kernel has; (b) on a secret share of candidates
+  (``EvalSettings.ncu_crosscheck_fraction``) Nsight Compute counts too and must agree (a disagreement is
+  PROOF_FAILED), but its replay is also instrumented and slow, so a kernel switching on any slowdown
+  shows wgmma to both and the two agree; (c) the wall-clock cross-check (``timing.cross_check``) bounds
+  host work around the timed calls, not what a kernel chooses to compute. Closing it needs a proof from
+  the timed calls themselves (e.g. a latency no SIMT path can reach, or counters that need no patching).
+* The counts are the worker's word: the candidate's host code shares the process and could forge the
+  rows (or break CUPTI to force a count error: the evaluator then counts outside the activity trial, or
+  falls back to Nsight Compute). Rows must name instructions of the built module (``sass_join``), and the
+  secret cross-check bounds a forgery to the share of candidates it misses.
+* The counted call also differs by the commands around it only where CUPTI cannot count inside an
+  activity trial (the trial is split around it); the candidate does not see commands, only, again, time.
+
 Memcheck and Nsight Compute each run the candidate in a one-shot driver sandboxed like the worker (the
 evaluator's sandbox mode) and read the tool's report from a file the candidate cannot write
 (``tools.ProofDirs``). The evaluator hands the result to ``verdicts.with_proofs``, which can only take

@@ -6,13 +6,31 @@ around every buffer (``guards.py``: a write outside the buffers is MEMORY_ERROR)
 outputs itself. Correctness calls are all verified (sign flips of the seeded sets, references known);
 timed calls rotate through the input sets, each with fresh values (a new draw in the same buffers), and
 a random subset (unknown to the worker) is verified against the reference run for those values.
+
+The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
+``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
+slot, uniformly over every trial's timed region made one call longer (``trials x (iterations + 1)``
+slots), from the session's RNG, the same secret draw that picks the verified timed calls. That call gets
+its slot's set and fresh values like its neighbours, is always verified (a wrong result there is a wrong
+result of a timed call, in the same words), and is not timed: its latency (slowed by the patching) is no
+sample, so the timed samples stay ``trials x iterations`` and the step makes as many calls as before,
+when the counted call was one more call after the last trial (one call added, not one sample replaced:
+the samples and the call count a candidate could observe both stay what they were). The counted call
+belongs to the activity trial around it: the worker records its window for the in-band census (its
+kernels are in the census; should CUPTI record no activity in that window, the functions its rows name
+join the census instead) but the trusted side takes no span from it. If CUPTI cannot count inside an
+activity trial (a count error there), the trial is split: it ends before a second counted call on fresh
+values of the same slot, outside any trial, whose executed functions join the census from its own rows,
+and a new trial begins after it (``CountedCall.outside``, logged in ``details["counted_call"]``; the
+evaluator then counts outside the trial in later steps).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ptxgym.evaluation.child_errors import WorkerTimeout
 from ptxgym.evaluation.compare import SetCheck
@@ -46,6 +64,8 @@ from ptxgym.evaluation.trusted.timing import (
     slow_cutoff,
 )
 from ptxgym.records.feedback import Stage, Status
+
+log = logging.getLogger(__name__)
 
 MAX_CENSUS_NAMES = 256
 """Kernel names the census keeps per trial (an honest module has a handful)."""
@@ -83,6 +103,26 @@ class TimedCall:
 
 
 @dataclass
+class CountedCall:
+    """Where the counted call of a step went and how it ran (``details["counted_call"]``)."""
+
+    trial: int
+    """The trial it went into (0-based)."""
+    slot: int
+    """Its position among that trial's timed-region calls (0-based; the region is one call longer)."""
+    call: int = 0
+    """The subject's call number in the step (1-based; correctness calls first)."""
+    in_trial: bool = True
+    """Whether it ran inside the activity trial, its window in the census; False: between two trials."""
+    outside: str = ""
+    """Why it ran outside the activity trial ("" when inside): the in-trial count error, or learnt."""
+
+    def record(self) -> dict:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+@dataclass
 class SessionResult:
     """Everything one subject's run produced."""
 
@@ -101,13 +141,16 @@ class SessionResult:
     """Trials whose end brought a census report (0: no in-band census was taken)."""
     census_error: str = ""
     sass_rows: list[SassRow] | None = None
-    """The counted call's rows (``count_call``; None: not counted)."""
+    """The counted call's rows (``Session.timing(count=True)``; None: not counted)."""
+    counted: CountedCall | None = None
+    """Where the counted call went (None: none was made)."""
     count_error: str = ""
     shortened: str = ""
     """Why the timing stopped after the first trial (``timing.slow_cutoff``); "" when timed in full."""
     trusted_s: dict[str, float] = field(default_factory=dict)
     """Wall seconds of the trusted side's own work inside the trials: ``inputs`` (fresh values and
-    poisoned outputs, ``Arena.prepare``), ``verify`` (reference runs and comparisons) and ``guards``."""
+    poisoned outputs, ``Arena.prepare``), ``verify`` (reference runs and comparisons) and ``guards``; and
+    ``count``: the counted call's round trip (the worker's patched call, not the trusted side's work)."""
 
     def spend(self, what: str, since: float) -> None:
         """Add the wall seconds since ``since`` (a ``perf_counter`` reading) to ``trusted_s[what]``."""
@@ -136,6 +179,12 @@ class Session:
         self.cal: Calibration | None = None
         self.sandbox_report: SandboxReport | None = None
         self.clock: StepClock | None = None
+        self.calls = 0
+        """Calls of the loaded subject so far (reset by ``load``)."""
+        self.count_outside: str = ""
+        """Why the counted call runs outside the activity trial from the start ("": it runs inside)."""
+        self._windowed: tuple[int, list[SassRow]] | None = None
+        """The counted call inside the open activity trial: its command number and rows (``_close``)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -199,6 +248,7 @@ class Session:
     def load(self, cmd: Load) -> None:
         """Load the subject: the candidate's shared object, a library baseline or the no-op."""
         self._request(cmd, Stage.RUN)
+        self.calls = 0
 
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
@@ -210,6 +260,7 @@ class Session:
         t0 = time.perf_counter()
         reply = self._request(Call(set=index, timed=timed, flush=True), Stage.RUN)
         wall = (time.perf_counter() - t0) * 1e3
+        self.calls += 1
         if reply.call is None:
             raise CandidateFault("the worker acknowledged a call without its timings", "", Stage.RUN)
         return TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call)
@@ -222,40 +273,119 @@ class Session:
         stage: Stage,
         strict: bool = True,
         fresh: bool = True,
+        counted: int | None = None,
     ) -> list[TimedCall] | None:
         """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
 
         ``fresh``: every call of the trial (warm-up included) gets fresh values (``Arena.prepare``).
+        ``counted``: the position of the counted call in ``calls`` (``_counted``; module docstring).
         """
-        self._request(TrialBegin(cupti=self.backend == CUPTI), stage)
+        cupti = self.backend == CUPTI
+        self._request(TrialBegin(cupti=cupti), stage)
         timed: list[TimedCall] = []
+        segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         for pos, (index, is_timed) in enumerate(calls):
             t = time.perf_counter()
             self.arena.prepare(index, self.generator, fresh=fresh)
             result.spend("inputs", t)
+            if pos == counted:
+                if not self._counted(index, result, stage, segment) and strict:
+                    return None
+                continue
             record = self._call(index, is_timed)
             if is_timed:
                 timed.append(record)
+                segment.append(record)
             t = time.perf_counter()
             breached = self._breached(result, stage)
             result.spend("guards", t)
             if breached and strict:
                 return None
-            if pos in verify:
-                t = time.perf_counter()
-                check = self.arena.verify(index)
-                result.spend("verify", t)
-                result.calls_checked += 1
-                if not check.passed and result.failure is None:
-                    result.failure = Failure(check.status, stage, self._where(stage, check), check)
-                if not check.passed and strict:
-                    return None
+            if pos in verify and not self._verified(index, result, stage) and strict:
+                return None
+        self._close(stage, segment, result)
+        return timed
+
+    def _close(self, stage: Stage, segment: list[TimedCall], result: SessionResult) -> None:
+        """End the activity trial: the spans of its timed calls, its census into the subject's."""
         spans = self._request(TrialEnd(), stage).spans
-        for record in timed:
+        for record in segment:
             record.span_ms = spans.spans.get(record.seq) if spans else None
         if spans is not None and self.backend == CUPTI:
             _add_census(result, spans)
-        return timed
+        windowed, self._windowed = self._windowed, None
+        if (
+            windowed is not None
+            and self.backend == CUPTI
+            and not (spans and spans.activities.get(windowed[0]))
+        ):
+            _add_counted_names(result, windowed[1])  # CUPTI recorded nothing in its window: its rows tell
+
+    def _verified(self, index: int, result: SessionResult, stage: Stage) -> bool:
+        """Verify set ``index`` after a call; a failure is recorded (the first one) and False returned."""
+        t = time.perf_counter()
+        check = self.arena.verify(index)
+        result.spend("verify", t)
+        result.calls_checked += 1
+        if not check.passed and result.failure is None:
+            result.failure = Failure(check.status, stage, self._where(stage, check), check)
+        return check.passed
+
+    def _counted(self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall]) -> bool:
+        """The counted call at its secret position (module docstring); False when it failed a check.
+
+        Inside the activity trial first; a count error there splits the trial around a second counted
+        call (fresh values, same set) made outside it. ``segment``: the timed calls of the activity
+        trial so far; a split closes them (their spans) and empties it.
+        """
+        where = result.counted or CountedCall(trial=-1, slot=-1)
+        cupti = self.backend == CUPTI
+        inside = cupti and not self.count_outside
+        if cupti and not inside:
+            self._close(stage, segment, result)
+            segment.clear()
+        why = self.count_outside
+        reply, ok = self._count_once(index, result, stage, inside)
+        if ok and inside and reply.count_error:
+            why = f"count error inside the activity trial: {reply.count_error}"[:300]
+            log.warning("%s; counting again outside the trial", why)
+            self._close(stage, segment, result)
+            segment.clear()
+            self.arena.prepare(index, self.generator, fresh=True)
+            reply, ok = self._count_once(index, result, stage, False)
+            inside = False
+            if ok and not reply.count_error:  # learnt: here CUPTI counts only outside activity trials
+                self.count_outside = why
+        where.call, where.in_trial = self.calls, inside
+        where.outside = "" if inside else why or "no CUPTI activity trial"
+        result.counted = where
+        if cupti and not inside:
+            self._request(TrialBegin(cupti=True), stage)
+        if not ok:
+            return False
+        result.sass_rows, result.count_error = reply.counts, reply.count_error
+        if cupti and not inside and reply.counts:  # no census window: its rows name what it ran
+            _add_counted_names(result, reply.counts)
+        elif inside and reply.counts:
+            self._windowed = (reply.seq, reply.counts)
+        return True
+
+    def _count_once(
+        self, index: int, result: SessionResult, stage: Stage, window: bool
+    ) -> tuple[Reply, bool]:
+        """One counted call on set ``index`` (values already fresh), guards and outputs checked.
+
+        ``window``: the worker records its CUPTI window (the census sees its kernels; no latency taken).
+        """
+        self._sync()
+        t = time.perf_counter()
+        reply = self._request(Call(set=index, timed=window, flush=True, count=True), stage)
+        result.spend("count", t)
+        self.calls += 1
+        t = time.perf_counter()
+        breached = self._breached(result, stage)
+        result.spend("guards", t)
+        return reply, not breached and self._verified(index, result, stage)
 
     def _breached(self, result: SessionResult, stage: Stage) -> bool:
         """Check the guard regions after a call (outside the timed window); a breach is a MEMORY_ERROR."""
@@ -315,6 +445,7 @@ class Session:
         crosscheck: bool = True,
         strict: bool = True,
         baseline_ms: float | None = None,
+        count: bool = False,
     ) -> None:
         """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls.
 
@@ -323,18 +454,29 @@ class Session:
         With ``baseline_ms``, a candidate whose first trial is far slower than the baseline
         (``timing.slow_cutoff``) is not timed further: each remaining trial is replaced by its verified
         calls alone, so the correctness evidence is the same as a full timing's.
+        ``count``: one counted call at a secret slot among the timed calls (module docstring); in a trial
+        that the cut-off replaced by its verified calls, at a secret place among those.
         """
         s = self.settings
         rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
+        if count:
+            result.counted = counted_slot(self.rng, s.trials, s.iterations)
         for trial in range(s.trials):
+            here = result.counted is not None and result.counted.trial == trial
             if result.shortened:
-                checks = [(j % rotate, False) for j in range(s.verified_per_trial)]
-                if self._trial(checks, set(range(len(checks))), result, Stage.TIME, strict) is None:
+                n = s.verified_per_trial + here
+                at = self.rng.randrange(n) if here else None
+                checks = [(j % rotate, False) for j in range(n)]
+                verify = set(range(n)) - {at}
+                if self._trial(checks, verify, result, Stage.TIME, strict, counted=at) is None:
                     return
                 continue
-            calls = [(j % rotate, j >= s.warmup) for j in range(s.warmup + s.iterations)]
-            verify = set(self.rng.sample(range(s.warmup, s.warmup + s.iterations), s.verified_per_trial))
-            timed = self._trial(calls, verify, result, Stage.TIME, strict)
+            at = s.warmup + result.counted.slot if here and result.counted else None
+            n = s.warmup + s.iterations + here
+            calls = [(j % rotate, j >= s.warmup and j != at) for j in range(n)]
+            timed_pos = [j for j in range(s.warmup, n) if j != at]
+            verify = set(self.rng.sample(timed_pos, s.verified_per_trial))
+            timed = self._trial(calls, verify, result, Stage.TIME, strict, counted=at)
             if timed is None:
                 return
             self._collect(timed, result)
@@ -354,23 +496,6 @@ class Session:
                 result.walls, lat, self.cal, s.wall_slack_ms, s.wall_slack_fraction
             )
 
-    def count_call(self, result: SessionResult) -> None:
-        """One more call, on fresh values, counted per SASS instruction in the worker and verified.
-
-        Its outputs are checked like any verified call (a failure ends the subject as a timed call's
-        would); the rows go to ``result.sass_rows`` and are joined with the module's SASS by the caller.
-        """
-        self.arena.prepare(0, self.generator, fresh=True)
-        self._sync()
-        reply = self._request(Call(set=0, timed=False, flush=True, count=True), Stage.TIME)
-        check = self.arena.verify(0)
-        result.calls_checked += 1
-        if not check.passed and result.failure is None:
-            result.failure = Failure(check.status, Stage.TIME, self._where(Stage.TIME, check), check)
-            return
-        result.sass_rows = reply.counts
-        result.count_error = reply.count_error
-
     def _collect(self, timed: list[TimedCall], result: SessionResult) -> None:
         gap = self.cal.sync_gap_ms if self.cal else 0.0
         trial = []
@@ -383,6 +508,12 @@ class Session:
             result.walls.append(r.wall_ms)
         if trial:
             result.trials.append(trial)
+
+
+def counted_slot(rng: random.Random, trials: int, iterations: int) -> CountedCall:
+    """The counted call's secret slot: uniform over ``trials x (iterations + 1)`` timed-region slots."""
+    trial, slot = divmod(rng.randrange(trials * (iterations + 1)), iterations + 1)
+    return CountedCall(trial=trial, slot=slot)
 
 
 CENSUS_OVERFLOW = "the worker reported more kernel names or modules than the census keeps"
@@ -399,3 +530,13 @@ def _add_census(result: SessionResult, spans: Spans) -> None:
         result.kernels[name] = result.kernels.get(name, 0) + int(n)
     result.modules.extend(spans.modules)
     result.census_error = result.census_error or spans.census_error
+
+
+def _add_counted_names(result: SessionResult, rows: list[SassRow]) -> None:
+    """Fold what a counted call outside any activity trial executed into the census (one launch each)."""
+    names = {row.function for row in rows}
+    if len(names) > MAX_CENSUS_NAMES:
+        result.census_error = CENSUS_OVERFLOW
+        return
+    for name in names:
+        result.kernels[name] = result.kernels.get(name, 0) + 1

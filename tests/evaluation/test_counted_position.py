@@ -1,0 +1,270 @@
+"""The counted call (the in-band target proof) at a secret slot among the timed calls (issue 11).
+
+It used to be one more call after the last trial, always the step's last call: a kernel counting its
+calls could do the target's work there alone. The trusted ``Session`` now draws its slot from the
+session's secret RNG. Driven against the in-process worker (``inprocess_worker.py``) on CPU buffers, as
+``test_fresh_values.py`` does: the candidate is a Python callable; the counted call's rows are made up
+by the worker stand-in (the GPU tests count for real).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from evaltest_helpers import tiny_task  # noqa: E402
+from inprocess_worker import COUNTED_ROW, IN_BAND_KERNEL, InProcessWorker  # noqa: E402
+
+from ptxgym.evaluation.protocol import Load  # noqa: E402
+from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
+from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
+from ptxgym.evaluation.trusted.session import Session, SessionResult, counted_slot  # noqa: E402
+from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS  # noqa: E402
+from ptxgym.records.feedback import Stage, Status  # noqa: E402
+
+SETTINGS = EvalSettings(warmup=1, iterations=3, trials=2, correctness_sets=2, rotate_sets=3)
+SLOTS = SETTINGS.trials * (SETTINGS.iterations + 1)
+VERIFIED = SETTINGS.trials * SETTINGS.verified_per_trial
+
+
+def _gemm(A, B):
+    return (A.float() @ B.float().T).to(torch.bfloat16)
+
+
+class Honest:
+    """Computes every call and remembers the call numbers (as a host-side counter would)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, A, B, C):
+        self.n += 1
+        C.copy_(_gemm(A, B))
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory):
+    task = tiny_task("Gemm-sm90a", M=16, N=16, K=16)
+    return Arena(task, [1, 2, 3], "cpu", tmp_path_factory.mktemp("arena"))
+
+
+def _step(arena, tmp_path, seed, candidate=None, backend=EVENTS, settings=SETTINGS, **worker):
+    """One candidate's check and timing with the counted call, as the evaluator runs them."""
+    fake = InProcessWorker(candidate or Honest(), tmp_path)
+    for name, value in worker.items():
+        setattr(fake, name, value)
+    arena.restore()
+    session = Session(fake, arena, settings, backend, seed, 10.0)
+    session.attach(1, cupti=backend == CUPTI)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.correctness(result)
+    assert result.failure is None, result.failure
+    session.timing(result, crosscheck=False, count=True)
+    return result, fake, session
+
+
+def test_the_slot_is_uniform_over_every_trials_timed_region():
+    rng = random.Random(0)
+    n = 24_000
+    seen = Counter((c.trial, c.slot) for c in (counted_slot(rng, 3, 7) for _ in range(n)))
+    assert set(seen) == {(t, k) for t in range(3) for k in range(8)}  # last slot of each trial included
+    expected = n / 24
+    chi2 = sum((x - expected) ** 2 / expected for x in seen.values())
+    assert chi2 < 49.7  # 23 degrees of freedom, p = 0.001
+
+
+def test_the_counted_call_is_not_predictable_from_the_call_index(arena, tmp_path):
+    """Over steps (seeds), the candidate's call number of the counted call varies over every slot.
+
+    The step's calls stay what they were (correctness + trials x (warm-up + timed) + 1), so the last
+    call is as likely to be counted as any other slot: 1 in trials x (iterations + 1).
+    """
+    total = SETTINGS.calls_per_step + 1
+    numbers = []
+    for seed in range(24):
+        candidate = Honest()
+        result, fake, _ = _step(arena, tmp_path, seed, candidate)
+        assert result.failure is None and candidate.n == fake.calls == total
+        ((number, _),) = fake.counted_calls
+        assert result.counted is not None and result.counted.call == number
+        numbers.append(number)
+    before = SETTINGS.correctness_sets + SETTINGS.warmup
+    trial = SETTINGS.warmup + SETTINGS.iterations  # calls of a trial without the counted call
+    possible = {before + k + 1 for k in range(4)} | {before + trial + k + 1 for k in range(4)}
+    assert set(numbers) <= possible
+    assert len(set(numbers)) >= 6  # of 8 slots, over 24 steps
+    assert numbers.count(total) < 24 // 3  # the last call is no longer always (or mostly) the counted one
+
+
+def test_samples_and_verified_calls_are_what_they_were(arena, tmp_path):
+    result, fake, _ = _step(arena, tmp_path, seed=3, count_delay_s=0.05)
+    assert [len(t) for t in result.trials] == [SETTINGS.iterations] * SETTINGS.trials
+    assert len(result.walls) == SETTINGS.trials * SETTINGS.iterations
+    assert all(x < 1.1 for t in result.trials for x in t)  # the fake reports 1 ms (1.02 device) a call
+    assert max(result.walls) < 50.0  # the counted call's 50 ms (patching) is no sample
+    assert result.calls_checked == SETTINGS.correctness_sets + VERIFIED + 1  # the counted call is verified
+    assert result.sass_rows == [COUNTED_ROW] and result.count_error == ""
+    assert result.trusted_s["count"] >= 0.05
+    assert len([c for c in fake.transcript if c.startswith("count:")]) == 1
+
+
+def test_the_counted_call_takes_its_slots_set_and_fresh_values(arena, tmp_path):
+    """Its set is the rotation's at its slot, and its values are a new draw (none seen before)."""
+    seen: list[tuple[bool, torch.Tensor]] = []
+    fake = InProcessWorker(None, tmp_path)
+
+    def peek(A, B, C):
+        C.copy_(_gemm(A, B))
+        seen.append((fake.counting, A.abs().clone()))
+
+    fake.candidate = peek
+    arena.restore()
+    session = Session(fake, arena, SETTINGS, EVENTS, 11, 10.0)
+    session.attach(1, cupti=False)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.timing(result, crosscheck=False, count=True)
+    assert result.failure is None
+    slot = result.counted
+    position = SETTINGS.warmup + slot.slot
+    calls = [c for c in fake.transcript if c.startswith(("call:", "count:"))]
+    at = slot.trial * (SETTINGS.warmup + SETTINGS.iterations) + position
+    assert calls[at] == f"count:{position % 3}:False"
+    (counted,) = [a for flag, a in seen if flag]
+    assert sum(torch.equal(counted, a) for _, a in seen) == 1  # not a sign flip of any other call's A
+
+
+class WrongWhenCounted(Honest):
+    """Writes zeros on the counted call only (as a kernel that noticed the patching could)."""
+
+    def __init__(self, fake_ref: list) -> None:
+        super().__init__()
+        self.fake_ref = fake_ref
+
+    def __call__(self, A, B, C):
+        super().__call__(A, B, C)
+        if self.fake_ref[0].counting:
+            C.zero_()
+
+
+def test_a_wrong_result_on_the_counted_call_is_a_wrong_timed_call(arena, tmp_path):
+    ref: list = []
+    candidate = WrongWhenCounted(ref)
+    fake = InProcessWorker(candidate, tmp_path)
+    ref.append(fake)
+    arena.restore()
+    session = Session(fake, arena, SETTINGS, EVENTS, 5, 10.0)
+    session.attach(1, cupti=False)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.timing(result, crosscheck=False, count=True)
+    assert result.failure is not None and result.failure.stage is Stage.TIME
+    assert result.failure.status in (Status.INCORRECT_NUMERICAL, Status.UNWRITTEN)
+    assert "a timed call (fresh values, same buffers)" in result.failure.message  # the same words
+    assert result.sass_rows is None  # the rows of a failed call prove nothing
+
+
+def test_inside_the_activity_trial_the_census_sees_it_and_no_span_is_taken(arena, tmp_path):
+    result, fake, session = _step(arena, tmp_path, seed=8, backend=CUPTI, spans=True)
+    assert result.failure is None and result.missing_spans == 0
+    assert fake.counted_calls[0][1] is True and result.counted.in_trial and result.counted.outside == ""
+    assert [len(t) for t in result.trials] == [SETTINGS.iterations] * SETTINGS.trials
+    # one census window per timed call and one for the counted call
+    assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1}
+    assert fake.transcript.count("trial_begin") == fake.transcript.count("trial_end") == SETTINGS.trials
+    assert session.count_outside == ""
+
+
+def test_a_counted_window_without_activity_joins_the_census_from_its_rows(arena, tmp_path):
+    """Should CUPTI's tracing not see the patched call's kernels, the census takes its rows' functions."""
+    result, fake, _ = _step(arena, tmp_path, seed=8, backend=CUPTI, spans=True, silent_count_window=True)
+    assert result.failure is None and result.counted.in_trial
+    assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1}
+
+
+def test_a_count_error_inside_the_trial_splits_it_and_counts_outside(arena, tmp_path):
+    error = "cuptiSassMetricsEnable failed: CUPTI_ERROR_NOT_COMPATIBLE (26)"
+    result, fake, session = _step(
+        arena, tmp_path, seed=8, backend=CUPTI, spans=True, count_error_in_trial=error
+    )
+    assert result.failure is None and result.missing_spans == 0
+    assert [inside for _, inside in fake.counted_calls] == [True, False]  # tried inside, then outside
+    assert result.sass_rows == [COUNTED_ROW] and result.count_error == ""
+    assert not result.counted.in_trial and error in result.counted.outside
+    assert session.count_outside and error in session.count_outside  # learnt for later steps
+    i = next(n for n, c in enumerate(fake.transcript) if c.startswith("count:"))
+    assert fake.transcript[i].endswith(":True") and fake.transcript[i + 1] == "trial_end"
+    assert fake.transcript[i + 2].startswith("count:") and fake.transcript[i + 2].endswith(":False")
+    assert fake.transcript[i + 3] == "trial_begin"
+    assert [len(t) for t in result.trials] == [SETTINGS.iterations] * SETTINGS.trials
+    assert result.calls_checked == SETTINGS.correctness_sets + VERIFIED + 2  # both counted calls verified
+    # the census: every timed call's window, the failed count's window, and the outside call's rows
+    assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1 + 1}
+    # a later step of the same evaluator counts outside at once: one counted call
+    later = InProcessWorker(Honest(), tmp_path)
+    later.spans, later.count_error_in_trial = True, error
+    arena.restore()
+    again = Session(later, arena, SETTINGS, CUPTI, 9, 10.0)
+    again.count_outside = session.count_outside
+    again.attach(1, cupti=True)
+    again.load(Load(kind="so", path="candidate.so", entry="run"))
+    second = SessionResult()
+    again.timing(second, crosscheck=False, count=True)
+    assert [inside for _, inside in later.counted_calls] == [False]
+    assert second.missing_spans == 0 and second.sass_rows == [COUNTED_ROW]
+
+
+def test_a_cut_short_step_still_counts_among_its_verified_calls(arena, tmp_path):
+    """The slow cut-off replaces later trials by their verified calls: the counted call goes among them."""
+    settings = SETTINGS.model_copy(update={"trials": 3})
+    for seed in range(40):
+        fake = InProcessWorker(Honest(), tmp_path)
+        arena.restore()
+        session = Session(fake, arena, settings, EVENTS, seed, 10.0)
+        session.attach(1, cupti=False)
+        session.load(Load(kind="so", path="candidate.so", entry="run"))
+        result = SessionResult()
+        session.timing(result, crosscheck=False, count=True, baseline_ms=0.05)
+        assert result.shortened and result.failure is None
+        assert len(fake.counted_calls) == 1 and result.sass_rows == [COUNTED_ROW]
+        if result.counted.trial > 0:
+            checks = settings.verified_per_trial
+            assert result.calls_checked == VERIFIED // 2 + (settings.trials - 1) * checks + 1
+            return
+    pytest.fail("no seed put the counted call in a cut-short trial")
+
+
+def test_the_evaluator_counts_a_target_candidate_among_its_timed_calls(tmp_path):
+    """A target candidate's counted call comes during the timing, in ``details["counted_call"]``.
+
+    ``LocalGpuEvaluator``'s own stages on the CPU (``test_baseline_path.cpu_evaluator``).
+    """
+    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
+
+    from ptxgym.evaluation.trusted.base import TargetMode
+    from ptxgym.evaluation.trusted.proofs import InBand
+    from ptxgym.evaluation.trusted.turn import Turn
+
+    settings = SETTINGS.model_copy(update={"target_mode": TargetMode.EXECUTED, "seed": 5})
+    workers = Workers(tmp_path, honest)
+    ev = cpu_evaluator(tmp_path, workers, settings)
+    task = gemm_task()
+    cand = built(task).model_copy(update={"static_target": True})
+    arena, baseline, _ = ev._prepare(task)
+    turn = Turn(task, cand, arena, baseline, seed=17)
+    turn.in_band = InBand()
+    verdict = ev._run_candidate(turn)
+    worker = workers.made[-1]
+    where = verdict.details["counted_call"]
+    counted = [c for c in worker.transcript if c.startswith("count:")]
+    assert len(counted) == 1 and worker.counted_calls[0][0] == where["call"], where
+    assert worker.calls == settings.calls_per_step + 1  # as many calls as when it came last
+    assert verdict.timing is not None
+    assert verdict.timing.candidate.n == settings.trials * settings.iterations
+    if verdict.status is Status.PASSED:  # (the wall-clock cross-check may flag a loaded CPU)
+        assert "SASS listing of the module failed" in verdict.details["in_band_target"]["error"]

@@ -1,0 +1,139 @@
+"""The counted call at a secret slot, on the H200 (``-m gpu``; skipped without a GPU).
+
+One evaluator (reduced timing: 2 trials x (2 warm-up + 6 timed), the slot 1 of 14) judges:
+
+* the shipped expert GEMM: still PASSED with the target credit from the in-band counts; the counted
+  call ran inside the CUPTI activity trial (its census window), or, where CUPTI cannot count there, outside
+  it after a logged count error (``details["counted_call"]`` says which; both must give counts);
+* ``last_call_wgmma`` (``ptxgym/audit/actions``) aimed at this step's last call, where the counted call
+  used to be: no target credit (unless the secret slot happened to be the last one, then it is credited,
+  which is the hole's size: 1 in 14 here; up to three turns are played for one that missed);
+* the same candidate with its wgmma loop on every call: credited (so the loop alone is enough, and the
+  cheat's missing credit is the slot's doing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
+
+from ptxgym.evaluation.trusted.base import (  # noqa: E402
+    BuiltCandidate,
+    EvalSettings,
+    MemcheckMode,
+    TargetMode,
+)
+from ptxgym.records.feedback import Proof, Status, Verdict  # noqa: E402
+from ptxgym.records.tasks import get_task  # noqa: E402
+
+SETTINGS = EvalSettings(
+    warmup=2,
+    iterations=6,
+    trials=2,
+    call_timeout_s=20.0,
+    memcheck=MemcheckMode.NEVER,
+    target_mode=TargetMode.EXECUTED,
+    ncu_crosscheck_fraction=0.0,
+    module_census=True,
+    verdict_cache_entries=0,
+    slow_cutoff_speedup=0.0,
+)
+LAST_CALL = SETTINGS.calls_per_step + 1
+"""The step's last call: where the counted call always was."""
+
+
+@pytest.fixture(scope="module")
+def task():
+    return get_task("Gemm-sm90a")
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+
+    with LocalGpuEvaluator(settings=SETTINGS, spares=1) as ev:
+        yield ev
+
+
+def _built(task, source: str) -> BuiltCandidate:
+    from ptxgym.cpu.build import build_solution
+    from ptxgym.cpu.sass import sass_census
+    from ptxgym.knowledge_packs.include_tree import pack_include_dirs
+    from ptxgym.records.schema import Solution
+
+    solution = Solution.from_cuda_source(source, task.definition.name, arch=task.arch)
+    built = build_solution(solution, task.arch_spec, include_dirs=pack_include_dirs(task.arch))
+    assert built.so_path is not None, built.message
+    census = sass_census(built.so_path, task.arch_spec)
+    return BuiltCandidate(
+        task_id=task.id,
+        so_path=built.so_path,
+        source_sha256=hashlib.sha256(source.encode()).hexdigest(),
+        artifact_sha256=hashlib.sha256(built.so_path.read_bytes()).hexdigest(),
+        static_target=census.static_target,
+        kernels=[k.kernel for k in census.kernels],
+    )
+
+
+def _cheat(task, last_call: int) -> BuiltCandidate:
+    from ptxgym.audit.cases import get_cases
+
+    text = get_cases(["last_call_wgmma"])[0].action()
+    body = text.removeprefix("```cuda\n").removesuffix("\n```\n")
+    return _built(task, f"#define LAST_CALL {last_call}\n{body}")
+
+
+def _judge(evaluator, task, cand, name: str):
+    verdict = evaluator.evaluate(task, cand)
+    print(
+        f"\n{name}: {verdict.status.value} COUNTED_CALL {verdict.details.get('counted_call')} "
+        f"IN_BAND {verdict.details.get('in_band_target')} TARGET {verdict.target}"
+    )
+    return verdict
+
+
+def test_expert_keeps_its_target_credit_with_the_counted_call_among_the_timed(evaluator, task):
+    from ptxgym.knowledge_packs.variants import PACK_ROOT
+
+    source = (PACK_ROOT / "sm90a" / "solutions" / "Gemm.cu").read_text()
+    verdict = _judge(evaluator, task, _built(task, source), "expert")
+    assert verdict.status is Status.PASSED, verdict.message
+    where = verdict.details["counted_call"]
+    assert 1 <= where["call"] <= LAST_CALL, where
+    if verdict.timing is not None and verdict.timing.backend == "cupti":
+        # inside the activity trial, or outside after a count error inside it: either way, counts
+        assert where["in_trial"] or "count error inside the activity trial" in where["outside"], where
+    record = verdict.details["in_band_target"]
+    assert not record.get("error") and record["unplaced_rows"] == 0, record
+    assert verdict.target.credited and verdict.target.work is Verdict.YES, verdict.target
+    assert verdict.evidence.target_work == [Proof.CUPTI_IN_BAND]
+    assert verdict.timing is not None and verdict.timing.candidate.n == SETTINGS.trials * SETTINGS.iterations
+    if verdict.timing.backend == "cupti":  # the census took the counted call in and saw only the module
+        census = verdict.details["census"]
+        print(f"CENSUS {census}")
+        assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census, census
+        assert sum(census["kernels"].values()) >= SETTINGS.trials * SETTINGS.iterations + 1, census
+
+
+def test_wgmma_on_the_steps_last_call_only_gets_no_target_credit(evaluator, task):
+    cand = _cheat(task, LAST_CALL)
+    for turn in range(3):
+        verdict = _judge(evaluator, task, cand.model_copy(update={"turn": turn}), f"last_call_wgmma {turn}")
+        assert verdict.status is Status.PASSED, verdict.message  # every output is right
+        assert verdict.target.executed is not Verdict.UNKNOWN, verdict.target
+        if verdict.details["counted_call"]["call"] != LAST_CALL:
+            assert not verdict.target.credited, verdict.target
+            assert verdict.target.work is not Verdict.YES
+            return
+        assert verdict.target.credited  # the secret slot was the last one: the guess paid, 1 in 14
+    pytest.fail("the counted call was the step's last call in three turns of three (p = 1/14^3)")
+
+
+def test_the_wgmma_loop_on_every_call_is_credited(evaluator, task):
+    """The control: the cheat's wgmma path alone is enough for the credit when it is counted."""
+    verdict = _judge(evaluator, task, _cheat(task, 0), "wgmma every call")
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.target.credited and verdict.target.mma_share >= 1.0, verdict.target
