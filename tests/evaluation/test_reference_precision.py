@@ -12,6 +12,7 @@ cores against float64, and the caller's switches restored.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -272,10 +273,21 @@ def test_gpu_policy_reference_agrees_with_float64(task_id: str, heads: int) -> N
         assert bool(((g.float() - e.float()).abs() <= step).all()), name
 
 
+@contextlib.contextmanager
+def _all_tf32():
+    """TF32 for every fp32 matmul (what the evaluator does not do; timed for comparison only)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("task_id", ["Gemm-sm90a", "MhaFwd-sm90a"])
+@pytest.mark.parametrize("task_id", ["Gemm-sm90a", "MhaFwd-sm90a", "MhaBwd-sm90a"])
 def test_gpu_policy_reference_time(task_id: str) -> None:
-    """Wall time of one full-size reference run, all exact fp32 vs the policy (printed; GEMM must gain)."""
+    """Wall time of one full-size reference: exact fp32, the policy, TF32 everywhere (GEMM must gain)."""
     import time
 
     task = get_task(task_id)
@@ -293,7 +305,12 @@ def test_gpu_policy_reference_time(task_id: str) -> None:
             best = min(best, time.perf_counter() - t)
         return best
 
-    exact, policy = seconds(exact_fp32), seconds(reference_precision)
-    print(f"\n{task_id} reference: exact fp32 {exact * 1e3:.1f} ms, policy {policy * 1e3:.1f} ms")
+    before = _switches()
+    exact, policy, everywhere = seconds(exact_fp32), seconds(reference_precision), seconds(_all_tf32)
+    assert _switches() == before
+    print(
+        f"\n{task_id} reference: exact fp32 {exact * 1e3:.1f} ms, policy {policy * 1e3:.1f} ms, "
+        f"TF32 everywhere {everywhere * 1e3:.1f} ms"
+    )
     if task_id.startswith("Gemm"):
         assert policy < 0.7 * exact
