@@ -141,6 +141,24 @@ def test_marks_follow_conversions_and_views_not_arithmetic() -> None:
     assert (mode.matmuls, mode.tf32) == (3, 2)
 
 
+def test_an_in_place_write_voids_the_marks_of_every_view() -> None:
+    from ptxgym.evaluation.trusted.precision import marked_exact
+
+    q = torch.randn(8, 4).bfloat16()
+    with reference_precision() as mode:
+        a = q.float()
+        view, other = a.T, q.float()
+        a.mul_(0.3)  # no longer bf16 values, and neither are the views of a
+        b = q.float()
+        b[0] = torch.randn(4)
+        c = q.float()
+        torch.mul(c, 1.5, out=c)
+        _ = view @ a
+        _ = other @ other.T
+    assert not any(marked_exact(t) for t in (a, view, b, c)) and marked_exact(other)
+    assert (mode.matmuls, mode.tf32) == (2, 1)
+
+
 def test_the_error_measure_can_fail() -> None:
     """A reference off by a thousandth everywhere, or by 2% at one element, is caught."""
     oracle = torch.randn(4096, dtype=torch.float64) * 10

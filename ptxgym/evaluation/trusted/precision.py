@@ -4,17 +4,17 @@ Every reference (``run`` and the derived-input functions) runs inside ``referenc
 matmuls in full precision (TF32 off, cuDNN's too), except a matmul both of whose operands are *exact in
 TF32*, which runs on the tensor cores in TF32 with fp32 accumulation. An operand is exact in TF32 when
 it is a bf16, fp16 or fp8 tensor converted to fp32 (``.float()``, ``.to(float32)``), or a view or
-selection of one (``.T``, ``transpose``, indexing...; ``_tables``): TF32 keeps a 10-bit mantissa and
-fp32's exponent range, so it holds those values exactly, and the product of two TF32 values is exact in
-fp32. Such a matmul differs from the fp32 SIMT one only in the order and rounding of its fp32
-accumulation (the GEMM, the scores Q K^T of attention, dO V^T of its backward). Anything computed
-(scaled scores, the softmax P, dS) is not marked and keeps exact fp32: TF32 would drop 13 of its mantissa
-bits, and measured against float64 (tests/evaluation/test_reference_precision.py, TF32 emulated by
-truncation) that alone used up to a tenth of the check's element tolerance in the first rows of causal
-attention, where few keys carry the sum, and biased every output by about 2^-11 of its norm. The
-reference as run here matches the all-fp32 one bit for bit on the CPU (which has no TF32) and used at
-most 0.2% of the element tolerance there (the GEMM at K = 17408); the gpu test of that file bounds it on
-the tensor cores.
+selection of one (``.T``, ``transpose``, indexing...; ``_tables``), not written in place since: TF32
+keeps a 10-bit mantissa and fp32's exponent range, so it holds those values exactly, and the product of
+two TF32 values is exact in fp32. Such a matmul differs from the fp32 SIMT one only in the order and
+rounding of its fp32 accumulation (the GEMM, the scores Q K^T of attention, dO V^T of its backward).
+Anything computed (scaled scores, the softmax P, dS) is not marked and keeps exact fp32: TF32 would
+drop 13 of its mantissa bits, and measured against float64 (tests/evaluation/test_reference_precision.py,
+TF32 emulated by truncation) that alone used up to a tenth of the check's element tolerance in the
+first rows of causal attention, where few keys carry the sum, and biased every output by about 2^-11
+of its norm. The reference as run here matches the all-fp32 one bit for bit on the CPU (which has no
+TF32) and used at most 0.2% of the element tolerance there (the GEMM at K = 17408); the gpu test of
+that file bounds it on the tensor cores.
 
 Cost: the mode adds a few microseconds of host time to each torch call of a reference (measured 4 us
 on a loaded 2-core CPU host), which the head-by-head attention references should hide behind their
@@ -107,14 +107,29 @@ _TABLES: tuple[set, set, set, tuple] | None = None
 _VIEW_PROPERTIES = ("T", "mT", "H", "mH")
 
 
+def _version(tensor: Any) -> int | None:
+    try:
+        return int(tensor._version)
+    except (AttributeError, RuntimeError):  # not a tensor, or an inference tensor (no version counter)
+        return None
+
+
 def marked_exact(value: Any) -> bool:
-    """Whether a tensor is marked exact in TF32 (made from bf16/fp16/fp8 values by conversion or views)."""
-    return getattr(value, _MARK, False) is True
+    """Whether a tensor is marked exact in TF32 (made from bf16/fp16/fp8 values by conversion or views).
+
+    A mark holds the tensor's version counter when it was made: any in-place write since, through the
+    tensor or any view sharing its storage (``mul_``, ``x[i] = ...``, ``out=``), bumps the counter and
+    voids it.
+    """
+    mark = getattr(value, _MARK, None)
+    return mark is not None and mark == _version(value)
 
 
 def mark_exact(tensor: Any) -> None:
     """Mark an fp32 tensor as exact in TF32 (the caller vouches that it holds bf16/fp16/fp8 values)."""
-    setattr(tensor, _MARK, True)
+    version = _version(tensor)
+    if version is not None:
+        setattr(tensor, _MARK, version)
 
 
 def _make_mode():
