@@ -159,6 +159,25 @@ def test_an_in_place_write_voids_the_marks_of_every_view() -> None:
     assert (mode.matmuls, mode.tf32) == (2, 1)
 
 
+def test_reference_tf32_off_runs_every_matmul_exact(monkeypatch) -> None:
+    during: list[str] = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in MATMULS:
+                during.append(torch.get_float32_matmul_precision())
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(8, 8).bfloat16()
+    monkeypatch.setenv("PTXGYM_REFERENCE_TF32", "off")
+    with Spy(), reference_precision() as mode:
+        _ = x.float() @ x.float().T
+    assert mode is None and during == ["highest"]
+    monkeypatch.setenv("PTXGYM_REFERENCE_TF32", "maybe")
+    with pytest.raises(ValueError, match="on or off"), reference_precision():
+        pass
+
+
 def test_the_error_measure_can_fail() -> None:
     """A reference off by a thousandth everywhere, or by 2% at one element, is caught."""
     oracle = torch.randn(4096, dtype=torch.float64) * 10

@@ -16,6 +16,8 @@ of its norm. The reference as run here matches the all-fp32 one bit for bit on t
 TF32) and used at most 0.2% of the element tolerance there (the GEMM at K = 17408); the gpu test of
 that file bounds it on the tensor cores.
 
+``PTXGYM_REFERENCE_TF32=off`` (``settings.reference_tf32``) turns the TF32 matmuls off.
+
 Cost: the mode adds a few microseconds of host time to each torch call of a reference (measured 4 us
 on a loaded 2-core CPU host), which the head-by-head attention references should hide behind their
 GPU work (hundreds of microseconds per head); references of tiny per-call work (GQA decode) pay it.
@@ -194,7 +196,16 @@ def tf32_where_exact():
 
 @contextlib.contextmanager
 def reference_precision() -> Iterator[Any]:
-    """Exact fp32 with TF32 for exact-operand matmuls (module docstring); yields the mode (its counts)."""
+    """Exact fp32 with TF32 for exact-operand matmuls (module docstring); yields the mode (its counts).
+
+    With ``PTXGYM_REFERENCE_TF32=off`` (``settings.reference_tf32``): exact fp32 only, and yields None.
+    """
+    from ptxgym.records.settings import reference_tf32
+
+    if not reference_tf32():
+        with exact_fp32():
+            yield None
+        return
     mode = tf32_where_exact()
     with exact_fp32(), mode:
         yield mode
