@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import pytest
 
@@ -245,6 +246,55 @@ def test_tf32_is_on_only_while_an_exact_matmul_is_issued() -> None:
     assert during == ["high", "highest", "high"]
 
 
+def test_a_concurrent_reference_cannot_switch_tf32_under_an_issuing_matmul() -> None:
+    """Thread A is inside an exact-operand matmul (TF32 on) when thread B issues a computed-operand one.
+
+    B must wait for A's matmul to be issued (the lock), so A still sees TF32 on; without the lock B's
+    switch would land inside A's call.
+    """
+    before = _switches()
+    a_inside, b_inside = threading.Event(), threading.Event()
+    seen: dict[str, str] = {}
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        """Below the policy's mode: runs while the policy holds its switch for this matmul."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in MATMULS and self.name == "A":
+                a_inside.set()
+                b_inside.wait(timeout=0.5)  # B cannot get in while A issues
+                seen["A"] = torch.get_float32_matmul_precision()
+            elif func in MATMULS:
+                b_inside.set()
+                seen["B"] = torch.get_float32_matmul_precision()
+                time.sleep(0.2)  # hold B's switch while A looks
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(8, 8).bfloat16()
+
+    def thread_a() -> None:
+        with Spy("A"), reference_precision():
+            a = x.float()
+            _ = a @ a.T
+
+    def thread_b() -> None:
+        a_inside.wait(timeout=10)
+        with Spy("B"), reference_precision():
+            a = x.float() * 0.5
+            _ = a @ a.T
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert seen == {"A": "high", "B": "highest"} and _switches() == before
+
+
 def test_threads_share_exact_fp32_and_the_last_one_out_restores() -> None:
     before = _switches()
     inside, release = threading.Barrier(3), threading.Event()
@@ -325,8 +375,6 @@ def _all_tf32():
 @pytest.mark.parametrize("task_id", ["Gemm-sm90a", "MhaFwd-sm90a", "MhaBwd-sm90a"])
 def test_gpu_policy_reference_time(task_id: str) -> None:
     """Wall time of one full-size reference: exact fp32, the policy, TF32 everywhere (GEMM must gain)."""
-    import time
-
     task = get_task(task_id)
     ns = load_reference(task)
     inputs = generate_inputs(task, ns, seed=5, device="cuda")
