@@ -165,9 +165,8 @@ def _numerical(name: str, o, r, tol: Tolerance, shape: tuple[int, ...]) -> Outpu
     numel = o.numel()
     diff = (o - r).abs_()
     ref_abs = r.abs()
-    # fails both rules: |d| > atol and |d| > rtol * |ref|  (i.e. |d| / |ref| > rtol, also where ref == 0),
-    # i.e. |d| > max(atol, rtol * |ref|): one bound tensor instead of two masks and their conjunction
-    bad = diff > (tol.rtol * ref_abs).clamp_(min=tol.atol)
+    # fails both rules: |d| > atol and |d| > rtol * |ref|  (i.e. |d| / |ref| > rtol, also where ref == 0)
+    bad = (diff > tol.atol) & (diff > tol.rtol * ref_abs)
     rel = torch.where(ref_abs > 0, diff / ref_abs, torch.zeros((), device=diff.device))
     stats = torch.stack(
         [bad.sum().double(), diff.max().double(), rel.max().double(), diff.norm().double(), r.norm().double()]
