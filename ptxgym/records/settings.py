@@ -13,6 +13,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_COMPILE_TIMEOUT`` | wall-time limit of one nvcc build, seconds | ``120`` |
 | ``PTXGYM_COMPILE_MEMORY_MB`` | address-space limit of one nvcc build, MiB | ``8192`` |
 | ``PTXGYM_SANDBOX`` | candidate workers' host sandbox and nvcc's jail: ``on``, ``strict``, ``off`` | ``on`` |
+| ``PTXGYM_REFERENCE_TF32`` | ``on``: bf16/fp16-input matmuls of references on TF32 cores; ``off`` | ``on`` |
 """
 
 from __future__ import annotations
@@ -80,3 +81,17 @@ def sandbox_mode() -> str:
     if mode not in {"on", "strict", "off"}:
         raise ValueError(f"PTXGYM_SANDBOX must be on, strict or off, got {mode!r}")
     return mode
+
+
+def reference_tf32() -> bool:
+    """Whether references may run matmuls whose operands are bf16/fp16/fp8 inputs on TF32 tensor cores.
+
+    ``on`` (default): exact products, only the fp32 accumulation order changes
+    (``evaluation/trusted/precision.py``); ``off``: every fp32 matmul of a reference in full-precision
+    SIMT, e.g. on a GPU whose tensor-core accumulation is coarser than the gpu test of
+    tests/evaluation/test_reference_precision.py allows.
+    """
+    mode = (_get("REFERENCE_TF32") or "on").lower()
+    if mode not in {"on", "off"}:
+        raise ValueError(f"PTXGYM_REFERENCE_TF32 must be on or off, got {mode!r}")
+    return mode == "on"

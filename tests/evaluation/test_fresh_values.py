@@ -194,6 +194,28 @@ def test_the_reference_runs_only_for_verified_timed_calls(tmp_path):
     assert len(runs) == SETTINGS.trials * VERIFIED_PER_TRIAL
 
 
+def test_a_verified_timed_call_computes_its_expected_inputs_once_and_no_signs_for_fresh_ones(tmp_path):
+    """One expected-inputs build per verified call, with no sign products for the fresh inputs.
+
+    The reference and the input check share it; the values are unchanged.
+    """
+    arena = Arena(gemm_task(), [1], "cpu", tmp_path)
+    gen = torch.Generator().manual_seed(0)
+    arena.prepare(0, gen)
+    arena.prepare(0, gen, fresh=True)
+    s = arena.sets[0]
+    s.shared_out["C"].copy_(_gemm(s.shared_in["A"], s.shared_in["B"]))
+    calls, products = [], []
+    real = arena.perturb.expected_inputs
+    arena.perturb.expected_inputs = lambda base, state, skip=(): calls.append(skip) or real(base, state, skip)
+    broadcast = arena.perturb._broadcast
+    arena.perturb._broadcast = lambda sg, g, name: products.append(name) or broadcast(sg, g, name)
+    assert arena.verify(0).passed
+    assert calls == [("A", "B")] and products == []
+    want = arena.expected_inputs(0)
+    assert torch.equal(want["A"], s.fresh["A"]) and torch.equal(want["B"], s.fresh["B"])
+
+
 def test_an_input_written_during_an_unverified_call_is_still_found(tmp_path):
     """The next draw overwrites the buffer, so the damage is noted before it is."""
     arena = Arena(gemm_task(), [1], "cpu", tmp_path)

@@ -5,16 +5,18 @@ in the tensor's dtype (never zeros), ``derived`` inputs come from the named func
 reference source (e.g. ``forward_state`` gives the O and LSE an attention backward consumes; ``layout``
 gives the index arrays of a ragged or paged batch from the workload's ``params``: such functions also
 receive the axis values and params they name; what they return is placed on the device), scalars
-are passed as is. The reference ``run`` is executed in fp32-exact matmul mode (TF32 off) and its outputs
-are checked against the definition's shapes and dtypes before anything is compared with them.
+are passed as is. The reference ``run`` and the derived-input functions run in fp32-exact matmul mode,
+except that a matmul of two operands exact in TF32 (bf16 or fp16 values converted to fp32) runs on TF32
+tensor cores, which changes only its accumulation order (``precision.py``). The reference's outputs are
+checked against the definition's shapes and dtypes before anything is compared with them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from typing import Any
 
+from ptxgym.evaluation.trusted.precision import reference_precision
 from ptxgym.records.errors import InfraError
 from ptxgym.records.schema import DerivedInput, RandomInput, SafetensorsInput, ScalarInput
 from ptxgym.records.tasks import Task
@@ -51,22 +53,6 @@ def reference_options(task: Task, namespace: dict[str, Any]) -> dict[str, Any]:
         for name, p in params.items()
         if name not in task.definition.inputs and p.default is not inspect.Parameter.empty
     }
-
-
-@contextlib.contextmanager
-def exact_fp32():
-    """Full-precision fp32 matmuls (no TF32) for the reference, restoring the caller's setting after."""
-    import torch
-
-    before = torch.get_float32_matmul_precision()
-    cudnn_tf32 = torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("highest")
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
-        torch.backends.cudnn.allow_tf32 = cudnn_tf32
 
 
 def generate_inputs(task: Task, namespace: dict[str, Any], seed: int, device) -> dict[str, Any]:
@@ -154,7 +140,7 @@ def _call_derived(task: Task, namespace: dict[str, Any], function: str, values: 
     named = {**task.definition.axis_values(task.workload), **(task.workload.params or {})}
     kwargs.update({n: v for n, v in named.items() if n in params and n not in kwargs})
     try:
-        with exact_fp32():
+        with reference_precision():
             produced = fn(**kwargs)
     except Exception as exc:  # noqa: BLE001 - a broken catalog entry is an infrastructure fault
         raise InfraError(
@@ -188,7 +174,7 @@ def _check_tensor(task: Task, name: str, tensor, origin: str):
 def run_reference(task: Task, namespace: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
     """Reference outputs for one input set, checked against the definition."""
     try:
-        with exact_fp32():
+        with reference_precision():
             result = namespace["run"](*inputs.values())
     except Exception as exc:  # noqa: BLE001 - a broken catalog entry is an infrastructure fault
         raise InfraError(f"the reference run of {task.definition.name} failed: {exc!r}") from exc

@@ -117,15 +117,17 @@ class SignPerturbation:
         """The cumulative state after applying ``signs`` on top of ``state``."""
         return [a * b for a, b in zip(state, signs, strict=True)]
 
-    def expected_inputs(self, base: dict, state: list) -> dict:
+    def expected_inputs(self, base: dict, state: list, skip: tuple[str, ...] = ()) -> dict:
         """What the inputs must hold: ``base`` with the cumulative signs applied.
 
-        New tensors for the changed inputs, the base tensors themselves for the others.
+        New tensors for the changed inputs, the base tensors themselves for the others and for those in
+        ``skip`` (inputs the caller replaces anyway, e.g. a timed call's fresh values).
         """
         out = dict(base)
         for g, s in zip(self.groups, state, strict=True):
             for name in g.inputs:
-                out[name] = out[name] * self._broadcast(s, g, name).to(base[name].dtype)
+                if name not in skip:
+                    out[name] = out[name] * self._broadcast(s, g, name).to(base[name].dtype)
         return out
 
     def expected(self, base: dict, state: list) -> dict:
