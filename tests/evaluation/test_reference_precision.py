@@ -87,9 +87,10 @@ def _long(defn: Definition) -> Task:
     return task.model_copy(update={"definition": small, "workload": wl, "workloads": (wl,)})
 
 
-TF32_SHARE = {"gemm": 1.0, "mha_with_lse": 1 / 2, "mha_bwd": 2 / 5, "gqa": 1 / 2}
-"""Share of the reference's matmuls whose operands are inputs converted to fp32 (TF32 may run them):
-the GEMM; Q K^T of P V; Q K^T and dO V^T of the backward's five."""
+TF32_SHARE = {"gemm": 0.0, "mha_with_lse": 1 / 2, "mha_bwd": 2 / 5, "gqa": 1 / 2}
+"""Share of the reference's matmuls that TF32 runs: operands are inputs converted to fp32 and the
+reduction is at most ``MAX_TF32_REDUCTION`` (Q K^T of P V; Q K^T and dO V^T of the backward's five; not
+the GEMM, whose K reduction is too long for the tensor cores' accumulation)."""
 
 
 def _family(name: str) -> str:
@@ -343,7 +344,7 @@ def test_gpu_policy_reference_agrees_with_float64(task_id: str, heads: int) -> N
     before = _switches()
     check = ExactnessCheck()
     run_at(ns, inputs, "policy", check)
-    assert check.tf32, "no matmul ran in TF32"
+    assert bool(check.tf32) == (not task_id.startswith("Gemm")), check.tf32  # K = 5120: too long for TF32
     measured = reports(task, ns, inputs, ("policy", "fp32"))
     assert _switches() == before
     print(f"\n{task_id} element/norm share: {describe(measured)}")
@@ -355,9 +356,13 @@ def test_gpu_policy_reference_agrees_with_float64(task_id: str, heads: int) -> N
     exact = exact if isinstance(exact, tuple) else (exact,)
     got = run_reference(task, ns, inputs)
     assert _switches() == before
+    tol = task.tolerance
     for (name, g), e in zip(got.items(), exact, strict=True):
-        step = torch.clamp(e.float().abs() * 2.0**-7, min=1e-6)  # one bf16 step, or a millionth
-        assert bool(((g.float() - e.float()).abs() <= step).all()), name
+        # within one bf16 step, or 2% of the check's own element bound where that is larger (small
+        # elements of dQ, whose sums cancel, can straddle a rounding step by more than a millionth)
+        bound = torch.clamp(e.float().abs() * tol.rtol, min=tol.atol)
+        allowed = torch.maximum(e.float().abs() * 2.0**-7, SHARE * bound)
+        assert bool(((g.float() - e.float()).abs() <= allowed).all()), name
 
 
 @contextlib.contextmanager
@@ -374,7 +379,7 @@ def _all_tf32():
 @pytest.mark.gpu
 @pytest.mark.parametrize("task_id", ["Gemm-sm90a", "MhaFwd-sm90a", "MhaBwd-sm90a"])
 def test_gpu_policy_reference_time(task_id: str) -> None:
-    """Wall time of one full-size reference: exact fp32, the policy, TF32 everywhere (GEMM must gain)."""
+    """Wall time of one full-size reference: exact fp32, the policy, TF32 everywhere (attention gains)."""
     task = get_task(task_id)
     ns = load_reference(task)
     inputs = generate_inputs(task, ns, seed=5, device="cuda")
@@ -397,5 +402,5 @@ def test_gpu_policy_reference_time(task_id: str) -> None:
         f"\n{task_id} reference: exact fp32 {exact * 1e3:.1f} ms, policy {policy * 1e3:.1f} ms, "
         f"TF32 everywhere {everywhere * 1e3:.1f} ms"
     )
-    if task_id.startswith("Gemm"):
-        assert policy < 0.7 * exact
+    if task_id.startswith("Mha"):  # measured on the H200: fwd 99.5 -> 81.2 ms, bwd 163.2 -> 126.7 ms
+        assert policy < 0.9 * exact

@@ -75,6 +75,14 @@ from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
 from ptxgym.records.feedback import EnvironmentInfo, Evidence, Proof, Stage, Status, TimingInfo, truncate
 from ptxgym.records.tasks import Task
 
+COUNT_OUTSIDE_TRIALS = (
+    "CUPTI's SASS metrics read zero for every instruction when the counted call ran inside an activity "
+    "trial (H200, driver 580.159.04, CUDA 13.0: bench/results/gpu_tests_2026-12-04_counted_position.txt), "
+    "so the trial is closed around the counted call"
+)
+"""Why counted calls run outside the activity trials by default. An empty ``count_outside`` tries inside
+first and falls back on a count error or on all-zero counts (``Session._counted``)."""
+
 
 class WorkerSetupError(InfraError):
     """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
@@ -119,8 +127,8 @@ class LocalGpuEvaluator(Evaluator):
         self._held: WorkerHandle | None = None
         self.guard_pages_error = ""
         """Why this evaluator stopped using guard pages (a worker could not map them), if it did."""
-        self.count_outside = ""
-        """Why counted calls run outside the activity trials (CUPTI could not count inside one), if so."""
+        self.count_outside = COUNT_OUTSIDE_TRIALS
+        """Why counted calls run outside the activity trials, if so (default ``COUNT_OUTSIDE_TRIALS``)."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
         self.queue = GpuQueue(queue_capacity)
         """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""

@@ -346,8 +346,10 @@ class Session:
             segment.clear()
         why = self.count_outside
         reply, ok = self._count_once(index, result, stage, inside)
-        if ok and inside and reply.count_error:
-            why = f"count error inside the activity trial: {reply.count_error}"[:300]
+        zero = ok and inside and not reply.count_error and not any(row.inst for row in reply.counts or ())
+        if ok and inside and (reply.count_error or zero):
+            error = reply.count_error or "every executed count read zero"
+            why = f"count error inside the activity trial: {error}"[:300]
             log.warning("%s; counting again outside the trial", why)
             self._close(stage, segment, result)
             segment.clear()
