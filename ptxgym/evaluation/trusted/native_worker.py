@@ -23,6 +23,7 @@ What differs from a Python worker's spawn:
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import shutil
 import socket
@@ -37,7 +38,7 @@ from ptxgym.confine import launch
 from ptxgym.evaluation.protocol import Attach, Command, Load, Reply, is_secret_name
 from ptxgym.evaluation.runner.build import build_runner, plan
 from ptxgym.evaluation.runner.jail import GpuFiles, gpu_files, runner_jail
-from ptxgym.evaluation.trusted.pool import OutputCapture, WorkerHandle
+from ptxgym.evaluation.trusted.pool import OutputCapture, WorkerHandle, WorkerPool
 
 
 class NativeUnavailable(RuntimeError):
@@ -173,3 +174,70 @@ class NativeHandle(WorkerHandle):
             shutil.copyfile(cmd.path, inside)
             cmd = cmd.model_copy(update={"path": str(inside)})
         return cmd.model_dump_json().encode()
+
+
+class NativeRunners:
+    """The native runners of one evaluator: built on first use, dropped (with the reason) on failure.
+
+    ``choose`` says, per subject, whether it runs in a runner: only candidates (a library baseline needs
+    its vendor library, so it stays in the Python worker), only on a guard-page arena (the runner maps
+    nothing else), and only while runners can be set up; otherwise the Python worker serves and ``why``
+    records the reason, logged once.
+    """
+
+    def __init__(self, wanted: bool, device: int, spares: int, log_dir: Path, sandboxed: bool) -> None:
+        self.wanted, self.device, self.spares = wanted, device, spares
+        self.log_dir, self.sandboxed = log_dir, sandboxed
+        self.pool: WorkerPool | None = None
+        self.spec: NativeSpec | None = None
+        self.why = "" if wanted else "candidate_process is 'python'"
+        """Why candidates do not run in a runner ('' while they do)."""
+
+    def _start(self, cupti_needed: bool) -> WorkerPool | None:
+        if self.pool is not None or self.why:
+            return self.pool
+        try:
+            spec = native_spec(self.device, cupti_needed)
+        except NativeUnavailable as exc:
+            self.drop(f"the native runner is unavailable: {exc}")
+            return None
+        self.spec = spec
+        self.pool = WorkerPool(
+            self.device,
+            self.spares,
+            log_dir=self.log_dir,
+            sandboxed=self.sandboxed,
+            factory=lambda log_dir, sandboxed: NativeHandle(spec, log_dir, sandboxed),
+        )
+        return self.pool
+
+    def choose(self, candidate: bool, guard_pages: bool, cupti_needed: bool) -> WorkerPool | None:
+        """The runners' pool for this subject, or None (the Python worker; ``note`` says why)."""
+        if not self.wanted or not candidate:
+            return None
+        if not guard_pages:
+            return None
+        return self._start(cupti_needed)
+
+    def note(self, used: bool, guard_pages: bool) -> str:
+        """What ran the subject, for the verdict's record."""
+        if used:
+            return "native: ptxgym-runner"
+        if self.wanted and not guard_pages and not self.why:
+            return "python: the arena has no guard pages (the native runner maps only guard-page blobs)"
+        return f"python: {self.why}" if self.wanted else "python"
+
+    def drop(self, why: str) -> None:
+        """Stop using runners for this evaluator's life (the reason is kept and logged once)."""
+        if not self.why:
+            self.why = why[:800]
+            logging.getLogger(__name__).warning("ptxgym: candidates run in the Python worker: %s", self.why)
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    def close(self) -> None:
+        """Kill the spare runners."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
