@@ -35,7 +35,7 @@ from ptxgym.evaluation.protocol import (
     VmmRun,
 )
 from ptxgym.evaluation.runner import jail as runner_jail_module
-from ptxgym.evaluation.runner.build import build_runner
+from ptxgym.evaluation.runner.build import build_runner, plan
 from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeSpec
 
 pytestmark = pytest.mark.slow
@@ -144,8 +144,13 @@ def blob():
         os.close(fd)  # the mapping goes with the arrays (numpy holds the buffer)
 
 
+def cpu_spec(runner_bin: Path) -> NativeSpec:
+    """A CPU runner (host blobs); its jail reads the libcupti it links, if it links one."""
+    return NativeSpec(runner_bin, 0, None, runner_jail_module.cupti_files(plan().cupti_lib))
+
+
 def spawn(runner_bin: Path, log_dir: Path, sandboxed: bool = False) -> NativeHandle:
-    handle = NativeHandle(NativeSpec(runner_bin, 0, None), log_dir, sandboxed)
+    handle = NativeHandle(cpu_spec(runner_bin), log_dir, sandboxed)
     handle.hello = handle.receive(30.0)
     return handle
 
@@ -373,12 +378,12 @@ def test_the_sandbox_report_says_what_is_in_force(runner_bin, blob, tmp_path):
 def test_a_runner_its_jail_cannot_start_is_seen_as_death(runner_bin, tmp_path, monkeypatch):
     real = runner_jail_module.runner_jail
 
-    def no_execute(binary, scratch, gpu=None):
-        jail = real(binary, scratch, gpu)
+    def no_execute(binary, scratch, gpu=None, libs=()):
+        jail = real(binary, scratch, gpu, libs)
         return dataclasses.replace(jail, landlock=dataclasses.replace(jail.landlock, execute=()))
 
     monkeypatch.setattr("ptxgym.evaluation.trusted.native_worker.runner_jail", no_execute)
-    h = NativeHandle(NativeSpec(runner_bin, 0, None), tmp_path, sandboxed=True)
+    h = NativeHandle(cpu_spec(runner_bin), tmp_path, sandboxed=True)
     try:
         with pytest.raises(WorkerDied, match="exit code 127") as info:
             h.receive(30.0)

@@ -67,41 +67,40 @@ def test_gpu_files_are_the_mapped_driver_files_resolved(tmp_path):
     cupti = _lib(tk, "libcupti.so.13")
     nvperf = _lib(tk, "libnvperf_host.so")
     _lib(tk, "libcublas.so.13")  # beside libcupti: never part of the files
-    files = jail.gpu_files(_maps(link, ptx, cudart, Path("/usr/lib/libc.so.6")), cupti)
-    assert files.libcuda == real and files.driver == (ptx,)
-    assert files.cudart == cudart and files.cupti == (cupti, nvperf)
-    assert not any("cublas" in p.name for p in files.all())
+    files = jail.gpu_files(_maps(link, ptx, cudart, Path("/usr/lib/libc.so.6")))
+    assert files.libcuda == real and files.driver == (ptx,) and files.cudart == cudart
+    assert jail.cupti_files(cupti) == (cupti, nvperf) and jail.cupti_files(None) == ()
+    assert not any("cublas" in p.name for p in (*files.all(), *jail.cupti_files(cupti)))
 
 
 def test_gpu_files_fall_back_to_the_toolkit_cudart_and_ldconfig(tmp_path, monkeypatch):
     libcuda = _lib(tmp_path, "libcuda.so.1")
     monkeypatch.setattr(jail, "_ldconfig", lambda name: libcuda if name == "libcuda.so.1" else None)
     fallback = _lib(tmp_path, "libcudart.so.13")
-    files = jail.gpu_files(_maps(Path("/usr/lib/libc.so.6")), None, fallback)
-    assert files.libcuda == libcuda and files.cudart == fallback and files.cupti == ()
+    files = jail.gpu_files(_maps(Path("/usr/lib/libc.so.6")), fallback)
+    assert files.libcuda == libcuda and files.cudart == fallback
     monkeypatch.setattr(jail, "_ldconfig", lambda name: None)
     with pytest.raises(FileNotFoundError, match="no libcuda.so.1"):
-        jail.gpu_files(_maps(), None)
+        jail.gpu_files(_maps())
 
 
 def test_the_gpu_jail_allows_exact_files_never_their_directories(tmp_path, monkeypatch):
     monkeypatch.setenv("PTXGYM_RUNNER_READ_EXTRA", "/etc/extra-driver-file")
     binary = Path("/bin/true").resolve()
-    files = jail.GpuFiles(
-        libcuda=tmp_path / "libcuda.so.1",
-        cudart=tmp_path / "libcudart.so.13",
-        cupti=(tmp_path / "libcupti.so",),
-    )
-    rules = jail.runner_jail(binary, tmp_path / "scratch", files)
-    read = set(rules.landlock.read) if rules.landlock else set()
-    assert {str(p) for p in files.all()} <= read and "/etc/extra-driver-file" in read
+    files = jail.GpuFiles(libcuda=tmp_path / "libcuda.so.1", cudart=tmp_path / "libcudart.so.13")
+    libs = (tmp_path / "libcupti.so",)
+    rules = jail.runner_jail(binary, tmp_path / "scratch", files, libs)
+    if landlock.abi()[0] == 0:
+        assert rules.landlock is None
+        pytest.skip("no Landlock on this kernel: no file rules to inspect")
+    read = set(rules.landlock.read)
+    assert {str(p) for p in (*files.all(), *libs)} <= read and "/etc/extra-driver-file" in read
     assert str(tmp_path) not in read  # the directory holding the libraries is not readable
     assert rules.families == () and rules.rlimits["RLIMIT_CORE"] == 0
     assert rules.rlimits["RLIMIT_FSIZE"] == jail.MAX_FILE_BYTES
-    cpu = jail.runner_jail(binary, tmp_path / "scratch")
-    assert cpu.landlock is None or not set(cpu.landlock.read) & {str(p) for p in files.all()}
-    if landlock.abi()[0] == 0:
-        assert rules.landlock is None
+    cpu = jail.runner_jail(binary, tmp_path / "scratch", None, libs)
+    assert cpu.landlock is not None and str(libs[0]) in cpu.landlock.read
+    assert not set(cpu.landlock.read) & {str(p) for p in files.all()} and "/sys" not in cpu.landlock.read
 
 
 def test_runner_environment_is_minimal(tmp_path):
@@ -186,6 +185,7 @@ def test_native_spec_refuses_a_runner_without_cupti_when_the_evaluator_needs_it(
     )
     monkeypatch.setattr(native_worker, "build_runner", lambda: Path("/bin/true"))
     monkeypatch.setattr(native_worker, "gpu_files", lambda *a: jail.GpuFiles(Path("/x"), cudart=Path("/y")))
+    monkeypatch.setattr(native_worker, "cupti_files", lambda lib: ())
     with pytest.raises(NativeUnavailable, match="times with CUPTI but the runner has no CUPTI path"):
         native_worker.native_spec(0, cupti_needed=True)
     assert native_worker.native_spec(0, cupti_needed=False).cupti is False

@@ -5,17 +5,17 @@ interpreter is left in the runner's process and the jail holds from the runner's
 CUDA driver is opened later, inside it). Landlock then allows:
 
 * read and execute: the runner binary and its ELF interpreter (the kernel checks execute on both);
-* read: the system library directories (libc, libstdc++), ``/etc/ld.so.cache``, tvm-ffi's library
-  directory, ``/proc/self`` (the runner reads its own status for the sandbox report),
-  the scratch directory (where the trusted side puts the candidate's ``.so`` before
-  ``load``); every file mapping, executable ones included, needs a readable file, so this also bounds
-  which files can be mapped executable;
+* read: the files the runner links outside the system (its ``libcupti`` and the ``libnvperf_*`` beside
+  it, single files: cuBLAS in the same directory stays unreadable), the system library directories
+  (libc, libstdc++), ``/etc/ld.so.cache``, tvm-ffi's library directory, ``/proc/self`` (the runner
+  reads its own status for the sandbox report) and the scratch directory (where the trusted side puts
+  the candidate's ``.so`` before ``load``); every file mapping, executable ones included, needs a
+  readable file, so this also bounds which files can be mapped executable;
 * with ``gpu``: exactly the GPU files the trusted side resolved (``GpuFiles``: the driver's
-  ``libcuda.so*`` and ``libnvidia-*`` files mapped in the trusted process after its CUDA init, the
-  ``libcudart`` the candidate links, the runner's ``libcupti``; symlinks resolved, single files, never
-  their directories, so cuBLAS beside libcupti stays unreadable), the NVIDIA device nodes (read/write),
-  ``/proc/self``, ``/proc/driver/nvidia``, ``/sys`` and a few ``/proc`` facts the driver reads
-  (``DRIVER_READ``), plus ``settings.runner_read_extra()`` (an escape hatch);
+  ``libcuda.so*`` and ``libnvidia-*`` files mapped in the trusted process after its CUDA init and the
+  ``libcudart`` the candidate links; symlinks resolved, single files, never their directories), the
+  NVIDIA device nodes (read/write), ``/proc/driver/nvidia``, ``/sys`` and a few ``/proc`` facts the
+  driver reads (``DRIVER_READ``), plus ``settings.runner_read_extra()`` (an escape hatch);
 * write: the scratch directory only; devices: ``/dev/null`` (and the GPU's nodes);
 * no new sockets of any family (seccomp), no core dumps, files of at most 64 MiB, 4096 open files, and
   the user's tasks capped at those visible now + 512 (not enforced for root, as in ``sandbox.py``).
@@ -46,8 +46,8 @@ DRIVER_READ = (
     "/proc/cpuinfo",
     "/proc/meminfo",
     "/proc/stat",
-    "/proc/sys/vm/overcommit_memory",
-    "/proc/sys/vm/mmap_min_addr",
+    "/proc/sys/vm",
+    "/proc/sys/kernel",
 )
 """What the CUDA driver reads besides its libraries and device nodes (system facts, no secrets)."""
 MAX_FILE_BYTES = 64 << 20
@@ -70,12 +70,10 @@ class GpuFiles:
     """Every other driver file (``libnvidia-*``) mapped in the trusted process."""
     cudart: Path | None = None
     """The CUDA runtime the candidate links (preloaded by exact path); None: not found."""
-    cupti: tuple[Path, ...] = ()
-    """libcupti and the nvperf libraries beside it (CUPTI runners only)."""
 
     def all(self) -> tuple[Path, ...]:
         """Every file, each once."""
-        files = [self.libcuda, *self.driver, *([self.cudart] if self.cudart else []), *self.cupti]
+        files = [self.libcuda, *self.driver, *([self.cudart] if self.cudart else [])]
         return tuple(dict.fromkeys(files))
 
 
@@ -102,13 +100,20 @@ def _ldconfig(name: str) -> Path | None:
     return None
 
 
-def gpu_files(maps: str, cupti_lib: Path | None = None, cudart: Path | None = None) -> GpuFiles:
+def cupti_files(cupti_lib: Path | None) -> tuple[Path, ...]:
+    """The libcupti a runner links and the ``libnvperf_*`` files beside it (its profiler back end)."""
+    if cupti_lib is None:
+        return ()
+    nvperf = sorted({p.resolve() for p in cupti_lib.parent.glob("libnvperf_*.so*")})
+    return (cupti_lib.resolve(), *nvperf)
+
+
+def gpu_files(maps: str, cudart: Path | None = None) -> GpuFiles:
     """The GPU files of a runner from the trusted process's maps text (after its CUDA init).
 
     ``libcuda.so*`` and ``libnvidia-*`` files mapped there are the driver's; ``libcudart`` mapped there
-    is the runtime the candidate will find (else ``cudart``); with ``cupti_lib``, it and the
-    ``libnvperf_*`` files beside it. Raises ``FileNotFoundError`` when no driver library can be found
-    (neither mapped nor in ldconfig's cache).
+    is the runtime the candidate will find (else ``cudart``). Raises ``FileNotFoundError`` when no
+    driver library can be found (neither mapped nor in ldconfig's cache).
     """
     mapped = mapped_files(maps)
     driver = [p.resolve() for p in mapped if _DRIVER_FILE.match(p.name)]
@@ -119,14 +124,8 @@ def gpu_files(maps: str, cupti_lib: Path | None = None, cudart: Path | None = No
             raise FileNotFoundError("no libcuda.so.1: not mapped in this process and not in ldconfig's cache")
         libcuda = found.resolve()
     runtime = next((p.resolve() for p in mapped if _CUDART_FILE.match(p.name)), None) or cudart
-    cupti: list[Path] = []
-    if cupti_lib is not None:
-        cupti = [cupti_lib.resolve()]
-        cupti += sorted({p.resolve() for p in cupti_lib.parent.glob("libnvperf_*.so*")})
     others = tuple(dict.fromkeys(p for p in driver if p != libcuda))
-    return GpuFiles(
-        libcuda=libcuda, driver=others, cudart=runtime.resolve() if runtime else None, cupti=tuple(cupti)
-    )
+    return GpuFiles(libcuda=libcuda, driver=others, cudart=runtime.resolve() if runtime else None)
 
 
 def elf_interpreter(binary: Path) -> Path | None:
@@ -175,8 +174,12 @@ def runner_rlimits() -> dict[str, int]:
     return limits
 
 
-def runner_jail(binary: Path, scratch: Path, gpu: GpuFiles | None = None) -> Jail:
+def runner_jail(
+    binary: Path, scratch: Path, gpu: GpuFiles | None = None, libs: tuple[Path, ...] = ()
+) -> Jail:
     """The jail of one runner whose candidate will be loaded from beneath ``scratch``.
+
+    ``libs``: files the runner itself links outside the system directories (``cupti_files``).
 
     Without Landlock on this kernel the jail has no file rules (the runner's sandbox report then says
     the filesystem layer is unavailable; strict mode refuses it).
@@ -186,6 +189,7 @@ def runner_jail(binary: Path, scratch: Path, gpu: GpuFiles | None = None) -> Jai
     interpreter = elf_interpreter(binary)
     execute = (str(binary), *([str(interpreter)] if interpreter else []))
     read = [*SYSTEM_READ, str(Path(info.find_libtvm_ffi()).resolve().parent), str(scratch), "/proc/self"]
+    read += [str(p) for p in libs]
     devices = ["/dev/null"]
     if gpu is not None:
         read += [*DRIVER_READ, *(str(p) for p in gpu.all()), *settings.runner_read_extra()]

@@ -46,7 +46,7 @@ constexpr const char* kVersion = "0.2";
 constexpr uint32_t kMaxCommand = 1u << 20;  // a longer command is refused (the runner exits)
 constexpr size_t kMaxError = 4000;          // characters of an error text kept in a reply
 constexpr size_t kMaxSassRows = 200000;     // protocol.MAX_SASS_ROWS
-constexpr int kMaxFds = 64;                 // file descriptors one attach may carry
+constexpr int kMaxFds = 250;                // file descriptors one attach may carry (SCM_MAX_FD 253)
 
 // ------------------------------------------------------------------------------------------ framing
 
@@ -94,7 +94,8 @@ void send_message(int fd, const std::string& body) {
 // Exactly `want` file descriptors sent with one byte over a Unix socket (30 s to arrive).
 std::vector<int> receive_fds(int sock, size_t want) {
   if (sock < 0) throw std::runtime_error("the fd socket is closed (sandbox applied or candidate loaded)");
-  if (want == 0 || want > kMaxFds) throw std::runtime_error("an attach carries 1 to 64 fds");
+  if (want == 0 || want > kMaxFds)
+    throw std::runtime_error("an attach carries 1 to " + std::to_string(kMaxFds) + " fds");
   pollfd pfd = {sock, POLLIN, 0};
   if (poll(&pfd, 1, 30000) != 1) throw std::runtime_error("no file descriptors arrived within 30 s");
   char byte;

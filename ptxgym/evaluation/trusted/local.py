@@ -319,11 +319,12 @@ class LocalGpuEvaluator(Evaluator):
 
         Failures here are infrastructure, retried once.
         """
-        held, self._held = self._held, None
-        if held is not None:
-            if held.primed.get("arena") == arena.id and pool is None:
-                return held
-            held.discard()
+        if pool is None:
+            held, self._held = self._held, None
+            if held is not None:
+                if held.primed.get("arena") == arena.id:
+                    return held
+                held.discard()
         last: WorkerError | None = None
         for _ in range(2):
             handle = (pool or self.pool).take()

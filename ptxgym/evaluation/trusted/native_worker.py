@@ -37,7 +37,7 @@ from pathlib import Path
 from ptxgym.confine import launch
 from ptxgym.evaluation.protocol import Attach, Command, Load, Reply, is_secret_name
 from ptxgym.evaluation.runner.build import build_runner, plan
-from ptxgym.evaluation.runner.jail import GpuFiles, gpu_files, runner_jail
+from ptxgym.evaluation.runner.jail import GpuFiles, cupti_files, gpu_files, runner_jail
 from ptxgym.evaluation.trusted.pool import OutputCapture, WorkerHandle, WorkerPool
 
 
@@ -55,6 +55,8 @@ class NativeSpec:
     """CUDA device ordinal."""
     gpu: GpuFiles | None
     """The GPU files the runner opens and its jail allows; None: a CPU runner (``host_blobs``)."""
+    libs: tuple[Path, ...] = ()
+    """Files the runner links outside the system directories (``jail.cupti_files``): its jail reads them."""
     cupti: bool = False
     """Whether the runner was built with its CUPTI path."""
     cupti_missing: str = ""
@@ -79,7 +81,7 @@ def native_spec(device: int, cupti_needed: bool) -> NativeSpec:
             raise NativeUnavailable("no cuda.h was found: the runner would have no GPU path")
         binary = build_runner()
         maps = Path("/proc/self/maps").read_text()
-        gpu = gpu_files(maps, build.cupti_lib, _toolkit_cudart())
+        gpu = gpu_files(maps, _toolkit_cudart())
     except NativeUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - any reason is recorded, and the Python worker serves
@@ -90,7 +92,8 @@ def native_spec(device: int, cupti_needed: bool) -> NativeSpec:
         raise NativeUnavailable(
             f"the evaluator times with CUPTI but the runner has no CUPTI path ({build.cupti_missing})"
         )
-    return NativeSpec(binary, device, gpu, build.cupti_lib is not None, build.cupti_missing)
+    libs = cupti_files(build.cupti_lib)
+    return NativeSpec(binary, device, gpu, libs, build.cupti_lib is not None, build.cupti_missing)
 
 
 def _toolkit_cudart() -> Path | None:
@@ -138,7 +141,7 @@ class NativeHandle(WorkerHandle):
             argv += ["--libcuda", str(spec.gpu.libcuda)]
             argv += ["--preload", str(spec.gpu.cudart)] if spec.gpu.cudart else []
         if sandboxed:
-            argv = launch.command(runner_jail(spec.binary, self.scratch, spec.gpu), argv)
+            argv = launch.command(runner_jail(spec.binary, self.scratch, spec.gpu, spec.libs), argv)
         out_r, out_w = os.pipe()
         self.proc = subprocess.Popen(
             argv,
