@@ -2,7 +2,8 @@
 
 Shared by the Python worker's handle (``trusted/pool.py``) and the native runner's
 (``trusted/native_worker.py``, a subclass of it), so the verdict code (``trusted/verdicts.py``) maps
-either onto the same statuses: a timeout is TIMEOUT, a dead process CRASH, a malformed or forged reply RUNTIME_ERROR.
+either onto the same statuses: a timeout is TIMEOUT, a dead process CRASH, a malformed or forged
+reply RUNTIME_ERROR.
 """
 
 from __future__ import annotations
