@@ -67,7 +67,8 @@ def test_gpu_files_are_the_mapped_driver_files_resolved(tmp_path):
     cupti = _lib(tk, "libcupti.so.13")
     nvperf = _lib(tk, "libnvperf_host.so")
     _lib(tk, "libcublas.so.13")  # beside libcupti: never part of the files
-    files = jail.gpu_files(_maps(link, ptx, cudart, Path("/usr/lib/libc.so.6")))
+    nvml = _lib(drv, "libnvidia-ml.so.1")
+    files = jail.gpu_files(_maps(link, ptx, nvml, cudart, Path("/usr/lib/libc.so.6")))
     assert files.libcuda == real and files.driver == (ptx,) and files.cudart == cudart
     assert jail.cupti_files(cupti) == (cupti, nvperf) and jail.cupti_files(None) == ()
     assert not any("cublas" in p.name for p in (*files.all(), *jail.cupti_files(cupti)))

@@ -56,7 +56,8 @@ MAX_OPEN_FILES = 4096
 """RLIMIT_NOFILE of a runner."""
 TASK_HEADROOM = 512
 """RLIMIT_NPROC = tasks of the user visible now + this."""
-_DRIVER_FILE = re.compile(r"^(libcuda\.so|libnvidia-[\w.-]*\.so)")
+_DRIVER_FILE = re.compile(r"^(libcuda\.so|libnvidia-(?!ml\.)[\w.-]*\.so)")
+"""The driver's files (NVML, ``libnvidia-ml``, is a monitoring library the runner does not need)."""
 _CUDART_FILE = re.compile(r"^libcudart\.so")
 
 
