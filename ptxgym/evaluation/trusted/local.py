@@ -3,7 +3,10 @@
 The trusted side is the process that constructs ``LocalGpuEvaluator`` (the env's process). It owns the
 input sets, the output buffers, the fp32 reference outputs and every verdict; candidate code never runs
 in it. Each candidate gets a fresh pre-warmed worker process (``pool.py``), mapped onto the arena's
-buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did.
+buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did. With
+``candidate_process`` 'native' (``settings.candidate_process``) a candidate on a guard-page arena runs in
+a native runner instead (``native_worker.py``: no interpreter, no torch; same protocol, same verdicts);
+the baseline stays in the Python worker.
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, through
 the candidate's own path: ``measure_baseline``; a disk record is only a warm start) -> worker + host
