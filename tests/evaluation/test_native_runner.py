@@ -390,3 +390,28 @@ def test_a_runner_its_jail_cannot_start_is_seen_as_death(runner_bin, tmp_path, m
         assert "ptxgym-jail: cannot run" in info.value.log_tail
     finally:
         h.kill()
+
+
+def test_a_pool_of_runners_hands_out_warm_primed_spares(runner_bin, blob, candidate, tmp_path):
+    """``WorkerPool(factory=...)``: spares are runners, primed with an attach before they are taken."""
+    from ptxgym.evaluation.trusted.pool import WorkerPool
+
+    spec = cpu_spec(runner_bin)
+    pool = WorkerPool(0, 1, log_dir=tmp_path, factory=lambda d, sandboxed: NativeHandle(spec, d, sandboxed))
+    fds, arrays = blob
+    cmd = Attach(arena="a1", blob=None, vmm=VMM, sets=SETS, flush_bytes=0, cupti=False)
+    pool.primer = lambda h: h.send(cmd, None, fds)
+    try:
+        pool.fill()
+        handle = pool.take()
+        assert isinstance(handle, NativeHandle) and len(pool._ready) == 1  # the spare was replaced
+        hello, attached = handle.drain(30.0)
+        assert hello.hello is not None and hello.hello.runner and attached.attach is not None, attached
+        assert handle.request(ApplySandbox(mode="off", scratch=str(handle.scratch)), 10.0).ok
+        assert handle.request(Load(kind="so", path=str(candidate), entry="run"), 10.0).ok
+        assert handle.request(Call(set=0), 10.0).ok
+        np.testing.assert_array_equal(arrays[2], np.arange(N, dtype=np.float32) + 2.0)
+        handle.discard()
+        assert not handle.scratch.exists() and handle.proc.poll() is not None
+    finally:
+        pool.close()

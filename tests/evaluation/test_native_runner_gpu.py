@@ -118,13 +118,21 @@ def build_kernel(out: Path, cublas: Path) -> Path:
     return out / "k.so"
 
 
-@pytest.mark.parametrize("jailed", [False, True], ids=["plain", "jailed"])
-def test_runner_on_a_guard_page_blob(tmp_path, jailed):
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory) -> Path:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from ptxgym.evaluation import vmm
     from ptxgym.evaluation.runner.build import plan
+
+    return build_kernel(tmp_path_factory.mktemp("kernel"), _cublas_path(plan().cupti_lib))
+
+
+@pytest.mark.parametrize("jailed", [False, True], ids=["plain", "jailed"])
+def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
+    import torch
+
+    from ptxgym.evaluation import vmm
     from ptxgym.evaluation.trusted.native_worker import NativeHandle, native_spec
 
     torch.zeros(1, device="cuda:0")  # a current primary context in this (trusted) process
@@ -138,7 +146,6 @@ def test_runner_on_a_guard_page_blob(tmp_path, jailed):
     c.zero_()
     torch.cuda.synchronize()
     spec = native_spec(0, cupti_needed=False)
-    kernel = build_kernel(tmp_path, _cublas_path(plan().cupti_lib))
     handle = NativeHandle(spec, tmp_path, sandboxed=jailed)
     try:
         assert handle.receive(60.0).hello is not None
