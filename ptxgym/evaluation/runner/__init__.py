@@ -71,6 +71,9 @@ Not done
   native vs Python within 3 %; a wrong GEMM) has not run yet; the driver's needs under the jail are
   inferred, not traced (no strace on the device): ``PTXGYM_RUNNER_READ_EXTRA`` adds paths if it
   needs more, and a runner that cannot be set up makes the evaluator fall back to the worker, saying so.
+* The CUPTI path needs ``cupti_path.h`` (another change): until it is in the tree the runner is built
+  without it, and an evaluator that times with CUPTI (the default where CUPTI works) keeps candidates in
+  the Python worker, saying why (a runner timed with events would not be comparable with the baseline).
 * The library baselines still run in the Python worker (a bridge ``.so`` with the same TVM-FFI entry,
   like ``bench/parity_bridge.cc``, would time them through the runner too).
 * The default stays ``python`` until the GPU run shows parity.
