@@ -46,6 +46,8 @@ DRIVER_READ = (
     "/proc/cpuinfo",
     "/proc/meminfo",
     "/proc/stat",
+    "/proc/modules",
+    "/proc/version",
     "/proc/sys/vm",
     "/proc/sys/kernel",
 )
