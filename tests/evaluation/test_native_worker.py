@@ -149,6 +149,9 @@ def test_native_runners_choose_only_candidates_on_guard_page_arenas(tmp_path, mo
     runners = NativeRunners(True, 0, 0, tmp_path, sandboxed=False)
     try:
         assert runners.choose(candidate=False, guard_pages=True, cupti_needed=False) is None  # a baseline
+        assert runners.note(False, True, candidate=False).endswith(
+            "a library baseline runs in the Python worker"
+        )
         assert runners.choose(candidate=True, guard_pages=False, cupti_needed=False) is None
         assert "no guard pages" in runners.note(False, guard_pages=False)
         pool = runners.choose(candidate=True, guard_pages=True, cupti_needed=False)

@@ -445,7 +445,8 @@ class LocalGpuEvaluator(Evaluator):
         ``details["candidate_process"]``) say which process ran the subject and why.
         """
         guard = turn.arena.guard_pages
-        pool = self.native.choose(turn.baseline_load is None, guard, self.backend == CUPTI)
+        candidate = turn.baseline_load is None
+        pool = self.native.choose(candidate, guard, self.backend == CUPTI)
         if pool is not None and pool.primer is None:
             pool.primer = self._primer
         with turn.timed("worker"):
@@ -459,7 +460,7 @@ class LocalGpuEvaluator(Evaluator):
                 self.native.drop(f"a native runner could not be set up: {exc}")
                 pool = None
                 turn.session, turn.handle, turn.free_before = self._session(turn.arena, turn.seed, sandboxed)
-        turn.details["candidate_process"] = process = self.native.note(pool is not None, guard)
+        turn.details["candidate_process"] = process = self.native.note(pool is not None, guard, candidate)
         verdict = self._measure(turn, turn.session, turn.handle)
         report = turn.session.sandbox_report
         sandbox = report.summary() if report is not None else {}

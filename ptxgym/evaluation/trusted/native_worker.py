@@ -222,10 +222,12 @@ class NativeRunners:
             return None
         return self._start(cupti_needed)
 
-    def note(self, used: bool, guard_pages: bool) -> str:
+    def note(self, used: bool, guard_pages: bool, candidate: bool = True) -> str:
         """What ran the subject, for the verdict's record."""
         if used:
             return "native: ptxgym-runner"
+        if self.wanted and not candidate:
+            return "python: a library baseline runs in the Python worker"
         if self.wanted and not guard_pages and not self.why:
             return "python: the arena has no guard pages (the native runner maps only guard-page blobs)"
         return f"python: {self.why}" if self.wanted else "python"
