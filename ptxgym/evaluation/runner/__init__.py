@@ -41,7 +41,9 @@ closed at ``sandbox`` and before a load. stdout and stderr (the candidate's outp
   offset, the holes unmapped); a plain blob is refused with an error naming the Python worker (the
   evaluator never sends one: it chooses the worker for plain arenas). Builds every input set's
   arguments (views checked to lie inside one mapped run), allocates the ``flush_bytes`` L2-flush
-  buffer, starts CUPTI when asked (a probe memset must show up in its spans) or says why not.
+  buffer, starts the candidate's CUDA runtime on the primary context (``cudaSetDevice``, ``cudaFree(0)``:
+  a runtime that cannot start in the jail fails the set-up, not the candidate), starts CUPTI when asked
+  (a probe memset must show up in its spans) or says why not.
 * ``sandbox``: the jail already holds; the reply is the ``SandboxReport`` of what the runner observes in
   force (``NoNewPrivs`` and ``Seccomp`` in its status, a refused probe socket, a refused ``/etc/passwd``,
   its rlimits, its environment); mode ``strict`` refuses a layer that is not in force.

@@ -187,6 +187,7 @@ class Runner {
   std::unique_ptr<HostBlob> host_;
   bool sandboxed_ = false;
   bool cupti_ = false;
+  bool runtime_ready_ = false;
 #ifdef PTXGYM_RUNNER_CUDA
   Cuda cuda_;
   std::unique_ptr<Device> dev_;
@@ -261,6 +262,7 @@ class Runner {
       try {
         cuda_.open(o_.libcuda);
         if (!dev_) dev_ = std::make_unique<Device>(cuda_, o_.device);
+        init_runtime();
       } catch (...) {
         for (int fd : fds) close(fd);
         throw;
@@ -284,6 +286,28 @@ class Runner {
     result.text("arena", cmd.at("arena").as_str("arena")).boolean("cupti", cupti_error.empty());
     result.text("cupti_error", cupti_error.substr(0, 500)).num("flush_bytes", int64_t(flushed));
     return ok().object("attach", result);
+  }
+
+  // Open the preloaded libraries (the candidate's CUDA runtime) and initialise the runtime on the
+  // device's primary context now, before any candidate exists, as torch has in the Python worker: a
+  // runtime that cannot start in this process fails the attach (set-up), not the candidate.
+  void init_runtime() {
+    if (runtime_ready_) return;
+    for (const std::string& lib : o_.preload) {
+      void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+      if (!h) throw std::runtime_error("cannot preload " + lib + ": " + dlerror());
+      using SetDevice = int (*)(int);
+      using Free = int (*)(void*);
+      auto set_device = reinterpret_cast<SetDevice>(dlsym(h, "cudaSetDevice"));
+      auto free_fn = reinterpret_cast<Free>(dlsym(h, "cudaFree"));
+      if (!set_device || !free_fn) continue;  // not a CUDA runtime
+      int rc = set_device(o_.device);
+      if (rc == 0) rc = free_fn(nullptr);
+      if (rc != 0)
+        throw std::runtime_error("the CUDA runtime " + lib + " failed to start (cudaError " + std::to_string(rc) +
+                                 ")");
+    }
+    runtime_ready_ = true;
   }
 
   // '' when CUPTI traces a probe activity, else why not (the evaluator then times with events).
