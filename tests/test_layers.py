@@ -2,7 +2,7 @@
 
 A module may import from its own group or from a group of a lower rank, never up and never sideways into
 another group of the same rank. The two sides of the trust boundary (``evaluation.trusted`` and
-``evaluation.sandboxed``) share rank 2 and so cannot import each other; both speak through
+``evaluation.sandboxed``) share rank 3 and so cannot import each other; both speak through
 ``evaluation.protocol``. ``ptxgym/__init__.py`` is the public face and may import any layer; no module
 imports it. Lazy imports inside functions count too.
 """
@@ -28,18 +28,18 @@ GROUPS: dict[str, int] = {
     "ptxgym.evaluation.protocol": 1,
     "ptxgym.evaluation.compare": 1,
     "ptxgym.evaluation.child_errors": 1,
-    "ptxgym.evaluation.sandboxed": 2,
-    "ptxgym.evaluation.trusted": 2,
     "ptxgym.evaluation.runner": 2,
-    "ptxgym.evaluation.choose": 3,
-    "ptxgym.rewards": 3,
-    "ptxgym.pipeline": 4,
-    "ptxgym.envs": 5,
-    "ptxgym.policies": 5,
-    "ptxgym.runner": 6,
-    "ptxgym.train": 6,
-    "ptxgym.audit": 6,
-    "ptxgym.cli": 7,
+    "ptxgym.evaluation.sandboxed": 3,
+    "ptxgym.evaluation.trusted": 3,
+    "ptxgym.evaluation.choose": 4,
+    "ptxgym.rewards": 4,
+    "ptxgym.pipeline": 5,
+    "ptxgym.envs": 6,
+    "ptxgym.policies": 6,
+    "ptxgym.runner": 7,
+    "ptxgym.train": 7,
+    "ptxgym.audit": 7,
+    "ptxgym.cli": 8,
 }
 
 

@@ -1,8 +1,9 @@
 """How a candidate's process failed to answer: the errors both process handles raise.
 
-Shared by the Python worker's handle (``trusted/pool.py``) and the native runner's client
-(``runner/client.py``), so the verdict code (``trusted/verdicts.py``) maps either onto the same statuses:
-a timeout is TIMEOUT, a dead process CRASH, a malformed or forged reply RUNTIME_ERROR.
+Shared by the Python worker's handle (``trusted/pool.py``) and the native runner's
+(``trusted/native_worker.py``, a subclass of it), so the verdict code (``trusted/verdicts.py``) maps
+either onto the same statuses: a timeout is TIMEOUT, a dead process CRASH, a malformed or forged
+reply RUNTIME_ERROR.
 """
 
 from __future__ import annotations

@@ -188,6 +188,9 @@ class Hello(_Msg):
     warm_s: float = Field(description="Seconds from interpreter start to ready.")
     torch: str
     context_id: int | None = Field(None, description="CUDA context id (cuCtxGetId) of the worker.")
+    runner: str = Field(
+        "", description="The native runner's version ('' for the Python worker, whose torch is set)."
+    )
 
 
 class AttachResult(_Msg):

@@ -334,8 +334,9 @@ class EnvironmentInfo(_Part):
     sandbox: dict[str, str] | None = Field(
         None,
         description="Host sandbox of the candidate's worker: layer (no_new_privs, network, filesystem, "
-        "rlimits, environment) -> 'active', 'partial: ...', 'unavailable: ...' or 'off'. None where no "
-        "candidate ran in a worker.",
+        "rlimits, environment) -> 'active', 'partial: ...', 'unavailable: ...' or 'off'; with the "
+        "evaluator's candidate_process 'native', also 'process' -> 'native: ptxgym-runner' or "
+        "'python: <why not the runner>'. None where no candidate ran in a worker.",
     )
 
 

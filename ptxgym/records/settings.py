@@ -14,6 +14,8 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_COMPILE_MEMORY_MB`` | address-space limit of one nvcc build, MiB | ``8192`` |
 | ``PTXGYM_SANDBOX`` | candidate workers' host sandbox and nvcc's jail: ``on``, ``strict``, ``off`` | ``on`` |
 | ``PTXGYM_REFERENCE_TF32`` | ``on``: bf16/fp16-input matmuls of references on TF32 cores; ``off`` | ``on`` |
+| ``PTXGYM_CANDIDATE_PROCESS`` | where candidates run: ``python`` or ``native`` | ``python`` |
+| ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
 """
 
 from __future__ import annotations
@@ -95,3 +97,29 @@ def reference_tf32() -> bool:
     if mode not in {"on", "off"}:
         raise ValueError(f"PTXGYM_REFERENCE_TF32 must be on or off, got {mode!r}")
     return mode == "on"
+
+
+CANDIDATE_PROCESSES = ("python", "native")
+"""Where candidates run: the Python worker (``sandboxed/worker.py``) or the native runner."""
+
+
+def candidate_process() -> str:
+    """The process the local evaluator runs candidates in (``evaluation/runner``).
+
+    ``python``: the Python worker; ``native``: ``ptxgym-runner`` (no interpreter, no torch), falling
+    back to the worker, with the reason recorded, where the runner cannot be built or set up.
+    """
+    value = (_get("CANDIDATE_PROCESS") or "python").lower()
+    if value not in CANDIDATE_PROCESSES:
+        raise ValueError(f"PTXGYM_CANDIDATE_PROCESS must be python or native, got {value!r}")
+    return value
+
+
+def runner_read_extra() -> tuple[str, ...]:
+    """Extra absolute paths a jailed GPU runner may read (an escape hatch if the driver needs more)."""
+    raw = _get("RUNNER_READ_EXTRA") or ""
+    paths = tuple(p for p in raw.split(":") if p)
+    relative = [p for p in paths if not p.startswith("/")]
+    if relative:
+        raise ValueError(f"PTXGYM_RUNNER_READ_EXTRA takes absolute paths, got {', '.join(relative)}")
+    return paths

@@ -23,6 +23,7 @@ from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, Memchec
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore  # noqa: E402
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue  # noqa: E402
 from ptxgym.evaluation.trusted.gpuinfo import GpuFacts  # noqa: E402
+from ptxgym.evaluation.trusted.native_worker import NativeRunners  # noqa: E402
 from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
 from ptxgym.evaluation.trusted.verdict_cache import VerdictCache  # noqa: E402
 from ptxgym.records.arch import arch_for_capability  # noqa: E402
@@ -72,7 +73,8 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
     ev.queue = GpuQueue()
     ev.verdicts = VerdictCache(0)
-    ev._take_worker = lambda arena: make_worker()  # type: ignore[method-assign]
+    ev.native = NativeRunners(False, 0, 0, tmp_path, False)  # candidates in the (fake) Python worker
+    ev._take_worker = lambda arena, pool=None: make_worker()  # type: ignore[method-assign]
     ev._free_bytes = lambda: 0  # type: ignore[method-assign]
     return ev
 
@@ -204,3 +206,30 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch):
         assert 0 < second.stage_wall_s[key] < second.stage_wall_s["time"]
     arena = next(iter(ev._arenas.values()))
     assert arena.build_s["inputs"] > 0 and arena.build_s["references"] > 0
+
+
+def test_native_candidates_fall_back_to_the_worker_with_the_reason_recorded(tmp_path):
+    """``candidate_process`` native: where no runner serves, the Python worker does; the verdict says why."""
+    task = gemm_task()
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path))
+    ev.native = NativeRunners(True, 0, 0, tmp_path, False)
+    verdict = ev.evaluate(task, built(task, 0))  # this CPU arena has no guard pages
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.environment.sandbox["process"].startswith("python: the arena has no guard pages")
+    assert verdict.details["candidate_process"] == verdict.environment.sandbox["process"]
+
+    runners = _Pool()
+    ev.native.choose = lambda *a: runners  # type: ignore[method-assign]
+    workers = Workers(tmp_path)
+
+    def take(arena, pool=None):
+        if pool is not None:
+            raise local.WorkerSetupError("the runner's attach failed: cannot open libcuda.so.1")
+        return workers()
+
+    ev._take_worker = take  # type: ignore[method-assign]
+    verdict = ev.evaluate(task, built(task, 1))
+    assert verdict.status is Status.PASSED, verdict.message
+    why = "python: a native runner could not be set up: the runner's attach failed: cannot open libcuda.so.1"
+    assert verdict.environment.sandbox["process"] == why and ev.native.why in why
+    assert runners.primer is not None  # the runners' pool was primed with this evaluator's arena

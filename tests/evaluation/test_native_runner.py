@@ -1,9 +1,12 @@
 """The native runner on the CPU: a real g++ build of ``runner.cc`` and of a real TVM-FFI candidate.
 
-The candidate's entry ``run(a, b, c, alpha, mode)`` computes ``c = a + alpha * b`` over float32 arrays of
-a memfd blob, and its ``mode`` scalar selects a misbehaviour: raise, crash, print garbage, or write
-forged frames to the reply channel (the fd it finds on its own command line, as a hostile candidate
-would), read /etc/passwd, spin forever, or abort.
+The runner is driven through ``trusted/native_worker.NativeHandle`` with the worker's protocol
+(``protocol.py`` commands and replies). Its blob is the CPU analogue of a guard-page blob
+(``--host-blobs``): one memfd per run, mapped at its offset in a reserved range with an unmapped hole
+between the runs. The candidate's entry ``run(a, b, c, alpha, mode)`` computes ``c = a + alpha * b``
+over float32 arrays, and its ``mode`` scalar (one input set per mode) selects a misbehaviour: raise,
+crash, print garbage, or write forged frames to the reply channel (the fd it finds on its own command
+line, as a hostile candidate would), read /etc/passwd, spin forever, or abort.
 """
 
 from __future__ import annotations
@@ -11,28 +14,38 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ptxgym.evaluation.runner import wire
-from ptxgym.evaluation.runner.build import build_runner
-from ptxgym.evaluation.runner.client import (
-    ProtocolViolation,
-    RunnerClient,
-    RunnerDied,
-    RunnerError,
-    RunnerTimeout,
+from ptxgym.evaluation.child_errors import ProtocolViolation, WorkerDied, WorkerError, WorkerTimeout
+from ptxgym.evaluation.protocol import (
+    ApplySandbox,
+    Attach,
+    Call,
+    Exit,
+    Load,
+    ScalarArg,
+    TensorArg,
+    TrialBegin,
+    TrialEnd,
+    VmmBlob,
+    VmmRun,
 )
-from ptxgym.evaluation.runner.jail import runner_jail
+from ptxgym.evaluation.runner import jail as runner_jail_module
+from ptxgym.evaluation.runner.build import build_runner, plan
+from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeSpec
 
 pytestmark = pytest.mark.slow
 
 N = 1024
-BLOB = 3 * N * 4
+PAGE = 4096
+RUN = 3 * N * 4  # a, b, c in the first run
+HOLE = PAGE  # an unmapped page between the runs
+TOTAL = RUN + HOLE + PAGE  # the second run: one page nobody uses
+MODES = 10  # input set k passes mode k
 
 CANDIDATE = r"""
 #include <tvm/ffi/container/tensor.h>
@@ -118,170 +131,287 @@ def candidate(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def blob():
-    """A memfd holding a (ramp), b (ones), c (zeros) and the trusted side's mapping of it."""
-    fd = os.memfd_create("ptxgym-blob")
-    os.ftruncate(fd, BLOB)
-    view = mmap.mmap(fd, BLOB)
+    """Two memfd runs: a (ramp), b (ones), c (zeros) in the first; the trusted side's mapping of it."""
+    fds = [os.memfd_create("ptxgym-run0"), os.memfd_create("ptxgym-run1")]
+    os.ftruncate(fds[0], RUN)
+    os.ftruncate(fds[1], PAGE)
+    view = mmap.mmap(fds[0], RUN)
     arrays = np.frombuffer(view, dtype=np.float32).reshape(3, N)
     arrays[0] = np.arange(N, dtype=np.float32)
     arrays[1] = 1.0
-    yield fd, arrays
-    os.close(fd)  # the mapping goes with the arrays (numpy holds the buffer)
+    yield fds, arrays
+    for fd in fds:
+        os.close(fd)  # the mapping goes with the arrays (numpy holds the buffer)
+
+
+def cpu_spec(runner_bin: Path) -> NativeSpec:
+    """A CPU runner (host blobs); its jail reads the libcupti it links, if it links one."""
+    return NativeSpec(runner_bin, 0, None, runner_jail_module.cupti_files(plan().cupti_lib))
+
+
+def spawn(runner_bin: Path, log_dir: Path, sandboxed: bool = False) -> NativeHandle:
+    handle = NativeHandle(cpu_spec(runner_bin), log_dir, sandboxed)
+    handle.hello = handle.receive(30.0)
+    return handle
 
 
 @pytest.fixture
-def client(runner_bin, tmp_path):
-    c = RunnerClient(runner_bin, tmp_path)
-    yield c
-    c.kill()
+def handle(runner_bin, tmp_path):
+    h = spawn(runner_bin, tmp_path)
+    yield h
+    h.kill()
 
 
-def args(alpha: float = 2.0, mode: int = 0, offset_c: int = 2 * N * 4) -> list:
+def arg_set(alpha: float = 2.0, mode: int = 0, offset_c: int = 2 * N * 4) -> list:
     def t(role, off):
-        return wire.TensorArg(role=role, offset=off, shape=(N,), dtype="float32", device="cpu")
+        return TensorArg(role=role, offset=off, shape=(N,), dtype="float32")
 
-    scalars = [wire.ScalarArg(value=alpha), wire.ScalarArg(value=mode)]
-    return [t("in", 0), t("in", N * 4), t("out", offset_c), *scalars]
-
-
-def ready(client, blob, candidate, entry: str = "run") -> wire.Reply:
-    fd, _ = blob
-    attach = client.request(wire.Attach(blob=wire.MemfdBlob(size=BLOB)), fds=[fd])
-    assert attach.ok and attach.attach and attach.attach.device == "cpu", attach
-    return client.request(wire.Load(path=str(candidate), entry=entry))
+    return [t("in", 0), t("in", N * 4), t("out", offset_c), ScalarArg(value=alpha), ScalarArg(value=mode)]
 
 
-def test_hello_names_the_process(client):
-    assert client.hello is not None and client.hello.pid == client.pid
+SETS = [arg_set(alpha=2.0, mode=k) for k in range(MODES)]
+VMM = VmmBlob(total=TOTAL, page=PAGE, runs=[VmmRun(offset=0, size=RUN), VmmRun(offset=RUN + HOLE, size=PAGE)])
 
 
-def test_call_writes_the_shared_blob(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    reply = client.request(wire.Call(args=args(alpha=2.0)))
-    assert reply.ok and reply.call is not None and reply.call.ev_ms is None, reply
+def attach(handle, blob, sets=None):
+    fds, _ = blob
+    cmd = Attach(arena="a1", blob=None, vmm=VMM, sets=sets or SETS, flush_bytes=0, cupti=False)
+    return handle.request(cmd, 30.0, fds=fds)
+
+
+def ready(handle, blob, candidate, entry: str = "run", sets=None):
+    reply = attach(handle, blob, sets)
+    assert reply.ok and reply.attach is not None and reply.attach.arena == "a1", reply
+    sandbox = handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch)), 30.0)
+    assert sandbox.ok and sandbox.sandbox is not None, sandbox
+    return handle.request(Load(kind="so", path=str(candidate), entry=entry), 30.0)
+
+
+def call(handle, index: int, timeout_s: float = 30.0):
+    return handle.request(Call(set=index), timeout_s)
+
+
+def test_hello_names_the_process(handle):
+    hello = handle.hello.hello
+    assert hello is not None and hello.pid == handle.pid and hello.torch == "" and hello.runner
+
+
+def test_call_writes_the_shared_blob(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    reply = call(handle, 0)
+    assert reply.ok and reply.call is not None and reply.call.host_ms >= 0, reply
     _, arrays = blob
     np.testing.assert_array_equal(arrays[2], np.arange(N, dtype=np.float32) + 2.0)
-    assert client.request(wire.Exit()).ok
-    assert client.proc.wait(timeout=5) == 0
+    assert handle.request(Exit(), 10.0).ok
+    assert handle.proc.wait(timeout=5) == 0
 
 
-def test_no_interpreter_or_vendor_library_mapped(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    maps = Path(f"/proc/{client.pid}/maps").read_text()
-    assert str(candidate) in maps and "libtvm_ffi" in maps
+def test_trials_answer_with_empty_spans_without_cupti(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    assert handle.request(TrialBegin(cupti=True), 10.0).ok
+    assert call(handle, 0).ok
+    end = handle.request(TrialEnd(), 10.0)
+    assert end.ok and end.spans is not None and end.spans.spans == {}, end
+
+
+def test_the_candidate_is_loaded_from_a_copy_in_scratch(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    maps = Path(f"/proc/{handle.pid}/maps").read_text()
+    assert str(handle.scratch / "candidate-1.so") in maps and str(candidate) not in maps
+
+
+def test_no_interpreter_or_vendor_library_mapped(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    maps = Path(f"/proc/{handle.pid}/maps").read_text()
+    assert "libtvm_ffi" in maps
     for banned in ("libpython", "libtorch", "libcublas", "libcudnn", "libcuda.so"):
         assert banned not in maps, f"{banned} is mapped into the runner"
 
 
-def test_missing_symbol_is_an_error_reply(client, blob, candidate):
-    reply = ready(client, blob, candidate, entry="nope")
-    assert not reply.ok and reply.error and "__tvm_ffi_nope" in reply.error
+def test_missing_symbol_is_an_error_reply(handle, blob, candidate):
+    reply = ready(handle, blob, candidate, entry="nope")
+    assert not reply.ok and "loading 'nope' failed" in reply.error and "__tvm_ffi_nope" in reply.error
 
 
-def test_candidate_exception_is_an_error_reply(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    reply = client.request(wire.Call(args=args(mode=1)))
-    assert not reply.ok and reply.error and reply.error.startswith("ValueError: candidate refuses: mode 1")
-    assert client.request(wire.Call(args=args(alpha=3.0))).ok  # the runner is still serving
+def test_candidate_exception_is_an_error_reply(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    reply = call(handle, 1)
+    assert not reply.ok and reply.error.startswith("ValueError: candidate refuses: mode 1")
+    assert call(handle, 0).ok  # the runner is still serving
 
 
-def test_crash_is_seen_as_death(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    with pytest.raises(RunnerDied, match="SIGSEGV") as info:
-        client.request(wire.Call(args=args(mode=2)))
+def test_crash_is_seen_as_death(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    with pytest.raises(WorkerDied, match="SIGSEGV") as info:
+        call(handle, 2)
     assert info.value.returncode == -11
     assert "Segfault encountered" in info.value.log_tail  # libtvm_ffi's handler printed a backtrace
 
 
-def test_output_before_an_abort_reaches_the_log(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    with pytest.raises(RunnerDied, match="SIGABRT") as info:
-        client.request(wire.Call(args=args(mode=8)))
+def test_output_before_an_abort_reaches_the_log(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    with pytest.raises(WorkerDied, match="SIGABRT") as info:
+        call(handle, 8)
     assert "about to abort" in info.value.log_tail
 
 
-def test_stdout_garbage_stays_off_the_reply_channel(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    assert client.request(wire.Call(args=args(mode=3))).ok
-    assert "garbage" in client.log_tail()
+def test_stdout_garbage_stays_off_the_reply_channel(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    assert call(handle, 3).ok
+    handle.output.settle(0.5)
+    assert "garbage" in handle.log_tail()
 
 
-def test_oversized_forged_frame_is_a_violation(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    with pytest.raises(ProtocolViolation, match="exceeds"):
-        client.request(wire.Call(args=args(mode=4)))
+def test_oversized_forged_frame_is_a_violation(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    with pytest.raises(ProtocolViolation, match="oversized"):
+        call(handle, 4)
 
 
 @pytest.mark.parametrize(("mode", "message"), [(5, "command 99"), (9, "malformed reply")])
-def test_forged_reply_in_bounds_is_a_violation(client, blob, candidate, mode, message):
-    assert ready(client, blob, candidate).ok
+def test_forged_reply_in_bounds_is_a_violation(handle, blob, candidate, mode, message):
+    assert ready(handle, blob, candidate).ok
     with pytest.raises(ProtocolViolation, match=message):
-        client.request(wire.Call(args=args(mode=mode)))
+        call(handle, mode)
 
 
-def test_views_outside_the_blob_are_refused(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    reply = client.request(wire.Call(args=args(offset_c=BLOB - 4)))
-    assert not reply.ok and reply.error and "not inside a mapped run" in reply.error
-    wrong_device = [a.model_copy(update={"device": "cuda"}) for a in args()[:3]] + args()[3:]
-    reply = client.request(wire.Call(args=wrong_device))
-    assert not reply.ok and reply.error and "differs from the attached blob" in reply.error
+def test_views_outside_the_mapped_runs_are_refused(handle, blob):
+    """A view reaching into the hole between the runs is refused at attach, before any call."""
+    reply = attach(handle, blob, [arg_set(offset_c=RUN - 4)])
+    assert not reply.ok and "not inside a mapped run" in reply.error
+    reply = attach(handle, blob, [arg_set(offset_c=RUN + HOLE + 4)])  # runs past the second run's end
+    assert not reply.ok and "not inside a mapped run" in reply.error
+    reply = attach(handle, blob, [arg_set(offset_c=RUN + HOLE)])  # the whole second run: allowed
+    assert reply.ok and reply.attach is not None and not reply.attach.cupti, reply
 
 
-def test_order_of_commands_is_enforced(client, blob, candidate):
-    reply = client.request(wire.Call(args=args()))
+def test_a_plain_blob_is_refused(handle):
+    """An arena without guard pages (a CUDA-IPC tensor) needs the Python worker."""
+    reply = handle.request(Attach(arena="a1", blob=None, sets=SETS, flush_bytes=0), 10.0)
+    assert not reply.ok and "only guard-page blobs" in reply.error and "Python worker" in reply.error
+
+
+def test_order_of_commands_is_enforced(handle, blob, candidate):
+    reply = call(handle, 0)
     assert not reply.ok and reply.error == "call before load"
-    assert ready(client, blob, candidate).ok
-    again = client.request(wire.Attach(blob=wire.MemfdBlob(size=BLOB)))
-    assert not again.ok and again.error == "attach after load is refused"
-    fd, _ = blob
-    with pytest.raises(RunnerError, match="closed its fd socket"):  # the candidate's runner gets no fds
-        client.request(wire.Attach(blob=wire.MemfdBlob(size=BLOB)), fds=[fd])
+    assert attach(handle, blob).ok
+    load = handle.request(Load(kind="so", path=str(candidate), entry="run"), 10.0)
+    assert not load.ok and load.error.startswith("refusing to load a candidate before the 'sandbox' command")
+    assert handle.request(Load(kind="noop"), 10.0).ok  # calibration's subject is allowed before
+    baseline = handle.request(Load(kind="baseline", function="gemm"), 10.0)
+    assert not baseline.ok and "Python worker" in baseline.error
+    assert handle.request(ApplySandbox(mode="off", scratch=str(handle.scratch)), 10.0).ok
+    again = handle.request(ApplySandbox(mode="off", scratch=str(handle.scratch)), 10.0)
+    assert not again.ok and "already applied" in again.error
+    with pytest.raises(WorkerError, match="stopped reading|broke|closed"):  # the fd socket is closed
+        attach(handle, blob)
 
 
-def test_gpu_attach_without_a_driver_is_an_error_reply(client, blob, runner_bin):
-    """The GPU path's first step on a host with no usable driver: a clear error, the runner serves on."""
-    fd, _ = blob
-    spec = wire.GpuBlob(device=0, total=2 << 21, page=2 << 20, runs=[wire.Run(offset=0, size=2 << 20)])
-    reply = client.request(wire.Attach(blob=spec), fds=[fd])
-    assert not reply.ok and reply.error, reply
-    assert any(word in reply.error for word in ("libcuda.so.1", "without CUDA", "failed: CUDA_ERROR")), reply
-    assert client.request(wire.Attach(blob=wire.MemfdBlob(size=BLOB)), fds=[fd]).ok
+def test_a_malformed_command_is_an_error_reply_and_the_runner_serves_on(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    handle.seq += 1
+    handle._to.send_bytes(b'{"op": "call", "seq": ' + str(handle.seq).encode() + b', "set": "x"}')
+    handle.pending.append(handle.seq)
+    reply = handle.receive(10.0)
+    assert not reply.ok and "set must be an integer" in reply.error
+    assert call(handle, 0).ok
 
 
-def test_hang_is_a_timeout(client, blob, candidate):
-    assert ready(client, blob, candidate).ok
-    with pytest.raises(RunnerTimeout):
-        client.request(wire.Call(args=args(mode=7)), timeout_s=1.0)
+def test_gpu_attach_without_a_driver_is_an_error_reply(runner_bin, tmp_path, blob):
+    """The GPU path on a host with no usable driver: a clear error, the runner serves on."""
+    spec = NativeSpec(runner_bin, 0, runner_jail_module.GpuFiles(libcuda=tmp_path / "libcuda.so.1"))
+    h = NativeHandle(spec, tmp_path)
+    try:
+        h.hello = h.receive(30.0)
+        reply = attach(h, blob)
+        assert not reply.ok, reply
+        assert any(w in reply.error for w in ("libcuda.so.1", "without CUDA", "failed: CUDA_ERROR")), reply
+        assert h.request(Exit(), 10.0).ok
+    finally:
+        h.kill()
 
 
-def test_unconfined_candidate_reads_any_file(client, blob, candidate):
+def test_hang_is_a_timeout(handle, blob, candidate):
+    assert ready(handle, blob, candidate).ok
+    with pytest.raises(WorkerTimeout):
+        call(handle, 7, timeout_s=1.0)
+
+
+def test_unconfined_candidate_reads_any_file(handle, blob, candidate):
     """The probe of the next test works: without a jail the candidate reads /etc/passwd."""
-    assert ready(client, blob, candidate).ok
-    reply = client.request(wire.Call(args=args(mode=6)))
+    assert ready(handle, blob, candidate).ok
+    reply = call(handle, 6)
     assert not reply.ok and reply.error == "RuntimeError: read /etc/passwd"
 
 
 def test_confined_runner_reads_only_what_it_needs(runner_bin, blob, candidate, tmp_path):
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    inside = Path(shutil.copy(candidate, scratch / "cand.so"))
-    jailed = RunnerClient(runner_bin, tmp_path, jail=runner_jail(runner_bin, scratch), cwd=scratch)
+    jailed = spawn(runner_bin, tmp_path, sandboxed=True)
     try:
-        assert jailed.hello is not None, jailed.log_tail()
-        assert ready(jailed, blob, inside).ok
-        assert jailed.request(wire.Call(args=args(alpha=0.5))).ok
-        np.testing.assert_array_equal(blob[1][2], np.arange(N, dtype=np.float32) + 0.5)
-        reply = jailed.request(wire.Call(args=args(mode=6)))
+        assert ready(jailed, blob, candidate).ok
+        assert jailed.request(Call(set=0), 10.0).ok
+        np.testing.assert_array_equal(blob[1][2], np.arange(N, dtype=np.float32) + 2.0)
+        reply = call(jailed, 6)
         assert not reply.ok and reply.error == "RuntimeError: denied: Permission denied", reply
         assert "libpython" not in Path(f"/proc/{jailed.pid}/maps").read_text()  # the launcher exec'd
     finally:
         jailed.kill()
 
 
-def test_a_runner_its_jail_cannot_start_is_seen_as_death(runner_bin, tmp_path):
-    jail = runner_jail(runner_bin, tmp_path)
-    rules = dataclasses.replace(jail.landlock, execute=())  # the runner itself may not be executed
-    with pytest.raises(RunnerDied, match="exit code 127") as info:
-        RunnerClient(runner_bin, tmp_path, jail=dataclasses.replace(jail, landlock=rules))
-    assert "ptxgym-jail: cannot run" in info.value.log_tail
+def test_the_sandbox_report_says_what_is_in_force(runner_bin, blob, tmp_path):
+    jailed = spawn(runner_bin, tmp_path, sandboxed=True)
+    free = spawn(runner_bin, tmp_path)
+    try:
+        for h in (jailed, free):
+            assert attach(h, blob).ok
+        report = jailed.request(ApplySandbox(mode="on", scratch=str(jailed.scratch)), 10.0).sandbox
+        assert report is not None and report.mode == "on"
+        states = {layer.name: layer.state for layer in report.layers}
+        layers = ("no_new_privs", "network", "filesystem", "rlimits", "environment")
+        assert states == {k: "active" for k in layers}
+        strict = free.request(ApplySandbox(mode="strict", scratch=str(free.scratch)), 10.0)
+        assert not strict.ok and "strict sandbox: layer no_new_privs is not in force" in strict.error
+    finally:
+        jailed.kill()
+        free.kill()
+
+
+def test_a_runner_its_jail_cannot_start_is_seen_as_death(runner_bin, tmp_path, monkeypatch):
+    real = runner_jail_module.runner_jail
+
+    def no_execute(binary, scratch, gpu=None, libs=()):
+        jail = real(binary, scratch, gpu, libs)
+        return dataclasses.replace(jail, landlock=dataclasses.replace(jail.landlock, execute=()))
+
+    monkeypatch.setattr("ptxgym.evaluation.trusted.native_worker.runner_jail", no_execute)
+    h = NativeHandle(cpu_spec(runner_bin), tmp_path, sandboxed=True)
+    try:
+        with pytest.raises(WorkerDied, match="exit code 127") as info:
+            h.receive(30.0)
+        assert "ptxgym-jail: cannot run" in info.value.log_tail
+    finally:
+        h.kill()
+
+
+def test_a_pool_of_runners_hands_out_warm_primed_spares(runner_bin, blob, candidate, tmp_path):
+    """``WorkerPool(factory=...)``: spares are runners, primed with an attach before they are taken."""
+    from ptxgym.evaluation.trusted.pool import WorkerPool
+
+    spec = cpu_spec(runner_bin)
+    pool = WorkerPool(0, 1, log_dir=tmp_path, factory=lambda d, sandboxed: NativeHandle(spec, d, sandboxed))
+    fds, arrays = blob
+    cmd = Attach(arena="a1", blob=None, vmm=VMM, sets=SETS, flush_bytes=0, cupti=False)
+    pool.primer = lambda h: h.send(cmd, None, fds)
+    try:
+        pool.fill()
+        handle = pool.take()
+        assert isinstance(handle, NativeHandle) and len(pool._ready) == 1  # the spare was replaced
+        hello, attached = handle.drain(30.0)
+        assert hello.hello is not None and hello.hello.runner and attached.attach is not None, attached
+        assert handle.request(ApplySandbox(mode="off", scratch=str(handle.scratch)), 10.0).ok
+        assert handle.request(Load(kind="so", path=str(candidate), entry="run"), 10.0).ok
+        assert handle.request(Call(set=0), 10.0).ok
+        np.testing.assert_array_equal(arrays[2], np.arange(N, dtype=np.float32) + 2.0)
+        handle.discard()
+        assert not handle.scratch.exists() and handle.proc.poll() is not None
+    finally:
+        pool.close()

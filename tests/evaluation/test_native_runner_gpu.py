@@ -1,9 +1,21 @@
-"""The native runner's GPU path (NEVER RUN YET: written on a CPU host for the next GPU session).
+"""The native runner on the GPU (written on a CPU host; run by the lead on the H200).
 
-The trusted side (this test process) builds a guard-page blob with ``evaluation/vmm.py`` (one run, an
-unmapped page after it), fills it through torch, and sends the run's fd with the attach; the runner
-imports and maps it, installs its stream in TVM-FFI and times the call with CUDA events. The candidate
-is a real nvcc-built TVM-FFI kernel that launches on the stream TVM-FFI hands it.
+1. ``test_runner_on_a_guard_page_blob``: the trusted side (this process) builds a guard-page blob
+   (``evaluation/vmm.py``: one run, an unmapped page after it), and a ``NativeHandle`` runner, plain or
+   jailed (``runner/jail.py`` with the GPU files resolved from this process's maps), attaches it, applies
+   the sandbox, loads an nvcc-built candidate (``-cudart shared``, as ``ptxgym.cpu.build`` links) and
+   calls it. The candidate's scalar picks what it does: an axpy on TVM-FFI's stream, ``dlopen`` of
+   libcublas (from the directory of libcupti when it is there), or reading ``/etc/passwd``. Plain, both
+   probes succeed (so they can fail); jailed, both are refused, and no interpreter, torch or cuBLAS is
+   mapped in the runner after the load.
+2. ``test_expert_gemm_native_and_python``: the shipped expert GEMM through one ``LocalGpuEvaluator``
+   with ``candidate_process="native"``: PASSED in the runner with in-band target counts, then in the
+   Python worker (same arena and baseline): speedups within 3 %. Needs the runner's CUPTI path
+   (``cupti_path.h`` merged, libcupti found); without it the evaluator falls back to the worker and the
+   test fails saying so.
+3. ``test_hostile_kernels_in_the_runner``: audit corpus kernels (a no-op: a wrong result; a device
+   reset: the lost-context check; a read past A: the guard page faults in the runner) judged in the
+   runner with the statuses the audit expects.
 """
 
 from __future__ import annotations
@@ -14,17 +26,29 @@ from pathlib import Path
 
 import pytest
 
-from ptxgym.evaluation.runner import wire
-from ptxgym.evaluation.runner.build import build_runner
-from ptxgym.evaluation.runner.client import RunnerClient
-from ptxgym.evaluation.runner.jail import runner_jail
+from ptxgym.evaluation.protocol import (
+    ApplySandbox,
+    Attach,
+    Call,
+    Load,
+    ScalarArg,
+    TensorArg,
+    VmmBlob,
+    VmmRun,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 N = 4096
+ROOT = Path(__file__).resolve().parents[2]
+GEMM = ROOT / "knowledge_packs" / "sm90a" / "solutions" / "Gemm.cu"
 
 KERNEL = r"""
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
@@ -37,7 +61,22 @@ __global__ void axpy(const float* x, const float* y, float* z, float alpha, int6
   if (i < n) z[i] = x[i] + alpha * y[i];
 }
 
-void run(TensorView a, TensorView b, TensorView c, double alpha) {
+void run(TensorView a, TensorView b, TensorView c, double alpha, int64_t mode) {
+  if (mode == 1) {  // reading the file is what dlopen needs first; then the dlopen itself
+    FILE* f = std::fopen(CUBLAS_PATH, "rb");
+    int err = errno;
+    if (!f) TVM_FFI_THROW(RuntimeError) << "cublas denied: " << std::strerror(err);
+    std::fclose(f);
+    void* h = dlopen(CUBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+    if (h) TVM_FFI_THROW(RuntimeError) << "opened cublas";
+    TVM_FFI_THROW(RuntimeError) << "cublas readable, dlopen failed: " << dlerror();
+  }
+  if (mode == 2) {
+    FILE* f = std::fopen("/etc/passwd", "r");
+    int err = errno;
+    if (f) TVM_FFI_THROW(RuntimeError) << "read /etc/passwd";
+    TVM_FFI_THROW(RuntimeError) << "passwd denied: " << std::strerror(err);
+  }
   DLDevice dev = a.device();
   TVM_FFI_ICHECK_EQ(dev.device_type, kDLCUDA);
   void* stream = TVMFFIEnvGetStream(dev.device_type, dev.device_id);
@@ -53,32 +92,48 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);
 """
 
 
-def build_kernel(out: Path) -> Path:
-    """The candidate, built with nvcc for sm_90a (what the H200 runs)."""
+def _cublas_path(cupti_lib: Path | None) -> Path:
+    """A libcublas file, from libcupti's own directory when it has one (the jail's hardest case)."""
+    dirs = [cupti_lib.parent] if cupti_lib else []
+    dirs += [Path("/usr/local/cuda/lib64"), Path("/usr/local/cuda-13.0/targets/x86_64-linux/lib")]
+    for d in dirs:
+        found = sorted(d.glob("libcublas.so*"))
+        if found:
+            return found[0].resolve()
+    pytest.skip("no libcublas file on this machine to probe the jail with")
+
+
+def build_kernel(out: Path, cublas: Path) -> Path:
+    """The candidate, built with nvcc for sm_90a and ``-cudart shared`` (as ``ptxgym.cpu.build``)."""
     import tvm_ffi.libinfo as info
 
     lib_dir = Path(info.find_libtvm_ffi()).parent
     (out / "k.cu").write_text(KERNEL)
-    cmd = [
-        "nvcc",
-        "-O2",
-        "-shared",
-        "-Xcompiler",
-        "-fPIC",
-        "-std=c++17",
-        "-gencode=arch=compute_90a,code=sm_90a",
-    ]
+    cmd = ["nvcc", "-O2", "-shared", "-Xcompiler", "-fPIC", "-std=c++17", "-cudart", "shared"]
+    cmd += ["-gencode=arch=compute_90a,code=sm_90a", f'-DCUBLAS_PATH="{cublas}"']
     cmd += [f"-I{info.find_include_path()}", f"-I{info.find_dlpack_include_path()}", str(out / "k.cu")]
-    cmd += ["-o", str(out / "k.so"), f"-L{lib_dir}", "-ltvm_ffi", "-Xlinker", f"-rpath,{lib_dir}"]
+    cmd += ["-o", str(out / "k.so"), f"-L{lib_dir}", "-ltvm_ffi", "-ldl"]
+    cmd += ["-Xlinker", f"-rpath,{lib_dir}"]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out / "k.so"
 
 
-@pytest.mark.parametrize("jailed", [False, True], ids=["plain", "jailed"])
-def test_gpu_call_on_a_guard_page_blob(tmp_path, jailed):
-    """``jailed``: through ``runner_jail(gpu=True)``, whose GPU read rules are a guess to check here."""
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory) -> Path:
     torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from ptxgym.evaluation.runner.build import plan
+
+    return build_kernel(tmp_path_factory.mktemp("kernel"), _cublas_path(plan().cupti_lib))
+
+
+@pytest.mark.parametrize("jailed", [False, True], ids=["plain", "jailed"])
+def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
+    import torch
+
     from ptxgym.evaluation import vmm
+    from ptxgym.evaluation.trusted.native_worker import NativeHandle, native_spec
 
     torch.zeros(1, device="cuda:0")  # a current primary context in this (trusted) process
     page = vmm.granularity(0)
@@ -90,33 +145,108 @@ def test_gpu_call_on_a_guard_page_blob(tmp_path, jailed):
     b.fill_(1.0)
     c.zero_()
     torch.cuda.synchronize()
-    binary = build_runner(tmp_path / "cache")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    kernel = build_kernel(scratch)
-    jail = runner_jail(binary, scratch, gpu=True) if jailed else None
-    client = RunnerClient(binary, tmp_path, jail=jail)
+    spec = native_spec(0, cupti_needed=False)
+    handle = NativeHandle(spec, tmp_path, sandboxed=jailed)
     try:
-        spec = wire.GpuBlob(device=0, total=2 * page, page=page, runs=[wire.Run(offset=0, size=page)])
-        attach = client.request(wire.Attach(blob=spec), fds=fds)
-        assert attach.ok and attach.attach and attach.attach.device == "cuda", attach
-        assert client.request(wire.Load(path=str(kernel), entry="run")).ok
-
-        def t(off: int) -> wire.TensorArg:
-            return wire.TensorArg(role="in", offset=off, shape=(N,), dtype="float32", device="cuda")
-
-        reply = client.request(wire.Call(args=[t(0), t(N * 4), t(2 * N * 4), wire.ScalarArg(value=2.0)]))
-        assert reply.ok and reply.call and reply.call.ev_ms is not None and reply.call.ev_ms > 0, reply
+        assert handle.receive(60.0).hello is not None
+        tensors = [TensorArg(role="in", offset=k * N * 4, shape=(N,), dtype="float32") for k in range(3)]
+        sets = [[*tensors, ScalarArg(value=2.0), ScalarArg(value=mode)] for mode in range(3)]
+        vmm_blob = VmmBlob(total=2 * page, page=page, runs=[VmmRun(offset=0, size=page)])
+        cmd = Attach(arena="g", blob=None, vmm=vmm_blob, sets=sets, flush_bytes=1 << 20, cupti=False)
+        attach = handle.request(cmd, 60.0, fds=fds)
+        assert attach.ok and attach.attach is not None, (attach, handle.log_tail())
+        mode = "on" if jailed else "off"
+        report = handle.request(ApplySandbox(mode=mode, scratch=str(handle.scratch)), 30.0)
+        assert report.ok and report.sandbox is not None, report
+        if jailed:
+            assert {x.name: x.state for x in report.sandbox.layers}["filesystem"] == "active", report
+        assert handle.request(Load(kind="so", path=str(kernel), entry="run"), 30.0).ok
+        reply = handle.request(Call(set=0), 30.0)
+        assert reply.ok and reply.call is not None and reply.call.ev_stream_ms > 0, reply
+        assert reply.call.ev_device_ms >= reply.call.ev_stream_ms
         torch.cuda.synchronize()
         assert torch.equal(c.cpu(), torch.arange(N, dtype=torch.float32) + 2.0)
-        past = client.request(wire.Call(args=[t(0), t(N * 4), t(page - 4), wire.ScalarArg(value=2.0)]))
-        assert not past.ok and past.error and "not inside a mapped run" in past.error
-        maps = Path(f"/proc/{client.pid}/maps").read_text()
-        assert "libcuda.so" in maps
-        for banned in ("libpython", "libtorch", "libcublas", "libcudnn"):
-            assert banned not in maps, f"{banned} is mapped into the runner"
+        cublas = handle.request(Call(set=1), 30.0)
+        passwd = handle.request(Call(set=2), 30.0)
+        if jailed:
+            assert cublas.error == "RuntimeError: cublas denied: Permission denied", cublas
+            assert passwd.error == "RuntimeError: passwd denied: Permission denied", passwd
+        else:
+            assert cublas.error.startswith(
+                ("RuntimeError: opened cublas", "RuntimeError: cublas readable")
+            ), cublas
+            assert passwd.error == "RuntimeError: read /etc/passwd", passwd
+        maps = Path(f"/proc/{handle.pid}/maps").read_text()
+        assert "libcuda.so" in maps and "candidate-1.so" in maps
+        banned = ("libpython", "libtorch", "libcudnn") + (("libcublas",) if jailed else ())
+        for name in banned:
+            assert name not in maps, f"{name} is mapped into the runner"
     finally:
-        client.kill()
+        handle.kill()
         for fd in fds:
             os.close(fd)
         blob.release()
+
+
+@pytest.fixture(scope="module")
+def native_evaluator():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+
+    settings = EvalSettings(
+        memcheck=MemcheckMode.NEVER, call_timeout_s=40.0, ncu_crosscheck_fraction=0.0, verdict_cache_entries=0
+    )
+    with LocalGpuEvaluator(settings=settings, spares=1, candidate_process="native") as evaluator:
+        yield evaluator
+
+
+def _run(evaluator, text: str):
+    from ptxgym.pipeline import Pipeline
+    from ptxgym.records.tasks import get_task
+
+    return Pipeline(get_task("Gemm-sm90a"), evaluator).run(f"```cuda\n{text}\n```")
+
+
+def test_expert_gemm_native_and_python(native_evaluator):
+    text = GEMM.read_text()
+    native = _run(native_evaluator, text)
+    process = (native.environment.sandbox or {}).get("process", "")
+    assert process.startswith("native"), f"the candidate did not run in the runner: {process}"
+    assert native.status.value == "PASSED", native.message
+    assert native.target is not None and native.target.executed.value == "yes", native.target
+    assert native.target.counts.get("HGMMA", 0) > 0 and native.target.counts.get("UTMALDG", 0) > 0
+    native_evaluator.native.wanted = False  # the same arena and baseline, now in the Python worker
+    try:
+        python = _run(native_evaluator, text)
+    finally:
+        native_evaluator.native.wanted = True
+    assert (python.environment.sandbox or {}).get("process", "python") == "python"
+    assert python.status.value == "PASSED", python.message
+    s_native, s_python = native.timing.speedup, python.timing.speedup
+    print(f"NATIVE_PARITY native {s_native:.4f}x python {s_python:.4f}x ratio {s_native / s_python:.4f}")
+    assert abs(s_native / s_python - 1.0) <= 0.03, (s_native, s_python)
+
+
+@pytest.mark.parametrize("name", ["noop", "device_reset", "unobserved_oob_read"])
+def test_hostile_kernels_in_the_runner(native_evaluator, name):
+    """Audit corpus kernels judged in the runner as the audit expects of any evaluator.
+
+    ``noop`` writes nothing (a wrong result); ``device_reset`` resets the device (the context-id check);
+    ``unobserved_oob_read`` reads past A (a fault on the guard page, in the runner's own process).
+    """
+    from ptxgym.audit.cases import CASES
+    from ptxgym.audit.corpus import candidate
+    from ptxgym.records.tasks import get_task
+
+    task = get_task("Gemm-sm90a")
+    expected = next(c.statuses for c in CASES if c.name == name)
+    verdict = native_evaluator.evaluate(task, candidate(name, task))
+    print(f"NATIVE_CORPUS {name}: {verdict.status.value} {verdict.message[:200]}")
+    process = (verdict.environment.sandbox or {}).get("process", "")
+    assert process.startswith("native"), f"{name} did not run in the runner: {process}"
+    assert verdict.status in expected, (
+        f"{name}: {verdict.status} not in {sorted(expected)}: {verdict.message}"
+    )

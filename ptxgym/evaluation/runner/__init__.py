@@ -1,73 +1,84 @@
 """A native runner for candidates: a small C++ process with no interpreter, no torch, no vendor library.
 
-PROTOTYPE (issue 11, requirement 1). Nothing uses it yet: the evaluator still runs candidates in the
-Python worker (``sandboxed/worker.py``). Every GPU path below is written and compiled but UNTESTED ON A
-GPU; only the CPU path has run (``tests/evaluation/test_native_runner.py``).
+Issue 11, requirement 1. Opt-in: with ``candidate_process = "native"`` (``PTXGYM_CANDIDATE_PROCESS``,
+``settings.candidate_process``; default ``python``) the local evaluator runs every candidate of a
+guard-page arena in ``ptxgym-runner`` instead of the Python worker (``sandboxed/worker.py``), through
+``trusted/native_worker.py`` (``NativeHandle``, a ``WorkerHandle``; ``NativeRunners``, the choice and
+the fallback). The CPU path is tested (``tests/evaluation/test_native_runner.py``, ``test_native_worker.py``);
+the GPU path was never run with this protocol when it was written (``test_native_runner_gpu.py``: an
+earlier prototype's GPU call was measured working unjailed on the H200, and failing jailed for want of
+the driver's files, which the jail now names).
 
 What exists
 -----------
-* ``runner.cc`` (+ ``json.h``, ``cuda_path.h``): the ``ptxgym-runner`` executable. It links only libc,
-  libdl, libstdc++ and ``libtvm_ffi.so``; the CUDA driver is opened with ``dlopen`` when a GPU blob is
-  attached, never on the CPU path. Commands: ``attach`` (a CPU memfd, or a guard-page blob of VMM fds),
-  ``load`` (``dlopen(RTLD_NOW|RTLD_LOCAL)`` and ``dlsym("__tvm_ffi_<entry>")``, the symbol
-  ``TVM_FFI_DLL_EXPORT_TYPED_FUNC`` defines), ``call`` (DLTensor-backed ``TVMFFIAny`` arguments, the
-  safe-call ABI, the raised error's kind and message on failure), ``exit``.
+* ``runner.cc`` (+ ``json.h``; ``args.h``: the DLTensor/TVMFFIAny arguments of every input set;
+  ``host_blob.h``: the CPU test blob; ``report.h``: the sandbox report; ``cuda_path.h``: the driver
+  API, opened with ``dlopen`` of the exact file the trusted side names; ``cupti_api.h``: the CUPTI
+  interface, whose definitions ``cupti_path.h`` brings): the ``ptxgym-runner`` executable. It links
+  libc, libdl, libstdc++, ``libtvm_ffi.so`` and, built with CUPTI, ``libcupti``; the driver and the
+  candidate's ``libcudart`` (preloaded by exact path) are opened at run time. It speaks the worker's
+  protocol (below) and serves every command the evaluator sends a candidate's process.
 * ``build.py``: compiles it with the host ``g++`` into ``<cache>/runner/<hash>/`` (sources, flags and
-  compiler version in the key); ``-DPTXGYM_RUNNER_CUDA`` when ``cuda.h`` is found.
-* ``wire.py``: the messages (frozen models); ``client.py``: ``RunnerClient`` starts the runner and
-  validates every reply (``ProtocolViolation``, ``RunnerDied``, ``RunnerTimeout``, as ``trusted/pool.py``
-  does for the Python worker).
+  compiler version in the key); ``-DPTXGYM_RUNNER_CUDA`` when ``cuda.h`` is found,
+  ``-DPTXGYM_RUNNER_CUPTI`` and libcupti when ``cupti.h``, ``libcupti.so*`` and ``cupti_path.h`` are.
 * ``jail.py``: ``runner_jail``, the ``ptxgym/confine`` launcher's rules for a runner (Landlock reads
-  limited to the system libraries, tvm-ffi and the scratch directory holding the candidate; writes to
-  the scratch directory only; no new sockets). ``RunnerClient(jail=...)`` starts the runner through the
-  launcher, which execs it, so no interpreter is left. Tested on the CPU; its GPU rules are a guess.
+  limited to the system libraries, tvm-ffi, the runner's own libcupti files, scratch and, on the GPU,
+  the exact driver and runtime files resolved from the trusted process's ``/proc/self/maps``
+  (``gpu_files``) plus the device nodes, ``/sys`` and a few ``/proc`` facts; writes to scratch only;
+  no sockets; the worker's rlimits). The launcher execs the runner, so no interpreter is left.
 
-Wire format
------------
-Two pipes, each a stream of frames: a 4-byte big-endian length, then one UTF-8 JSON object. Commands
-carry ``op`` and ``seq`` (1, 2, ...); every reply carries ``seq`` (echoed), ``ok`` and either ``error``
-(at most 4000 characters) or the op's result (``attach``, ``call``). The runner sends ``{"seq": 0,
-"ok": true, "hello": {"pid", "version"}}`` unasked at start. File descriptors an attach needs travel
-just before it on a third channel, a Unix socket (``SCM_RIGHTS``), which the runner closes at ``load``.
-The candidate's stdout/stderr go to the trusted side's log file, not to the reply pipe.
+Protocol
+--------
+Commands are the ``protocol.py`` command models as JSON (``model_dump_json``; an attach's ``blob``, a
+CUDA tensor, is left out), replies are ``protocol.Reply`` JSON, in ``multiprocessing.Connection``'s
+frames (a 4-byte big-endian length, then the bytes) on two pipes, so ``WorkerHandle`` reads and
+validates them with its own code; the hello (seq 0) has ``torch`` "" and ``runner`` (its version).
+File descriptors of an attach travel just before it on a Unix socket (``SCM_RIGHTS``, ``--fd-sock``),
+closed at ``sandbox`` and before a load. stdout and stderr (the candidate's output) go to the pool's
+``OutputCapture``.
 
-Differences from the Python worker's loading
---------------------------------------------
-``tvm_ffi.load_module`` also fills ``__tvm_ffi__library_ctx``, unpacks ``__tvm_ffi__library_bin`` and
-initialises context symbols; the runner only resolves the exported function, which is all a
-``ptxgym.cpu.build`` candidate (one ``TVM_FFI_DLL_EXPORT_TYPED_FUNC``, its cubin in cudart's fat binary)
-needs. The candidate's ``libtvm_ffi.so`` must be the runner's (same soname: the loader reuses the copy
-already mapped), or TVM-FFI's current stream and error slot would be two different ones.
+* ``attach``: guard-page blobs only (``Attach.vmm``: each run's POSIX fd imported and mapped at its
+  offset, the holes unmapped); a plain blob is refused with an error naming the Python worker (the
+  evaluator never sends one: it chooses the worker for plain arenas). Builds every input set's
+  arguments (views checked to lie inside one mapped run), allocates the ``flush_bytes`` L2-flush
+  buffer, starts the candidate's CUDA runtime on the primary context (``cudaSetDevice``, ``cudaFree(0)``:
+  a runtime that cannot start in the jail fails the set-up, not the candidate), starts CUPTI when asked
+  (a probe memset must show up in its spans) or says why not.
+* ``sandbox``: the jail already holds; the reply is the ``SandboxReport`` of what the runner observes in
+  force (``NoNewPrivs`` and ``Seccomp`` in its status, a refused probe socket, a refused ``/etc/passwd``,
+  its rlimits, its environment); mode ``strict`` refuses a layer that is not in force.
+* ``load``: ``noop`` (a 4-byte memset on the stream: the calibration's subject) or ``so`` (refused
+  before ``sandbox``; ``dlopen`` of the copy the trusted side put in scratch, ``__tvm_ffi_<entry>``);
+  ``baseline`` is refused (a library baseline stays in the Python worker, vendor library and all).
+* ``trial_begin`` / ``trial_end``: the persisting-L2 limit zeroed; CUPTI's records begun and cut into
+  ``Spans`` (empty without CUPTI).
+* ``call``: context sync, L2 flush (memset of the flush buffer) and ``cuCtxResetPersistingL2Cache``,
+  sync, CUPTI start, event 0, the call (TVM-FFI's stream is the runner's), event 1, sync, CUPTI window,
+  event 2: ``CallResult`` ``ev_stream_ms``/``ev_device_ms``/``host_ms``. A context whose
+  ``cuCtxGetId`` changed is an error reply (as the worker's), a failed call's reply carries the sticky
+  error (``cuCtxSynchronize``'s name and text). ``Call.count``: the call under CUPTI's SASS metrics
+  (``cupti::count_json``), or ``count_error`` with the reason.
 
-Known limits (by design of a same-process runner)
--------------------------------------------------
+Known limits
+------------
 The candidate still shares the runner's address space: its host code can write a forged frame to the
-reply fd or patch the runner's memory. What changed is that there is no interpreter to hijack and no
-vendor library to borrow; the strict reply validation turns clumsy forgery into a violation, and the
-measurements that must not be forgeable have to come from outside the process (next steps).
+reply fd or patch the runner's memory (its timings and counts). What changed is that there is no
+interpreter to hijack and no vendor library to borrow (cuBLAS cannot even be read); the strict reply
+validation turns clumsy forgery into a violation, and the measurements that must not be forgeable have
+to come from outside the process.
 
-Untested (no GPU this session)
-------------------------------
-Every line under ``PTXGYM_RUNNER_CUDA``: the VMM import and mapping (mirrors ``evaluation/vmm.py``), the
-primary-context retain, the stream installed with ``TVMFFIEnvSetStream``, the CUDA-event timing
-(``ev_ms``). First GPU check: attach a ``trusted/guards.py`` blob, run a ``ptxgym.cpu.build`` candidate,
-compare outputs and ``ev_ms`` with the Python worker's on the same arena
-(``tests/evaluation/test_native_runner_gpu.py`` does the first half; never run yet).
-
-Next steps to make it the worker
---------------------------------
-1. Parity with ``sandboxed/worker.py``: L2 flush buffer and persisting-L2 reset before a call, trial
-   begin/end, the sticky-error check after a call, the ``Reply`` fields of ``protocol.py`` (or a
-   translation in the client), and the library baselines as a bridge ``.so`` exporting the same TVM-FFI
-   entry (like ``bench/parity_bridge.cc``) so cuBLAS/cuDNN load only in a baseline's runner.
-2. CUPTI in C: activity records (kernel spans per timed call) and the SASS-metrics counted call, ported
-   from ``sandboxed/cupti_spans.py`` and ``sass_counts.py``; better still, measured from a separate
-   process so the candidate cannot forge them.
-3. Confinement on the GPU: run ``test_native_runner_gpu.py[jailed]`` and narrow ``jail.GPU_READ`` to what
-   the driver really opens (``strace -f -e trace=openat`` of a runner); add the worker's rlimits (address
-   space, processes) and make the pool copy the candidate into the runner's scratch before ``load``.
-4. Output capture through the pool's ``OutputCapture`` (a capped log plus tail) instead of a plain file;
-   pre-warmed spares in ``trusted/pool.py`` with ``RunnerClient`` behind ``WorkerHandle``'s interface.
+Not done
+--------
+* Run on the GPU: ``test_native_runner_gpu.py`` (jail vs cuBLAS and ``/etc/passwd``; the expert GEMM
+  native vs Python within 3 %; a wrong GEMM) has not run yet; the driver's needs under the jail are
+  inferred, not traced (no strace on the device): ``PTXGYM_RUNNER_READ_EXTRA`` adds paths if it
+  needs more, and a runner that cannot be set up makes the evaluator fall back to the worker, saying so.
+* The CUPTI path needs ``cupti_path.h`` (another change): until it is in the tree the runner is built
+  without it, and an evaluator that times with CUPTI (the default where CUPTI works) keeps candidates in
+  the Python worker, saying why (a runner timed with events would not be comparable with the baseline).
+* The library baselines still run in the Python worker (a bridge ``.so`` with the same TVM-FFI entry,
+  like ``bench/parity_bridge.cc``, would time them through the runner too).
+* The default stays ``python`` until the GPU run shows parity.
 """
 
 __all__: list[str] = []  # a folder of modules: import them by name

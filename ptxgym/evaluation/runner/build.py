@@ -5,7 +5,11 @@ the runner against tvm-ffi's headers and ``libtvm_ffi.so`` (found with ``tvm_ffi
 the runner needs no ``LD_LIBRARY_PATH``). When the CUDA toolkit's ``cuda.h`` is found (the same
 discovery as the candidate build, ``ptxgym.cpu.toolchain``) the GPU path is compiled in
 (``-DPTXGYM_RUNNER_CUDA``); the runner still never links ``libcuda``: it opens the driver at run time,
-and only for a GPU blob. The product lands in ``<cache>/runner/<key>/ptxgym-runner``, written to a
+and only for a GPU blob. When ``cupti.h`` (the toolkit's include directory or ``extras/CUPTI/include``),
+a ``libcupti.so*`` beside the toolkit's libraries and ``cupti_path.h`` are all found, the CUPTI path is
+compiled in too (``-DPTXGYM_RUNNER_CUPTI``, linked to that libcupti file with an rpath to its
+directory); without them the runner answers ``cupti: false`` and ``count_error`` with the reason.
+The product lands in ``<cache>/runner/<key>/ptxgym-runner``, written to a
 temporary name first and renamed, so concurrent builds of one key are safe.
 """
 
@@ -23,8 +27,17 @@ from ptxgym.records import settings
 from ptxgym.records.errors import ToolchainNotFoundError
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("runner.cc", "json.h", "cuda_path.h")
-"""Every file the runner is compiled from (all count in the cache key)."""
+SOURCES = (
+    "runner.cc",
+    "json.h",
+    "args.h",
+    "host_blob.h",
+    "report.h",
+    "cuda_path.h",
+    "cupti_api.h",
+    "cupti_path.h",
+)
+"""Every file the runner is compiled from (all that exist count in the cache key)."""
 BUILD_TIMEOUT_S = 180.0
 
 
@@ -38,6 +51,10 @@ class RunnerBuild:
     """Every argument but the output path."""
     cuda: bool
     """Whether the GPU path is compiled in (``cuda.h`` found)."""
+    cupti_lib: Path | None = None
+    """The libcupti file the CUPTI path links (None: no CUPTI path, see ``cupti_missing``)."""
+    cupti_missing: str = ""
+    """Why the CUPTI path is not compiled in ('' when it is)."""
 
 
 def _compiler() -> str:
@@ -62,6 +79,31 @@ def _cuda_include() -> Path | None:
     return next((d for d in dirs if (d / "cuda.h").is_file()), None)
 
 
+def _cupti(cuda: Path | None) -> tuple[Path | None, Path | None, str]:
+    """(include dir with cupti.h, the libcupti file, '') or (None, None, why not)."""
+    if cuda is None:
+        return None, None, "no CUDA toolkit (cuda.h) found"
+    if not (HERE / "cupti_path.h").is_file():
+        return None, None, "cupti_path.h (the runner's CUPTI code) is not in this tree"
+    root = cuda.parent if cuda.name == "include" else cuda.parent.parent
+    heads = [d for d in (cuda, root / "extras" / "CUPTI" / "include") if (d / "cupti.h").is_file()]
+    if not heads:
+        return None, None, f"no cupti.h beside {cuda}"
+    lib_dirs = [root / "lib64", root / "lib", root / "targets" / "x86_64-linux" / "lib"]
+    lib_dirs += [root / "extras" / "CUPTI" / "lib64"]
+    try:
+        from ptxgym.cpu.toolchain import find_toolchain
+
+        lib_dirs = [*find_toolchain().lib_dirs, *lib_dirs]
+    except Exception:  # noqa: BLE001 - the fixed places above still count
+        pass
+    for d in lib_dirs:
+        files = sorted(d.glob("libcupti.so*"), key=lambda p: (len(p.name), p.name)) if d.is_dir() else []
+        if files:
+            return heads[0], files[0], ""
+    return None, None, f"no libcupti.so* in {', '.join(map(str, lib_dirs))}"
+
+
 def plan() -> RunnerBuild:
     """The compiler and flags for this host."""
     import tvm_ffi.libinfo as info
@@ -70,6 +112,12 @@ def plan() -> RunnerBuild:
     dlpack = Path(info.find_dlpack_include_path())
     lib_dir = Path(info.find_libtvm_ffi()).parent
     cuda = _cuda_include()
+    cupti_inc, cupti_lib, cupti_missing = _cupti(cuda)
+    cupti = (
+        [f"-I{cupti_inc}", "-DPTXGYM_RUNNER_CUPTI", str(cupti_lib), f"-Wl,-rpath,{cupti_lib.parent}"]
+        if cupti_inc and cupti_lib
+        else []
+    )
     flags = [
         "-std=c++17",
         "-O2",
@@ -83,15 +131,22 @@ def plan() -> RunnerBuild:
         f"-L{lib_dir}",
         "-ltvm_ffi",
         f"-Wl,-rpath,{lib_dir}",
+        *cupti,
         "-ldl",
     ]
-    return RunnerBuild(compiler=_compiler(), flags=tuple(flags), cuda=cuda is not None)
+    return RunnerBuild(
+        compiler=_compiler(),
+        flags=tuple(flags),
+        cuda=cuda is not None,
+        cupti_lib=cupti_lib,
+        cupti_missing=cupti_missing,
+    )
 
 
 def key(build: RunnerBuild) -> str:
     """Hash of the sources, the flags and the compiler's version."""
     digest = hashlib.sha256()
-    for name in SOURCES:
+    for name in (n for n in SOURCES if (HERE / n).is_file()):
         digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
     version = subprocess.run([build.compiler, "--version"], capture_output=True, text=True, check=False)
     digest.update("\0".join([build.compiler, version.stdout, *build.flags]).encode())

@@ -1,17 +1,17 @@
-// The runner's GPU path: the CUDA driver API, loaded at run time.
+// The runner's GPU path: the CUDA driver API, loaded at run time (PTXGYM_RUNNER_CUDA).
 //
-// UNTESTED ON A GPU: this file compiles on the CPU build host (cuda.h only; PTXGYM_RUNNER_CUDA) but
-// has never run. The driver is opened with dlopen("libcuda.so.1") the first time a GPU blob is
-// attached, so a CPU-only run never maps it. Every entry point is resolved by the name cuda.h maps it
-// to (for example cuEventElapsedTime -> cuEventElapsedTime_v2), which is what a direct call would bind.
+// The driver is opened with dlopen the first time a guard-page blob is attached (the exact file the
+// trusted side names with --libcuda, which the jail allows), so a CPU-only run never maps it. Every entry
+// point is resolved by the name cuda.h maps it to (cuMemAlloc -> cuMemAlloc_v2, ...), which is what a
+// direct call would bind.
 //
-// What it does, mirroring ptxgym/evaluation/vmm.py (MappedBlob) and the Python worker's call timing:
-//  * attach: retain the device's primary context (the one the candidate's cudart uses), import each
-//    run's POSIX fd (cuMemImportFromShareableHandle), reserve the blob's address range, map every run
-//    at its offset and give the device read-write access; the holes between runs stay unmapped;
-//  * a non-blocking stream, installed as TVM-FFI's current stream for the device (TVMFFIEnvSetStream),
-//    so a candidate that asks TVM-FFI for the stream launches on it;
-//  * two events around each call on that stream (elapsed milliseconds), after a context sync.
+// What it does, mirroring ptxgym/evaluation/vmm.py (MappedBlob) and the Python worker's calls:
+//  * GpuBlob: import each run's POSIX fd (cuMemImportFromShareableHandle), reserve the blob's address
+//    range, map every run at its offset and give the device read-write access; holes stay unmapped;
+//  * Device: the primary context (the one the candidate's cudart uses) made current, its id
+//    (cuCtxGetId) for the lost-context check, a non-blocking stream installed as TVM-FFI's current
+//    stream (TVMFFIEnvSetStream), three timing events, the L2-flush buffer and a 4-byte scratch word
+//    (the no-op subject memsets it: one GPU activity, as the worker's one-element add).
 #pragma once
 
 #ifdef PTXGYM_RUNNER_CUDA
@@ -30,13 +30,15 @@ namespace ptxrunner {
 
 #define PTXR_STR2(x) #x
 #define PTXR_STR(x) PTXR_STR2(x)
-// Every driver function the runner uses: (name as written in cuda.h). The symbol looked up is the
-// macro-expanded name, so versioned entry points (_v2, per-thread-stream variants) match cuda.h.
+// Every driver function the runner uses (name as written in cuda.h); the symbol looked up is the
+// macro-expanded name, so versioned entry points match cuda.h.
 #define PTXR_CUDA_FUNCS(X)                                                                            \
-  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize)        \
-  X(cuGetErrorName) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve) X(cuMemMap)             \
-  X(cuMemSetAccess) X(cuMemUnmap) X(cuMemAddressFree) X(cuMemRelease) X(cuStreamCreate)              \
-  X(cuEventCreate) X(cuEventRecord) X(cuEventElapsedTime)
+  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxGetCurrent)         \
+  X(cuCtxGetId) X(cuCtxSynchronize) X(cuCtxSetLimit) X(cuCtxResetPersistingL2Cache) X(cuGetErrorName) \
+  X(cuGetErrorString) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve) X(cuMemMap)           \
+  X(cuMemSetAccess) X(cuMemUnmap) X(cuMemAddressFree) X(cuMemRelease) X(cuMemAlloc) X(cuMemFree)     \
+  X(cuMemsetD8Async) X(cuStreamCreate) X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize)       \
+  X(cuEventElapsedTime)
 
 class Cuda {
  public:
@@ -44,31 +46,120 @@ class Cuda {
   PTXR_CUDA_FUNCS(PTXR_FIELD)
 #undef PTXR_FIELD
 
-  // Open the driver and resolve every entry point; throws naming the first one missing.
-  void open() {
+  // Open the driver at `path` and resolve every entry point; throws naming the first one missing.
+  void open(const std::string& path) {
     if (lib_) return;
-    lib_ = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) throw std::runtime_error(std::string("cannot open libcuda.so.1: ") + dlerror());
+    lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!lib_) throw std::runtime_error("cannot open " + path + ": " + dlerror());
 #define PTXR_RESOLVE(name)                                                                          \
   name##_ = reinterpret_cast<decltype(name##_)>(dlsym(lib_, PTXR_STR(name)));                       \
-  if (!name##_) throw std::runtime_error("libcuda.so.1 lacks " PTXR_STR(name));
+  if (!name##_) throw std::runtime_error(path + " lacks " PTXR_STR(name));
     PTXR_CUDA_FUNCS(PTXR_RESOLVE)
 #undef PTXR_RESOLVE
   }
+  bool opened() const { return lib_ != nullptr; }
 
   // Throws "<call> failed: <CUDA error name>" unless the result is CUDA_SUCCESS.
   void check(CUresult r, const char* call) const {
     if (r == CUDA_SUCCESS) return;
-    const char* name = nullptr;
-    if (cuGetErrorName_) cuGetErrorName_(r, &name);
-    throw std::runtime_error(std::string(call) + " failed: " + (name ? name : std::to_string(r)));
+    throw std::runtime_error(std::string(call) + " failed: " + name(r));
+  }
+  std::string name(CUresult r) const {
+    const char* text = nullptr;
+    if (cuGetErrorName_) cuGetErrorName_(r, &text);
+    return text ? text : std::to_string(int(r));
+  }
+  // '' if the current context synchronises cleanly, else "<error name>: <error text>" (the sticky error).
+  std::string sticky_error() const {
+    if (!lib_) return "";
+    CUresult r = cuCtxSynchronize_();
+    if (r == CUDA_SUCCESS) return "";
+    const char* text = nullptr;
+    cuGetErrorString_(r, &text);
+    return name(r) + ": " + (text ? text : "");
+  }
+  // The id of the current context, or -1 if there is none or it cannot be read.
+  long long context_id() const {
+    if (!lib_) return -1;
+    CUcontext ctx = nullptr;
+    unsigned long long id = 0;
+    if (cuCtxGetCurrent_(&ctx) != CUDA_SUCCESS || !ctx) return -1;
+    if (cuCtxGetId_(ctx, &id) != CUDA_SUCCESS) return -1;
+    return static_cast<long long>(id);
   }
 
  private:
   void* lib_ = nullptr;
 };
 
-// One process's mapping of a guard-page blob plus the stream and events of its calls.
+// The device side of one runner: context, stream, events, L2-flush buffer.
+class Device {
+ public:
+  Device(Cuda& cu, int device) : cu_(cu), device_(device) {
+    cu_.check(cu_.cuInit_(0), "cuInit");
+    CUdevice dev;
+    cu_.check(cu_.cuDeviceGet_(&dev, device), "cuDeviceGet");
+    cu_.check(cu_.cuDevicePrimaryCtxRetain_(&ctx_, dev), "cuDevicePrimaryCtxRetain");
+    cu_.check(cu_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent");
+    context_id_ = cu_.context_id();
+    cu_.check(cu_.cuStreamCreate_(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    for (CUevent& ev : events_) cu_.check(cu_.cuEventCreate_(&ev, CU_EVENT_DEFAULT), "cuEventCreate");
+    cu_.check(cu_.cuMemAlloc_(&word_, 4), "cuMemAlloc (scratch word)");
+    if (TVMFFIEnvSetStream(kDLCUDA, device, stream_, nullptr) != 0)
+      throw std::runtime_error("TVMFFIEnvSetStream failed");
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int device() const { return device_; }
+  long long context_id() const { return context_id_; }
+
+  // (Re)allocate the L2-flush buffer; returns its size.
+  size_t set_flush(size_t bytes) {
+    if (flush_) cu_.cuMemFree_(flush_);
+    flush_ = 0;
+    flush_bytes_ = 0;
+    if (bytes) cu_.check(cu_.cuMemAlloc_(&flush_, bytes), "cuMemAlloc (L2 flush buffer)");
+    flush_bytes_ = bytes;
+    return bytes;
+  }
+
+  void sync() const { cu_.check(cu_.cuCtxSynchronize_(), "cuCtxSynchronize"); }
+
+  // Zero the persisting-L2 limit (as the worker's cudaDeviceSetLimit(PersistingL2CacheSize, 0)).
+  void zero_persisting_limit() const {
+    cu_.check(cu_.cuCtxSetLimit_(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0), "cuCtxSetLimit");
+  }
+
+  // Flush the L2 (memset of the flush buffer on the stream) and reset persisting lines.
+  void flush_l2() const {
+    if (flush_) cu_.check(cu_.cuMemsetD8Async_(flush_, 0, flush_bytes_, stream_), "cuMemsetD8Async (flush)");
+    cu_.check(cu_.cuCtxResetPersistingL2Cache_(), "cuCtxResetPersistingL2Cache");
+  }
+
+  // The no-op subject: one memset of the scratch word on the stream.
+  void noop() const { cu_.check(cu_.cuMemsetD8Async_(word_, 1, 4, stream_), "cuMemsetD8Async (no-op)"); }
+
+  void record(int k) const { cu_.check(cu_.cuEventRecord_(events_[k], stream_), "cuEventRecord"); }
+  void wait(int k) const { cu_.check(cu_.cuEventSynchronize_(events_[k]), "cuEventSynchronize"); }
+  float elapsed(int a, int b) const {
+    float ms = 0.0f;
+    cu_.check(cu_.cuEventElapsedTime_(&ms, events_[a], events_[b]), "cuEventElapsedTime");
+    return ms;
+  }
+
+ private:
+  Cuda& cu_;
+  int device_;
+  CUcontext ctx_ = nullptr;
+  long long context_id_ = -1;
+  CUstream stream_ = nullptr;
+  CUevent events_[3] = {nullptr, nullptr, nullptr};
+  CUdeviceptr word_ = 0, flush_ = 0;
+  size_t flush_bytes_ = 0;
+};
+
+// One process's mapping of a guard-page blob.
 class GpuBlob {
  public:
   explicit GpuBlob(Cuda& cu) : cu_(cu) {}
@@ -85,16 +176,6 @@ class GpuBlob {
         for (int fd : fds) close(fd);
       }
     } closer{fds};
-    if (fds.size() != runs.size())
-      throw std::runtime_error(std::to_string(runs.size()) + " run(s) need as many fds, got " +
-                               std::to_string(fds.size()));
-    cu_.open();
-    cu_.check(cu_.cuInit_(0), "cuInit");
-    CUdevice dev;
-    cu_.check(cu_.cuDeviceGet_(&dev, device), "cuDeviceGet");
-    cu_.check(cu_.cuDevicePrimaryCtxRetain_(&ctx_, dev), "cuDevicePrimaryCtxRetain");
-    cu_.check(cu_.cuCtxSetCurrent_(ctx_), "cuCtxSetCurrent");
-    device_ = device;
     for (int fd : fds) {
       CUmemGenericAllocationHandle h;
       void* shareable = reinterpret_cast<void*>(static_cast<uintptr_t>(fd));
@@ -114,28 +195,9 @@ class GpuBlob {
       mapped_.emplace_back(ptr, runs[i].second);
       cu_.check(cu_.cuMemSetAccess_(ptr, runs[i].second, &access, 1), "cuMemSetAccess");
     }
-    cu_.check(cu_.cuStreamCreate_(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    cu_.check(cu_.cuEventCreate_(&ev0_, CU_EVENT_DEFAULT), "cuEventCreate");
-    cu_.check(cu_.cuEventCreate_(&ev1_, CU_EVENT_DEFAULT), "cuEventCreate");
-    if (TVMFFIEnvSetStream(kDLCUDA, device, stream_, nullptr) != 0)
-      throw std::runtime_error("TVMFFIEnvSetStream failed");
   }
 
-  void* base() const { return reinterpret_cast<void*>(static_cast<uintptr_t>(base_)); }
-  int device() const { return device_; }
-
-  // Run `call` between two events on the stream; returns the events' elapsed milliseconds.
-  template <typename F>
-  float timed(F&& call) {
-    cu_.check(cu_.cuCtxSynchronize_(), "cuCtxSynchronize");
-    cu_.check(cu_.cuEventRecord_(ev0_, stream_), "cuEventRecord");
-    call();
-    cu_.check(cu_.cuEventRecord_(ev1_, stream_), "cuEventRecord");
-    cu_.check(cu_.cuCtxSynchronize_(), "cuCtxSynchronize (after the call)");
-    float ms = 0.0f;
-    cu_.check(cu_.cuEventElapsedTime_(&ms, ev0_, ev1_), "cuEventElapsedTime");
-    return ms;
-  }
+  char* base() const { return reinterpret_cast<char*>(static_cast<uintptr_t>(base_)); }
 
   // Unmap, free the range and release the imported handles (errors ignored: best effort on teardown).
   void release() {
@@ -149,14 +211,10 @@ class GpuBlob {
 
  private:
   Cuda& cu_;
-  CUcontext ctx_ = nullptr;
   CUdeviceptr base_ = 0;
   size_t total_ = 0;
-  int device_ = 0;
   std::vector<CUmemGenericAllocationHandle> handles_;
   std::vector<std::pair<CUdeviceptr, size_t>> mapped_;
-  CUstream stream_ = nullptr;
-  CUevent ev0_ = nullptr, ev1_ = nullptr;
 };
 
 }  // namespace ptxrunner

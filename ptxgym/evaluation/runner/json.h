@@ -213,6 +213,9 @@ class JsonWriter {
   JsonWriter& boolean(const char* key, bool v) { return raw(key, v ? "true" : "false"); }
   JsonWriter& text(const char* key, const std::string& v) { return raw(key, quote(v)); }
   JsonWriter& object(const char* key, const JsonWriter& inner) { return raw(key, inner.str()); }
+  JsonWriter& null(const char* key) { return raw(key, "null"); }
+  // A value already written as JSON text (by another writer of this runner, never by the candidate).
+  JsonWriter& json(const char* key, const std::string& text) { return raw(key, text); }
   // Append every field of `other` (which must not repeat a key of this one).
   JsonWriter& merge(const JsonWriter& other) {
     if (!body_.empty() && !other.body_.empty()) body_ += ',';

@@ -1,18 +1,23 @@
 // ptxgym-runner: runs a candidate's TVM-FFI shared object in a process with no interpreter, no torch
-// and no vendor library. The wire format is described in ptxgym/evaluation/runner/__init__.py.
+// and no vendor library but the CUDA driver and runtime the candidate itself needs. It speaks the Python
+// worker's protocol (ptxgym/evaluation/protocol.py): commands are the command models as JSON, replies are
+// protocol.Reply JSON, so the trusted side validates them with the very same models. The wire format and
+// the differences from the worker are described in ptxgym/evaluation/runner/__init__.py.
 //
-// Usage: ptxgym-runner --fd-in N --fd-out N --fd-sock N
+// Usage: ptxgym-runner --fd-in N --fd-out N --fd-sock N --parent-pid P [--device D] [--libcuda PATH]
+//                      [--preload PATH]... [--host-blobs]
 //   fd-in:   commands (trusted -> runner), 4-byte big-endian length + one JSON object;
-//   fd-out:  replies (runner -> trusted), same framing; never stdout, so the candidate's output (stdout
-//            and stderr, captured by the trusted side) cannot reach the reply channel by accident;
-//   fd-sock: a Unix socket carrying the file descriptors an attach needs (SCM_RIGHTS); closed before
-//            any candidate is loaded.
-// Built with PTXGYM_RUNNER_CUDA the GPU path of cuda_path.h is compiled in (UNTESTED ON A GPU).
+//   fd-out:  replies (runner -> trusted), same framing (multiprocessing.Connection's); never stdout;
+//   fd-sock: a Unix socket carrying the file descriptors an attach needs (SCM_RIGHTS); closed at the
+//            sandbox command and before any candidate is loaded;
+//   libcuda: the driver file to dlopen (the one the jail allows); preload: files dlopened before the
+//            candidate (its libcudart, by exact path, so its DT_NEEDED soname is already satisfied);
+//   host-blobs: the CPU test path, runs are memfds mapped in host memory (host_blob.h).
 #include <dlfcn.h>
 #include <poll.h>
-#include <sys/mman.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <tvm/ffi/c_api.h>
 #include <unistd.h>
@@ -24,15 +29,24 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "cuda_path.h"
+#include "host_blob.h"
 #include "json.h"
+#include "report.h"
+
+#if defined(PTXGYM_RUNNER_CUPTI) && defined(PTXGYM_RUNNER_CUDA) && __has_include("cupti_path.h")
+#include "cupti_path.h"
+#define PTXR_WITH_CUPTI 1
+#endif
 
 namespace ptxrunner {
 
-constexpr const char* kVersion = "0.1";
+constexpr const char* kVersion = "0.2";
 constexpr uint32_t kMaxCommand = 1u << 20;  // a longer command is refused (the runner exits)
 constexpr size_t kMaxError = 4000;          // characters of an error text kept in a reply
-constexpr int kMaxFds = 64;                 // file descriptors one attach may carry
+constexpr size_t kMaxSassRows = 200000;     // protocol.MAX_SASS_ROWS
+constexpr int kMaxFds = 250;                // file descriptors one attach may carry (SCM_MAX_FD 253)
 
 // ------------------------------------------------------------------------------------------ framing
 
@@ -77,10 +91,11 @@ void send_message(int fd, const std::string& body) {
   write_full(fd, frame + body);
 }
 
-// Up to `want` file descriptors sent with one byte over a Unix socket (30 s to arrive).
+// Exactly `want` file descriptors sent with one byte over a Unix socket (30 s to arrive).
 std::vector<int> receive_fds(int sock, size_t want) {
-  if (sock < 0) throw std::runtime_error("the fd socket is closed (a candidate was loaded)");
-  if (want == 0 || want > kMaxFds) throw std::runtime_error("an attach carries 1 to 64 fds");
+  if (sock < 0) throw std::runtime_error("the fd socket is closed (sandbox applied or candidate loaded)");
+  if (want == 0 || want > kMaxFds)
+    throw std::runtime_error("an attach carries 1 to " + std::to_string(kMaxFds) + " fds");
   pollfd pfd = {sock, POLLIN, 0};
   if (poll(&pfd, 1, 30000) != 1) throw std::runtime_error("no file descriptors arrived within 30 s");
   char byte;
@@ -110,43 +125,41 @@ std::vector<int> receive_fds(int sock, size_t want) {
   return fds;
 }
 
-// ------------------------------------------------------------------------------------------ dtypes
-
-DLDataType parse_dtype(const std::string& name) {
-  struct Entry {
-    const char* name;
-    uint8_t code, bits;
-  };
-  static const Entry kTable[] = {
-      {"float32", kDLFloat, 32},  {"float16", kDLFloat, 16},  {"float64", kDLFloat, 64},
-      {"bfloat16", kDLBfloat, 16}, {"int8", kDLInt, 8},        {"int16", kDLInt, 16},
-      {"int32", kDLInt, 32},      {"int64", kDLInt, 64},      {"uint8", kDLUInt, 8},
-      {"bool", kDLBool, 8},       {"float8_e4m3fn", kDLFloat8_e4m3fn, 8},
-      {"float8_e5m2", kDLFloat8_e5m2, 8},
-  };
-  for (const Entry& e : kTable)
-    if (name == e.name) return DLDataType{e.code, e.bits, 1};
-  throw std::runtime_error("unknown dtype '" + name + "'");
-}
-
 double now_ms() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+struct Options {
+  int in = -1, out = -1, sock = -1, device = 0;
+  long parent = 0;
+  bool host_blobs = false;
+  std::string libcuda = "libcuda.so.1";
+  std::vector<std::string> preload;
+  double started_ms = 0;
+};
+
+// An error reply's text and the context's sticky error (a failed command never ends the runner).
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // ------------------------------------------------------------------------------------------ runner
 
 class Runner {
  public:
-  Runner(int in, int out, int sock) : in_(in), out_(out), sock_(sock) {}
+  explicit Runner(const Options& o) : o_(o), sock_(o.sock) {}
 
   int serve() {
-    send_message(out_, JsonWriter().num("seq", 0).boolean("ok", true).object(
-                           "hello", JsonWriter().num("pid", getpid()).text("version", kVersion)).str());
+    JsonWriter hello;
+    hello.num("pid", getpid()).num("device", o_.device).real("warm_s", (now_ms() - o_.started_ms) / 1e3);
+    hello.text("torch", "").null("context_id").text("runner", kVersion);
+    send_message(o_.out, JsonWriter().num("seq", 0).boolean("ok", true).object("hello", hello).str());
     std::string text;
-    while (read_message(in_, &text)) {
-      int64_t seq = -1;
+    int64_t expected = 1;
+    while (read_message(o_.in, &text)) {
+      int64_t seq = expected;
       std::string op;
       JsonWriter reply;
       try {
@@ -157,212 +170,377 @@ class Runner {
       } catch (const std::exception& e) {
         reply = failure(e.what());
       }
-      send_message(out_, JsonWriter().num("seq", seq).merge(reply).str());
+      expected = seq + 1;
+      send_message(o_.out, JsonWriter().num("seq", seq).merge(reply).str());
       if (op == "exit") return 0;
     }
     return 0;  // the trusted side closed the command channel
   }
 
  private:
-  int in_, out_, sock_;
+  Options o_;
+  int sock_;
+  enum class Subject { kNone, kNoop, kSo } subject_ = Subject::kNone;
   void* lib_ = nullptr;
   TVMFFISafeCallType fn_ = nullptr;
-  char* cpu_base_ = nullptr;
-  size_t cpu_size_ = 0;
-  std::vector<std::pair<size_t, size_t>> runs_;  // GPU blob: mapped (offset, size) runs
+  std::vector<std::unique_ptr<ArgSet>> sets_;
+  std::unique_ptr<HostBlob> host_;
+  bool sandboxed_ = false;
+  bool cupti_ = false;
+  bool runtime_ready_ = false;
 #ifdef PTXGYM_RUNNER_CUDA
   Cuda cuda_;
+  std::unique_ptr<Device> dev_;
   std::unique_ptr<GpuBlob> gpu_;
 #endif
 
-  static JsonWriter failure(const std::string& why) {
-    return JsonWriter().boolean("ok", false).text("error", why.substr(0, kMaxError));
+  std::string sticky_error() const {
+#ifdef PTXGYM_RUNNER_CUDA
+    if (dev_) return cuda_.sticky_error();
+#endif
+    return "";
   }
+
+  JsonWriter failure(const std::string& why) const {
+    JsonWriter w;
+    w.boolean("ok", false).text("error", why.substr(0, kMaxError));
+    std::string sticky = sticky_error();
+    if (!sticky.empty()) w.text("cuda_error", sticky.substr(0, kMaxError));
+    return w;
+  }
+
+  static JsonWriter ok() { return JsonWriter().boolean("ok", true); }
 
   JsonWriter dispatch(const std::string& op, const Json& cmd) {
     if (op == "attach") return attach(cmd);
+    if (op == "sandbox") return sandbox(cmd);
     if (op == "load") return load(cmd);
+    if (op == "trial_begin") return trial_begin(cmd);
+    if (op == "trial_end") return trial_end();
     if (op == "call") return call(cmd);
-    if (op == "exit") return JsonWriter().boolean("ok", true);
-    throw std::runtime_error("unknown op '" + op + "'");
+    if (op == "exit") return ok();
+    throw std::runtime_error("unknown command '" + op + "'");
   }
+
+  void close_fd_socket() {
+    if (sock_ >= 0) close(sock_);  // the candidate never sees the fd channel
+    sock_ = -1;
+  }
+
+  // ------------------------------------------------------------------------------------ attach
 
   JsonWriter attach(const Json& cmd) {
-    if (fn_) throw std::runtime_error("attach after load is refused");
-    const Json& blob = cmd.at("blob");
-    const std::string& kind = blob.at("kind").as_str("blob.kind");
-    if (kind == "memfd") return attach_memfd(blob);
-    if (kind == "vmm") return attach_vmm(blob);
-    throw std::runtime_error("unknown blob kind '" + kind + "'");
-  }
-
-  JsonWriter attach_memfd(const Json& blob) {
-    int64_t size = blob.at("size").as_int("blob.size");
-    if (size <= 0) throw std::runtime_error("blob.size must be positive");
-    int fd = receive_fds(sock_, 1)[0];
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < size) {
-      close(fd);
-      throw std::runtime_error("the memfd is smaller than blob.size");
-    }
-    void* p = mmap(nullptr, size_t(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) throw std::runtime_error(std::string("mmap failed: ") + strerror(errno));
-    drop_blobs();
-    cpu_base_ = static_cast<char*>(p);
-    cpu_size_ = size_t(size);
-    runs_ = {{0, cpu_size_}};
-    return JsonWriter().boolean("ok", true).object("attach", JsonWriter().text("device", "cpu"));
-  }
-
-  // Forget the attached blob (a new attach replaces it).
-  void drop_blobs() {
-    if (cpu_base_) munmap(cpu_base_, cpu_size_);
-    cpu_base_ = nullptr;
-    cpu_size_ = 0;
-    runs_.clear();
-#ifdef PTXGYM_RUNNER_CUDA
-    gpu_.reset();
-#endif
-  }
-
-  JsonWriter attach_vmm(const Json& blob) {
-    std::vector<std::pair<size_t, size_t>> runs;
-    for (const Json& r : blob.at("runs").as_array("blob.runs")) {
+    if (subject_ == Subject::kSo) throw std::runtime_error("attach after the candidate's load is refused");
+    if (!cmd.has("vmm") || cmd.at("vmm").kind == Json::kNull)
+      throw std::runtime_error(
+          "the native runner maps only guard-page blobs (Attach.vmm); a plain CUDA-IPC blob needs the "
+          "Python worker (candidate_process 'python', or guard pages on)");
+    const Json& vmm = cmd.at("vmm");
+    int64_t total = vmm.at("total").as_int("vmm.total"), page = vmm.at("page").as_int("vmm.page");
+    if (total <= 0 || page <= 0) throw std::runtime_error("vmm.total and vmm.page must be positive");
+    Runs runs;
+    for (const Json& r : vmm.at("runs").as_array("vmm.runs")) {
       int64_t off = r.at("offset").as_int("run.offset"), size = r.at("size").as_int("run.size");
-      if (off < 0 || size <= 0) throw std::runtime_error("a run needs offset >= 0 and size > 0");
+      if (off < 0 || size <= 0 || off + size > total)
+        throw std::runtime_error("a run needs offset >= 0, size > 0 and to end inside vmm.total");
       runs.emplace_back(size_t(off), size_t(size));
     }
-#ifdef PTXGYM_RUNNER_CUDA
-    int64_t total = blob.at("total").as_int("blob.total"), page = blob.at("page").as_int("blob.page");
-    int64_t device = blob.at("device").as_int("blob.device");
-    for (auto& r : runs)
-      if (r.first + r.second > size_t(total)) throw std::runtime_error("a run ends past blob.total");
+    int64_t flush = cmd.at("flush_bytes").as_int("flush_bytes");
+    if (flush < 0) throw std::runtime_error("flush_bytes must be >= 0");
     std::vector<int> fds = receive_fds(sock_, runs.size());
-    drop_blobs();
-    auto mapped = std::make_unique<GpuBlob>(cuda_);
-    mapped->map(int(device), fds, size_t(total), size_t(page), runs);
-    gpu_ = std::move(mapped);
-    runs_ = runs;
-    return JsonWriter().boolean("ok", true).object("attach", JsonWriter().text("device", "cuda"));
+    sets_.clear();
+    char* base = nullptr;
+    DLDevice device{kDLCPU, 0};
+    size_t flushed = 0;
+    std::string cupti_error = "not requested";
+    if (o_.host_blobs) {
+      host_ = std::make_unique<HostBlob>(fds, size_t(total), runs);
+      base = host_->base();
+      if (cmd.at("cupti").b) cupti_error = "a host blob (the CPU test path) has no GPU activity to trace";
+    } else {
+#ifdef PTXGYM_RUNNER_CUDA
+      try {
+        cuda_.open(o_.libcuda);
+        if (!dev_) dev_ = std::make_unique<Device>(cuda_, o_.device);
+        init_runtime();
+      } catch (...) {
+        for (int fd : fds) close(fd);
+        throw;
+      }
+      gpu_.reset();
+      auto mapped = std::make_unique<GpuBlob>(cuda_);
+      mapped->map(o_.device, fds, size_t(total), size_t(page), runs);
+      gpu_ = std::move(mapped);
+      base = gpu_->base();
+      device = DLDevice{kDLCUDA, o_.device};
+      flushed = dev_->set_flush(size_t(flush));
+      cupti_error = cmd.at("cupti").b ? start_cupti(cmd.has("module_census") && cmd.at("module_census").b)
+                                      : "not requested";
 #else
-    throw std::runtime_error("this runner was built without CUDA (no cuda.h): no vmm blobs");
+      for (int fd : fds) close(fd);
+      throw std::runtime_error("this runner was built without CUDA (no cuda.h): no GPU blobs");
+#endif
+    }
+    sets_ = build_sets(cmd.at("sets"), base, runs, device);
+    JsonWriter result;
+    result.text("arena", cmd.at("arena").as_str("arena")).boolean("cupti", cupti_error.empty());
+    result.text("cupti_error", cupti_error.substr(0, 500)).num("flush_bytes", int64_t(flushed));
+    return ok().object("attach", result);
+  }
+
+  // Open the preloaded libraries (the candidate's CUDA runtime) and initialise the runtime on the
+  // device's primary context now, before any candidate exists, as torch has in the Python worker: a
+  // runtime that cannot start in this process fails the attach (set-up), not the candidate.
+  void init_runtime() {
+    if (runtime_ready_) return;
+    for (const std::string& lib : o_.preload) {
+      void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+      if (!h) throw std::runtime_error("cannot preload " + lib + ": " + dlerror());
+      using SetDevice = int (*)(int);
+      using Free = int (*)(void*);
+      auto set_device = reinterpret_cast<SetDevice>(dlsym(h, "cudaSetDevice"));
+      auto free_fn = reinterpret_cast<Free>(dlsym(h, "cudaFree"));
+      if (!set_device || !free_fn) continue;  // not a CUDA runtime
+      int rc = set_device(o_.device);
+      if (rc == 0) rc = free_fn(nullptr);
+      if (rc != 0)
+        throw std::runtime_error("the CUDA runtime " + lib + " failed to start (cudaError " + std::to_string(rc) +
+                                 ")");
+    }
+    runtime_ready_ = true;
+  }
+
+  // '' when CUPTI traces a probe activity, else why not (the evaluator then times with events).
+  std::string start_cupti(bool module_census) {
+#ifdef PTXR_WITH_CUPTI
+    if (cupti_) return "";
+    std::string err = cupti::start(module_census);
+    if (!err.empty()) return err;
+    cupti::begin();
+    uint64_t t0 = cupti::now();
+    dev_->noop();
+    dev_->sync();
+    cupti::window(0, t0, cupti::now());
+    std::string json;
+    err = cupti::end_json(&json);
+    if (!err.empty()) return err;
+    try {
+      Json spans = JsonReader(json).parse().at("spans");
+      if (!spans.has("0") || spans.at("0").kind == Json::kNull)
+        return "CUPTI recorded no activity for a probe memset";
+    } catch (const std::exception& e) {
+      return std::string("CUPTI's span report did not parse: ") + e.what();
+    }
+    cupti_ = true;
+    return "";
+#else
+    (void)module_census;
+    return "this runner was built without CUPTI (cupti.h, libcupti or cupti_path.h missing at build time)";
 #endif
   }
 
+  // ----------------------------------------------------------------------------------- sandbox
+
+  JsonWriter sandbox(const Json& cmd) {
+    if (sandboxed_) throw std::runtime_error("the sandbox is already applied in this worker");
+    const std::string& mode = cmd.at("mode").as_str("mode");
+    if (mode != "on" && mode != "strict" && mode != "off")
+      throw std::runtime_error("sandbox mode must be on, strict or off, got '" + mode + "'");
+    close_fd_socket();
+    std::vector<Layer> layers = observe_layers();
+    if (mode == "strict")
+      for (const Layer& l : layers)
+        if (l.state == "unavailable")
+          throw std::runtime_error("strict sandbox: layer " + l.name + " is not in force (" + l.detail + ")");
+    sandboxed_ = true;
+    return ok().json("sandbox", sandbox_report_json(mode, layers));
+  }
+
+  // -------------------------------------------------------------------------------------- load
+
   JsonWriter load(const Json& cmd) {
-    if (fn_) throw std::runtime_error("a subject is already loaded");
-    const std::string& path = cmd.at("path").as_str("path");
-    const std::string& entry = cmd.at("entry").as_str("entry");
-    if (path.empty() || path[0] != '/') throw std::runtime_error("path must be absolute");
+    const std::string& kind = cmd.at("kind").as_str("kind");
+    if (subject_ == Subject::kSo) throw std::runtime_error("a candidate is already loaded");
+    if (kind == "noop") {
+      subject_ = Subject::kNoop;
+    } else if (kind == "so") {
+      if (!sandboxed_)
+        throw std::runtime_error(
+            "refusing to load a candidate before the 'sandbox' command (its mode 'off' runs the "
+            "candidate unsandboxed)");
+      load_so(cmd.at("path").as_str("path"), cmd.at("entry").as_str("entry"));
+    } else if (kind == "baseline") {
+      throw std::runtime_error("the native runner loads candidates only: a library baseline runs in the "
+                               "Python worker");
+    } else {
+      throw std::runtime_error("unknown load kind '" + kind + "'");
+    }
+#ifdef PTXGYM_RUNNER_CUDA
+    if (dev_) dev_->zero_persisting_limit();
+#endif
+    return ok();
+  }
+
+  void load_so(const std::string& path, const std::string& entry) {
     if (entry.empty() || entry.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                  "0123456789_") != std::string::npos)
       throw std::runtime_error("entry must be a C identifier");
-    if (sock_ >= 0) close(sock_);  // the candidate never sees the fd channel
-    sock_ = -1;
+    close_fd_socket();
+    for (const std::string& lib : o_.preload)
+      if (!dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL))
+        throw std::runtime_error("cannot preload " + lib + ": " + dlerror());
+    std::string prefix = "loading '" + entry + "' failed: ";
     lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib_) throw std::runtime_error(std::string("dlopen failed: ") + dlerror());
+    if (!lib_) throw std::runtime_error(prefix + "dlopen: " + dlerror());
     std::string symbol = "__tvm_ffi_" + entry;
     fn_ = reinterpret_cast<TVMFFISafeCallType>(dlsym(lib_, symbol.c_str()));
-    if (!fn_) throw std::runtime_error("the shared object exports no " + symbol);
-    return JsonWriter().boolean("ok", true);
+    if (!fn_) throw std::runtime_error(prefix + "the shared object exports no " + symbol);
+    subject_ = Subject::kSo;
   }
 
-  // A view of the attached blob checked to lie inside one mapped run.
-  void* view(int64_t offset, size_t nbytes) const {
-    for (auto& r : runs_)
-      if (offset >= 0 && size_t(offset) >= r.first && size_t(offset) - r.first <= r.second &&
-          nbytes <= r.second - (size_t(offset) - r.first))
-        return base() + offset;
-    throw std::runtime_error("tensor at offset " + std::to_string(offset) + " (" + std::to_string(nbytes) +
-                             " bytes) is not inside a mapped run of the blob");
-  }
+  // ------------------------------------------------------------------------------------ trials
 
-  char* base() const {
+  JsonWriter trial_begin(const Json& cmd) {
 #ifdef PTXGYM_RUNNER_CUDA
-    if (gpu_) return static_cast<char*>(gpu_->base());
+    if (dev_) dev_->zero_persisting_limit();
 #endif
-    return cpu_base_;
+#ifdef PTXR_WITH_CUPTI
+    if (cupti_ && (!cmd.has("cupti") || cmd.at("cupti").b)) cupti::begin();
+#else
+    (void)cmd;
+#endif
+    return ok();
   }
 
-  DLDevice device() const {
+  JsonWriter trial_end() {
+    std::string json = "{}";
+#ifdef PTXR_WITH_CUPTI
+    if (cupti_) {
+      std::string err = cupti::end_json(&json);
+      if (!err.empty()) throw std::runtime_error("CUPTI: " + err);
+    }
+#endif
+    return ok().json("spans", json);
+  }
+
+  // ------------------------------------------------------------------------------------- calls
+
+  // Run the subject once on `set`; throws the raised error's "Kind: message" if the call failed.
+  void invoke(const ArgSet& set) {
+    if (subject_ == Subject::kNoop) {
 #ifdef PTXGYM_RUNNER_CUDA
-    if (gpu_) return DLDevice{kDLCUDA, gpu_->device()};
+      if (dev_) dev_->noop();
 #endif
-    return DLDevice{kDLCPU, 0};
-  }
-
-  JsonWriter call(const Json& cmd) {
-    if (!fn_) throw std::runtime_error("call before load");
-    if (runs_.empty()) throw std::runtime_error("call before attach");
-    const auto& list = cmd.at("args").as_array("args");
-    std::vector<DLTensor> tensors(list.size());
-    std::vector<std::vector<int64_t>> shapes(list.size());
-    std::vector<TVMFFIAny> args(list.size());
-    for (size_t k = 0; k < list.size(); ++k) build_arg(list[k], &tensors[k], &shapes[k], &args[k]);
+      return;
+    }
     TVMFFIAny result;
     std::memset(&result, 0, sizeof result);
     result.type_index = kTVMFFINone;
-    int rc = 0;
-    auto invoke = [&] { rc = fn_(nullptr, args.data(), int32_t(args.size()), &result); };
-    JsonWriter timing;
-    double h0 = now_ms();
-#ifdef PTXGYM_RUNNER_CUDA
-    if (gpu_) {
-      timing.real("ev_ms", gpu_->timed(invoke));
-    } else {
-      invoke();
-    }
-#else
-    invoke();
-#endif
-    timing.real("host_ms", now_ms() - h0);
-    if (rc != 0) return failure(raised_error());
+    int rc = fn_(nullptr, set.args.data(), int32_t(set.args.size()), &result);
+    if (rc != 0) throw Failure(raised_error());
     if (result.type_index >= kTVMFFIStaticObjectBegin) TVMFFIObjectDecRef(result.v_obj);
-    return JsonWriter().boolean("ok", true).object("call", timing);
   }
 
-  void build_arg(const Json& a, DLTensor* t, std::vector<int64_t>* shape, TVMFFIAny* out) const {
-    std::memset(out, 0, sizeof *out);
-    const std::string& role = a.at("role").as_str("role");
-    if (role == "scalar") {
-      const Json& v = a.at("value");
-      if (v.kind == Json::kBool) {
-        out->type_index = kTVMFFIBool;
-        out->v_int64 = v.b;
-      } else if (v.kind == Json::kInt) {
-        out->type_index = kTVMFFIInt;
-        out->v_int64 = v.i;
-      } else if (v.kind == Json::kFloat) {
-        out->type_index = kTVMFFIFloat;
-        out->v_float64 = v.f;
-      } else {
-        throw std::runtime_error("a scalar must be a bool, an integer or a float");
-      }
-      return;
+  const ArgSet& chosen_set(const Json& cmd) const {
+    if (subject_ == Subject::kNone) throw std::runtime_error("call before load");
+    if (sets_.empty()) throw std::runtime_error("call before attach");
+    int64_t k = cmd.at("set").as_int("set");
+    if (k < 0 || size_t(k) >= sets_.size())
+      throw std::runtime_error("input set " + std::to_string(k) + " does not exist (" +
+                               std::to_string(sets_.size()) + " attached)");
+    return *sets_[size_t(k)];
+  }
+
+  JsonWriter call(const Json& cmd) {
+    const ArgSet& set = chosen_set(cmd);
+    if (cmd.has("count") && cmd.at("count").b) return counted_call(set);
+    int64_t seq = cmd.at("seq").as_int("seq");
+    bool flush = !cmd.has("flush") || cmd.at("flush").b;
+    bool timed = cmd.has("timed") && cmd.at("timed").b;
+    JsonWriter result;
+#ifdef PTXGYM_RUNNER_CUDA
+    if (dev_ && !host_) {
+      dev_->sync();
+      if (flush) dev_->flush_l2();
+      dev_->sync();
+#ifdef PTXR_WITH_CUPTI
+      timed = timed && cupti_;
+      uint64_t t_start = timed ? cupti::now() : 0;
+#endif
+      double h0 = now_ms();
+      dev_->record(0);
+      invoke(set);
+      dev_->record(1);
+      dev_->sync();
+      double host_ms = now_ms() - h0;
+#ifdef PTXR_WITH_CUPTI
+      if (timed) cupti::window(seq, t_start, cupti::now());
+#endif
+      dev_->record(2);
+      dev_->wait(2);
+      check_context();
+      result.real("ev_stream_ms", dev_->elapsed(0, 1)).real("ev_device_ms", dev_->elapsed(0, 2));
+      result.real("host_ms", host_ms);
+      return ok().object("call", result);
     }
-    if (role != "in" && role != "out") throw std::runtime_error("unknown role '" + role + "'");
-    const std::string& dev = a.at("device").as_str("device");
-    if (dev != (device().device_type == kDLCPU ? "cpu" : "cuda"))
-      throw std::runtime_error("tensor device '" + dev + "' differs from the attached blob's");
-    DLDataType dtype = parse_dtype(a.at("dtype").as_str("dtype"));
-    size_t nbytes = dtype.bits / 8;
-    for (const Json& d : a.at("shape").as_array("shape")) {
-      int64_t n = d.as_int("a dimension");
-      if (n < 0 || (n > 0 && nbytes > (size_t(1) << 48) / size_t(n)))
-        throw std::runtime_error("a dimension is negative or the tensor is too large");
-      nbytes *= size_t(n);
-      shape->push_back(n);
+#endif
+    (void)seq, (void)flush, (void)timed;
+    double h0 = now_ms();  // the host test path: host time stands for the events too
+    invoke(set);
+    double host_ms = now_ms() - h0;
+    result.real("ev_stream_ms", host_ms).real("ev_device_ms", host_ms).real("host_ms", host_ms);
+    return ok().object("call", result);
+  }
+
+  JsonWriter counted_call(const ArgSet& set) {
+    std::string rows = "null", error;
+    bool ran = false;
+#if defined(PTXR_WITH_CUPTI)
+    if (dev_ && !host_) {
+      dev_->sync();
+      std::string json, raised;
+      error = cupti::count_json(
+          [&] {
+            ran = true;
+            try {  // no exception crosses CUPTI's code: it is rethrown after the counter is done
+              invoke(set);
+              dev_->sync();
+            } catch (const std::exception& e) {
+              raised = e.what();
+            }
+          },
+          o_.device, kMaxSassRows, &json, &ran);
+      if (!raised.empty()) throw Failure(raised);
+      if (error.empty()) rows = json;
+    } else {
+      error = "a host blob (the CPU test path) has no GPU instructions to count";
     }
-    std::memset(t, 0, sizeof *t);
-    t->data = view(a.at("offset").as_int("offset"), nbytes);
-    t->device = device();
-    t->ndim = int32_t(shape->size());
-    t->dtype = dtype;
-    t->shape = shape->data();
-    t->strides = nullptr;  // contiguous
-    out->type_index = kTVMFFIDLTensorPtr;
-    out->v_ptr = t;
+#else
+    error = "this runner was built without CUPTI (cupti.h, libcupti or cupti_path.h missing at build time)";
+#endif
+    if (!ran) {
+      invoke(set);
+#ifdef PTXGYM_RUNNER_CUDA
+      if (dev_ && !host_) dev_->sync();
+#endif
+    }
+    check_context();
+    JsonWriter w = ok();
+    w.json("counts", rows);
+    if (!error.empty()) w.text("count_error", error.substr(0, 500));
+    return w;
+  }
+
+  // A context changed by the call (cudaDeviceReset, a context of its own) is an error reply.
+  void check_context() const {
+#ifdef PTXGYM_RUNNER_CUDA
+    if (!dev_ || host_) return;
+    long long now = cuda_.context_id(), before = dev_->context_id();
+    if (before >= 0 && now != before)
+      throw Failure("the CUDA context of the worker changed during the call (id " + std::to_string(before) +
+                    " -> " + (now < 0 ? std::string("None") : std::to_string(now)) +
+                    "): the candidate reset or replaced the device context (cudaDeviceReset?)");
+#endif
   }
 
   // "Kind: message" of the error the call raised (TVM-FFI's thread-local error slot).
@@ -378,27 +556,46 @@ class Runner {
   }
 };
 
-int parse_fd(int argc, char** argv, const char* flag, bool required) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], flag) == 0) return std::atoi(argv[i + 1]);
-  if (required) {
-    std::fprintf(stderr, "ptxgym-runner: missing %s N\n", flag);
-    std::exit(2);
+// ------------------------------------------------------------------------------------------- main
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr, "ptxgym-runner: %s\n", why);
+  std::exit(2);
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  o.started_ms = now_ms();
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--host-blobs") {
+      o.host_blobs = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage(("missing the value of " + a).c_str());
+    const char* v = argv[++i];
+    if (a == "--fd-in") o.in = std::atoi(v);
+    else if (a == "--fd-out") o.out = std::atoi(v);
+    else if (a == "--fd-sock") o.sock = std::atoi(v);
+    else if (a == "--device") o.device = std::atoi(v);
+    else if (a == "--parent-pid") o.parent = std::atol(v);
+    else if (a == "--libcuda") o.libcuda = v;
+    else if (a == "--preload") o.preload.push_back(v);
+    else usage(("unknown option " + a).c_str());
   }
-  return -1;
+  if (o.in <= 2 || o.out <= 2) usage("--fd-in and --fd-out are required and must not be 0, 1 or 2");
+  return o;
 }
 
 }  // namespace ptxrunner
 
 int main(int argc, char** argv) {
   using namespace ptxrunner;
-  int in = parse_fd(argc, argv, "--fd-in", true);
-  int out = parse_fd(argc, argv, "--fd-out", true);
-  int sock = parse_fd(argc, argv, "--fd-sock", false);
-  std::setvbuf(stdout, nullptr, _IONBF, 0);  // the candidate's output reaches the log even if it crashes
-  if (in <= 2 || out <= 2) {
-    std::fprintf(stderr, "ptxgym-runner: the channels must not be stdin, stdout or stderr\n");
-    return 2;
+  Options o = parse_options(argc, argv);
+  if (o.parent > 0) {  // die with the trusted thread that spawned us (as the Python worker does)
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != o.parent) return 70;
   }
-  return Runner(in, out, sock).serve();
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // the candidate's output reaches the log even if it crashes
+  return Runner(o).serve();
 }

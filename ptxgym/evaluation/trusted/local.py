@@ -3,7 +3,10 @@
 The trusted side is the process that constructs ``LocalGpuEvaluator`` (the env's process). It owns the
 input sets, the output buffers, the fp32 reference outputs and every verdict; candidate code never runs
 in it. Each candidate gets a fresh pre-warmed worker process (``pool.py``), mapped onto the arena's
-buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did.
+buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did. With
+``candidate_process`` 'native' (``settings.candidate_process``) a candidate on a guard-page arena runs in
+a native runner instead (``native_worker.py``: no interpreter, no torch; same protocol, same verdicts);
+the baseline stays in the Python worker.
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, through
 the candidate's own path: ``measure_baseline``; a disk record is only a warm start) -> worker + host
@@ -56,6 +59,7 @@ from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exc
 from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
+from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeRunners
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
 from ptxgym.evaluation.trusted.sass_join import counted_target, in_band_info
@@ -102,6 +106,7 @@ class LocalGpuEvaluator(Evaluator):
         worker_start_timeout_s: float = 180.0,
         sandbox_mode: str | None = None,
         queue_capacity: int = 64,
+        candidate_process: str | None = None,
     ) -> None:
         import torch
 
@@ -120,6 +125,11 @@ class LocalGpuEvaluator(Evaluator):
         self.pool = WorkerPool(
             self.device, spares, log_dir=self.scratch, sandboxed=self.sandbox_mode != "off"
         )
+        process = user_settings.candidate_process() if candidate_process is None else candidate_process
+        self.native = NativeRunners(
+            process == "native", self.device, spares, self.scratch, self.sandbox_mode != "off"
+        )
+        """The native runners (``candidate_process`` 'native'), and why candidates do not use them."""
         self.backend: str | None = None
         self.cupti_error = ""
         self._arenas: collections.OrderedDict[tuple[str, str, bool], Arena] = collections.OrderedDict()
@@ -182,6 +192,7 @@ class LocalGpuEvaluator(Evaluator):
             self._held.discard()
             self._held = None
         self.pool.close()
+        self.native.close()
         for arena in self._arenas.values():
             arena.close()
         self._arenas.clear()
@@ -283,8 +294,10 @@ class LocalGpuEvaluator(Evaluator):
         arena = self._arenas[key]
         if arena is not self._current:
             self._current = arena
-            self.pool.primer = self._primer
-            self.pool.prime_all()
+            for pool in (self.pool, self.native.pool):
+                if pool is not None:
+                    pool.primer = self._primer
+                    pool.prime_all()
         return arena
 
     def _primer(self, handle: WorkerHandle) -> None:
@@ -294,6 +307,8 @@ class LocalGpuEvaluator(Evaluator):
         arena = self._current
         if arena is None or handle.primed.get("arena") == arena.id:
             return
+        if isinstance(handle, NativeHandle) and not arena.guard_pages:
+            return  # a runner maps only guard-page blobs: it waits for such an arena
         cmd = arena.attach_command(self.flush_bytes, self.backend != EVENTS, self.settings.module_census)
         handle.send(cmd, ipc_pickle, arena.attach_fds())
         handle.primed = {"arena": arena.id}
@@ -313,16 +328,20 @@ class LocalGpuEvaluator(Evaluator):
         self.cupti_error = attached.cupti_error
         self._held = handle
 
-    def _take_worker(self, arena: Arena) -> WorkerHandle:
-        """A warm worker with the arena attached; failures here are infrastructure, retried once."""
-        held, self._held = self._held, None
-        if held is not None:
-            if held.primed.get("arena") == arena.id:
-                return held
-            held.discard()
+    def _take_worker(self, arena: Arena, pool: WorkerPool | None = None) -> WorkerHandle:
+        """A warm worker (of ``pool``, default the Python workers') with the arena attached.
+
+        Failures here are infrastructure, retried once.
+        """
+        if pool is None:
+            held, self._held = self._held, None
+            if held is not None:
+                if held.primed.get("arena") == arena.id:
+                    return held
+                held.discard()
         last: WorkerError | None = None
         for _ in range(2):
-            handle = self.pool.take()
+            handle = (pool or self.pool).take()
             try:
                 self._ready(handle, arena)
             except WorkerError as exc:
@@ -350,15 +369,17 @@ class LocalGpuEvaluator(Evaluator):
         for handle in list(self.pool._ready):
             self._ready(handle, self._current)
 
-    def _session(self, arena: Arena, seed: int, sandboxed: bool = False) -> tuple[Session, WorkerHandle, int]:
+    def _session(
+        self, arena: Arena, seed: int, sandboxed: bool = False, pool: WorkerPool | None = None
+    ) -> tuple[Session, WorkerHandle, int]:
         """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
 
         The sandbox comes before the calibration so that the harness overhead is measured under the same
         syscall filter as the candidate's calls. A sandbox that cannot be applied (strict mode) is an
-        infrastructure error, not the candidate's.
+        infrastructure error, not the candidate's. ``pool``: the native runners' (default: Python workers).
         """
         arena.restore()  # an earlier candidate may have written to the shared inputs
-        handle = self._take_worker(arena)
+        handle = self._take_worker(arena, pool)
         backend = self.backend or EVENTS
         session = Session(handle, arena, self.settings, backend, seed, self.settings.call_timeout_s)
         try:
@@ -367,7 +388,8 @@ class LocalGpuEvaluator(Evaluator):
             )
             if self.backend == CUPTI and not attached.cupti:
                 handle.discard()
-                raise InfraError(f"CUPTI failed in a new worker: {attached.cupti_error}")
+                error = WorkerSetupError if pool is not None else InfraError
+                raise error(f"CUPTI failed in a new worker: {attached.cupti_error}")
             if sandboxed:
                 session.sandbox(self.sandbox_mode)
             session.calibrate()
@@ -427,13 +449,34 @@ class LocalGpuEvaluator(Evaluator):
     def _run_candidate(self, turn: Turn, sandboxed: bool = True) -> GpuVerdict:
         """A sandboxed worker, then load, check and time; the verdict records the worker's sandbox.
 
-        The one path of every timed subject: candidates, and the baseline (``measure_baseline``).
+        The one path of every timed subject: candidates, and the baseline (``measure_baseline``). A
+        candidate runs in a native runner where ``self.native`` chooses one; a runner that cannot be set
+        up (before any candidate code is loaded) ends the runners for this evaluator and the Python worker
+        serves. With ``candidate_process`` 'native' the verdict's ``environment.sandbox["process"]`` (and
+        ``details["candidate_process"]``) say which process ran the subject and why.
         """
+        guard = turn.arena.guard_pages
+        candidate = turn.baseline_load is None
+        pool = self.native.choose(candidate, guard, self.backend == CUPTI)
+        if pool is not None and pool.primer is None:
+            pool.primer = self._primer
         with turn.timed("worker"):
-            turn.session, turn.handle, turn.free_before = self._session(turn.arena, turn.seed, sandboxed)
+            try:
+                turn.session, turn.handle, turn.free_before = self._session(
+                    turn.arena, turn.seed, sandboxed, pool
+                )
+            except WorkerSetupError as exc:
+                if pool is None:
+                    raise
+                self.native.drop(f"a native runner could not be set up: {exc}")
+                pool = None
+                turn.session, turn.handle, turn.free_before = self._session(turn.arena, turn.seed, sandboxed)
+        turn.details["candidate_process"] = process = self.native.note(pool is not None, guard, candidate)
         verdict = self._measure(turn, turn.session, turn.handle)
         report = turn.session.sandbox_report
         sandbox = report.summary() if report is not None else {}
+        if self.native.wanted:
+            sandbox["process"] = process
         env = verdict.environment.model_copy(update={"sandbox": sandbox})
         return verdict.model_copy(update={"environment": env})
 

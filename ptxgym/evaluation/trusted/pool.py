@@ -161,7 +161,7 @@ class WorkerHandle:
         """
         self.seq += 1
         cmd = cmd.model_copy(update={"seq": self.seq})
-        data = pickler(cmd) if pickler else pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+        data = self._encode(cmd, pickler)
         try:
             if fds:
                 socket.send_fds(self._fds, [b"F"], list(fds))
@@ -170,6 +170,10 @@ class WorkerHandle:
             raise self._died(f"the worker stopped reading commands ({exc})") from exc
         self.pending.append(self.seq)
         return self.seq
+
+    def _encode(self, cmd: Command, pickler=None) -> bytes:
+        """One command as the bytes of its frame (the Python worker unpickles them)."""
+        return pickler(cmd) if pickler else pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
 
     def receive(self, timeout_s: float) -> Reply:
         """The reply to the oldest outstanding command."""
@@ -258,6 +262,8 @@ class WorkerHandle:
 class WorkerPool:
     """Hands out fresh workers, keeping ``spares`` of them warming in the background.
 
+    ``factory``: spawn handles with it (``native_worker.NativeHandle``) instead of Python workers.
+
     ``sandboxed``: spawn every worker ready for the host sandbox (scrubbed environment, private CUDA JIT
     cache); the sandbox itself is applied later, by a command, after the worker's warm-up.
     """
@@ -270,6 +276,7 @@ class WorkerPool:
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
         sandboxed: bool = False,
+        factory: Callable[[Path, bool], WorkerHandle] | None = None,
     ) -> None:
         self.device = device
         self.spares = max(0, spares)
@@ -282,6 +289,8 @@ class WorkerPool:
         ]
         self.env = env
         self.sandboxed = sandboxed
+        self.factory = factory
+        """Spawns one handle from (log_dir, sandboxed) instead of the Python worker (the native runner)."""
         self._own_dir = tempfile.TemporaryDirectory(prefix="ptxgym-workers-") if log_dir is None else None
         self.log_dir: Path = Path(self._own_dir.name) if self._own_dir else Path(str(log_dir))
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptxgym-spawner")
@@ -290,9 +299,12 @@ class WorkerPool:
         self.spawned = 0
 
     def _spawn(self) -> WorkerHandle:
-        handle = self._spawner.submit(
-            WorkerHandle, self.argv, self.env, self.log_dir, self.sandboxed
-        ).result()
+        if self.factory is not None:
+            handle = self._spawner.submit(self.factory, self.log_dir, self.sandboxed).result()
+        else:
+            handle = self._spawner.submit(
+                WorkerHandle, self.argv, self.env, self.log_dir, self.sandboxed
+            ).result()
         self.spawned += 1
         if self.primer is not None:
             self.primer(handle)

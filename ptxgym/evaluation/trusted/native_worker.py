@@ -1,0 +1,248 @@
+"""The trusted side of a native runner (``evaluation/runner``): a ``WorkerHandle`` for ``ptxgym-runner``.
+
+``candidate_process = "native"`` (``settings.candidate_process``) makes the local evaluator run each
+candidate's ``.so`` in ``ptxgym-runner`` instead of the Python worker. The runner speaks the worker's
+protocol: every command goes down as its ``protocol.py`` model in JSON (``model_dump_json``; an
+attach's ``blob``, a CUDA tensor, is left out: the runner maps only guard-page blobs), every reply comes
+back as ``protocol.Reply`` JSON in the same frames, read and validated by ``WorkerHandle``'s own code,
+so everything the evaluator does after a reply is unchanged.
+
+What differs from a Python worker's spawn:
+
+* the runner is started through ``ptxgym/confine``'s launcher with ``runner/jail.py``'s jail when the
+  host sandbox is on (it holds from exec, before the driver is opened); its ``sandbox`` command then
+  only reports the layers it observes in force;
+* its environment is minimal: ``PATH``, the ``CUDA_*``/``NVIDIA_*`` variables (device selection), the
+  CUDA JIT cache, ``TMPDIR`` and ``HOME`` in its scratch directory;
+* file descriptors an attach needs go on a socket the runner names with ``--fd-sock`` (stdin is
+  ``/dev/null``);
+* a candidate's ``.so`` is copied into the runner's scratch directory before ``load`` (the jail reads
+  nothing else of the evaluator's); a copy, not a link, so a candidate cannot rewrite the build cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from ptxgym.confine import launch
+from ptxgym.evaluation.protocol import Attach, Command, Load, Reply, is_secret_name
+from ptxgym.evaluation.runner.build import build_runner, plan
+from ptxgym.evaluation.runner.jail import GpuFiles, cupti_files, gpu_files, runner_jail
+from ptxgym.evaluation.trusted.pool import OutputCapture, WorkerHandle, WorkerPool
+
+
+class NativeUnavailable(RuntimeError):
+    """The native runner cannot serve on this host (why, for the record)."""
+
+
+@dataclass(frozen=True)
+class NativeSpec:
+    """How to start runners on this host."""
+
+    binary: Path
+    """The built ``ptxgym-runner``."""
+    device: int
+    """CUDA device ordinal."""
+    gpu: GpuFiles | None
+    """The GPU files the runner opens and its jail allows; None: a CPU runner (``host_blobs``)."""
+    libs: tuple[Path, ...] = ()
+    """Files the runner links outside the system directories (``jail.cupti_files``): its jail reads them."""
+    cupti: bool = False
+    """Whether the runner was built with its CUPTI path."""
+    cupti_missing: str = ""
+    """Why not, if it was not."""
+
+    @property
+    def host_blobs(self) -> bool:
+        """The CPU test path: runs are memfds mapped in host memory."""
+        return self.gpu is None
+
+
+def native_spec(device: int, cupti_needed: bool) -> NativeSpec:
+    """Build the runner and resolve its GPU files; ``NativeUnavailable`` says why it cannot be used.
+
+    Call it after this process initialised CUDA (the driver's files are read from ``/proc/self/maps``).
+    ``cupti_needed``: the evaluator times with CUPTI, so a runner without its CUPTI path is unusable
+    (its timings would not be comparable with the baseline's).
+    """
+    try:
+        build = plan()
+        if not build.cuda:
+            raise NativeUnavailable("no cuda.h was found: the runner would have no GPU path")
+        binary = build_runner()
+        maps = Path("/proc/self/maps").read_text()
+        gpu = gpu_files(maps, _toolkit_cudart())
+    except NativeUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any reason is recorded, and the Python worker serves
+        raise NativeUnavailable(f"{type(exc).__name__}: {exc}"[:800]) from exc
+    if gpu.cudart is None:
+        raise NativeUnavailable("no libcudart (neither mapped here nor in the toolkit): candidates need it")
+    if cupti_needed and build.cupti_lib is None:
+        raise NativeUnavailable(
+            f"the evaluator times with CUPTI but the runner has no CUPTI path ({build.cupti_missing})"
+        )
+    libs = cupti_files(build.cupti_lib)
+    return NativeSpec(binary, device, gpu, libs, build.cupti_lib is not None, build.cupti_missing)
+
+
+def _toolkit_cudart() -> Path | None:
+    """The toolkit's versioned libcudart (when this process has none mapped)."""
+    try:
+        from ptxgym.cpu.toolchain import find_toolchain
+
+        dirs = find_toolchain().lib_dirs
+    except Exception:  # noqa: BLE001 - no toolkit: the mapped copy is the only candidate
+        return None
+    found = [p for d in dirs for p in sorted(d.glob("libcudart.so.*"))]
+    return found[0].resolve() if found else None
+
+
+def runner_environ(base: dict[str, str] | os._Environ[str], scratch: Path) -> dict[str, str]:
+    """A runner's environment: PATH, device selection, JIT cache, TMPDIR and HOME in scratch."""
+    env = {"PATH": "/usr/bin:/bin"}
+    env.update(
+        {
+            k: v
+            for k, v in base.items()
+            if k.startswith(("CUDA_", "NVIDIA_")) and not is_secret_name(k) and k != "CUDA_INJECTION64_PATH"
+        }
+    )
+    env.update({"CUDA_CACHE_PATH": str(scratch / "cuda-cache"), "TMPDIR": str(scratch), "HOME": str(scratch)})
+    return env
+
+
+class NativeHandle(WorkerHandle):
+    """The trusted side of one runner process (the interface of ``WorkerHandle``)."""
+
+    def __init__(self, spec: NativeSpec, log_dir: Path, sandboxed: bool = False) -> None:
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        self.spec = spec
+        self.log_path = Path(tempfile.mkstemp(prefix="runner-", suffix=".log", dir=log_dir)[1])
+        self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=log_dir))
+        self._fds, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = [str(spec.binary), "--fd-in", str(cmd_r), "--fd-out", str(rep_w)]
+        argv += ["--fd-sock", str(child.fileno()), "--parent-pid", str(os.getpid())]
+        argv += ["--device", str(spec.device)]
+        if spec.gpu is None:
+            argv.append("--host-blobs")
+        else:
+            argv += ["--libcuda", str(spec.gpu.libcuda)]
+            argv += ["--preload", str(spec.gpu.cudart)] if spec.gpu.cudart else []
+        if sandboxed:
+            argv = launch.command(runner_jail(spec.binary, self.scratch, spec.gpu, spec.libs), argv)
+        out_r, out_w = os.pipe()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=out_w,
+            pass_fds=(cmd_r, rep_w, child.fileno()),
+            cwd=self.scratch,
+            start_new_session=True,
+            env=runner_environ(os.environ, self.scratch),
+        )
+        for fd in (cmd_r, rep_w, out_w):
+            os.close(fd)
+        child.close()
+        self.output = OutputCapture(out_r, self.log_path)
+        self._to = Connection(cmd_w, readable=False, writable=True)
+        self._from = Connection(rep_r, readable=True, writable=False)
+        self.spawned_at = time.monotonic()
+        self.seq = 0
+        self.pending: collections.deque[int] = collections.deque([0])  # the unasked hello
+        self.hello: Reply | None = None
+        self.primed: dict[str, object] = {}
+        self.dead = False
+        self.loaded = 0
+
+    def _encode(self, cmd: Command, pickler=None) -> bytes:
+        """The command as JSON (the blob tensor of an attach left out; a candidate copied into scratch)."""
+        if isinstance(cmd, Attach):
+            return cmd.model_dump_json(exclude={"blob"}).encode()
+        if isinstance(cmd, Load) and cmd.kind == "so" and cmd.path:
+            self.loaded += 1
+            inside = self.scratch / f"candidate-{self.loaded}.so"
+            shutil.copyfile(cmd.path, inside)
+            cmd = cmd.model_copy(update={"path": str(inside)})
+        return cmd.model_dump_json().encode()
+
+
+class NativeRunners:
+    """The native runners of one evaluator: built on first use, dropped (with the reason) on failure.
+
+    ``choose`` says, per subject, whether it runs in a runner: only candidates (a library baseline needs
+    its vendor library, so it stays in the Python worker), only on a guard-page arena (the runner maps
+    nothing else), and only while runners can be set up; otherwise the Python worker serves and ``why``
+    records the reason, logged once.
+    """
+
+    def __init__(self, wanted: bool, device: int, spares: int, log_dir: Path, sandboxed: bool) -> None:
+        self.wanted, self.device, self.spares = wanted, device, spares
+        self.log_dir, self.sandboxed = log_dir, sandboxed
+        self.pool: WorkerPool | None = None
+        self.spec: NativeSpec | None = None
+        self.why = "" if wanted else "candidate_process is 'python'"
+        """Why candidates do not run in a runner ('' while they do)."""
+
+    def _start(self, cupti_needed: bool) -> WorkerPool | None:
+        if self.pool is not None or self.why:
+            return self.pool
+        try:
+            spec = native_spec(self.device, cupti_needed)
+        except NativeUnavailable as exc:
+            self.drop(f"the native runner is unavailable: {exc}")
+            return None
+        self.spec = spec
+        self.pool = WorkerPool(
+            self.device,
+            self.spares,
+            log_dir=self.log_dir,
+            sandboxed=self.sandboxed,
+            factory=lambda log_dir, sandboxed: NativeHandle(spec, log_dir, sandboxed),
+        )
+        return self.pool
+
+    def choose(self, candidate: bool, guard_pages: bool, cupti_needed: bool) -> WorkerPool | None:
+        """The runners' pool for this subject, or None (the Python worker; ``note`` says why)."""
+        if not self.wanted or not candidate:
+            return None
+        if not guard_pages:
+            return None
+        return self._start(cupti_needed)
+
+    def note(self, used: bool, guard_pages: bool, candidate: bool = True) -> str:
+        """What ran the subject, for the verdict's record."""
+        if used:
+            return "native: ptxgym-runner"
+        if self.wanted and not candidate:
+            return "python: a library baseline runs in the Python worker"
+        if self.wanted and not guard_pages and not self.why:
+            return "python: the arena has no guard pages (the native runner maps only guard-page blobs)"
+        return f"python: {self.why}" if self.wanted else "python"
+
+    def drop(self, why: str) -> None:
+        """Stop using runners for this evaluator's life (the reason is kept and logged once)."""
+        if not self.why:
+            self.why = why[:800]
+            logging.getLogger(__name__).warning("ptxgym: candidates run in the Python worker: %s", self.why)
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    def close(self) -> None:
+        """Kill the spare runners."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
