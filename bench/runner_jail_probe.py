@@ -1,0 +1,117 @@
+"""Which rule of the runner's GPU jail stops the CUDA driver? (a diagnostic for the H200; no strace there)
+
+    python bench/runner_jail_probe.py --out bench/results/runner_jail_probe.txt
+
+Starts a ``NativeHandle`` runner under variants of ``runner/jail.runner_jail`` (the jail as shipped; with
+AF_UNIX/AF_NETLINK sockets allowed; with /dev/shm and /tmp writable; with every file readable; without
+Landlock) and attaches a one-page guard-page blob, which initialises the driver (``cuInit``) and the
+candidate's runtime. Prints each variant's attach outcome and, where the kernel logs Landlock denials
+(Linux >= 6.15 with audit), the denied accesses from ``dmesg``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from provenance import commit
+
+
+def variants(base):
+    """(name, jail) pairs derived from the shipped jail."""
+    rules = base.landlock
+    unix = (socket.AF_UNIX, socket.AF_NETLINK)
+    rep = dataclasses.replace
+    out = [("shipped", base), ("sockets AF_UNIX+AF_NETLINK", rep(base, families=unix))]
+    if rules is not None:
+        shm = rep(rules, write=(*rules.write, "/dev/shm", "/tmp"))
+        out.append(("sockets + /dev/shm,/tmp writable", rep(base, families=unix, landlock=shm)))
+        everything = rep(shm, read=(*shm.read, "/"))
+        out.append(("sockets + writes + read /", rep(base, families=unix, landlock=everything)))
+        out.append(("shipped, read / only", rep(base, landlock=rep(rules, read=(*rules.read, "/")))))
+        shm_only = rep(rules, write=(*rules.write, "/dev/shm"))
+        out.append(("shipped, /dev/shm writable only", rep(base, landlock=shm_only)))
+    out.append(("no landlock (seccomp + rlimits)", rep(base, landlock=None)))
+    return out
+
+
+def attach_once(spec, jail, log_dir: Path) -> str:
+    import torch
+
+    from ptxgym.evaluation import vmm
+    from ptxgym.evaluation.protocol import Attach, TensorArg, VmmBlob, VmmRun
+    from ptxgym.evaluation.trusted import native_worker
+
+    original = native_worker.runner_jail
+    native_worker.runner_jail = lambda *a, **k: jail
+    page = vmm.granularity(0)
+    handles, fds = vmm.create_runs([page], 0)
+    try:
+        handle = native_worker.NativeHandle(spec, log_dir, sandboxed=True)
+    finally:
+        native_worker.runner_jail = original
+    try:
+        hello = handle.receive(60.0)
+        if hello.hello is None:
+            return f"no hello: {hello}"
+        sets = [[TensorArg(role="in", offset=0, shape=(16,), dtype="float32")]]
+        blob = VmmBlob(total=2 * page, page=page, runs=[VmmRun(offset=0, size=page)])
+        cmd = Attach(arena="p", blob=None, vmm=blob, sets=sets, flush_bytes=1 << 20, cupti=False)
+        reply = handle.request(cmd, 60.0, fds=fds)
+        torch.cuda.synchronize()
+        return (
+            "attach OK" if reply.ok else f"attach FAILED: {reply.error[:300]} | log: {handle.log_tail(400)!r}"
+        )
+    except Exception as exc:  # noqa: BLE001 - a diagnostic reports everything
+        return f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        handle.kill()
+        for fd in fds:
+            import os
+
+            os.close(fd)
+        vmm.release_handles(handles)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    import torch
+
+    from ptxgym.evaluation.runner.jail import runner_jail
+    from ptxgym.evaluation.trusted.native_worker import native_spec
+
+    torch.zeros(1, device="cuda:0")
+    lines = [f"# runner jail probe {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} commit {commit()}"]
+    spec = native_spec(0, cupti_needed=False)
+    scratch = Path(tempfile.mkdtemp(prefix="jailprobe-"))
+    base = runner_jail(spec.binary, scratch, spec.gpu, spec.libs)
+    lines.append(f"# read rules: {base.landlock.read if base.landlock else None}")
+    lines.append(f"# devices: {base.landlock.devices if base.landlock else None}")
+    subprocess.run(["dmesg", "-C"], capture_output=True, check=False)
+    for name, jail in variants(base):
+        log_dir = Path(tempfile.mkdtemp(prefix="jailprobe-log-"))
+        result = attach_once(spec, jail, log_dir)
+        lines.append(f"{name}: {result}")
+        print(lines[-1], flush=True)
+        dm = subprocess.run(["dmesg"], capture_output=True, text=True, check=False).stdout
+        denied = [ln for ln in dm.splitlines() if "landlock" in ln.lower() or "denied" in ln.lower()]
+        for ln in denied[-15:]:
+            lines.append(f"    dmesg: {ln[:300]}")
+        subprocess.run(["dmesg", "-C"], capture_output=True, check=False)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
