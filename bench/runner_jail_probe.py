@@ -2,11 +2,11 @@
 
     python bench/runner_jail_probe.py --out bench/results/runner_jail_probe.txt
 
-Starts a ``NativeHandle`` runner under variants of ``runner/jail.runner_jail`` (the jail as shipped; with
-AF_UNIX/AF_NETLINK sockets allowed; with /dev/shm and /tmp writable; with every file readable; without
-Landlock) and attaches a one-page guard-page blob, which initialises the driver (``cuInit``) and the
-candidate's runtime. Prints each variant's attach outcome and, where the kernel logs Landlock denials
-(Linux >= 6.15 with audit), the denied accesses from ``dmesg``.
+Starts a ``NativeHandle`` runner under variants of ``runner/jail.runner_jail`` (the jail as shipped, the
+launcher alone, and each layer alone: rlimits, the seccomp socket filter, Landlock) and attaches a
+one-page guard-page blob, which initialises the driver (``cuInit``) and the candidate's runtime. Prints
+each variant's attach outcome and, where the kernel logs Landlock denials (Linux >= 6.15 with audit),
+the denied accesses from ``dmesg``.
 """
 
 from __future__ import annotations
@@ -22,22 +22,22 @@ from pathlib import Path
 
 from provenance import commit
 
+from ptxgym.confine.launch import Jail
+
 
 def variants(base):
     """(name, jail) pairs derived from the shipped jail."""
     rules = base.landlock
     unix = (socket.AF_UNIX, socket.AF_NETLINK)
     rep = dataclasses.replace
-    out = [("shipped", base), ("sockets AF_UNIX+AF_NETLINK", rep(base, families=unix))]
+    out = [("shipped", base), ("launcher only (no rlimits, seccomp or Landlock)", Jail())]
+    out.append(("rlimits only", Jail(rlimits=dict(base.rlimits))))
+    out.append(("seccomp, no sockets, only", Jail(families=())))
+    out.append(("seccomp, AF_UNIX+AF_NETLINK, only", Jail(families=unix)))
     if rules is not None:
-        shm = rep(rules, write=(*rules.write, "/dev/shm", "/tmp"))
-        out.append(("sockets + /dev/shm,/tmp writable", rep(base, families=unix, landlock=shm)))
-        everything = rep(shm, read=(*shm.read, "/"))
-        out.append(("sockets + writes + read /", rep(base, families=unix, landlock=everything)))
-        out.append(("shipped, read / only", rep(base, landlock=rep(rules, read=(*rules.read, "/")))))
-        shm_only = rep(rules, write=(*rules.write, "/dev/shm"))
-        out.append(("shipped, /dev/shm writable only", rep(base, landlock=shm_only)))
-    out.append(("no landlock (seccomp + rlimits)", rep(base, landlock=None)))
+        out.append(("Landlock only", Jail(landlock=rules)))
+        out.append(("Landlock + rlimits", Jail(rlimits=dict(base.rlimits), landlock=rules)))
+        out.append(("shipped with AF_UNIX+AF_NETLINK", rep(base, families=unix)))
     return out
 
 

@@ -104,8 +104,9 @@ def test_expert_keeps_its_target_credit_with_the_counted_call_among_the_timed(ev
     where = verdict.details["counted_call"]
     assert 1 <= where["call"] <= LAST_CALL, where
     if verdict.timing is not None and verdict.timing.backend == "cupti":
-        # inside the activity trial, or outside after a count error inside it: either way, counts
-        assert where["in_trial"] or "count error inside the activity trial" in where["outside"], where
+        # outside the activity trial by default (inside, CUPTI's SASS metrics read zero on the H200),
+        # or inside where an evaluator was told to try: either way, counts, and the reason is recorded
+        assert where["in_trial"] or where["outside"], where
     record = verdict.details["in_band_target"]
     assert not record.get("error") and record["unplaced_rows"] == 0, record
     assert verdict.target.credited and verdict.target.work is Verdict.YES, verdict.target
@@ -115,7 +116,8 @@ def test_expert_keeps_its_target_credit_with_the_counted_call_among_the_timed(ev
         census = verdict.details["census"]
         print(f"CENSUS {census}")
         assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census, census
-        assert sum(census["kernels"].values()) >= SETTINGS.trials * SETTINGS.iterations + 1, census
+        timed = SETTINGS.trials * SETTINGS.iterations
+        assert sum(census["kernels"].values()) >= timed + (1 if where["in_trial"] else 0), census
 
 
 def test_wgmma_on_the_steps_last_call_only_gets_no_target_credit(evaluator, task):
