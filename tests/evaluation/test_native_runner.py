@@ -383,11 +383,58 @@ def test_a_runner_its_jail_cannot_start_is_seen_as_death(runner_bin, tmp_path, m
         return dataclasses.replace(jail, landlock=dataclasses.replace(jail.landlock, execute=()))
 
     monkeypatch.setattr("ptxgym.evaluation.trusted.native_worker.runner_jail", no_execute)
-    h = NativeHandle(cpu_spec(runner_bin), tmp_path, sandboxed=True)
+    h = NativeHandle(cpu_spec(runner_bin), tmp_path, sandboxed=True, at_exec=True)
     try:
         with pytest.raises(WorkerDied, match="exit code 127") as info:
             h.receive(30.0)
         assert "ptxgym-jail: cannot run" in info.value.log_tail
+    finally:
+        h.kill()
+
+
+def test_a_jail_the_runner_cannot_apply_fails_the_sandbox_and_no_candidate_loads(
+    runner_bin, blob, candidate, tmp_path, monkeypatch
+):
+    """A jail error at the sandbox command (``runner/confine.h``) refuses the sandbox; nothing loads.
+
+    The evaluator then falls back to the Python worker, before any candidate code exists.
+    """
+    real = runner_jail_module.runner_jail
+
+    def bad_limit(binary, scratch, gpu=None, libs=()):
+        jail = real(binary, scratch, gpu, libs)
+        return dataclasses.replace(jail, rlimits={**jail.rlimits, "RLIMIT_NOSUCH": 1})
+
+    monkeypatch.setattr("ptxgym.evaluation.trusted.native_worker.runner_jail", bad_limit)
+    h = NativeHandle(cpu_spec(runner_bin), tmp_path, sandboxed=True)
+    try:
+        assert h.receive(30.0).hello is not None
+        assert attach(h, blob).ok
+        reply = h.request(ApplySandbox(mode="on", scratch=str(h.scratch)), 10.0)
+        assert (
+            not reply.ok and "could not confine itself: unknown resource limit RLIMIT_NOSUCH" in reply.error
+        )
+        refused = h.request(Load(kind="so", path=str(candidate), entry="run"), 10.0)
+        assert not refused.ok and "before the 'sandbox' command" in refused.error
+    finally:
+        h.kill()
+
+
+def test_the_jail_applied_at_the_sandbox_command_is_what_the_launcher_would_apply(runner_bin, blob, tmp_path):
+    """Before the sandbox command the runner reads /etc/passwd (no jail from exec); after it, not."""
+    h = NativeHandle(cpu_spec(runner_bin), tmp_path, sandboxed=True)
+    try:
+        assert h.receive(30.0).hello is not None
+        assert "NoNewPrivs:\t0" in Path(f"/proc/{h.pid}/status").read_text()  # no jail from exec
+        assert attach(h, blob).ok
+        report = h.request(ApplySandbox(mode="on", scratch=str(h.scratch)), 10.0).sandbox
+        assert report is not None
+        details = {layer.name: layer.detail for layer in report.layers}
+        assert (
+            "the sandbox command" in details["filesystem"] and "/etc/passwd refused" in details["filesystem"]
+        )
+        assert "NoNewPrivs:\t1" in Path(f"/proc/{h.pid}/status").read_text()
+        assert "Seccomp:\t2" in Path(f"/proc/{h.pid}/status").read_text()
     finally:
         h.kill()
 

@@ -33,6 +33,7 @@ SOURCES = (
     "args.h",
     "host_blob.h",
     "report.h",
+    "confine.h",
     "cuda_path.h",
     "cupti_api.h",
     "cupti_path.h",

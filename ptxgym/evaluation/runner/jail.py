@@ -1,8 +1,10 @@
-"""The confinement of a runner: what ``ptxgym/confine``'s launcher applies before it execs the runner.
+"""The confinement of a runner: the rules ``runner/confine.h`` applies at the ``sandbox`` command.
 
-The launcher (a bare interpreter) limits and jails itself, then ``execve``s ``ptxgym-runner``, so no
-interpreter is left in the runner's process and the jail holds from the runner's first instruction (the
-CUDA driver is opened later, inside it). Landlock then allows:
+The trusted side sends this jail in the runner's ``sandbox`` command (``native_worker.jail_spec``); the
+runner applies it to itself after its CUDA set-up and before any candidate code exists, as the Python
+worker does. (``ptxgym/confine``'s launcher can apply the same jail before exec, ``NativeHandle(...,
+at_exec=True)``, but on the H200 the driver could not initialise under it: cuInit returned
+CUDA_ERROR_OPERATING_SYSTEM; so that form is for runners without a GPU.) Landlock then allows:
 
 * read and execute: the runner binary and its ELF interpreter (the kernel checks execute on both);
 * read: the files the runner links outside the system (its ``libcupti`` and the ``libnvperf_*`` beside

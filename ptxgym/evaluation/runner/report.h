@@ -53,11 +53,14 @@ inline bool limited(int resource) {
   return getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
 }
 
-inline std::vector<Layer> observe_layers() {
+// jailed_here: confined by the sandbox command (confine.h) after the CUDA set-up; every_thread: Landlock
+// covers the threads that existed then (ABI 8), else only the calling thread and what it starts.
+inline std::vector<Layer> observe_layers(bool jailed_here = false, bool every_thread = true) {
   std::vector<Layer> out;
   bool nnp = status_field("NoNewPrivs") == "1";
   out.push_back({"no_new_privs", nnp ? "active" : "unavailable",
-                 nnp ? "set by the launcher before exec" : "NoNewPrivs is 0 in /proc/self/status"});
+                 nnp ? (jailed_here ? "set by the runner at the sandbox command" : "set by the launcher before exec")
+                     : "NoNewPrivs is 0 in /proc/self/status"});
   bool filtered = status_field("Seccomp") == "2";
   int s = socket(AF_INET, SOCK_STREAM, 0);
   int err = errno;
@@ -71,10 +74,17 @@ inline std::vector<Layer> observe_layers() {
   int fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
   err = errno;
   if (fd >= 0) close(fd);
-  if (fd < 0 && err == EACCES)
+  if (fd < 0 && err == EACCES && jailed_here && !every_thread)
+    out.push_back({"filesystem", "partial",
+                   "Landlock from the sandbox command on, on the calling thread and every thread or process it "
+                   "starts (the CUDA driver's earlier helper threads are not covered below Landlock ABI 8): "
+                   "reads only the runner's files, its GPU driver files and scratch; writes only scratch "
+                   "(probe: /etc/passwd refused)"});
+  else if (fd < 0 && err == EACCES)
     out.push_back({"filesystem", "active",
-                   "Landlock from exec on: reads only the runner's files, its GPU driver files and scratch; "
-                   "writes only scratch (probe: /etc/passwd refused)"});
+                   std::string(jailed_here ? "Landlock from the sandbox command on" : "Landlock from exec on") +
+                       ": reads only the runner's files, its GPU driver files and scratch; writes only scratch "
+                       "(probe: /etc/passwd refused)"});
   else
     out.push_back({"filesystem", "unavailable",
                    fd >= 0 ? "a probe open of /etc/passwd succeeded" : std::string("probe: ") + strerror(err)});

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "args.h"
+#include "confine.h"
 #include "cuda_path.h"
 #include "host_blob.h"
 #include "json.h"
@@ -186,6 +187,7 @@ class Runner {
   std::vector<std::unique_ptr<ArgSet>> sets_;
   std::unique_ptr<HostBlob> host_;
   bool sandboxed_ = false;
+  bool jailed_here_ = false;  // confined by the sandbox command (confine.h), not by a launcher before exec
   bool cupti_ = false;
   bool runtime_ready_ = false;
 #ifdef PTXGYM_RUNNER_CUDA
@@ -347,7 +349,15 @@ class Runner {
     if (mode != "on" && mode != "strict" && mode != "off")
       throw std::runtime_error("sandbox mode must be on, strict or off, got '" + mode + "'");
     close_fd_socket();
-    std::vector<Layer> layers = observe_layers();
+    bool every_thread = true;
+    if (cmd.has("jail") && cmd.at("jail").kind == Json::kObject) {
+      std::string threads = status_field("Threads");  // Landlock below ABI 8 binds only this thread
+      std::string error = confine::apply(cmd.at("jail"), &every_thread);
+      if (!error.empty()) throw std::runtime_error("the runner could not confine itself: " + error);
+      every_thread = every_thread || threads == "1";
+      jailed_here_ = true;
+    }
+    std::vector<Layer> layers = observe_layers(jailed_here_, every_thread);
     if (mode == "strict")
       for (const Layer& l : layers)
         if (l.state == "unavailable")

@@ -9,9 +9,12 @@ so everything the evaluator does after a reply is unchanged.
 
 What differs from a Python worker's spawn:
 
-* the runner is started through ``ptxgym/confine``'s launcher with ``runner/jail.py``'s jail when the
-  host sandbox is on (it holds from exec, before the driver is opened); its ``sandbox`` command then
-  only reports the layers it observes in force;
+* when the host sandbox is on, the runner confines itself at the ``sandbox`` command with
+  ``runner/jail.py``'s jail, sent in that command (``jail_spec``; applied by ``runner/confine.h``), after
+  its CUDA driver, runtime and CUPTI are set up and the arena is attached, before any candidate exists,
+  as the Python worker does. A jail applied before exec (``ptxgym/confine``'s launcher, ``at_exec``)
+  stopped the driver's initialisation on the H200 (cuInit: CUDA_ERROR_OPERATING_SYSTEM), so it is
+  only for runners without a GPU; the ``sandbox`` reply reports the layers the runner observes in force;
 * its environment is minimal: ``PATH``, the ``CUDA_*``/``NVIDIA_*`` variables (device selection), the
   CUDA JIT cache, ``TMPDIR`` and ``HOME`` in its scratch directory;
 * file descriptors an attach needs go on a socket the runner names with ``--fd-sock`` (stdin is
@@ -23,6 +26,8 @@ What differs from a Python worker's spawn:
 from __future__ import annotations
 
 import collections
+import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -34,11 +39,21 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from ptxgym.confine import launch
-from ptxgym.evaluation.protocol import Attach, Command, Load, Reply, is_secret_name
+from ptxgym.confine import launch, seccomp
+from ptxgym.confine.launch import Jail
+from ptxgym.evaluation.protocol import ApplySandbox, Attach, Command, Load, Reply, is_secret_name
 from ptxgym.evaluation.runner.build import build_runner, plan
 from ptxgym.evaluation.runner.jail import GpuFiles, cupti_files, gpu_files, runner_jail
 from ptxgym.evaluation.trusted.pool import OutputCapture, WorkerHandle, WorkerPool
+
+
+def jail_spec(jail: Jail) -> dict:
+    """The jail as ``runner/confine.h`` applies it: rlimits, Landlock rules, assembled seccomp rows."""
+    rows = None
+    if jail.families is not None:
+        rows = [list(r) for r in seccomp.network_filter(os.uname().machine, tuple(jail.families))]
+    rules = dataclasses.asdict(jail.landlock) if jail.landlock is not None else None
+    return {"rlimits": dict(jail.rlimits), "landlock": rules, "filter": rows}
 
 
 class NativeUnavailable(RuntimeError):
@@ -125,7 +140,9 @@ def runner_environ(base: dict[str, str] | os._Environ[str], scratch: Path) -> di
 class NativeHandle(WorkerHandle):
     """The trusted side of one runner process (the interface of ``WorkerHandle``)."""
 
-    def __init__(self, spec: NativeSpec, log_dir: Path, sandboxed: bool = False) -> None:
+    def __init__(
+        self, spec: NativeSpec, log_dir: Path, sandboxed: bool = False, at_exec: bool = False
+    ) -> None:
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         self.spec = spec
@@ -140,8 +157,9 @@ class NativeHandle(WorkerHandle):
         else:
             argv += ["--libcuda", str(spec.gpu.libcuda)]
             argv += ["--preload", str(spec.gpu.cudart)] if spec.gpu.cudart else []
-        if sandboxed:
-            argv = launch.command(runner_jail(spec.binary, self.scratch, spec.gpu, spec.libs), argv)
+        self.jail = runner_jail(spec.binary, self.scratch, spec.gpu, spec.libs) if sandboxed else None
+        if self.jail is not None and at_exec:
+            argv, self.jail = launch.command(self.jail, argv), None
         out_r, out_w = os.pipe()
         self.proc = subprocess.Popen(
             argv,
@@ -171,6 +189,8 @@ class NativeHandle(WorkerHandle):
         """The command as JSON (the blob tensor of an attach left out; a candidate copied into scratch)."""
         if isinstance(cmd, Attach):
             return cmd.model_dump_json(exclude={"blob"}).encode()
+        if isinstance(cmd, ApplySandbox) and self.jail is not None and cmd.mode != "off":
+            return json.dumps({**cmd.model_dump(mode="json"), "jail": jail_spec(self.jail)}).encode()
         if isinstance(cmd, Load) and cmd.kind == "so" and cmd.path:
             self.loaded += 1
             inside = self.scratch / f"candidate-{self.loaded}.so"

@@ -1,0 +1,172 @@
+// The runner confines itself at the `sandbox` command: after its CUDA driver, runtime and (optionally)
+// CUPTI are initialised and the arena is attached, before any candidate code exists, as the Python worker
+// does (sandboxed/sandbox.py). The trusted side sends the jail in the command (runner/jail.py builds it:
+// the same rules ptxgym/confine's launcher would apply before exec). Measured on the H200: a runner
+// jailed before exec could not initialise the driver (cuInit: CUDA_ERROR_OPERATING_SYSTEM), whichever
+// layer was applied (bench/results/runner_jail_probe_*.txt).
+//
+// Order: rlimits; no_new_privs; Landlock (every file-system right the kernel's ABI knows is handled:
+// read beneath `read`, read+execute beneath `execute`, write beneath `write`, read/write the `devices`
+// files; TCP bind/connect denied from ABI 4; abstract Unix sockets and signals scoped from ABI 6; every
+// thread from ABI 8, else the calling thread and what it starts); the seccomp socket filter (rows
+// assembled by ptxgym/confine/seccomp.py) on every thread (TSYNC).
+#pragma once
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "json.h"
+
+namespace ptxrunner::confine {
+
+constexpr uint64_t kExecute = 1ull << 0, kWriteFile = 1ull << 1, kReadFile = 1ull << 2, kReadDir = 1ull << 3;
+constexpr uint64_t kRemoveDir = 1ull << 4, kRemoveFile = 1ull << 5, kMakeChar = 1ull << 6, kMakeDir = 1ull << 7;
+constexpr uint64_t kMakeReg = 1ull << 8, kMakeSock = 1ull << 9, kMakeFifo = 1ull << 10, kMakeBlock = 1ull << 11;
+constexpr uint64_t kMakeSym = 1ull << 12, kRefer = 1ull << 13, kTruncate = 1ull << 14, kIoctlDev = 1ull << 15;
+constexpr uint64_t kRead = kReadFile | kReadDir;
+constexpr uint64_t kFileRights = kExecute | kWriteFile | kReadFile | kTruncate | kIoctlDev;
+constexpr uint64_t kDeviceRights = kReadFile | kWriteFile | kTruncate;
+constexpr long kCreateRuleset = 444, kAddRule = 445, kRestrictSelf = 446;
+constexpr uint32_t kRestrictSelfTsync = 1u << 3;
+
+struct RulesetAttr {
+  uint64_t handled_access_fs, handled_access_net, scoped;
+};
+struct __attribute__((packed)) PathBeneath {
+  uint64_t allowed_access;
+  int32_t parent_fd;
+};
+
+inline int landlock_abi() {
+  long v = syscall(kCreateRuleset, nullptr, 0, 1u);
+  return v > 0 ? static_cast<int>(v) : 0;
+}
+
+inline uint64_t write_rights(int abi) {
+  uint64_t w = kWriteFile | kRemoveDir | kRemoveFile | kMakeChar | kMakeDir | kMakeReg | kMakeSock | kMakeFifo |
+               kMakeBlock | kMakeSym;
+  return w | (abi >= 2 ? kRefer : 0) | (abi >= 3 ? kTruncate : 0);
+}
+
+// Grant `rights` beneath `path` (file rights only on a file); a missing path is skipped.
+inline std::string allow(int ruleset, uint64_t handled, const std::string& path, uint64_t rights) {
+  int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? "" : "cannot open " + path + ": " + strerror(errno);
+  struct stat st {};
+  rights &= handled;
+  if (fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode)) rights &= kFileRights;
+  std::string error;
+  if (rights) {
+    PathBeneath rule{rights, fd};
+    if (syscall(kAddRule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0) != 0)
+      error = "landlock_add_rule(" + path + "): " + strerror(errno);
+  }
+  close(fd);
+  return error;
+}
+
+inline std::vector<std::string> strings(const Json& rules, const char* key) {
+  std::vector<std::string> out;
+  if (rules.has(key))
+    for (const Json& item : rules.at(key).as_array(key)) out.push_back(item.as_str(key));
+  return out;
+}
+
+// Landlock as the launcher's apply_landlock; "" or the error. *all_threads: ABI 8 restricted every thread.
+inline std::string apply_landlock(const Json& rules, bool* all_threads) {
+  int abi = landlock_abi();
+  if (!abi) return "the kernel has no usable Landlock";
+  uint64_t fs = kExecute | kRead | write_rights(abi);
+  RulesetAttr attr{fs, abi >= 4 ? 3ull : 0ull, abi >= 6 ? 3ull : 0ull};
+  size_t size = abi < 4 ? 8 : abi < 6 ? 16 : 24;
+  long ruleset = syscall(kCreateRuleset, &attr, size, 0u);
+  if (ruleset < 0) return std::string("landlock_create_ruleset: ") + strerror(errno);
+  uint64_t special = kMakeChar | kMakeBlock | kMakeSock | kMakeFifo;
+  const std::pair<const char*, uint64_t> grants[] = {
+      {"read", kRead},
+      {"execute", kRead | kExecute},
+      {"write", kRead | (write_rights(abi) & ~special)},
+      {"devices", kDeviceRights},
+  };
+  std::string error;
+  for (const auto& [key, rights] : grants) {
+    for (const std::string& path : strings(rules, key)) {
+      error = allow(static_cast<int>(ruleset), fs, path, rights);
+      if (!error.empty()) break;
+    }
+    if (!error.empty()) break;
+  }
+  if (error.empty()) {
+    uint32_t flags = abi >= 8 ? kRestrictSelfTsync : 0u;
+    if (syscall(kRestrictSelf, ruleset, flags) != 0) error = std::string("landlock_restrict_self: ") + strerror(errno);
+    *all_threads = abi >= 8;
+  }
+  close(static_cast<int>(ruleset));
+  return error;
+}
+
+inline std::string apply_rlimits(const Json& limits) {
+  const std::pair<const char*, int> names[] = {{"RLIMIT_CORE", RLIMIT_CORE},     {"RLIMIT_FSIZE", RLIMIT_FSIZE},
+                                               {"RLIMIT_NOFILE", RLIMIT_NOFILE}, {"RLIMIT_NPROC", RLIMIT_NPROC},
+                                               {"RLIMIT_AS", RLIMIT_AS},         {"RLIMIT_CPU", RLIMIT_CPU}};
+  for (const auto& [name, value] : limits.fields) {
+    int resource = -1;
+    for (const auto& [known, r] : names)
+      if (name == known) resource = r;
+    if (resource < 0) return "unknown resource limit " + name;
+    rlimit cur{};
+    getrlimit(resource, &cur);
+    rlim_t want = static_cast<rlim_t>(value.as_int("rlimit"));
+    if (cur.rlim_max != RLIM_INFINITY && want > cur.rlim_max) want = cur.rlim_max;
+    rlimit next{want, want};
+    if (setrlimit(resource, &next) != 0) return "setrlimit(" + name + "): " + strerror(errno);
+  }
+  return "";
+}
+
+inline std::string apply_filter(const Json& rows) {
+  std::vector<sock_filter> program;
+  for (const Json& row : rows.as_array("filter")) {
+    const auto& r = row.as_array("filter row");
+    if (r.size() != 4) return "a seccomp row must have 4 fields";
+    program.push_back({static_cast<uint16_t>(r[0].as_int("code")), static_cast<uint8_t>(r[1].as_int("jt")),
+                       static_cast<uint8_t>(r[2].as_int("jf")), static_cast<uint32_t>(r[3].as_int("k"))});
+  }
+  if (program.empty()) return "an empty seccomp filter";
+  sock_fprog prog{static_cast<unsigned short>(program.size()), program.data()};
+  long ret = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+  if (ret < 0) return std::string("seccomp: ") + strerror(errno);
+  if (ret > 0) return "seccomp: thread " + std::to_string(ret) + " could not take the filter";
+  return "";
+}
+
+// Apply `jail` ({"rlimits": {...}, "landlock": {...} | null, "filter": [[code, jt, jf, k], ...] | null});
+// "" or the first error (then the runner must not load a candidate). *all_threads as apply_landlock.
+inline std::string apply(const Json& jail, bool* all_threads) {
+  *all_threads = false;
+  std::string error = jail.has("rlimits") ? apply_rlimits(jail.at("rlimits")) : "";
+  if (!error.empty()) return error;
+  bool landlock = jail.has("landlock") && jail.at("landlock").kind == Json::kObject;
+  bool filter = jail.has("filter") && jail.at("filter").kind == Json::kArray;
+  if ((landlock || filter) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    return std::string("no_new_privs: ") + strerror(errno);
+  if (landlock) {
+    error = apply_landlock(jail.at("landlock"), all_threads);
+    if (!error.empty()) return "Landlock: " + error;
+  }
+  if (filter) error = apply_filter(jail.at("filter"));
+  return error;
+}
+
+}  // namespace ptxrunner::confine
