@@ -161,7 +161,8 @@ def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
         if jailed:
             # the runner confines itself at the sandbox command, after cuInit: the driver's helper threads
             # from before are not covered below Landlock ABI 8 ("partial"); the probes below still fail
-            assert {x.name: x.state for x in report.sandbox.layers}["filesystem"] in ("active", "partial"), report
+            states = {x.name: x.state for x in report.sandbox.layers}
+            assert states["filesystem"] in ("active", "partial"), report
         assert handle.request(Load(kind="so", path=str(kernel), entry="run"), 30.0).ok
         reply = handle.request(Call(set=0), 30.0)
         assert reply.ok and reply.call is not None and reply.call.ev_stream_ms > 0, reply
