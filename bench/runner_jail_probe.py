@@ -1,4 +1,4 @@
-"""Which rule of the runner's GPU jail stops the CUDA driver? (a diagnostic for the H200; no strace there)
+"""Which rule of a jail applied before exec stops the CUDA driver? (an H200 diagnostic; no strace there)
 
     python bench/runner_jail_probe.py --out bench/results/runner_jail_probe.txt
 
@@ -53,7 +53,7 @@ def attach_once(spec, jail, log_dir: Path) -> str:
     page = vmm.granularity(0)
     handles, fds = vmm.create_runs([page], 0)
     try:
-        handle = native_worker.NativeHandle(spec, log_dir, sandboxed=True)
+        handle = native_worker.NativeHandle(spec, log_dir, sandboxed=True, at_exec=True)
     finally:
         native_worker.runner_jail = original
     try:
