@@ -5,9 +5,9 @@ Issue 11, requirement 1. Opt-in: with ``candidate_process = "native"`` (``PTXGYM
 guard-page arena in ``ptxgym-runner`` instead of the Python worker (``sandboxed/worker.py``), through
 ``trusted/native_worker.py`` (``NativeHandle``, a ``WorkerHandle``; ``NativeRunners``, the choice and
 the fallback). The CPU path is tested (``tests/evaluation/test_native_runner.py``, ``test_native_worker.py``);
-the GPU path was never run with this protocol when it was written (``test_native_runner_gpu.py``: an
-earlier prototype's GPU call was measured working unjailed on the H200, and failing jailed for want of
-the driver's files, which the jail now names).
+the GPU path ran on the H200 (``bench/results/gpu_tests_2026-12-04_native_jailed.txt``: every test of
+``test_native_runner_gpu.py`` passed, jailed; the expert GEMM at 1.0112x in the runner vs 1.0117x in
+the Python worker).
 
 What exists
 -----------
@@ -21,11 +21,16 @@ What exists
 * ``build.py``: compiles it with the host ``g++`` into ``<cache>/runner/<hash>/`` (sources, flags and
   compiler version in the key); ``-DPTXGYM_RUNNER_CUDA`` when ``cuda.h`` is found,
   ``-DPTXGYM_RUNNER_CUPTI`` and libcupti when ``cupti.h``, ``libcupti.so*`` and ``cupti_path.h`` are.
-* ``jail.py``: ``runner_jail``, the ``ptxgym/confine`` launcher's rules for a runner (Landlock reads
-  limited to the system libraries, tvm-ffi, the runner's own libcupti files, scratch and, on the GPU,
-  the exact driver and runtime files resolved from the trusted process's ``/proc/self/maps``
-  (``gpu_files``) plus the device nodes, ``/sys`` and a few ``/proc`` facts; writes to scratch only;
-  no sockets; the worker's rlimits). The launcher execs the runner, so no interpreter is left.
+* ``jail.py``: ``runner_jail``, the rules of a runner's jail (Landlock reads limited to the system
+  libraries, tvm-ffi, the runner's own libcupti files, scratch and, on the GPU, the exact driver and
+  runtime files resolved from the trusted process's ``/proc/self/maps`` (``gpu_files``) plus the device
+  nodes, ``/sys`` and a few ``/proc`` facts; writes to scratch only; no sockets; the worker's rlimits).
+* ``confine.h``: the runner applies that jail to itself at the ``sandbox`` command (rlimits,
+  ``no_new_privs``, Landlock, the seccomp socket filter on every thread), after its CUDA set-up: on the
+  H200 a jail applied before exec by ``ptxgym/confine``'s launcher stopped ``cuInit``
+  (CUDA_ERROR_OPERATING_SYSTEM) whichever layer it held, even without Landlock
+  (``bench/results/runner_jail_probe_2026-12-04_at_exec.txt``); the launcher form stays for CPU
+  runners (``NativeHandle(..., at_exec=True)``).
 
 Protocol
 --------
@@ -44,9 +49,12 @@ closed at ``sandbox`` and before a load. stdout and stderr (the candidate's outp
   buffer, starts the candidate's CUDA runtime on the primary context (``cudaSetDevice``, ``cudaFree(0)``:
   a runtime that cannot start in the jail fails the set-up, not the candidate), starts CUPTI when asked
   (a probe memset must show up in its spans) or says why not.
-* ``sandbox``: the jail already holds; the reply is the ``SandboxReport`` of what the runner observes in
-  force (``NoNewPrivs`` and ``Seccomp`` in its status, a refused probe socket, a refused ``/etc/passwd``,
-  its rlimits, its environment); mode ``strict`` refuses a layer that is not in force.
+* ``sandbox``: the runner applies the jail the command carries (``native_worker.jail_spec``;
+  ``confine.h``); an error there is an error reply and nothing loads after it (the evaluator falls back
+  to the worker). The reply is the ``SandboxReport`` of what the runner observes in force
+  (``NoNewPrivs`` and ``Seccomp`` in its status, a refused probe socket, a refused ``/etc/passwd``, its
+  rlimits, its environment; the filesystem layer is ``partial`` below Landlock ABI 8 when CUDA's helper
+  threads existed before it); mode ``strict`` refuses a layer that is not in force.
 * ``load``: ``noop`` (a 4-byte memset on the stream: the calibration's subject) or ``so`` (refused
   before ``sandbox``; ``dlopen`` of the copy the trusted side put in scratch, ``__tvm_ffi_<entry>``);
   ``baseline`` is refused (a library baseline stays in the Python worker, vendor library and all).
@@ -69,16 +77,15 @@ to come from outside the process.
 
 Not done
 --------
-* Run on the GPU: ``test_native_runner_gpu.py`` (jail vs cuBLAS and ``/etc/passwd``; the expert GEMM
-  native vs Python within 3 %; a wrong GEMM) has not run yet; the driver's needs under the jail are
-  inferred, not traced (no strace on the device): ``PTXGYM_RUNNER_READ_EXTRA`` adds paths if it
-  needs more, and a runner that cannot be set up makes the evaluator fall back to the worker, saying so.
-* The CUPTI path needs ``cupti_path.h`` (another change): until it is in the tree the runner is built
-  without it, and an evaluator that times with CUPTI (the default where CUPTI works) keeps candidates in
-  the Python worker, saying why (a runner timed with events would not be comparable with the baseline).
+* The default stays ``python``: on the H200 only ``test_native_runner_gpu.py`` (the GEMM expert, three
+  hostile kernels, the jail) ran with the runner; next, the whole evaluator GPU suite, the MHA experts
+  and ``ptxgym audit`` with ``PTXGYM_CANDIDATE_PROCESS=native``, then flip the default.
 * The library baselines still run in the Python worker (a bridge ``.so`` with the same TVM-FFI entry,
   like ``bench/parity_bridge.cc``, would time them through the runner too).
-* The default stays ``python`` until the GPU run shows parity.
+* Timing: the runner did not make the trusted wall clock tighter (calibration IQR 0.23-0.57 ms per call
+  vs 0.05-0.18 in the worker, two plays: ``bench/results/wall_allowance_2026-12-04_native_vs_python.txt``);
+  the spread looks like the trusted side's, not the candidate process's (next: interleave trivial calls
+  with the timed ones and compare medians with their standard error instead of 5 x IQR).
 """
 
 __all__: list[str] = []  # a folder of modules: import them by name
