@@ -8,6 +8,7 @@ standard library and ctypes, so the launcher can load them in a bare child inter
 - ``libc``: raw syscalls and ``no_new_privs``;
 - ``landlock``: the Landlock ABI, access rights and a ruleset builder;
 - ``seccomp``: a classic-BPF assembler and the socket/ptrace filter;
+- ``tasks``: whether RLIMIT_NPROC binds this process, and the tasks it counts;
 - ``launch``: a tiny launcher that confines itself and then execs a program (thread-safe where
   ``preexec_fn`` is not).
 """

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ptxgym.confine import landlock, seccomp
 from ptxgym.confine.launch import JAIL_FAILED, JAIL_PREFIX, Jail, LandlockRules, command
+from ptxgym.confine.tasks import user_tasks
 from ptxgym.cpu.toolchain import Toolchain
 from ptxgym.records import settings
 from ptxgym.records.errors import InfraError
@@ -258,21 +259,9 @@ def build_jail(
     if memory_mb > 0:
         rlimits["RLIMIT_AS"] = memory_mb * 1024 * 1024
     if os.geteuid() != 0:
-        rlimits["RLIMIT_NPROC"] = _user_tasks() + 512
+        rlimits["RLIMIT_NPROC"] = user_tasks() + 512
     rules = jail_rules(toolchain, include_dirs, stage) if confined.kind == "landlock" else None
     return Jail(rlimits=rlimits, landlock=rules, families=() if confined.sockets_filtered else None)
-
-
-def _user_tasks() -> int:
-    """Threads owned by this user (RLIMIT_NPROC counts them all), read from /proc."""
-    uid, total = os.getuid(), 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if os.stat(f"/proc/{pid}").st_uid == uid:
-                total += int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[17])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
 
 
 # ------------------------------------------------------------------------------------------ running

@@ -27,7 +27,6 @@ Anonymous executable memory (a JIT) is not restricted.
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 import subprocess
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from ptxgym.confine import landlock
 from ptxgym.confine.launch import Jail, LandlockRules
+from ptxgym.confine.tasks import privileged, user_tasks
 from ptxgym.records import settings
 
 SYSTEM_READ = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache")
@@ -148,34 +148,11 @@ def elf_interpreter(binary: Path) -> Path | None:
     return None
 
 
-def _privileged() -> bool:
-    """Root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN: the kernel does not enforce RLIMIT_NPROC."""
-    if os.getuid() == 0:
-        return True
-    status = Path("/proc/self/status").read_text()
-    found = re.search(r"^CapEff:\s*([0-9a-f]+)", status, re.M)
-    return bool(found and int(found.group(1), 16) & ((1 << 21) | (1 << 24)))
-
-
-def _user_tasks(uid: int) -> int:
-    """Threads of every visible process whose real uid is ``uid`` (what RLIMIT_NPROC counts)."""
-    total = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue
-        uids, threads = re.search(r"^Uid:\s*(\d+)", text, re.M), re.search(r"^Threads:\s*(\d+)", text, re.M)
-        if uids and threads and int(uids.group(1)) == uid:
-            total += int(threads.group(1))
-    return total
-
-
 def runner_rlimits() -> dict[str, int]:
     """The runner's resource limits (those of the Python worker's sandbox)."""
     limits = {"RLIMIT_CORE": 0, "RLIMIT_FSIZE": MAX_FILE_BYTES, "RLIMIT_NOFILE": MAX_OPEN_FILES}
-    if not _privileged():
-        limits["RLIMIT_NPROC"] = _user_tasks(os.getuid()) + TASK_HEADROOM
+    if not privileged():
+        limits["RLIMIT_NPROC"] = user_tasks() + TASK_HEADROOM
     return limits
 
 

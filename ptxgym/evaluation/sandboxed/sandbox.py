@@ -70,6 +70,7 @@ from ptxgym.confine.seccomp import (  # noqa: F401 - re-exported: the filter's A
     network_filter,
     syscall_number,
 )
+from ptxgym.confine.tasks import privileged, user_tasks
 from ptxgym.evaluation.protocol import (  # noqa: F401 - check_mode, worker_environ: part of this API
     MODES,
     SandboxLayer,
@@ -260,29 +261,6 @@ def _cap(which: int, value: int) -> int:
     return new
 
 
-def _privileged() -> bool:
-    """Root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN: the kernel does not enforce RLIMIT_NPROC."""
-    if os.getuid() == 0:
-        return True
-    caps = _task_field("CapEff")
-    effective = int(caps[0], 16) if caps and caps[0] else 0
-    return bool(effective & ((1 << 21) | (1 << 24)))
-
-
-def _user_tasks(uid: int) -> int:
-    """Threads of every visible process whose real uid is ``uid`` (what RLIMIT_NPROC counts)."""
-    total = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue
-        uids, threads = re.search(r"^Uid:\s*(\d+)", text, re.M), re.search(r"^Threads:\s*(\d+)", text, re.M)
-        if uids and threads and int(uids.group(1)) == uid:
-            total += int(threads.group(1))
-    return total
-
-
 def _rlimits() -> SandboxLayer:
     done, gaps = [], []
     try:
@@ -290,10 +268,10 @@ def _rlimits() -> SandboxLayer:
         done.append(f"fsize={_cap(resource.RLIMIT_FSIZE, MAX_FILE_BYTES) >> 20} MiB")
         highest = max((int(fd) for fd in os.listdir("/proc/self/fd")), default=0)
         done.append(f"nofile={_cap(resource.RLIMIT_NOFILE, max(MAX_OPEN_FILES, highest + 256))}")
-        if _privileged():
+        if privileged():
             gaps.append("nproc not enforced (the worker runs as root or with CAP_SYS_RESOURCE/CAP_SYS_ADMIN)")
         else:
-            tasks = _user_tasks(os.getuid())
+            tasks = user_tasks()
             nproc = _cap(resource.RLIMIT_NPROC, tasks + TASK_HEADROOM)
             done.append(f"nproc={nproc} ({tasks} tasks of the user now)")
     except (OSError, ValueError) as exc:

@@ -25,7 +25,6 @@ What differs from a Python worker's spawn:
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
@@ -34,17 +33,15 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ptxgym.confine import launch, seccomp
 from ptxgym.confine.launch import Jail
-from ptxgym.evaluation.protocol import ApplySandbox, Attach, Command, Load, Reply, is_secret_name
+from ptxgym.evaluation.protocol import ApplySandbox, Attach, Command, Load, is_secret_name
 from ptxgym.evaluation.runner.build import build_runner, plan
 from ptxgym.evaluation.runner.jail import GpuFiles, cupti_files, gpu_files, runner_jail
-from ptxgym.evaluation.trusted.pool import OutputCapture, WorkerHandle, WorkerPool
+from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 
 
 def jail_spec(jail: Jail) -> dict:
@@ -174,15 +171,7 @@ class NativeHandle(WorkerHandle):
         for fd in (cmd_r, rep_w, out_w):
             os.close(fd)
         child.close()
-        self.output = OutputCapture(out_r, self.log_path)
-        self._to = Connection(cmd_w, readable=False, writable=True)
-        self._from = Connection(rep_r, readable=True, writable=False)
-        self.spawned_at = time.monotonic()
-        self.seq = 0
-        self.pending: collections.deque[int] = collections.deque([0])  # the unasked hello
-        self.hello: Reply | None = None
-        self.primed: dict[str, object] = {}
-        self.dead = False
+        self._connected(cmd_w, rep_r, out_r)
         self.loaded = 0
 
     def _encode(self, cmd: Command, pickler=None) -> bytes:

@@ -135,6 +135,10 @@ class WorkerHandle:
         for fd in (cmd_r, rep_w, out_w):
             os.close(fd)
         child_fds.close()
+        self._connected(cmd_w, rep_r, out_r)
+
+    def _connected(self, cmd_w: int, rep_r: int, out_r: int) -> None:
+        """The trusted side's ends of a started child: commands, replies, its output; no command sent."""
         self.output = OutputCapture(out_r, self.log_path)
         self._to = Connection(cmd_w, readable=False, writable=True)
         self._from = Connection(rep_r, readable=True, writable=False)
