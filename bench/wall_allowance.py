@@ -12,7 +12,10 @@ GEMM with a host-side busy wait of ``h`` microseconds after a stream synchronisa
 (the GPU timer does not see it) for several ``h``, and prints for each subject: status, median latency,
 the calibrated overhead and its IQR, the measured excess per call (median wall - GPU - overhead), the
 allowance, and whether it was caught. The smallest caught ``h`` as a share of the median latency is the
-forgery a candidate can no longer hide. ``--process`` plays it with each candidate process kind
+forgery a candidate can no longer hide. ``--spares 0`` keeps the evaluator from starting a replacement
+process while a candidate is timed (with spares, taking a worker starts the next one at once, and its
+CUDA set-up shares the GPU with the calibration and the timing: a suspect for the calibration's spread).
+``--process`` plays it with each candidate process kind
 (``LocalGpuEvaluator(candidate_process=...)``: the Python worker or the native runner).
 """
 
@@ -112,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process", nargs="*", default=["python"])
     parser.add_argument("--hidden-us", nargs="*", type=int, default=None, help="busy-wait microseconds")
     parser.add_argument("--repeats", type=int, default=2, help="plays of the shipped expert per process")
+    parser.add_argument(
+        "--spares",
+        type=int,
+        default=2,
+        help="warm spare processes of the evaluator (0: none warming while a candidate is timed)",
+    )
     args = parser.parse_args(argv)
     lines: list[str] = []
 
@@ -125,14 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     hidden = [None, *args.hidden_us] if args.hidden_us is not None else list(HIDDEN_US)
-    say(f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}")
+    say(f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}; spares {args.spares}")
     say(
         "process | hidden us | status | median ms | overhead ms | overhead iqr ms | excess ms | allowed ms | "
         "hidden share | caught"
     )
     rows = []
     for process in args.process:
-        ev = LocalGpuEvaluator(settings=EvalSettings(), spares=2, candidate_process=process)
+        ev = LocalGpuEvaluator(settings=EvalSettings(), spares=args.spares, candidate_process=process)
         try:
             for h in hidden:
                 for _ in range(args.repeats if h is None else 1):
