@@ -37,8 +37,9 @@ to find it:
   rows (or break CUPTI to force a count error: the evaluator then counts outside the activity trial, or
   falls back to Nsight Compute). Rows must name instructions of the built module (``sass_join``), and the
   secret cross-check bounds a forgery to the share of candidates it misses.
-* The counted call also differs by the commands around it only where CUPTI cannot count inside an
-  activity trial (the trial is split around it); the candidate does not see commands, only, again, time.
+* The counted call also differs by the commands around it: the activity trial is closed around it (by
+  default: CUPTI's SASS metrics read zero inside one on the H200); the candidate does not see commands,
+  only, again, time (and, in its own process, CUPTI's state).
 
 Memcheck and Nsight Compute each run the candidate in a one-shot driver sandboxed like the worker (the
 evaluator's sandbox mode) and read the tool's report from a file the candidate cannot write

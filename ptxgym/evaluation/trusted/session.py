@@ -15,14 +15,14 @@ its slot's set and fresh values like its neighbours, is always verified (a wrong
 result of a timed call, in the same words), and is not timed: its latency (slowed by the patching) is no
 sample, so the timed samples stay ``trials x iterations`` and the step makes as many calls as before,
 when the counted call was one more call after the last trial (one call added, not one sample replaced:
-the samples and the call count a candidate could observe both stay what they were). The counted call
-belongs to the activity trial around it: the worker records its window for the in-band census (its
-kernels are in the census; should CUPTI record no activity in that window, the functions its rows name
-join the census instead) but the trusted side takes no span from it. If CUPTI cannot count inside an
-activity trial (a count error there), the trial is split: it ends before a second counted call on fresh
-values of the same slot, outside any trial, whose executed functions join the census from its own rows,
-and a new trial begins after it (``CountedCall.outside``, logged in ``details["counted_call"]``; the
-evaluator then counts outside the trial in later steps).
+the samples and the call count a candidate could observe both stay what they were). The local
+evaluator counts it outside the activity trial (``local.COUNT_OUTSIDE_TRIALS``: on the H200 CUPTI's SASS
+metrics read zero for every instruction inside one): the trial ends before it and a new one begins after
+it, and the functions its rows name join the census (``CountedCall.outside`` says why, in
+``details["counted_call"]``). A session told to try inside (``count_outside`` empty) keeps the call in
+the trial (its window in the census, no span taken from it) and, on a count error or all-zero counts
+there, splits the trial around a second counted call on fresh values of the same slot, then counts
+outside in later steps.
 """
 
 from __future__ import annotations
