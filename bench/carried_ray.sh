@@ -4,6 +4,7 @@
 # without the Java jars, rllib, data, serve, tune, train, llm and the dashboard's web client, binaries
 # stripped; a tar.xz of ~25 MB) and the wheels of ray's base requirements; a requirement is installed
 # only where it does not import already. Everything goes to /tmp/raysite, put first on PYTHONPATH.
+# bench/make_ray_bundle.sh builds .raybundle/ (here, with network).
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || return 2
 site=/tmp/raysite
 mkdir -p "$site"
