@@ -26,16 +26,7 @@ from torch.overrides import TorchFunctionMode
 from ptxgym.evaluation.trusted import precision
 from ptxgym.records.tasks import Task, Tolerance
 
-MATMULS = {
-    torch.matmul,
-    torch.Tensor.matmul,
-    torch.Tensor.__matmul__,
-    torch.Tensor.__rmatmul__,
-    torch.mm,
-    torch.Tensor.mm,
-    torch.bmm,
-    torch.Tensor.bmm,
-}
+MATMULS = precision.matmul_functions()
 UNSUPPORTED = {torch.einsum, torch.nn.functional.linear, torch.addmm, torch.baddbmm, torch.Tensor.addmm}
 """Matmuls neither the evaluator's policy nor this emulation handles: a reference using one fails here."""
 FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.empty_like, torch.zeros_like}

@@ -52,15 +52,21 @@ def arena(tmp_path_factory):
     return Arena(task, [1, 2, 3], "cpu", tmp_path_factory.mktemp("arena"))
 
 
+def _loaded(arena, fake, seed, settings=SETTINGS, backend=EVENTS) -> Session:
+    """A session on the restored arena with the candidate loaded into ``fake``."""
+    arena.restore()
+    session = Session(fake, arena, settings, backend, seed, 10.0)
+    session.attach(1, cupti=backend == CUPTI)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    return session
+
+
 def _step(arena, tmp_path, seed, candidate=None, backend=EVENTS, settings=SETTINGS, **worker):
     """One candidate's check and timing with the counted call, as the evaluator runs them."""
     fake = InProcessWorker(candidate or Honest(), tmp_path)
     for name, value in worker.items():
         setattr(fake, name, value)
-    arena.restore()
-    session = Session(fake, arena, settings, backend, seed, 10.0)
-    session.attach(1, cupti=backend == CUPTI)
-    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    session = _loaded(arena, fake, seed, settings, backend)
     result = SessionResult()
     session.correctness(result)
     assert result.failure is None, result.failure
@@ -123,10 +129,7 @@ def test_the_counted_call_takes_its_slots_set_and_fresh_values(arena, tmp_path):
         seen.append((fake.counting, A.abs().clone()))
 
     fake.candidate = peek
-    arena.restore()
-    session = Session(fake, arena, SETTINGS, EVENTS, 11, 10.0)
-    session.attach(1, cupti=False)
-    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    session = _loaded(arena, fake, 11)
     result = SessionResult()
     session.timing(result, crosscheck=False, count=True)
     assert result.failure is None
@@ -157,10 +160,7 @@ def test_a_wrong_result_on_the_counted_call_is_a_wrong_timed_call(arena, tmp_pat
     candidate = WrongWhenCounted(ref)
     fake = InProcessWorker(candidate, tmp_path)
     ref.append(fake)
-    arena.restore()
-    session = Session(fake, arena, SETTINGS, EVENTS, 5, 10.0)
-    session.attach(1, cupti=False)
-    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    session = _loaded(arena, fake, 5)
     result = SessionResult()
     session.timing(result, crosscheck=False, count=True)
     assert result.failure is not None and result.failure.stage is Stage.TIME
@@ -224,10 +224,7 @@ def test_a_cut_short_step_still_counts_among_its_verified_calls(arena, tmp_path)
     settings = SETTINGS.model_copy(update={"trials": 3})
     for seed in range(40):
         fake = InProcessWorker(Honest(), tmp_path)
-        arena.restore()
-        session = Session(fake, arena, settings, EVENTS, seed, 10.0)
-        session.attach(1, cupti=False)
-        session.load(Load(kind="so", path="candidate.so", entry="run"))
+        session = _loaded(arena, fake, seed, settings)
         result = SessionResult()
         session.timing(result, crosscheck=False, count=True, baseline_ms=0.05)
         assert result.shortened and result.failure is None

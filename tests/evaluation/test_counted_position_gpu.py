@@ -14,9 +14,8 @@ One evaluator (reduced timing: 2 trials x (2 warm-up + 6 timed), the slot 1 of 1
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
+from built_source import built_candidate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.nvcc]
 
@@ -58,32 +57,12 @@ def evaluator():
         yield ev
 
 
-def _built(task, source: str) -> BuiltCandidate:
-    from ptxgym.cpu.build import build_solution
-    from ptxgym.cpu.sass import sass_census
-    from ptxgym.knowledge_packs.include_tree import pack_include_dirs
-    from ptxgym.records.schema import Solution
-
-    solution = Solution.from_cuda_source(source, task.definition.name, arch=task.arch)
-    built = build_solution(solution, task.arch_spec, include_dirs=pack_include_dirs(task.arch))
-    assert built.so_path is not None, built.message
-    census = sass_census(built.so_path, task.arch_spec)
-    return BuiltCandidate(
-        task_id=task.id,
-        so_path=built.so_path,
-        source_sha256=hashlib.sha256(source.encode()).hexdigest(),
-        artifact_sha256=hashlib.sha256(built.so_path.read_bytes()).hexdigest(),
-        static_target=census.static_target,
-        kernels=[k.kernel for k in census.kernels],
-    )
-
-
 def _cheat(task, last_call: int) -> BuiltCandidate:
     from ptxgym.audit.cases import get_cases
 
     text = get_cases(["last_call_wgmma"])[0].action()
     body = text.removeprefix("```cuda\n").removesuffix("\n```\n")
-    return _built(task, f"#define LAST_CALL {last_call}\n{body}")
+    return built_candidate(task, f"#define LAST_CALL {last_call}\n{body}")
 
 
 def _judge(evaluator, task, cand, name: str):
@@ -99,7 +78,7 @@ def test_expert_keeps_its_target_credit_with_the_counted_call_among_the_timed(ev
     from ptxgym.knowledge_packs.variants import PACK_ROOT
 
     source = (PACK_ROOT / "sm90a" / "solutions" / "Gemm.cu").read_text()
-    verdict = _judge(evaluator, task, _built(task, source), "expert")
+    verdict = _judge(evaluator, task, built_candidate(task, source), "expert")
     assert verdict.status is Status.PASSED, verdict.message
     where = verdict.details["counted_call"]
     assert 1 <= where["call"] <= LAST_CALL, where

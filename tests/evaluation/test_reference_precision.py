@@ -161,18 +161,25 @@ def test_an_in_place_write_voids_the_marks_of_every_view() -> None:
     assert (mode.matmuls, mode.tf32) == (2, 1)
 
 
+class _Spy(torch.overrides.TorchFunctionMode):
+    """Pushed below the policy's mode: records the matmul precision each matmul is issued with."""
+
+    def __init__(self, during: list[str]) -> None:
+        super().__init__()
+        self.during = during
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in MATMULS:
+            self.during.append(torch.get_float32_matmul_precision())
+        return func(*args, **(kwargs or {}))
+
+
 def test_reference_tf32_off_runs_every_matmul_exact(monkeypatch) -> None:
     during: list[str] = []
 
-    class Spy(torch.overrides.TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if func in MATMULS:
-                during.append(torch.get_float32_matmul_precision())
-            return func(*args, **(kwargs or {}))
-
     x = torch.randn(8, 8).bfloat16()
     monkeypatch.setenv("PTXGYM_REFERENCE_TF32", "off")
-    with Spy(), reference_precision() as mode:
+    with _Spy(during), reference_precision() as mode:
         _ = x.float() @ x.float().T
     assert mode is None and during == ["highest"]
     monkeypatch.setenv("PTXGYM_REFERENCE_TF32", "maybe")
@@ -229,16 +236,8 @@ def test_tf32_is_on_only_while_an_exact_matmul_is_issued() -> None:
     """Inside the reference: TF32 on for exact operands, off for computed ones and between matmuls."""
     during: list[str] = []
 
-    class Spy(torch.overrides.TorchFunctionMode):
-        """Pushed below the policy's mode: sees each matmul as the policy issues it."""
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if func in MATMULS:
-                during.append(torch.get_float32_matmul_precision())
-            return func(*args, **(kwargs or {}))
-
     a = torch.randn(16, 16).bfloat16()
-    with Spy(), reference_precision():
+    with _Spy(during), reference_precision():
         x = a.float()
         _ = x @ x.T
         _ = (x * 0.5) @ x.T

@@ -153,32 +153,17 @@ def test_join_places_rows_by_function_and_offset_and_sizes_the_mma_work() -> Non
 @pytest.mark.nvcc
 def test_in_band_counts_agree_with_nsight_compute_on_the_expert_gemm() -> None:
     """One evaluation of the expert GEMM, in-band counts cross-checked by Nsight Compute: they agree."""
-    import hashlib
+    from built_source import built_candidate
 
-    from ptxgym.cpu.build import build_solution
-    from ptxgym.cpu.sass import sass_census
-    from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, MemcheckMode
+    from ptxgym.evaluation.trusted.base import EvalSettings, MemcheckMode
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
-    from ptxgym.knowledge_packs.include_tree import pack_include_dirs
     from ptxgym.knowledge_packs.variants import PACK_ROOT
     from ptxgym.records.feedback import Proof, Status
-    from ptxgym.records.schema import Solution
     from ptxgym.records.tasks import get_task
 
     task = get_task("Gemm-sm90a")
     source = (PACK_ROOT / "sm90a" / "solutions" / "Gemm.cu").read_text()
-    solution = Solution.from_cuda_source(source, task.definition.name, arch=task.arch)
-    built = build_solution(solution, task.arch_spec, include_dirs=pack_include_dirs(task.arch))
-    assert built.so_path is not None, built.message
-    census = sass_census(built.so_path, task.arch_spec)
-    cand = BuiltCandidate(
-        task_id=task.id,
-        so_path=built.so_path,
-        source_sha256=hashlib.sha256(source.encode()).hexdigest(),
-        artifact_sha256=hashlib.sha256(built.so_path.read_bytes()).hexdigest(),
-        static_target=census.static_target,
-        kernels=[k.kernel for k in census.kernels],
-    )
+    cand = built_candidate(task, source)
     settings = EvalSettings(
         ncu_crosscheck_fraction=1.0, warmup=2, iterations=5, trials=1, memcheck=MemcheckMode.NEVER, seed=7
     )

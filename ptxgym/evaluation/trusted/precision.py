@@ -66,10 +66,11 @@ def exact_fp32() -> Iterator[None]:
                 torch.backends.cudnn.allow_tf32 = _saved[1]
 
 
-def _tables() -> tuple[set, set, set, tuple]:
+def matmul_functions() -> set:
+    """The torch functions the policy treats as matmuls (a reference using another one is not covered)."""
     import torch
 
-    matmuls = {
+    return {
         torch.matmul,
         torch.Tensor.matmul,
         torch.Tensor.__matmul__,
@@ -79,6 +80,12 @@ def _tables() -> tuple[set, set, set, tuple]:
         torch.bmm,
         torch.Tensor.bmm,
     }
+
+
+def _tables() -> tuple[set, set, set, tuple]:
+    import torch
+
+    matmuls = matmul_functions()
     converts = {torch.Tensor.float, torch.Tensor.to, torch.Tensor.type}
     preserving = {
         torch.Tensor.__getitem__,
