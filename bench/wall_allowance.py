@@ -12,9 +12,11 @@ GEMM with a host-side busy wait of ``h`` microseconds after a stream synchronisa
 (the GPU timer does not see it) for several ``h``, and prints for each subject: status, median latency,
 the calibrated overhead and its IQR, the measured excess per call (median wall - GPU - overhead), the
 allowance, and whether it was caught. The smallest caught ``h`` as a share of the median latency is the
-forgery a candidate can no longer hide. ``--spares 0`` keeps the evaluator from starting a replacement
-process while a candidate is timed (with spares, taking a worker starts the next one at once, and its
-CUDA set-up shares the GPU with the calibration and the timing: a suspect for the calibration's spread).
+forgery a candidate can no longer hide. The evaluator replaces a spare process only after a subject's
+timed calls and waits for every warming spare before the next set-up (``local.QUIET_SPARES``);
+``--noisy-spares`` plays the old way (taking a worker starts the next one at once, and its CUDA set-up
+shares the GPU with the calibration and the timing: the suspect for the calibration's spread), and
+``--spares 0`` plays with no spare at all.
 ``--process`` plays it with each candidate process kind
 (``LocalGpuEvaluator(candidate_process=...)``: the Python worker or the native runner).
 """
@@ -121,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="warm spare processes of the evaluator (0: none warming while a candidate is timed)",
     )
+    parser.add_argument(
+        "--noisy-spares",
+        action="store_true",
+        help="replace a spare as soon as it is taken (the behaviour before local.QUIET_SPARES)",
+    )
     args = parser.parse_args(argv)
     lines: list[str] = []
 
@@ -134,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     hidden = [None, *args.hidden_us] if args.hidden_us is not None else list(HIDDEN_US)
-    say(f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}; spares {args.spares}")
+    say(
+        f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}; spares {args.spares}"
+        + ("; noisy spares (replaced at once)" if args.noisy_spares else "; quiet spares")
+    )
     say(
         "process | hidden us | status | median ms | overhead ms | overhead iqr ms | excess ms | allowed ms | "
         "hidden share | caught"
@@ -142,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for process in args.process:
         ev = LocalGpuEvaluator(settings=EvalSettings(), spares=args.spares, candidate_process=process)
+        ev.quiet_spares = not args.noisy_spares
         try:
             for h in hidden:
                 for _ in range(args.repeats if h is None else 1):

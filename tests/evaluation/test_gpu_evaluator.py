@@ -101,7 +101,7 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
         assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census
     assert verdict.target.static is False and verdict.target.executed is Verdict.NO
     assert verdict.environment.gpu and verdict.environment.driver and verdict.environment.torch
-    assert verdict.environment.sandbox is not None and set(verdict.environment.sandbox) == {
+    assert verdict.environment.sandbox is not None and set(verdict.environment.sandbox) - {"process"} == {
         "no_new_privs",
         "network",
         "filesystem",
@@ -109,6 +109,36 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
         "environment",
     }
     assert verdict.seed is not None
+
+
+def test_no_spare_starts_or_warms_while_a_subject_is_timed(evaluator, gemm, monkeypatch):
+    """Spares are replaced after the timed calls and every one is warm before a set-up (``QUIET_SPARES``)."""
+    from ptxgym.evaluation.trusted.session import Session
+
+    seen: list[tuple[str, list[int], list[int]]] = []
+    real = Session.timing
+
+    def look(what: str) -> None:
+        pools = evaluator._pools()
+        warming = [sum(1 for h in p._ready if h.pending) for p in pools]
+        seen.append((what, [p.spawned for p in pools], warming))
+
+    def timing(self, *args, **kwargs):
+        look("start")
+        try:
+            return real(self, *args, **kwargs)
+        finally:
+            look("end")
+
+    monkeypatch.setattr(Session, "timing", timing)
+    assert evaluator.quiet_spares
+    verdict = _evaluate(evaluator, gemm, "naive")
+    assert verdict.status is Status.PASSED, verdict.message
+    (_, spawned_start, warming_start), (_, spawned_end, _) = seen
+    assert spawned_start == spawned_end, seen  # nothing started during the timing
+    assert warming_start == [0] * len(warming_start), seen  # and nothing was still starting
+    assert all(len(p._ready) == p.spares for p in evaluator._pools())  # replaced afterwards
+    assert "spares" in verdict.stage_wall_s
 
 
 def test_tma_gemm_passes_with_target_yes(evaluator, gemm):

@@ -142,3 +142,38 @@ def test_pool_replaces_what_it_hands_out(fake_worker_argv, tmp_path):
     pids = [h.pid for h in pool._ready]
     pool.close()
     assert all(_gone(p) for p in [*pids, first.pid])
+
+
+def test_take_without_refill_leaves_the_replacement_to_the_caller(fake_worker_argv, tmp_path):
+    """The evaluator takes a worker without starting its replacement, and fills the pool itself.
+
+    No spare may warm beside a timing: the evaluator refills once the subject's timed calls are over.
+    """
+    pool = WorkerPool(spares=1, argv=fake_worker_argv("echo"), log_dir=tmp_path)
+    pool.fill()
+    taken = pool.take(refill=False)
+    assert pool.spawned == 1 and not pool._ready
+    pool.fill()
+    assert pool.spawned == 2 and len(pool._ready) == 1
+    taken.discard()
+    pool.close()
+
+
+def test_settle_waits_for_every_spare_and_drops_a_dead_one(fake_worker_argv, tmp_path):
+    pool = WorkerPool(spares=2, argv=fake_worker_argv("echo"), log_dir=tmp_path)
+    pool.fill()
+    dead = pool._ready[0]
+    os.kill(dead.pid, 9)
+    dead.proc.wait(10.0)
+    greeted = []
+
+    def ready(handle):
+        hello = handle.drain(30.0)  # a dead spare raises WorkerDied here, once its hello is read
+        handle.drain(1.0)
+        greeted.append((handle.pid, hello))
+
+    assert pool.settle(ready) == 2
+    alive = [h for h in pool._ready]
+    assert [h.pid for h in alive] == [pid for pid, _ in greeted if pid != dead.pid]
+    assert dead.dead and dead not in pool._ready
+    pool.close()

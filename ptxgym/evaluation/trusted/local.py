@@ -87,6 +87,13 @@ COUNT_OUTSIDE_TRIALS = (
 """Why counted calls run outside the activity trials by default. An empty ``count_outside`` tries inside
 first and falls back on a count error or on all-zero counts (``Session._counted``)."""
 
+QUIET_SPARES = True
+"""Spare workers are replaced after a subject's timed calls and awaited before the next worker set-up,
+never started beside a calibration or a timing (``pool.py``). Before, ``take`` replaced a spare at once,
+so a fresh worker imported torch and created its CUDA context while the subject was calibrated and
+timed; the calibration's spread, which sets the wall-clock allowance, is the suspected victim
+(``bench/wall_allowance.py --noisy-spares`` plays the old way for comparison)."""
+
 
 class WorkerSetupError(InfraError):
     """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
@@ -143,6 +150,10 @@ class LocalGpuEvaluator(Evaluator):
         self.queue = GpuQueue(queue_capacity)
         """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""
         self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
+        self.quiet_spares = QUIET_SPARES
+        """Spares replaced only after a subject's timed calls and awaited before the next set-up
+        (``QUIET_SPARES``); False: replaced at once, warming beside the timing (for measurements)."""
+        self.spares_wait_s = 0.0
         self.pool.fill()
 
     # -------------------------------------------------------------------------------------- public
@@ -341,13 +352,16 @@ class LocalGpuEvaluator(Evaluator):
                 held.discard()
         last: WorkerError | None = None
         for _ in range(2):
-            handle = (pool or self.pool).take()
+            handle = (pool or self.pool).take(refill=not self.quiet_spares)
             try:
                 self._ready(handle, arena)
             except WorkerError as exc:
                 handle.discard()
                 last = exc
                 continue
+            self.spares_wait_s = 0.0
+            if self.quiet_spares:
+                self._settle_spares()
             return handle
         raise WorkerSetupError(
             "no worker process could be started: "
@@ -364,10 +378,29 @@ class LocalGpuEvaluator(Evaluator):
             handle.primed = {}
 
     def settle(self) -> None:
-        """Wait until every spare worker is warm (for measurements that need a quiet machine)."""
-        self.pool.fill()
-        for handle in list(self.pool._ready):
-            self._ready(handle, self._current)
+        """Start the missing spares and wait until every spare is warm (a quiet machine from now on)."""
+        for pool in self._pools():
+            pool.fill()
+        self._settle_spares()
+
+    def _pools(self) -> list[WorkerPool]:
+        return [p for p in (self.pool, self.native.pool) if p is not None]
+
+    def _settle_spares(self) -> None:
+        """Wait for every spare of both pools to finish starting.
+
+        No worker then warms while a subject is calibrated, checked or timed (``pool.py``); the wait is
+        the ``spares`` wall of the next verdict (part of its ``worker`` stage).
+        """
+        t = time.perf_counter()
+        for pool in self._pools():
+            pool.settle(lambda handle: self._ready(handle, self._current))
+        self.spares_wait_s = time.perf_counter() - t
+
+    def _refill(self) -> None:
+        """Replace the spares handed out (after a subject's timed calls: see ``_settle_spares``)."""
+        for pool in self._pools():
+            pool.fill()
 
     def _session(
         self, arena: Arena, seed: int, sandboxed: bool = False, pool: WorkerPool | None = None
@@ -472,7 +505,12 @@ class LocalGpuEvaluator(Evaluator):
                 pool = None
                 turn.session, turn.handle, turn.free_before = self._session(turn.arena, turn.seed, sandboxed)
         turn.details["candidate_process"] = process = self.native.note(pool is not None, guard, candidate)
-        verdict = self._measure(turn, turn.session, turn.handle)
+        turn.walls["spares"] = round(self.spares_wait_s, 4)
+        try:
+            verdict = self._measure(turn, turn.session, turn.handle)
+        finally:
+            if self.quiet_spares:
+                self._refill()
         report = turn.session.sandbox_report
         sandbox = report.summary() if report is not None else {}
         if self.native.wanted:

@@ -16,7 +16,11 @@ verdict: ``WorkerTimeout`` (hang), ``WorkerDied`` (exit, abort, segfault) or
 
 Spawning happens on one long-lived thread, because the parent-death signal is tied to the spawning
 thread, not the process. A fresh interpreter with CUDA costs about 4 s, so the pool keeps ``spares``
-workers warming in the background and replaces each one it hands out at once.
+workers warming in the background. A spare warming (importing torch, creating its CUDA context, mapping
+the arena) shares the GPU and the host with whatever runs at that moment, so the evaluator does not let
+``take`` replace a spare at once (``refill=False``): it refills after the candidate's timed calls
+(``fill``) and waits for every warming spare before the next calibration (``settle``), so that no
+worker warms while a subject is calibrated or timed.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from pydantic import ValidationError
 from ptxgym.evaluation.child_errors import (
     ProtocolViolation,
     WorkerDied,
+    WorkerError,
     WorkerTimeout,
     describe_exit,
 )
@@ -319,11 +324,32 @@ class WorkerPool:
         while len(self._ready) < self.spares:
             self._ready.append(self._spawn())
 
-    def take(self) -> WorkerHandle:
-        """A worker for one candidate (the oldest spare, or a new one); the spare is replaced."""
+    def take(self, refill: bool = True) -> WorkerHandle:
+        """A worker for one candidate (the oldest spare, or a new one).
+
+        ``refill``: replace the spare at once; the evaluator passes False and calls ``fill`` when no
+        subject is being timed (module docstring).
+        """
         handle = self._ready.popleft() if self._ready else self._spawn()
-        self.fill()
+        if refill:
+            self.fill()
         return handle
+
+    def settle(self, ready: Callable[[WorkerHandle], None]) -> int:
+        """Wait for every spare with ``ready`` (a worker that fails there is dropped); return how many.
+
+        ``ready`` blocks until the spare's start-up replies are in (``LocalGpuEvaluator._ready``): after
+        this, no spare of this pool is still starting.
+        """
+        waited = 0
+        for handle in list(self._ready):
+            waited += 1
+            try:
+                ready(handle)
+            except WorkerError:
+                self._ready.remove(handle)
+                handle.discard()
+        return waited
 
     def prime_all(self) -> None:
         """Apply the current primer to every waiting spare (e.g. after the arena changed)."""
