@@ -10,15 +10,16 @@ median latency, 5 x the calibration's IQR)). Under-reporting a call's GPU time b
 trusted side exactly like x ms of host work after the kernel finished, so this bench plays the expert
 GEMM with a host-side busy wait of ``h`` microseconds after a stream synchronisation inside every call
 (the GPU timer does not see it) for several ``h``, and prints for each subject: status, median latency,
-the calibrated overhead and its IQR, the measured excess per call (median wall - GPU - overhead), the
-allowance, and whether it was caught. The smallest caught ``h`` as a share of the median latency is the
-forgery a candidate can no longer hide. The evaluator replaces a spare process only after a subject's
-timed calls and waits for every warming spare before the next set-up (``local.QUIET_SPARES``);
-``--noisy-spares`` plays the old way (taking a worker starts the next one at once, and its CUDA set-up
-shares the GPU with the calibration and the timing: the suspect for the calibration's spread), and
-``--spares 0`` plays with no spare at all.
-``--process`` plays it with each candidate process kind
-(``LocalGpuEvaluator(candidate_process=...)``: the Python worker or the native runner).
+the calibrated overhead and its IQR (the matched calibration's, a no-op as long as the baseline's call,
+where there is one; the trivial no-op's overhead beside it), the measured excess per call (median
+wall - GPU - overhead), the allowance, and whether it was caught. The smallest caught ``h`` as a share
+of the median latency is the forgery a candidate can no longer hide. The evaluator replaces a spare
+process only after a subject's timed calls and waits for every warming spare before the next set-up
+(``local.QUIET_SPARES``); ``--noisy-spares`` plays the old way (taking a worker starts the next one at
+once, and its CUDA set-up shares the GPU with the calibration and the timing: the suspect for the
+calibration's spread), and ``--spares 0`` plays with no spare at all. ``--process`` plays it with each
+candidate process kind (``LocalGpuEvaluator(candidate_process=...)``: the Python worker or the native
+runner).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
     action = f"```cpp\n{variant(hidden_us)}\n```"
     fb = Pipeline(task, seen).run(action, turn=1, episode_id="wall", first_correct=False)
     details = seen.verdict.details if seen.verdict is not None else {}
-    cal = details.get("calibration") or {}
+    cal = details.get("calibration_matched") or details.get("calibration") or {}
+    trivial = details.get("calibration") or {}
     cc = details.get("crosscheck") or {}
     median = fb.timing.candidate.median_ms if fb.timing and fb.timing.candidate else None
     row = {
@@ -97,6 +99,8 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
         "excess_ms": (cc["median_overhead_ms"] - cal["overhead_ms"]) if cc and cal else None,
         "allowed_ms": (cc["allowed_ms"] - cal["overhead_ms"]) if cc and cal else None,
         "caught": fb.status.value == "TIMING_ANOMALY",
+        "trivial_overhead_ms": trivial.get("overhead_ms"),
+        "matched_latency_ms": cal.get("latency_ms") if cal is not trivial else None,
     }
     f = lambda v: "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
     share = None if (hidden_us is None or not median) else hidden_us / 1e3 / median
@@ -104,7 +108,8 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
         f"{label} | {'shipped' if hidden_us is None else hidden_us} | {row['status']} | {f(median)} | "
         f"{f(row['overhead_ms'])} | {f(row['overhead_iqr_ms'])} | {f(row['excess_ms'])} | "
         f"{f(row['allowed_ms'])} | {'-' if share is None else f'{share:.1%}'} | "
-        f"{'yes' if row['caught'] else 'no'}"
+        f"{'yes' if row['caught'] else 'no'} | {f(row['trivial_overhead_ms'])} | "
+        f"{f(row['matched_latency_ms'])}"
     )
     if fb.status.value not in ("PASSED", "TIMING_ANOMALY"):
         say(f"#   {fb.message[:300]}")
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     say(
         "process | hidden us | status | median ms | overhead ms | overhead iqr ms | excess ms | allowed ms | "
-        "hidden share | caught"
+        "hidden share | caught | trivial overhead ms | matched no-op ms"
     )
     rows = []
     for process in args.process:

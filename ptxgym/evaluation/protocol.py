@@ -115,6 +115,13 @@ class Load(_Cmd):
     entry: str = Field("", description="kind 'so': the exported TVM-FFI function.")
     function: str = Field("", description="kind 'baseline': a function of library_baselines.")
     options: dict[str, Any] = Field(default_factory=dict, description="kind 'baseline': keyword options.")
+    busy_memsets: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="kind 'noop': memsets of the L2-flush buffer per call (0: a 4-byte memset), so that "
+        "the no-op keeps the GPU busy about as long as a subject (the matched calibration).",
+    )
 
 
 class TrialBegin(_Cmd):

@@ -8,7 +8,9 @@ with code 3, ``garbage`` writes bytes that are not a reply, ``wrong_seq`` answer
 kill), ``slow`` answers every command properly but only after ``--delay`` seconds (a candidate whose calls
 each return slowly), ``flood`` prints ``--flood-mib`` MiB and a last line ``END OF FLOOD`` to stdout
 before each proper answer (a printf flood), ``fds`` receives one file descriptor from its stdin (the fd
-socket) per command and answers with the first bytes read from it in ``error`` (the fd-passing channel).
+socket) per command and answers with the first bytes read from it in ``error`` (the fd-passing channel),
+``busy`` answers like ``echo`` but reports each call's GPU time as a busy no-op would take it: 5 us plus
+30 us per memset of the last ``Load.busy_memsets`` (a loaded candidate: 1 ms).
 """
 
 from __future__ import annotations
@@ -55,13 +57,22 @@ def main() -> None:
         if os.fork() == 0:
             time.sleep(600)
             os._exit(0)
+    busy: int | None = 0
     while True:
         try:
             cmd = pickle.loads(conn_in.recv_bytes())
         except EOFError:
             return
         seq = cmd.seq
-        if args.mode == "echo":
+        if args.mode == "busy":
+            if cmd.op == "load":
+                busy = cmd.busy_memsets if cmd.kind == "noop" else None
+            payload = _payload(cmd)
+            if cmd.op == "call":
+                ms = 1.0 if busy is None else 0.005 + 0.03 * busy
+                payload["call"] = {"ev_stream_ms": ms, "ev_device_ms": ms + 0.02, "host_ms": ms}
+            conn_out.send_bytes(_reply(seq, **payload))
+        elif args.mode == "echo":
             conn_out.send_bytes(_reply(seq, **_payload(cmd)))
         elif args.mode == "slow":
             time.sleep(args.delay)

@@ -94,6 +94,9 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
     assert t.candidate.n == 20 and t.candidate.median_ms > t.baseline.median_ms
     assert 0 < t.speedup < 0.5
     assert t.backend in ("cupti", "events+device-sync")
+    matched = verdict.details["calibration_matched"]  # a no-op about as long as the baseline's call
+    assert matched is not None and matched["busy_memsets"] > 0, verdict.details
+    assert 0.5 < matched["latency_ms"] / t.baseline.median_ms < 1.5, (matched, t.baseline.median_ms)
     if t.backend == "cupti":  # the in-band census saw only the module's kernel, from the module's image
         census = verdict.details["census"]
         assert census["kernels"] == {"_Z10gemm_tiledPK13__nv_bfloat16S1_PS_iii": 20}, census

@@ -78,10 +78,10 @@ def test_restore_undoes_a_previous_candidates_writes_to_shared_inputs(arena):
     assert arena.verify(1).passed  # an honest candidate afterwards is judged on intact inputs
 
 
-def _session(arena, fake_worker_argv, tmp_path, settings) -> Session:
-    handle = WorkerHandle(fake_worker_argv("echo"), None, tmp_path)
+def _session(arena, fake_worker_argv, tmp_path, settings, mode="echo", flush_bytes=1) -> Session:
+    handle = WorkerHandle(fake_worker_argv(mode), None, tmp_path)
     handle.drain(30.0)
-    attach = AttachResult(arena=arena.id, cupti=False, flush_bytes=1)
+    attach = AttachResult(arena=arena.id, cupti=False, flush_bytes=flush_bytes)
     handle.primed = {"arena": arena.id, "reply": Reply(seq=0, ok=True, attach=attach)}
     session = Session(handle, arena, settings, EVENTS, seed=5, timeout_s=10.0)
     session.attach(1, cupti=False)
@@ -114,5 +114,42 @@ def test_baseline_is_timed_even_when_a_check_fails(arena, fake_worker_argv, tmp_
         assert result.calls_checked == 2 + 2 * 3
         assert [len(t) for t in result.trials] == [4, 4]
         assert all(x == pytest.approx(1.0) for t in result.trials for x in t)
+    finally:
+        session.worker.kill()
+
+
+def test_matched_calibration_runs_the_no_op_about_as_long_as_the_baseline(arena, fake_worker_argv, tmp_path):
+    """The busy no-op lasts about ``match_ms``, and the wall cross-check compares against it.
+
+    Its memsets per call are counted from a probe; the trivial calibration is not the reference then.
+    """
+    session = _session(arena, fake_worker_argv, tmp_path, EvalSettings(warmup=1, iterations=4), mode="busy")
+    try:
+        trivial = session.calibrate(n=5, match_ms=0.8)
+        matched = session.cal_matched
+        assert trivial.busy_memsets == 0 and trivial.latency_ms == pytest.approx(0.005)
+        assert matched is not None and matched.n == 5
+        assert matched.busy_memsets == round((0.8 - 0.005) / 0.03)  # 26 memsets of 30 us
+        assert matched.latency_ms == pytest.approx(0.8, abs=0.015)
+        session.load(Load(kind="so", path="x.so", entry="run"))
+        result = SessionResult()
+        session.timing(result, crosscheck=True, strict=False)
+        cc = result.crosscheck
+        assert cc is not None
+        # allowed = the matched calibration's overhead + the slack (max of 0.3 ms, 10 % of 1 ms, 5 IQR)
+        slack = max(0.3, 0.1 * 1.0, 5 * matched.overhead_iqr_ms)
+        assert cc.allowed_ms == pytest.approx(matched.overhead_ms + slack)
+    finally:
+        session.worker.kill()
+
+
+def test_no_matched_calibration_without_a_baseline_or_a_flush_buffer(arena, fake_worker_argv, tmp_path):
+    session = _session(arena, fake_worker_argv, tmp_path, EvalSettings(), mode="busy", flush_bytes=0)
+    try:
+        session.calibrate(n=3, match_ms=0.8)
+        assert session.cal_matched is None  # no buffer for the memsets
+        session.flush_bytes = 1
+        session.calibrate(n=3)
+        assert session.cal_matched is None  # nothing to match
     finally:
         session.worker.kill()

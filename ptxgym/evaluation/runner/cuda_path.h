@@ -137,8 +137,14 @@ class Device {
     cu_.check(cu_.cuCtxResetPersistingL2Cache_(), "cuCtxResetPersistingL2Cache");
   }
 
-  // The no-op subject: one memset of the scratch word on the stream.
-  void noop() const { cu_.check(cu_.cuMemsetD8Async_(word_, 1, 4, stream_), "cuMemsetD8Async (no-op)"); }
+  // The no-op subject: one memset of the scratch word on the stream, then `busy` memsets of the L2-flush
+  // buffer (the matched calibration: a trusted subject that keeps the GPU busy like a candidate).
+  void noop(int64_t busy = 0) const {
+    cu_.check(cu_.cuMemsetD8Async_(word_, 1, 4, stream_), "cuMemsetD8Async (no-op)");
+    for (int64_t i = 0; i < busy; ++i)
+      cu_.check(cu_.cuMemsetD8Async_(flush_, 1, flush_bytes_, stream_), "cuMemsetD8Async (busy no-op)");
+  }
+  bool has_flush() const { return flush_ != 0; }
 
   void record(int k) const { cu_.check(cu_.cuEventRecord_(events_[k], stream_), "cuEventRecord"); }
   void wait(int k) const { cu_.check(cu_.cuEventSynchronize_(events_[k]), "cuEventSynchronize"); }

@@ -182,6 +182,7 @@ class Runner {
   Options o_;
   int sock_;
   enum class Subject { kNone, kNoop, kSo } subject_ = Subject::kNone;
+  int64_t busy_ = 0;  // the no-op's memsets of the flush buffer per call (Load.busy_memsets)
   void* lib_ = nullptr;
   TVMFFISafeCallType fn_ = nullptr;
   std::vector<std::unique_ptr<ArgSet>> sets_;
@@ -372,6 +373,12 @@ class Runner {
     const std::string& kind = cmd.at("kind").as_str("kind");
     if (subject_ == Subject::kSo) throw std::runtime_error("a candidate is already loaded");
     if (kind == "noop") {
+      busy_ = cmd.has("busy_memsets") ? cmd.at("busy_memsets").as_int("busy_memsets") : 0;
+      if (busy_ < 0 || busy_ > 4096) throw std::runtime_error("busy_memsets must lie in [0, 4096]");
+#ifdef PTXGYM_RUNNER_CUDA
+      if (busy_ && !(dev_ && dev_->has_flush()))
+        throw std::runtime_error("a busy no-op needs the attach's L2-flush buffer");
+#endif
       subject_ = Subject::kNoop;
     } else if (kind == "so") {
       if (!sandboxed_)
@@ -439,7 +446,7 @@ class Runner {
   void invoke(const ArgSet& set) {
     if (subject_ == Subject::kNoop) {
 #ifdef PTXGYM_RUNNER_CUDA
-      if (dev_) dev_->noop();
+      if (dev_) dev_->noop(busy_);
 #endif
       return;
     }

@@ -288,8 +288,16 @@ class Worker:
                 "the candidate unsandboxed)",
             )
         if kind == "noop":
-            tiny = self.tiny
-            self.fn, self.copy_back = (lambda *_: tiny.add_(1)), False
+            tiny, flush, busy = self.tiny, self.flush, cmd.busy_memsets
+            if busy and flush is None:
+                return Reply(seq=seq, ok=False, error="a busy no-op needs the attach's L2-flush buffer")
+
+            def noop(*_):
+                tiny.add_(1)
+                for _ in range(busy):
+                    flush.fill_(1)
+
+            self.fn, self.copy_back = noop, False
         elif kind == "baseline":
             from ptxgym.evaluation.sandboxed import library_baselines as baselines
 

@@ -130,6 +130,11 @@ class EvalSettings(BaseModel):
     wall_slack_fraction: float = Field(
         0.10, ge=0, description="Same allowance as a fraction of the median latency (the larger wins)."
     )
+    matched_calibration: bool = Field(
+        True,
+        description="Calibrate a candidate's harness overhead also with a no-op as long as the baseline's "
+        "call, and cross-check its wall time against that (``Session.calibrate``).",
+    )
     floor_slack: float = Field(
         1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
     )

@@ -403,7 +403,12 @@ class LocalGpuEvaluator(Evaluator):
             pool.fill()
 
     def _session(
-        self, arena: Arena, seed: int, sandboxed: bool = False, pool: WorkerPool | None = None
+        self,
+        arena: Arena,
+        seed: int,
+        sandboxed: bool = False,
+        pool: WorkerPool | None = None,
+        match_ms: float | None = None,
     ) -> tuple[Session, WorkerHandle, int]:
         """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
 
@@ -425,7 +430,7 @@ class LocalGpuEvaluator(Evaluator):
                 raise error(f"CUPTI failed in a new worker: {attached.cupti_error}")
             if sandboxed:
                 session.sandbox(self.sandbox_mode)
-            session.calibrate()
+            session.calibrate(match_ms=match_ms)
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
             raise WorkerSetupError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
@@ -493,17 +498,21 @@ class LocalGpuEvaluator(Evaluator):
         pool = self.native.choose(candidate, guard, self.backend == CUPTI)
         if pool is not None and pool.primer is None:
             pool.primer = self._primer
+        stats = turn.baseline.stats if candidate and turn.baseline is not None else None
+        match_ms = stats.median_ms if stats is not None and self.settings.matched_calibration else None
         with turn.timed("worker"):
             try:
                 turn.session, turn.handle, turn.free_before = self._session(
-                    turn.arena, turn.seed, sandboxed, pool
+                    turn.arena, turn.seed, sandboxed, pool, match_ms
                 )
             except WorkerSetupError as exc:
                 if pool is None:
                     raise
                 self.native.drop(f"a native runner could not be set up: {exc}")
                 pool = None
-                turn.session, turn.handle, turn.free_before = self._session(turn.arena, turn.seed, sandboxed)
+                turn.session, turn.handle, turn.free_before = self._session(
+                    turn.arena, turn.seed, sandboxed, match_ms=match_ms
+                )
         turn.details["candidate_process"] = process = self.native.note(pool is not None, guard, candidate)
         turn.walls["spares"] = round(self.spares_wait_s, 4)
         try:
@@ -531,6 +540,7 @@ class LocalGpuEvaluator(Evaluator):
         turn.details.update(
             {
                 "calibration": session.cal.__dict__,
+                "calibration_matched": session.cal_matched.__dict__ if session.cal_matched else None,
                 "backend": self.backend,
                 "step_budget": budget.record(),
                 "guard_pages": turn.arena.protection(self.guard_pages_error),

@@ -4,7 +4,10 @@ The worker reports GPU time per call (CUPTI spans over all GPU activity in the c
 with a device-wide synchronisation). Those numbers come from the candidate's own process, so the
 trusted side also measures the wall time of every call (command sent -> reply received). Before the
 candidate's code is loaded, the same protocol is run with a trivial kernel to calibrate the harness's
-own per-call overhead (pipe, flush, synchronisations). A candidate whose wall time exceeds its claimed
+own per-call overhead (pipe, flush, synchronisations), and for a candidate a second time with a no-op
+that keeps the GPU busy about as long as the baseline's call (``Session.calibrate``: the harness's
+host work overlaps a long call, so the trivial figure overstates a real call's overhead); the
+cross-check uses the matched figure where there is one. A candidate whose wall time exceeds its claimed
 GPU time by more than that overhead plus a slack either lies about its GPU time or does work the GPU
 clock does not see (host compute, work between calls): TIMING_ANOMALY.
 """
@@ -62,6 +65,10 @@ class Calibration:
     sync_gap_ms: float
     """Median of (device-synchronised event time - stream event time): the cost of the device sync."""
     n: int
+    latency_ms: float = 0.0
+    """Median GPU time of the calibration's calls (the no-op's duration)."""
+    busy_memsets: int = 0
+    """Memsets of the flush buffer per call (0: the trivial no-op; more: the matched calibration)."""
 
 
 def call_latency(
@@ -78,9 +85,13 @@ def call_latency(
 
 
 def calibrate(
-    walls_ms: list[float], latencies_ms: list[float], ev_stream_ms: list[float], ev_device_ms: list[float]
+    walls_ms: list[float],
+    latencies_ms: list[float],
+    ev_stream_ms: list[float],
+    ev_device_ms: list[float],
+    busy_memsets: int = 0,
 ) -> Calibration:
-    """Calibration from trivial-kernel calls."""
+    """Calibration from the no-op subject's calls."""
     overheads = [w - g for w, g in zip(walls_ms, latencies_ms, strict=True)]
     gaps = [d - s for s, d in zip(ev_stream_ms, ev_device_ms, strict=True)]
     return Calibration(
@@ -88,6 +99,8 @@ def calibrate(
         overhead_iqr_ms=iqr(overheads),
         sync_gap_ms=statistics.median(gaps),
         n=len(overheads),
+        latency_ms=statistics.median(latencies_ms),
+        busy_memsets=busy_memsets,
     )
 
 
