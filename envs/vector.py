@@ -8,8 +8,8 @@ Two ways, by where the envs live:
   ``evaluator="none"`` compile-only batches; with a GPU each process would hold its own evaluator).
   ``sync`` steps them one after the other in this process.
 - ``step_many(envs, actions)``: one step of several envs of this process as one batch
-  (``ptxgym.pipeline.run_batch``): their builds overlap on the build pool and their candidates reach each
-  shared evaluator in one ``evaluate_many`` call. Trainers and the runner use it.
+  (``ptxgym.pipeline.run_batch``): their builds overlap on the build pool and each candidate reaches its
+  shared evaluator as soon as it is built, while the others still build. Trainers and the runner use it.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def step_many(
     """One ``step`` of each env with its action, as one batch; results in input order.
 
     Each env must appear once (one turn per episode per batch). Equivalent to ``env.step(action)`` for
-    each pair, except that the builds run concurrently and each shared evaluator gets one batch.
+    each pair, except that the builds run concurrently and each candidate is evaluated once built.
     """
     if len(envs) != len(actions):
         raise ValueError(f"step_many needs one action per env: {len(envs)} envs, {len(actions)} actions")

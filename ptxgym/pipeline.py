@@ -25,7 +25,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -131,7 +131,7 @@ class Pipeline:
         return self._complete(self.prepare(sub))
 
     def run_many(self, submissions: Sequence[Submission], max_workers: int | None = None) -> list[Feedback]:
-        """Feedback for each submission, in input order: builds concurrently, then one evaluator batch.
+        """Feedback for each submission, in input order: builds concurrently, each evaluated once built.
 
         The batch form of ``run``/``run_solution`` for this task (``run_batch`` mixes tasks and pipelines).
         """
@@ -378,29 +378,37 @@ def run_batch(jobs: Sequence[tuple[Pipeline, Submission]], max_workers: int | No
 
     The CPU stages run concurrently on a thread pool of ``max_workers`` (default: the host's cores). A
     thread is enough: the build's time is spent in nvcc, ptxas and cuobjdump subprocesses, which run in
-    parallel outside the interpreter lock (``bench/throughput.py`` measures it). The built candidates then
-    go to each evaluator in one ``evaluate_many`` call (several pipelines sharing an evaluator make one
-    batch), so a backend that overlaps GPU work sees the whole batch at once. One submission's failure,
-    wherever it happens, is that submission's Feedback, never an exception for the batch.
+    parallel outside the interpreter lock (``bench/throughput.py`` measures it). Each built candidate goes
+    to its evaluator as soon as its build ends (``evaluate_many`` of that one candidate, on a thread of
+    its own), so the GPU works while the rest of the batch still builds; the evaluators order and overlap
+    what they receive (the local evaluator's GPU queue is first come, first served; the Ray evaluator
+    sends each to its least-loaded actor). Before, the whole batch was built before the first candidate
+    reached the GPU, which sat idle meanwhile. One submission's failure, wherever it happens, is that
+    submission's Feedback, never an exception for the batch.
     """
     if not jobs:
         return []
     workers = min(len(jobs), max_workers or build_workers())
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-build") as pool:
-        prepared = list(pool.map(lambda job: job[0].prepare(job[1]), jobs))
-    verdicts: dict[int, GpuVerdict] = {}
-    groups: dict[int, list[int]] = {}
-    for i, ((pipeline, _), prep) in enumerate(zip(jobs, prepared, strict=True)):
-        if prep.candidate is not None:
-            groups.setdefault(id(pipeline.evaluator), []).append(i)
-    for members in groups.values():
-        evaluator = jobs[members[0]][0].evaluator
-        pairs = [(jobs[i][0].task, prepared[i].candidate) for i in members]
-        verdicts.update(zip(members, _evaluate_group(evaluator, pairs), strict=True))
-    return [
-        pipeline.finish(prep, verdicts.get(i))
-        for i, ((pipeline, _), prep) in enumerate(zip(jobs, prepared, strict=True))
-    ]
+    out: list[Feedback | None] = [None] * len(jobs)
+    with (
+        ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-build") as builds,
+        ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ptxgym-evaluate") as evaluations,
+    ):
+        building = {builds.submit(pipeline.prepare, sub): i for i, (pipeline, sub) in enumerate(jobs)}
+        evaluating = {}
+        for done in as_completed(building):
+            i = building[done]
+            pipeline, prep = jobs[i][0], done.result()
+            if prep.candidate is None:
+                out[i] = pipeline.finish(prep, None)
+            else:
+                pair = [(pipeline.task, prep.candidate)]
+                evaluating[evaluations.submit(_evaluate_group, pipeline.evaluator, pair)] = (i, prep)
+        for future, (i, prep) in evaluating.items():
+            out[i] = jobs[i][0].finish(prep, future.result()[0])
+    finished = [fb for fb in out if fb is not None]
+    assert len(finished) == len(jobs), "every job of a batch gets its Feedback"
+    return finished
 
 
 def _evaluate_group(evaluator: Evaluator, pairs: list) -> list[GpuVerdict]:

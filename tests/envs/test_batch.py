@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gymnasium
@@ -42,6 +43,7 @@ class _Recording(Evaluator):
 
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
+        self.when: list[float] = []
         self.inner = NullEvaluator()
 
     def evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
@@ -49,6 +51,7 @@ class _Recording(Evaluator):
 
     def evaluate_many(self, task_candidates):  # type: ignore[no-untyped-def]
         self.batches.append([c.turn for _, c in task_candidates])
+        self.when.append(time.monotonic())
         return super().evaluate_many(task_candidates)
 
 
@@ -61,14 +64,14 @@ class _Broken(_Recording):
 
 @pytest.mark.nvcc
 @pytest.mark.slow
-def test_run_many_keeps_order_and_sends_built_candidates_as_one_batch() -> None:
+def test_run_many_keeps_order_and_sends_each_built_candidate_once() -> None:
     evaluator = _Recording()
     pipeline = Pipeline(get_task("Gemm-sm90a"), evaluator)
     subs = [Submission(action, turn=i) for i, (action, _) in enumerate(MIXED)]
     feedbacks = pipeline.run_many(subs, max_workers=2)
     assert [f.status for f in feedbacks] == [want for _, want in MIXED], [f.message for f in feedbacks]
     assert [f.turn for f in feedbacks] == [0, 1, 2, 3, 4]
-    assert evaluator.batches == [[0, 4]]  # only the built candidates, once, in input order
+    assert sorted(evaluator.batches) == [[0], [4]]  # only the built candidates, each once
     assert feedbacks[0].compile is not None and feedbacks[0].compile.ok
     assert "build" in feedbacks[0].stage_wall_s
     # the same submissions one by one give the same statuses (the build cache now hits)
@@ -99,6 +102,30 @@ def test_batches_across_tasks_share_one_evaluator_call_and_empty_is_empty() -> N
     assert evaluator.batches == [] and run_batch([]) == []
 
 
+HEAVY = "\n".join(
+    f"__global__ void ptxgym_heavy_{j}(float* x) {{ for (int i = 0; i < {j}; ++i) x[i] = sinf(x[i]) * {j}; }}"
+    for j in range(120)
+)
+"""120 extra kernels: the same valid candidate, ~2x the plain kernel's build time with real nvcc."""
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow  # two cold builds, ~10 and ~17 s on two cores
+def test_a_built_candidate_reaches_the_evaluator_while_the_rest_still_builds() -> None:
+    """The GPU does not wait for the batch's slowest build (it sat idle through every build before)."""
+    evaluator = _Recording()
+    pipeline = Pipeline(get_task("Gemm-sm90a"), evaluator)
+    tag = time.time_ns() % 10**9  # a cold build cache for both
+    quick = fenced(variant(tag))
+    slow = fenced(variant(tag + 1) + HEAVY)
+    feedbacks = pipeline.run_many([Submission(slow, turn=0), Submission(quick, turn=1)], max_workers=2)
+    assert [f.status for f in feedbacks] == [Status.NOT_EVALUATED] * 2, [f.message for f in feedbacks]
+    assert [f.turn for f in feedbacks] == [0, 1]  # input order kept
+    assert evaluator.batches == [[1], [0]]  # the quick build was sent first, alone
+    slow_build = feedbacks[0].stage_wall_s["build"]
+    assert evaluator.when[1] - evaluator.when[0] > 0.2 * slow_build, (evaluator.when, slow_build)
+
+
 @pytest.mark.nvcc
 def test_step_many_equals_stepping_each_env() -> None:
     evaluator = _Recording()
@@ -110,7 +137,7 @@ def test_step_many_equals_stepping_each_env() -> None:
     statuses = [info["feedback"].status for *_, info in results]
     assert statuses == [Status.NOT_EVALUATED, Status.EXTRACT_ERROR, Status.NOT_EVALUATED]
     assert [info["turn"] for *_, info in results] == [1, 1, 1]
-    assert evaluator.batches == [[0, 0]]
+    assert evaluator.batches == [[0], [0]]  # each built candidate sent once, as its build ended
     assert all(e.observation_space.contains(obs) for e, (obs, *_) in zip(envs, results, strict=True))
     # second turn: truncation and episode state continue as with step()
     results = step_many(envs, ["junk"] * 3)
