@@ -9,12 +9,13 @@ equal shares, on ``Gemm-sm90a`` (8192 x 7168 x 5120). Every candidate is a gener
 global with a value unique to this run and pass is appended to ``kernel.cu``, so the source, the build
 and the artifact all differ and no cache (build, verdict) hits. Each pass makes N envs sharing one
 evaluator and steps them N at a time with ``ptxgym.envs.vector.step_many`` (each candidate a fresh
-episode): builds overlap on the build pool, the candidates reach the evaluator as one batch.
+episode): builds overlap on the build pool, and each candidate reaches the evaluator as soon as it is
+built (``run_batch``), so the GPU works while the rest of the batch still builds.
 
 Printed per pass: candidates/min, verified-correct/min, the statuses, and where the time goes, summed
 over candidates: build (extract + screen + nvcc + SASS), check, time, proofs (memcheck + ncu), GPU total
-(the evaluator's wall per candidate), queue (time a candidate of a batch waited for the ones before it on
-the serial default ``evaluate_many``) and the GPU busy fraction (GPU total / wall). ``--pool-compare``
+(the evaluator's wall per candidate), queue (the evaluator's own ``queue`` stage: time a candidate waited
+for the GPU behind others) and the GPU busy fraction (GPU total / wall). ``--pool-compare``
 also times cold builds sequentially, on a thread pool and on a process pool of the host's cores.
 """
 
@@ -73,17 +74,6 @@ def walls(fb, names: tuple[str, ...]) -> float:
     return sum(fb.stage_wall_s.get(n, 0.0) for n in names)
 
 
-def queue_s(batch) -> float:
-    """Waiting of each candidate behind the earlier ones of its batch on the serial ``evaluate_many``."""
-    waited, total = 0.0, 0.0
-    for fb in batch:
-        gpu = fb.stage_wall_s.get("gpu_total", 0.0)
-        if gpu:
-            total += waited
-            waited += gpu
-    return total
-
-
 def run_pass(evaluator, size: int, n: int, tag: str) -> dict:
     """``n`` candidates through ``size`` envs; the pass's figures."""
     import gymnasium
@@ -104,7 +94,7 @@ def run_pass(evaluator, size: int, n: int, tag: str) -> dict:
             e.reset()
         results = step_many(batch_envs, [text for _, text in chunk])
         batch = [info["feedback"] for *_, info in results]
-        queue += queue_s(batch)
+        queue += sum(walls(fb, ("queue",)) for fb in batch)
         feedbacks += batch
     wall = time.perf_counter() - start
     for e in envs:
@@ -198,12 +188,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memcheck", default=None, help="EvalSettings.memcheck for local (default: its own)")
     parser.add_argument("--pool-compare", type=int, default=0, help="also compare build pools on K builds")
     parser.add_argument("--out", type=Path, help="also write the report here")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override an EvalSettings field (e.g. ncu_crosscheck_fraction=0: no secret Nsight Compute "
+        "draw, whose ~10 s would dominate a short pass); printed in the header",
+    )
     args = parser.parse_args(argv)
 
     from ptxgym.evaluation.choose import select_evaluator
     from ptxgym.evaluation.trusted.base import EvalSettings
 
-    settings = EvalSettings(**({"memcheck": args.memcheck} if args.memcheck else {}))
+    overrides = dict(item.split("=", 1) for item in args.set)
+    if args.memcheck:
+        overrides["memcheck"] = args.memcheck
+    settings = EvalSettings.model_validate({**EvalSettings().model_dump(), **overrides})
     lines = [header(args)]
     print(lines[0], flush=True)
     started = time.perf_counter()
@@ -211,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ready = time.perf_counter() - started
     lines.append(
         f"evaluator {evaluator.name} ready in {ready:.1f} s; {settings.memcheck.value} memcheck, "
-        f"{settings.target_mode.value} target, slow cut-off {settings.slow_cutoff_speedup}x"
+        f"{settings.target_mode.value} target, slow cut-off {settings.slow_cutoff_speedup}x; "
+        f"overrides {overrides or 'none'}"
     )
     print(lines[-1], flush=True)
     tag = f"{int(time.time())}"
