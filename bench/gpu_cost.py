@@ -61,8 +61,9 @@ class Printer:
 
 
 def floor_s(settings, median_ms: float | None) -> float | None:
-    """Calls x median latency: the GPU time of the kernel executions one evaluation needs."""
-    return None if median_ms is None else settings.calls_per_step * median_ms / 1e3
+    """Calls x median latency: the GPU time of the kernel executions one evaluation needs (full timing)."""
+    calls = settings.calls_per_step + settings.probe_calls
+    return None if median_ms is None else calls * median_ms / 1e3
 
 
 def play(ev, subject: str, turns: int, say) -> list[dict]:
@@ -189,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     say(
         f"# protocol: {settings.calls_per_step} calls per evaluation ({settings.correctness_sets} checked + "
-        f"{settings.trials} x ({settings.warmup} + {settings.iterations})); memcheck "
+        f"{settings.trials} x ({settings.warmup} + {settings.iterations})) + {settings.probe_calls} "
+        "of the slow cut-off's probe; memcheck "
         f"{settings.memcheck.value}; target {settings.target_mode.value}; {args.turns} turns per subject; "
         f"{settings.verified_per_trial} verified timed calls per trial; overrides {overrides or 'none'}"
     )

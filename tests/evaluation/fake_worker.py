@@ -9,8 +9,8 @@ kill), ``slow`` answers every command properly but only after ``--delay`` second
 each return slowly), ``flood`` prints ``--flood-mib`` MiB and a last line ``END OF FLOOD`` to stdout
 before each proper answer (a printf flood), ``fds`` receives one file descriptor from its stdin (the fd
 socket) per command and answers with the first bytes read from it in ``error`` (the fd-passing channel),
-``busy`` answers like ``echo`` but reports each call's GPU time as a busy no-op would take it: 5 us plus
-30 us per memset of the last ``Load.busy_memsets`` (a loaded candidate: 1 ms).
+``busy`` answers like ``echo`` but each call takes (busy-waiting) and reports the GPU time a busy no-op
+would: 5 us plus 30 us per memset of the last ``Load.busy_memsets`` (a loaded candidate: 1 ms).
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def main() -> None:
             payload = _payload(cmd)
             if cmd.op == "call":
                 ms = 1.0 if busy is None else 0.005 + 0.03 * busy
+                until = time.perf_counter() + ms / 1e3  # the call takes as long as it says
+                while time.perf_counter() < until:
+                    pass
                 payload["call"] = {"ev_stream_ms": ms, "ev_device_ms": ms + 0.02, "host_ms": ms}
             conn_out.send_bytes(_reply(seq, **payload))
         elif args.mode == "echo":

@@ -53,14 +53,16 @@ def test_bridge_calls_the_baselines_library_function_on_the_harness_tensors(brid
 
 @needs_compiler
 def test_bridge_passes_as_a_candidate_beside_the_baseline_path(bridge, tmp_path):
-    from test_baseline_path import Workers, cpu_evaluator
+    from test_baseline_path import SETTINGS, Workers, cpu_evaluator
 
     from ptxgym.records.feedback import Status
 
     task = tiny_task("Gemm-sm90a", M=64, N=48, K=32)
     module = tvm_ffi.load_module(str(bridge))
     workers = Workers(tmp_path, candidate=module[baseline_parity.ENTRY["Gemm-sm90a"]])
-    ev = cpu_evaluator(tmp_path, workers)
+    # the candidate-only additions (matched calibration, slow cut-off probe) off: the same commands
+    same = SETTINGS.model_copy(update={"matched_calibration": False, "slow_probe_calls": 0})
+    ev = cpu_evaluator(tmp_path, workers, same)
     cand = baseline_parity.bridge_candidate(task.model_copy(update={"id": "Gemm-sm90a"}), bridge)
     verdict = ev.evaluate(task, cand)
     assert verdict.status is Status.PASSED, verdict.message

@@ -60,6 +60,13 @@ class _Pool:
     def prime_all(self) -> None:
         """Nothing to prime: workers are made on demand."""
 
+    def fill(self) -> None:
+        """Nothing to refill: workers are made on demand."""
+
+    def settle(self, ready) -> int:
+        """No spare to wait for."""
+        return 0
+
 
 def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> local.LocalGpuEvaluator:
     """The local evaluator's stages without a GPU: workers from ``make_worker``, arenas on the CPU."""
@@ -70,6 +77,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.scratch, ev.sandbox_mode, ev.pool = tmp_path, "on", _Pool()  # type: ignore[assignment]
     ev.backend, ev.cupti_error, ev.guard_pages_error, ev.count_outside = EVENTS, "", "", ""
     ev._arenas, ev._current, ev._held = collections.OrderedDict(), None, None
+    ev.quiet_spares, ev.spares_wait_s = True, 0.0
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
     ev.queue = GpuQueue()
     ev.verdicts = VerdictCache(0)
@@ -105,9 +113,14 @@ def built(task, turn: int = 0) -> BuiltCandidate:
 
 
 def test_baseline_and_candidate_send_the_same_commands(tmp_path):
-    """The baseline's worker sees exactly a candidate's commands (sandbox included); only the load differs."""
+    """The baseline's worker sees exactly a candidate's commands (sandbox included); only the load differs.
+
+    Two additions a candidate gets because the baseline's latency is known by then are turned off here
+    and checked below: the matched calibration and the slow cut-off's probe.
+    """
     workers = Workers(tmp_path)
-    ev = cpu_evaluator(tmp_path, workers)
+    same = SETTINGS.model_copy(update={"matched_calibration": False, "slow_probe_calls": 0})
+    ev = cpu_evaluator(tmp_path, workers, same)
     task = gemm_task()
     record = ev.baseline(task)
     verdict = ev.evaluate(task, built(task))
@@ -116,6 +129,15 @@ def test_baseline_and_candidate_send_the_same_commands(tmp_path):
     base, cand = (w.transcript for w in workers.made)
     assert "load:baseline" in base and "load:so" in cand
     assert base == [c.replace("load:so", "load:baseline") for c in cand]
+    full = cpu_evaluator(tmp_path, workers)  # the defaults: both additions
+    assert full.evaluate(task, built(task)).status is Status.PASSED
+    extra = workers.made[-1].transcript
+    assert extra.count("load:noop") == 3  # trivial, probe of the matched no-op, matched
+    assert extra.count("trial_begin") == cand.count("trial_begin") + 3  # probe, matched no-op: + probe
+    assert [c for c in extra if c.startswith("call")][-cand.count("call:0:True:True") :] != []
+    assert verdict.details["calibration_matched"] is None
+    matched = full.evaluate(task, built(task, turn=1)).details["calibration_matched"]
+    assert matched is not None and matched["busy_memsets"] >= 1
     assert "sandbox" in base and base.index("sandbox") < base.index("load:baseline")
     assert record.sandboxed is True and record.correct is True and record.anomaly == ""
     assert record.stats is not None and record.stats.n == SETTINGS.trials * SETTINGS.iterations

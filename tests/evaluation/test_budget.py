@@ -48,7 +48,7 @@ def test_the_formula():
     assert EvalSettings().verified_per_trial == 3  # the default: 9 verified timed calls per step
     s = EvalSettings(verify_timed_fraction=0.25)  # 13 per trial, to exercise the verified term
     b = StepBudget.for_step(s, baseline_ms=0.768, floor_ms=0.608, reference_s=0.01, proofs=True)
-    calls = 3 + 3 * (10 + 50)
+    calls = 3 + 3 * (10 + 50) + 2 + 8  # checks, trials, the slow cut-off's probe
     assert (b.calls, b.verified, b.latency_ms) == (calls, 3 * 13, 0.768)
     run = 10.0 + calls * (50 * 0.768e-3 + 0.02) + 39 * 0.01
     assert b.run_s == pytest.approx(run) and b.total_s == pytest.approx(run + 60.0)
@@ -60,7 +60,7 @@ def test_the_formula():
     assert slow.total_s == 120.0 and slow.run_s == 120.0
     assert b.record()["formula"] == FORMULA
     text = b.explain()
-    for part in (f"{b.run_s:.1f} s", "183 calls", "50 x 0.768 ms", "39 verified", "capped at 120 s"):
+    for part in (f"{b.run_s:.1f} s", "193 calls", "50 x 0.768 ms", "39 verified", "capped at 120 s"):
         assert part in text
 
 

@@ -17,7 +17,8 @@ from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
 def test_floor_is_calls_times_median_latency():
     s = EvalSettings()
     assert s.calls_per_step == 3 + 3 * (10 + 50)
-    assert gpu_cost.floor_s(s, 0.76) == pytest.approx(183 * 0.76e-3)
+    assert s.probe_calls == 2 + 8  # the slow cut-off's probe, made before the trials
+    assert gpu_cost.floor_s(s, 0.76) == pytest.approx(193 * 0.76e-3)
     assert gpu_cost.floor_s(s, None) is None
 
 

@@ -7,6 +7,8 @@ arena, the strict (candidate) and lenient (baseline) handling of failed checks, 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -138,7 +140,11 @@ def test_matched_calibration_runs_the_no_op_about_as_long_as_the_baseline(arena,
         assert cc is not None
         # allowed = the matched calibration's overhead + the slack (max of 0.3 ms, 10 % of 1 ms, 5 IQR)
         slack = max(0.3, 0.1 * 1.0, 5 * matched.overhead_iqr_ms)
+        assert session.reference_calibration() is matched
         assert cc.allowed_ms == pytest.approx(matched.overhead_ms + slack)
+        # a matched no-op whose wall time did not hold its claimed GPU time is not believed
+        session.cal_matched = dataclasses.replace(matched, overhead_ms=-0.5)
+        assert session.reference_calibration() is trivial
     finally:
         session.worker.kill()
 

@@ -1,4 +1,4 @@
-"""The slow cut-off: a candidate far slower than the baseline is timed with its first trial only.
+"""The slow cut-off: a candidate far slower than the baseline is timed with a short probe only.
 
 The decision (``timing.slow_cutoff``) is pure; the session's control flow is driven against the fake
 worker on CPU tensors (its calls report 1.0 ms each), as in ``test_session_cpu.py``.
@@ -41,8 +41,8 @@ def arena(tmp_path_factory):
     return Arena(small_task("Gemm-sm90a", M=8), [1, 2, 3], "cpu", tmp_path_factory.mktemp("arena"))
 
 
-def _timed(arena, fake_worker_argv, tmp_path, baseline_ms: float | None) -> SessionResult:
-    settings = EvalSettings(warmup=1, iterations=4, trials=3, correctness_sets=2)
+def _timed(arena, fake_worker_argv, tmp_path, baseline_ms: float | None, probe: int = 8) -> SessionResult:
+    settings = EvalSettings(warmup=1, iterations=4, trials=3, correctness_sets=2, slow_probe_calls=probe)
     handle = WorkerHandle(fake_worker_argv("echo"), None, tmp_path)
     handle.drain(30.0)
     attach = AttachResult(arena=arena.id, cupti=False, flush_bytes=1)
@@ -60,8 +60,22 @@ def _timed(arena, fake_worker_argv, tmp_path, baseline_ms: float | None) -> Sess
 
 @pytest.mark.slow  # ~9 s
 def test_session_times_one_trial_and_keeps_every_verified_call(arena, fake_worker_argv, tmp_path):
-    full = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.5)  # the fake's 1 ms: 0.5x
+    full = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.5, probe=0)  # the fake's 1 ms: 0.5x
     assert full.shortened == "" and [len(t) for t in full.trials] == [4, 4, 4]
-    cut = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.05)  # 0.05x
+    cut = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.05, probe=0)  # 0.05x
     assert "1 of 3 trials" in cut.shortened and [len(t) for t in cut.trials] == [4]
     assert cut.calls_checked == full.calls_checked == 3 * 3  # the same verified calls either way
+
+
+@pytest.mark.slow  # ~9 s
+def test_a_probe_decides_before_the_first_trial(arena, fake_worker_argv, tmp_path):
+    """The probe's 8 calls time a far slower candidate; a candidate above the cut-off loses only them."""
+    full = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.5)
+    assert full.shortened == "" and [len(t) for t in full.trials] == [4, 4, 4]  # the probe dropped
+    assert len(full.walls) == 12
+    cut = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=0.05)
+    assert "a probe of 8 calls" in cut.shortened and "0.050x" in cut.shortened, cut.shortened
+    assert [len(t) for t in cut.trials] == [8] and len(cut.walls) == 8  # no full trial ran
+    assert cut.calls_checked == full.calls_checked == 3 * 3  # every trial's verified calls still made
+    no_baseline = _timed(arena, fake_worker_argv, tmp_path, baseline_ms=None)  # no probe: nothing to cut
+    assert [len(t) for t in no_baseline.trials] == [4, 4, 4]

@@ -178,6 +178,15 @@ class EvalSettings(BaseModel):
         "speedup (baseline / candidate < it) is timed with that one trial, its verified calls kept; "
         "``TimingInfo.shortened`` says so. 0 turns the cut-off off.",
     )
+    slow_probe_calls: int = Field(
+        8,
+        ge=0,
+        le=1000,
+        description="Timed calls of a short probe trial (after 2 warm-up calls) made before the trials "
+        "when the slow cut-off applies: a candidate the probe finds below the cut-off is timed with the "
+        "probe alone (its trials' verified calls kept), so a kernel 25x slower than the baseline does not "
+        "run a full first trial (~1 s for the naive GEMM). 0: decide after the first full trial.",
+    )
 
     @property
     def verified_per_trial(self) -> int:
@@ -186,8 +195,22 @@ class EvalSettings(BaseModel):
 
     @property
     def calls_per_step(self) -> int:
-        """Candidate calls in one step: the correctness calls and every trial's warm-up and timed calls."""
+        """Calls in one step: the correctness calls and every trial's warm-up and timed calls.
+
+        A candidate timed against a baseline latency also makes ``probe_calls`` first.
+        """
         return self.correctness_sets + self.trials * (self.warmup + self.iterations)
+
+    @property
+    def probe_calls(self) -> int:
+        """Calls of the slow cut-off's probe, made before the trials when a baseline latency is known."""
+        if not self.slow_probe_calls or self.slow_cutoff_speedup <= 0 or self.trials <= 1:
+            return 0
+        return PROBE_WARMUP + self.slow_probe_calls
+
+
+PROBE_WARMUP = 2
+"""Warm-up calls of the slow-cut-off probe (``EvalSettings.slow_probe_calls``)."""
 
 
 class BuiltCandidate(BaseModel):

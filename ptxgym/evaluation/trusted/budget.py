@@ -72,7 +72,7 @@ class StepBudget:
     ) -> StepBudget:
         """The budget of one step (the formula in the module docstring; its only implementation)."""
         latency_ms = max(floor_ms, baseline_ms or 0.0)
-        calls = settings.calls_per_step
+        calls = settings.calls_per_step + settings.probe_calls
         verified = settings.trials * settings.verified_per_trial
         per_call = settings.budget_slowdown * latency_ms / 1e3 + settings.budget_call_s
         run = settings.budget_base_s + calls * per_call + verified * reference_s

@@ -541,6 +541,9 @@ class LocalGpuEvaluator(Evaluator):
             {
                 "calibration": session.cal.__dict__,
                 "calibration_matched": session.cal_matched.__dict__ if session.cal_matched else None,
+                "calibration_used": "matched"
+                if session.cal_matched is not None and session.reference_calibration() is session.cal_matched
+                else "trivial",
                 "backend": self.backend,
                 "step_budget": budget.record(),
                 "guard_pages": turn.arena.protection(self.guard_pages_error),

@@ -51,7 +51,7 @@ from ptxgym.evaluation.protocol import (
     check_mode,
 )
 from ptxgym.evaluation.trusted.arena import Arena, ipc_pickle
-from ptxgym.evaluation.trusted.base import EvalSettings
+from ptxgym.evaluation.trusted.base import PROBE_WARMUP, EvalSettings
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, StepClock
 from ptxgym.evaluation.trusted.pool import WorkerHandle
 from ptxgym.evaluation.trusted.timing import (
@@ -61,6 +61,7 @@ from ptxgym.evaluation.trusted.timing import (
     calibrate,
     call_latency,
     cross_check,
+    cutoff_applies,
     slow_cutoff,
 )
 from ptxgym.records.feedback import Stage, Status
@@ -433,6 +434,21 @@ class Session:
                 self.cal_matched = self._calibration(n, busy)
         return self.cal
 
+    def reference_calibration(self) -> Calibration | None:
+        """The calibration the wall cross-check uses: the matched one where it is plausible, else trivial.
+
+        Plausible: a non-negative overhead (a call's wall time cannot be shorter than its GPU time) and
+        not above the trivial no-op's by more than 3 of its IQRs (a longer call only overlaps more of
+        the harness's host work). Anything else means the busy no-op was not measured as it ran, and the
+        trivial calibration, the looser one, decides.
+        """
+        m, t = self.cal_matched, self.cal
+        if m is None or t is None:
+            return t
+        if 0.0 <= m.overhead_ms <= t.overhead_ms + 3 * t.overhead_iqr_ms:
+            return m
+        return t
+
     def _calibration(self, n: int, busy_memsets: int) -> Calibration:
         self.load(Load(kind="noop", busy_memsets=busy_memsets))
         result = SessionResult()
@@ -488,6 +504,9 @@ class Session:
         rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
         if count:
             result.counted = counted_slot(self.rng, s.trials, s.iterations)
+        probing = s.slow_probe_calls and cutoff_applies(baseline_ms, s.slow_cutoff_speedup, s.trials)
+        if probing and not self._probe(result, baseline_ms, rotate, strict):
+            return
         for trial in range(s.trials):
             here = result.counted is not None and result.counted.trial == trial
             if result.shortened:
@@ -507,7 +526,7 @@ class Session:
             if timed is None:
                 return
             self._collect(timed, result)
-            if trial == 0 and result.trials:
+            if trial == 0 and result.trials and not probing:
                 result.shortened = slow_cutoff(result.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials)
         mutated = self.arena.mutated_inputs()
         if mutated and result.failure is None:
@@ -517,11 +536,37 @@ class Session:
                 f"the candidate modified its input(s) {', '.join(mutated)} during timing",
             )
             return
-        if crosscheck and self.cal is not None and result.trials:
+        reference = self.reference_calibration()
+        if crosscheck and reference is not None and result.trials:
             lat = [x for t in result.trials for x in t]
-            result.crosscheck = cross_check(
-                result.walls, lat, self.cal_matched or self.cal, s.wall_slack_ms, s.wall_slack_fraction
-            )
+            slack_ms, fraction = s.wall_slack_ms, s.wall_slack_fraction
+            result.crosscheck = cross_check(result.walls, lat, reference, slack_ms, fraction)
+
+    def _probe(self, result: SessionResult, baseline_ms: float | None, rotate: int, strict: bool) -> bool:
+        """A short trial before the others; a candidate it finds below the slow cut-off is timed by it.
+
+        ``PROBE_WARMUP`` + ``slow_probe_calls`` calls on fresh values, none verified (the trials that
+        follow keep every verified call). Below the cut-off its latencies are the candidate's timing and
+        ``result.shortened`` says so; otherwise they are dropped and the trials time it in full. False:
+        the probe failed (``strict``).
+        """
+        s = self.settings
+        n = PROBE_WARMUP + s.slow_probe_calls
+        calls = [(j % rotate, j >= PROBE_WARMUP) for j in range(n)]
+        timed = self._trial(calls, set(), result, Stage.TIME, strict)
+        if timed is None:
+            return False
+        probe = SessionResult()
+        self._collect(timed, probe)
+        if probe.trials:
+            what = f"a probe of {len(probe.trials[0])} calls"
+            why = slow_cutoff(probe.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials, what)
+            if why:
+                result.trials.append(probe.trials[0])
+                result.walls += probe.walls
+                result.shortened = why
+        result.missing_spans += probe.missing_spans
+        return True
 
     def _collect(self, timed: list[TimedCall], result: SessionResult) -> None:
         gap = self.cal.sync_gap_ms if self.cal else 0.0

@@ -137,21 +137,34 @@ def cross_check(
     )
 
 
-def slow_cutoff(first_trial_ms: list[float], baseline_ms: float | None, cutoff: float, trials: int) -> str:
-    """Why to time a candidate with its first trial only, or "" to time it in full.
+def cutoff_applies(baseline_ms: float | None, cutoff: float, trials: int) -> bool:
+    """Whether the slow cut-off can shorten a timing: a cut-off, a baseline latency, trials to skip."""
+    return cutoff > 0 and trials > 1 and bool(baseline_ms) and baseline_ms is not None and baseline_ms > 0
 
-    When the first trial's median latency makes the candidate slower than ``cutoff`` x the baseline
+
+def slow_cutoff(
+    first_ms: list[float],
+    baseline_ms: float | None,
+    cutoff: float,
+    trials: int,
+    what: str = "the first trial",
+) -> str:
+    """Why to time a candidate with ``what`` only (its first trial, or a probe), or "" to time it in full.
+
+    When the median latency of ``first_ms`` makes the candidate slower than ``cutoff`` x the baseline
     (``baseline / median < cutoff``), more trials would only refine a number far from any reward that
-    matters; the rest of the trials' verified calls are still made (``Session.timing``). Nothing to cut
-    with one trial, no baseline latency, no first-trial latency or ``cutoff <= 0``.
+    matters; the trials' verified calls are still made (``Session.timing``). Nothing to cut with one
+    trial, no baseline latency, no latency or ``cutoff <= 0``.
     """
-    if cutoff <= 0 or trials <= 1 or not baseline_ms or baseline_ms <= 0 or not first_trial_ms:
+    if not cutoff_applies(baseline_ms, cutoff, trials) or not first_ms:
         return ""
-    median = statistics.median(first_trial_ms)
+    assert baseline_ms is not None
+    median = statistics.median(first_ms)
     if median <= 0 or baseline_ms / median >= cutoff:
         return ""
+    shown = f"1 of {trials} trials" if what == "the first trial" else what
     return (
-        f"timed with 1 of {trials} trials: the first trial's median {median:.4f} ms is "
+        f"timed with {shown}: {what}'s median {median:.4f} ms is "
         f"{baseline_ms / median:.3f}x the baseline's {baseline_ms:.4f} ms, under the {cutoff:g}x cut-off; "
-        "the other trials' verified calls were still made"
+        "the trials' verified calls were still made"
     )
