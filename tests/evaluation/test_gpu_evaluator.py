@@ -285,16 +285,20 @@ def test_host_sandbox_contains_hostile_host_code(evaluator, gemm):
     assert escaped == []
 
 
-def test_far_slower_candidate_is_timed_with_one_trial_and_every_verified_call(evaluator, gemm):
-    evaluator.settings = SETTINGS.model_copy(update={"slow_cutoff_speedup": 0.1})
+@pytest.mark.parametrize("probe", [0, 8])
+def test_far_slower_candidate_is_timed_with_one_trial_and_every_verified_call(evaluator, gemm, probe):
+    """Without a probe the first trial decides; with one (the default), the probe's 8 calls do."""
+    cut = {"slow_cutoff_speedup": 0.1, "slow_probe_calls": probe}
+    evaluator.settings = SETTINGS.model_copy(update=cut)
     try:
         verdict = _evaluate(evaluator, gemm, "naive")  # ~26 ms per call: far under 0.1x cuBLAS
     finally:
         evaluator.settings = SETTINGS
     assert verdict.status is Status.PASSED, verdict.message
     t = verdict.timing
-    assert t.speedup < 0.1 and t.shortened and "1 of 2 trials" in t.shortened
-    assert t.candidate.n == 10  # one trial of 10 timed calls instead of 2
+    want = "a probe of 8 calls" if probe else "1 of 2 trials"
+    assert t.speedup < 0.1 and t.shortened and want in t.shortened, t.shortened
+    assert t.candidate.n == (8 if probe else 10)  # the probe, or one trial of 10 timed calls, not 2
     assert verdict.correctness.calls_checked >= 3 + 2 * 3  # the same verified calls as in full
     assert "cut-off" in verdict.message
 
