@@ -19,6 +19,7 @@
 
 #include "cupti_api.h"
 #include "cupti_logic.h"
+#include "cupti_range.h"
 
 #ifdef PTXGYM_RUNNER_CUPTI
 
