@@ -304,7 +304,9 @@ class Reply(_Msg):
     sandbox: SandboxReport | None = None
     counts: list[SassRow] | None = Field(None, description="A counted call's rows (``Call.count``).")
     count_error: str = Field("", description="Why a counted call has no rows ('' when it has them).")
-    hw_counts: HwCounts | None = Field(None, description="A hardware-counted call's counters (``Call.hw_count``).")
+    hw_counts: HwCounts | None = Field(
+        None, description="A hardware-counted call's counters (``Call.hw_count``)."
+    )
     hw_count_error: str = Field(
         "", description="Why a hardware-counted call has no counters ('' when it has them)."
     )

@@ -414,7 +414,7 @@ class Session:
             return False
         result.hw_counts, result.hw_count_error = reply.hw_counts, reply.hw_count_error
         if reply.hw_counts is None and not reply.hw_count_error:
-            result.hw_count_error = "the worker answered a hardware-counted call with no counters and no reason"
+            result.hw_count_error = "the worker's hardware-counted call came with no counters and no reason"
         return True
 
     def _count_once(
