@@ -7,7 +7,9 @@
 // counter data, range profiler on the context): a few milliseconds of host work, no state that a failed
 // call could leave behind for the next. Any CUPTI error, a config needing more than one pass, a dropped
 // range or a value that is not a finite count is an error text (hw_logic.h's hw_count_error), never counts.
-// Compiled in with PTXGYM_RUNNER_CUPTI (cupti_path.h includes it).
+// A SASS-metrics configuration left by an earlier counted call is released first (cupti_path.h's
+// sass_unset; the next counted call sets it up again): whether the two may be configured together is not
+// documented. Compiled in with PTXGYM_RUNNER_CUPTI; cupti_path.h includes it at its end.
 #pragma once
 
 #ifdef PTXGYM_RUNNER_CUPTI
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cupti_path.h"
 #include "hw_logic.h"
 
 namespace ptxrunner::cupti {
@@ -128,8 +131,10 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
   CUcontext ctx = static_cast<CUcontext>(context);
   std::vector<const char*> names;
   for (const std::string& n : hw_metrics()) names.push_back(n.c_str());
+  std::string err = detail::sass_unset(detail::state(), device);
+  if (!err.empty()) return hw_count_error(err);
   d::Host host;
-  std::string err = host.setup(ctx, device, names);
+  err = host.setup(ctx, device, names);
   if (!err.empty()) return hw_count_error(err);
   HwReading reading;
   reading.passes = host.passes;
