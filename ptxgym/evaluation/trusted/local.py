@@ -516,7 +516,7 @@ class LocalGpuEvaluator(Evaluator):
                     strict=strict,
                     baseline_ms=base.median_ms if base else None,
                     count=self._counts(turn),
-                    hw_count=self._counts(turn) and isinstance(handle, NativeHandle),
+                    hw_count=self._hw_counts(turn, handle),
                 )
             self._note_counted(turn, session)
             turn.clocks.append(sm_clock_mhz(self.device))
@@ -565,6 +565,10 @@ class LocalGpuEvaluator(Evaluator):
         """Whether the subject gets the in-band counted call (``TargetMode.EXECUTED``, a target opcode)."""
         cand = turn.candidate
         return cand is not None and cand.static_target and self.settings.target_mode is TargetMode.EXECUTED
+
+    def _hw_counts(self, turn: Turn, handle: WorkerHandle) -> bool:
+        """Whether the subject also gets the hardware-counted call (a native runner, ``hw_counters`` on)."""
+        return self.settings.hw_counters and self._counts(turn) and isinstance(handle, NativeHandle)
 
     def _memcheck_due(self, turn: Turn) -> bool:
         cand = turn.candidate
