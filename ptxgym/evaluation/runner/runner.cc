@@ -464,7 +464,8 @@ class Runner {
   JsonWriter call(const Json& cmd) {
     const ArgSet& set = chosen_set(cmd);
     if (cmd.has("count") && cmd.at("count").b) return counted_call(set);
-    if (cmd.has("hw_count") && cmd.at("hw_count").b) return hw_counted_call(set);
+    if (cmd.has("hw_count") && cmd.at("hw_count").b)
+      return hw_counted_call(set, !cmd.has("flush") || cmd.at("flush").b);
     int64_t seq = cmd.at("seq").as_int("seq");
     bool flush = !cmd.has("flush") || cmd.at("flush").b;
     bool timed = cmd.has("timed") && cmd.at("timed").b;
@@ -544,11 +545,15 @@ class Runner {
 
   // One call under the range profiler's hardware counters (cupti_range.h); like counted_call, the call
   // runs whatever happens to the profiler, and an error of the profiler is hw_count_error, never counts.
-  JsonWriter hw_counted_call(const ArgSet& set) {
+  // The L2 is flushed before it as before a timed call (outside the profiled range), so the call meets
+  // the cache state every timed call meets.
+  JsonWriter hw_counted_call(const ArgSet& set, bool flush) {
     std::string counts = "null", error;
     bool ran = false;
 #if defined(PTXR_WITH_CUPTI)
     if (dev_ && !host_) {
+      dev_->sync();
+      if (flush) dev_->flush_l2();
       dev_->sync();
       std::string json, raised;
       error = cupti::hw_count_json(
@@ -567,6 +572,7 @@ class Runner {
       error = "HwCountError: a host blob (the CPU test path) has no GPU counters to read";
     }
 #else
+    (void)flush;
     error = "HwCountError: this runner was built without CUPTI (cupti.h, libcupti or cupti_path.h missing at "
             "build time)";
 #endif

@@ -691,10 +691,10 @@ class LocalGpuEvaluator(Evaluator):
             turn.details["in_band_target"] = record
             if self.arch is not None:
                 counted, why = in_band_info(record, self.arch)
-                if counted is not None and result.hw_counted is not None:
+                if result.hw_counted is not None:
                     hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
                     turn.details["hw_counters"] = {**hw, "call": result.hw_counted.record()}
-                    counted = with_hw(counted, hw, self.arch)
+                    counted = with_hw(counted, hw, self.arch) if counted is not None else None
                 turn.in_band = replace(turn.in_band, target=counted, note=why)
         census, proved = in_band_census(result, turn.candidate, self.backend == CUPTI, turn.details)
         if census:

@@ -31,7 +31,10 @@ its slot is drawn like the counted call's, from the same secret RNG, among the s
 verified, is not timed, and runs outside the activity trial (the trial is closed before it and begun
 again after it: whether the range profiler and activity tracing may run together is not documented, so
 they never do). Being unpatched, it runs at the candidate's own speed: a kernel that does the target's
-work only when it notices the slow, patched counted call shows none in it.
+work only when it notices the slow, patched counted call shows none in it. Outside any activity trial its
+kernels are not in the census; its counters can only lower the MMA share (``target_work.combined``), and
+its TMA bytes are the one figure a kernel launched there alone could raise (a library's kernel, which the
+jailed runner cannot load; the call is told apart from timed calls only by CUPTI's state in its process).
 """
 
 from __future__ import annotations
