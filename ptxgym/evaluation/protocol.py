@@ -150,6 +150,12 @@ class Call(_Cmd):
         "patched call is slow, so no latency is taken from a counted call; with ``timed`` its CUPTI window "
         "is still recorded, for the trial's kernel census.",
     )
+    hw_count: bool = Field(
+        False,
+        description="Read hardware counters over this call (CUPTI's range profiler, one pass: the call is "
+        "not patched or replayed; ``HwCounts``). Only the native runner reads them; the Python worker runs "
+        "the call and answers ``hw_count_error``. Not combined with ``count`` (which is served first).",
+    )
 
 
 class Exit(_Cmd):
@@ -276,6 +282,17 @@ class SassRow(_Msg):
     threads: int = Field(description="Thread executions with a true predicate (0: not measured).")
 
 
+class HwCounts(_Msg):
+    """Hardware counters over one call, read by CUPTI's range profiler in the worker (untrusted)."""
+
+    metrics: dict[str, float] = Field(
+        description="Metric name (with its rollup, e.g. ``smsp__inst_executed_pipe_tensor_op_gmma.sum``) -> "
+        "its value over every kernel the call ran (``runner/hw_logic.h`` names them)."
+    )
+    passes: int = Field(description="Passes the metrics needed (1: the call ran once, unreplayed).")
+    ranges: int = Field(description="Profiled ranges in the counter data (1: the call).")
+
+
 MAX_SASS_ROWS = 200_000
 """Instruction rows a counted call may report (a large kernel has a few thousand)."""
 
@@ -294,6 +311,12 @@ class Reply(_Msg):
     sandbox: SandboxReport | None = None
     counts: list[SassRow] | None = Field(None, description="A counted call's rows (``Call.count``).")
     count_error: str = Field("", description="Why a counted call has no rows ('' when it has them).")
+    hw_counts: HwCounts | None = Field(
+        None, description="A hardware-counted call's counters (``Call.hw_count``)."
+    )
+    hw_count_error: str = Field(
+        "", description="Why a hardware-counted call has no counters ('' when it has them)."
+    )
 
 
 # Spawning a worker: the trusted side chooses the sandbox mode and the environment the worker starts with.

@@ -31,6 +31,16 @@ with wgmma (share about 1.0; a causal kernel a little more, for its diagonal til
 decoy or a single wgmma per call does next to none. Half leaves room for a kernel that does a minor part
 of its products otherwise, and none for one that merely shows the instruction."""
 
+MIN_TMA_SHARE = 0.5
+"""Where TMA bytes are measured (hardware counters, ``TargetInfo.tma_share``), the target credit also needs
+the bytes TMA loads brought from L2 to be at least this share of the task's minimal traffic (``min_bytes``:
+every input read and every output written once). A tiled kernel reloads its inputs per tile (the GEMM
+expert reads A once per column of tiles and B once per row), so one that loads through TMA moves several
+times its minimal traffic (share well above 1); even a kernel that loads each input exactly once reaches
+the inputs' part of min_bytes (0.57 for the GEMM, 0.75 for attention forward). Half keeps every such
+kernel, and fails one whose TMA copies are a token beside plain loads. Unmeasured (the Python worker, a
+CUPTI error), the share is None and only the MMA share decides."""
+
 
 class Status(str, Enum):
     """Closed set of turn outcomes. Only PASSED is a correct, timed kernel."""
@@ -237,10 +247,15 @@ class TimingInfo(_Part):
     )
 
 
-def work_verdict(mma_share: float | None) -> Verdict:
-    """Whether the target family did the task's work: yes when ``mma_share >= MIN_MMA_SHARE``."""
+def work_verdict(mma_share: float | None, tma_share: float | None = None) -> Verdict:
+    """Whether the target family did the task's work: yes when ``mma_share >= MIN_MMA_SHARE``.
+
+    ``tma_share`` (None: not measured, the rule is the MMA share's alone) must also reach ``MIN_TMA_SHARE``.
+    """
     if mma_share is None:
         return Verdict.UNKNOWN
+    if tma_share is not None and tma_share < MIN_TMA_SHARE:
+        return Verdict.NO
     return Verdict.YES if mma_share >= MIN_MMA_SHARE else Verdict.NO
 
 
@@ -263,13 +278,15 @@ class TargetInfo(_Part):
     )
     tma_share: float | None = Field(
         None,
-        description="Bytes moved by TMA copies / the task's minimal traffic. None: unknown (a copy's size is "
-        "in its tensor map, not in its opcode, so the counts alone cannot give it; needs a GPU measurement).",
+        description="Bytes TMA loads read from L2 (a hardware counter over the unpatched hardware-counted "
+        "call, ``target_work.hw_share``) / the task's minimal traffic (``Task.min_bytes``). None: not "
+        "measured (SASS counts cannot give it: a copy's size is in its tensor map, not in its opcode).",
     )
     work: Verdict = Field(
         Verdict.NOT_CHECKED,
         description="Whether the target family did the task's work (work_verdict: mma_share >= "
-        "MIN_MMA_SHARE); unknown when the share could not be measured, never counted as a yes.",
+        "MIN_MMA_SHARE, and tma_share >= MIN_TMA_SHARE where it is measured); unknown when the MMA share "
+        "could not be measured, never counted as a yes.",
     )
 
     @property

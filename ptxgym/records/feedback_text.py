@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ptxgym.records.feedback import MIN_MMA_SHARE, Feedback, Status, Verdict, truncate
+from ptxgym.records.feedback import MIN_MMA_SHARE, MIN_TMA_SHARE, Feedback, Status, Verdict, truncate
 
 _NEXT_STEP = {
     Status.PASSED: "The kernel is correct. Keep the results correct and make it faster.",
@@ -106,6 +106,12 @@ def _work_line(work: Verdict, mma_share: float | None, tma_share: float | None) 
     head = f"Target work share: MMA FLOPs {mma} of the task's FLOPs, TMA bytes {tma} of its minimal traffic"
     if work is Verdict.YES:
         return head + f" (at least {100 * MIN_MMA_SHARE:.0f}% needed: met)."
+    low_tma = tma_share is not None and tma_share < MIN_TMA_SHARE
+    if work is Verdict.NO and low_tma and mma_share is not None and mma_share >= MIN_MMA_SHARE:
+        return head + (
+            f" (at least {100 * MIN_TMA_SHARE:.0f}% of the minimal traffic through TMA loads needed: NOT "
+            "met, so no target credit; load the task's operands with TMA copies)."
+        )
     if work is Verdict.NO:
         return head + (
             f" (at least {100 * MIN_MMA_SHARE:.0f}% of the FLOPs on the target MMA needed: NOT met, so no "

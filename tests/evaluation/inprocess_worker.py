@@ -9,7 +9,8 @@ Counted calls (``Call.count``) run the candidate like any call and answer one ma
 (``COUNTED_ROW``) or, with ``count_error_in_trial``, that error when asked to count inside an activity
 trial (CUPTI refusing SASS metrics while activity tracing is on). With ``spans`` a trial's end reports a
 1 ms span for every window the trial recorded and the kernel ``IN_BAND_KERNEL`` once per window (the
-CUPTI backend's in-band census), like the real worker.
+CUPTI backend's in-band census), like the real worker. Hardware-counted calls (``Call.hw_count``) run
+the candidate and answer ``hw_counts`` (default ``HW_COUNTS``) or ``hw_error``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ptxgym.evaluation.protocol import (
     AttachResult,
     Call,
     CallResult,
+    HwCounts,
     Load,
     Reply,
     SandboxReport,
@@ -40,6 +42,16 @@ IN_BAND_KERNEL = "gemm_tiled"
 """The kernel name a trial's census reports once per window (``spans=True``)."""
 COUNTED_ROW = SassRow(function=IN_BAND_KERNEL, pc=0x10, inst=4, threads=128)
 """The one row every successful counted call reports."""
+HW_COUNTS = HwCounts(
+    metrics={
+        "smsp__inst_executed_pipe_tensor_op_gmma.sum": 4.0,
+        "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum": 4096.0,
+        "smsp__inst_executed_op_tma_ld.sum": 2.0,
+    },
+    passes=1,
+    ranges=1,
+)
+"""What a hardware-counted call answers by default (made up; the GPU tests read real counters)."""
 
 
 class InProcessWorker:
@@ -87,6 +99,14 @@ class InProcessWorker:
         self.in_trial = False
         self.windows: list[int] = []
         self.busy = 0
+        self.hw_counts: HwCounts | None = HW_COUNTS
+        """What a hardware-counted call answers (``Call.hw_count``)."""
+        self.hw_error = ""
+        """If set, a hardware-counted call answers this error instead."""
+        self.hw_counting = False
+        """True while the candidate runs inside a hardware-counted call."""
+        self.hw_counted_calls: list[tuple[int, bool]] = []
+        """(the candidate's call number, inside an activity trial) of each hardware-counted call."""
 
     def request(self, cmd, timeout_s: float, pickler=None, fds=()) -> Reply:
         self.seq += 1
@@ -108,6 +128,8 @@ class InProcessWorker:
             self.in_trial, self.windows = cmd.cupti, []
         elif isinstance(cmd, Call) and cmd.count:
             return self._counted(cmd)
+        elif isinstance(cmd, Call) and cmd.hw_count:
+            return self._hw_counted(cmd)
         elif isinstance(cmd, Call):
             t0 = time.perf_counter()
             if cmd.timed and self.in_trial:
@@ -159,6 +181,19 @@ class InProcessWorker:
             return Reply(seq=self.seq, ok=True, counts=None, count_error=self.count_error_in_trial)
         return Reply(seq=self.seq, ok=True, counts=[COUNTED_ROW])
 
+    def _hw_counted(self, cmd: Call) -> Reply:
+        """A hardware-counted call: the candidate runs; ``hw_counts`` (or ``hw_error``) is the answer."""
+        self.hw_counting = True
+        try:
+            self.calls += 1
+            self.candidate(*self.args[cmd.set])
+        finally:
+            self.hw_counting = False
+        self.hw_counted_calls.append((self.calls, self.in_trial))
+        if self.hw_error:
+            return Reply(seq=self.seq, ok=True, hw_count_error=self.hw_error)
+        return Reply(seq=self.seq, ok=True, hw_counts=self.hw_counts)
+
     def _library(self, cmd: Load) -> Callable[..., Any]:
         if self.library is not None:
             return self.library
@@ -182,6 +217,8 @@ def _describe(cmd) -> str:
         return f"load:{cmd.kind}"
     if isinstance(cmd, Call) and cmd.count:
         return f"count:{cmd.set}:{cmd.timed}"
+    if isinstance(cmd, Call) and cmd.hw_count:
+        return f"hw:{cmd.set}"
     if isinstance(cmd, Call):
         return f"call:{cmd.set}:{cmd.timed}:{cmd.flush}"
     return cmd.op

@@ -206,6 +206,19 @@ def test_call_writes_the_shared_blob(handle, blob, candidate):
     assert handle.proc.wait(timeout=5) == 0
 
 
+def test_a_hardware_counted_call_on_host_blobs_runs_and_says_why_no_counters(handle, blob, candidate):
+    """``Call.hw_count`` in the runner's CPU path: the call still runs; the reply has a reason, no counts."""
+    assert ready(handle, blob, candidate).ok
+    _, arrays = blob
+    arrays[2][:] = 0
+    reply = handle.request(Call(set=0, hw_count=True), 30.0)
+    assert reply.ok and reply.hw_counts is None, reply
+    assert reply.hw_count_error.startswith("HwCountError: a host blob"), reply.hw_count_error
+    np.testing.assert_array_equal(arrays[2], np.arange(N, dtype=np.float32) + 2.0)
+    plain = call(handle, 0)  # and the runner serves on, plain calls unchanged
+    assert plain.ok and plain.call is not None and plain.hw_count_error == "" and plain.hw_counts is None
+
+
 def test_trials_answer_with_empty_spans_without_cupti(handle, blob, candidate):
     assert ready(handle, blob, candidate).ok
     assert handle.request(TrialBegin(cupti=True), 10.0).ok

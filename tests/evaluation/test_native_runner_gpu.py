@@ -16,6 +16,9 @@
 3. ``test_hostile_kernels_in_the_runner``: audit corpus kernels (a no-op: a wrong result; a device
    reset: the lost-context check; a read past A: the guard page faults in the runner) judged in the
    runner with the statuses the audit expects.
+4. ``test_expert_gemm_hardware_counters_in_the_runner``: the expert GEMM's hardware-counted call (CUPTI's
+   range profiler, ``runner/cupti_range.h``): its wgmma count equals the SASS-counted call's and its TMA
+   loads moved at least the task's minimal traffic (``TargetInfo.tma_share`` >= 1).
 """
 
 from __future__ import annotations
@@ -231,6 +234,28 @@ def test_expert_gemm_native_and_python(native_evaluator):
     s_native, s_python = native.timing.speedup, python.timing.speedup
     print(f"NATIVE_PARITY native {s_native:.4f}x python {s_python:.4f}x ratio {s_native / s_python:.4f}")
     assert abs(s_native / s_python - 1.0) <= 0.03, (s_native, s_python)
+
+
+def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator):
+    """The hardware-counted call (range profiler, unpatched) on the expert GEMM in the runner.
+
+    Its wgmma count equals the SASS-counted call's (HGMMA predicate-true threads / 128), and the bytes its
+    TMA loads moved are at least the task's minimal traffic (a tiled GEMM reloads its inputs per tile).
+    """
+    import re
+
+    native = _run(native_evaluator, GEMM.read_text())
+    assert (native.environment.sandbox or {}).get("process", "").startswith("native")
+    assert native.status.value == "PASSED", native.message
+    target = native.target
+    assert target is not None and target.work.value == "yes", target
+    found = re.search(r"unpatched call: ([0-9.e+]+) wgmma, ([0-9.]+)% of the task's FLOPs", target.message)
+    assert found, target.message
+    sass_mmas = target.counts["HGMMA"] / 128
+    assert abs(float(found.group(1)) / sass_mmas - 1.0) <= 0.001, (found.group(0), sass_mmas)
+    assert target.mma_share is not None and abs(target.mma_share - 1.0) <= 0.01, target.mma_share
+    assert target.tma_share is not None and target.tma_share >= 1.0, target.message
+    print(f"HW_COUNTERS {found.group(0)}; tma_share {target.tma_share:.3f}")
 
 
 @pytest.mark.parametrize("name", ["noop", "device_reset", "unobserved_oob_read"])

@@ -54,6 +54,7 @@ def test_cupti_path_and_the_gpu_driver_compile_against_the_cupti_headers(tmp_pat
         "  std::string err = c::start(true);\n"
         "  c::begin();\n  c::window(1, c::now(), c::now());\n  err += c::end_json(&json);\n"
         "  err += c::count_json([] {}, 0, 10, &json, &ran);\n"
+        "  err += c::hw_count_json([] {}, nullptr, 0, &json, &ran);\n"
         "  return static_cast<int>(err.size() % 2);\n}\n"
     )
     tu = compile_program(src, tmp_path / "tu", cupti.flags())

@@ -94,3 +94,39 @@ def test_cupti_path_spans_census_and_sass_counts_on_the_gpu(tmp_path: Path) -> N
                 assert by_pc[pc].inst == trips * warps, (kernel, pc, by_pc.get(pc))
                 if opcode == "FFMA":  # every thread of every warp, predicate true
                     assert by_pc[pc].threads == trips * warps * 32, (kernel, pc, by_pc[pc])
+
+
+def test_hardware_counters_count_the_wgmma_loop_and_nothing_in_simt(tmp_path: Path) -> None:
+    """The range profiler's call (``cupti_range.h``), after the SASS-counted calls as in the runner.
+
+    The wgmma loop's tensor-pipe GMMA instructions are its HGMMA executions (trips x 4 warps), the same
+    number the SASS metrics count; the SIMT loop shows none; neither kernel issues a TMA load.
+    """
+    from ptxgym.evaluation.protocol import HwCounts
+    from ptxgym.evaluation.trusted.target_work import GMMA_INST_METRIC, TMA_BYTES_METRIC
+
+    cupti = find_cupti()
+    if cupti is None:
+        pytest.skip("no CUPTI headers and library in the CUDA toolkit here")
+    cubin = build_cubin(tmp_path / "kernels.cubin")
+    driver = compile_program(NATIVE / "cupti_gpu_driver.cc", tmp_path / "driver", [*cupti.flags(), "-ldl"])
+    done = subprocess.run(
+        [str(driver), str(cubin), str(SIMT_TRIPS), str(HGMMA_TRIPS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    counts = {}
+    for name in ("simt", "hgmma"):
+        part = report[f"hw_{name}"]
+        assert part["error"] == "" and part["ran"] is True, part
+        counts[name] = HwCounts.model_validate(part["counts"])
+        assert counts[name].passes == 1 and counts[name].ranges == 1
+    assert counts["hgmma"].metrics[GMMA_INST_METRIC] == HGMMA_TRIPS * HGMMA_WARPS, counts["hgmma"]
+    sass = max(r.inst for r in _rows(report, "hgmma") if r.function == "hgmma_loop")
+    assert sass == counts["hgmma"].metrics[GMMA_INST_METRIC]  # the SASS metrics saw the same executions
+    assert counts["simt"].metrics[GMMA_INST_METRIC] == 0, counts["simt"]
+    assert counts["simt"].metrics[TMA_BYTES_METRIC] == 0 and counts["hgmma"].metrics[TMA_BYTES_METRIC] == 0

@@ -170,6 +170,17 @@ def test_render_work_share_and_evidence() -> None:
     assert "memory safety: memcheck." in text
 
 
+def test_render_a_tma_share_below_its_threshold() -> None:
+    update = {"mma_share": 1.0, "tma_share": 0.1, "work": Verdict.NO}
+    text = render_feedback(_passed().replace(target=_passed().target.model_copy(update=update)))
+    assert "MMA FLOPs 100.0% of the task's FLOPs, TMA bytes 10.0% of its minimal traffic" in text
+    assert "50% of the minimal traffic through TMA loads needed: NOT met" in text
+    met = _passed().target.model_copy(update={"mma_share": 1.0, "tma_share": 3.0, "work": Verdict.YES})
+    assert "TMA bytes 300.0% of its minimal traffic (at least 50% needed: met)" in render_feedback(
+        _passed().replace(target=met)
+    )
+
+
 def test_render_failed_memcheck_says_so() -> None:
     info = MemcheckInfo(ran=True, clean=None, first_error="memcheck timed out after 180 s")
     fb = _passed().replace(status=Status.PROOF_FAILED, stage=Stage.RUN, memcheck=info)

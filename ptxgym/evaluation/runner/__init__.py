@@ -65,7 +65,9 @@ closed at ``sandbox`` and before a load. stdout and stderr (the candidate's outp
   event 2: ``CallResult`` ``ev_stream_ms``/``ev_device_ms``/``host_ms``. A context whose
   ``cuCtxGetId`` changed is an error reply (as the worker's), a failed call's reply carries the sticky
   error (``cuCtxSynchronize``'s name and text). ``Call.count``: the call under CUPTI's SASS metrics
-  (``cupti::count_json``), or ``count_error`` with the reason.
+  (``cupti::count_json``), or ``count_error`` with the reason. ``Call.hw_count``: the call under
+  CUPTI's range profiler (``cupti::hw_count_json``, ``cupti_range.h``: hardware counters, one pass, no
+  patching), ``HwCounts`` in ``hw_counts`` or ``hw_count_error`` with the reason.
 
 Known limits
 ------------

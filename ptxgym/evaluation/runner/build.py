@@ -37,6 +37,12 @@ SOURCES = (
     "cuda_path.h",
     "cupti_api.h",
     "cupti_path.h",
+    "cupti_logic.h",
+    "cupti_range.h",
+    "hw_logic.h",
+    "cubin_elf.h",
+    "sha256.h",
+    "utf8.h",
 )
 """Every file the runner is compiled from (all that exist count in the cache key)."""
 BUILD_TIMEOUT_S = 180.0

@@ -113,6 +113,7 @@ class Device {
 
   int device() const { return device_; }
   long long context_id() const { return context_id_; }
+  CUcontext context() const { return ctx_; }
 
   // (Re)allocate the L2-flush buffer; returns its size.
   size_t set_flush(size_t bytes) {

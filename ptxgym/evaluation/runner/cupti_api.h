@@ -33,4 +33,12 @@ std::string end_json(std::string* json);
 std::string count_json(const std::function<void()>& run, int device, size_t max_rows, std::string* json,
                        bool* ran);
 
+// One call under CUPTI's range profiler (cupti_range.h): hardware counters over every kernel `run`
+// launches, no instruction patching, one pass. `context` is the CUcontext to profile. On success *json is
+// protocol.HwCounts {"metrics": {"<metric>": value}, "passes": 1, "ranges": 1}; otherwise the error is
+// "HwCountError: <why>" (hw_logic.h) and *json is untouched. *ran tells whether `run` was called; an
+// exception from `run` propagates after the profiler is disabled.
+std::string hw_count_json(const std::function<void()>& run, void* context, int device, std::string* json,
+                          bool* ran);
+
 }  // namespace ptxrunner::cupti

@@ -213,6 +213,17 @@ inline std::string sass_disable() {
   return failed(cuptiSassMetricsDisable(&off), "cuptiSassMetricsDisable");
 }
 
+// Release the SASS metrics' device configuration (set up by the first counted call), so that the range
+// profiler does not meet it; the next counted call sets it up again. "" when none was set.
+inline std::string sass_unset(State& s, int device) {
+  if (!s.sass_ready) return "";
+  s.sass_ready = false;
+  CUpti_SassMetricsUnsetConfig_Params off{};
+  off.structSize = CUpti_SassMetricsUnsetConfig_Params_STRUCT_SIZE;
+  off.deviceIndex = static_cast<uint32_t>(device);
+  return failed(cuptiSassMetricsUnsetConfig(&off), "cuptiSassMetricsUnsetConfig");
+}
+
 inline std::string count_error(const std::string& message) {
   return ("SassCountError: " + message).substr(0, 500);
 }
@@ -320,5 +331,7 @@ inline std::string count_json(const std::function<void()>& run, int device, size
 }
 
 }  // namespace ptxrunner::cupti
+
+#include "cupti_range.h"  // the range profiler's call (it releases the SASS configuration above first)
 
 #endif  // PTXGYM_RUNNER_CUPTI

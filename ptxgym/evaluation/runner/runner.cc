@@ -471,6 +471,8 @@ class Runner {
   JsonWriter call(const Json& cmd) {
     const ArgSet& set = chosen_set(cmd);
     if (cmd.has("count") && cmd.at("count").b) return counted_call(set);
+    if (cmd.has("hw_count") && cmd.at("hw_count").b)
+      return hw_counted_call(set, !cmd.has("flush") || cmd.at("flush").b);
     int64_t seq = cmd.at("seq").as_int("seq");
     bool flush = !cmd.has("flush") || cmd.at("flush").b;
     bool timed = cmd.has("timed") && cmd.at("timed").b;
@@ -545,6 +547,52 @@ class Runner {
     JsonWriter w = ok();
     w.json("counts", rows);
     if (!error.empty()) w.text("count_error", error.substr(0, 500));
+    return w;
+  }
+
+  // One call under the range profiler's hardware counters (cupti_range.h); like counted_call, the call
+  // runs whatever happens to the profiler, and an error of the profiler is hw_count_error, never counts.
+  // The L2 is flushed before it as before a timed call (outside the profiled range), so the call meets
+  // the cache state every timed call meets.
+  JsonWriter hw_counted_call(const ArgSet& set, bool flush) {
+    std::string counts = "null", error;
+    bool ran = false;
+#if defined(PTXR_WITH_CUPTI)
+    if (dev_ && !host_) {
+      dev_->sync();
+      if (flush) dev_->flush_l2();
+      dev_->sync();
+      std::string json, raised;
+      error = cupti::hw_count_json(
+          [&] {
+            try {  // no exception crosses CUPTI's code: it is rethrown after the profiler is done
+              invoke(set);
+              dev_->sync();
+            } catch (const std::exception& e) {
+              raised = e.what();
+            }
+          },
+          dev_->context(), o_.device, &json, &ran);
+      if (!raised.empty()) throw Failure(raised);
+      if (error.empty()) counts = json;
+    } else {
+      error = "HwCountError: a host blob (the CPU test path) has no GPU counters to read";
+    }
+#else
+    (void)flush;
+    error = "HwCountError: this runner was built without CUPTI (cupti.h, libcupti or cupti_path.h missing at "
+            "build time)";
+#endif
+    if (!ran) {
+      invoke(set);
+#ifdef PTXGYM_RUNNER_CUDA
+      if (dev_ && !host_) dev_->sync();
+#endif
+    }
+    check_context();
+    JsonWriter w = ok();
+    w.json("hw_counts", counts);
+    if (!error.empty()) w.text("hw_count_error", error.substr(0, 500));
     return w;
   }
 

@@ -72,6 +72,13 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(70)
 
 
+NO_HW_COUNTS = (
+    "HwCountError: the Python worker reads no hardware counters (CUPTI's range profiler is read by the "
+    "native runner only)"
+)
+"""The ``hw_count_error`` of every hardware-counted call in the Python worker."""
+
+
 class _Cuda:
     """Driver-level facts through cuda.bindings (context identity, sticky errors, persisting L2)."""
 
@@ -357,6 +364,9 @@ class Worker:
     def _op_call(self, seq: int, cmd: Call) -> Reply:
         if cmd.count:
             return self._counted_call(seq, cmd)
+        if cmd.hw_count:  # no range profiler here: a plain call, and why there are no counters
+            plain = self._op_call(seq, cmd.model_copy(update={"hw_count": False}))
+            return plain.model_copy(update={"hw_count_error": NO_HW_COUNTS}) if plain.ok else plain
         torch = self.torch
         args = self.args[cmd.set]
         ev0, ev1, ev2 = self.events

@@ -146,6 +146,13 @@ class EvalSettings(BaseModel):
         "Nsight Compute (drawn in secret per candidate); a disagreement is PROOF_FAILED. It bounds how long "
         "a forged in-band count can go unnoticed at ~7 s of GPU per cross-checked candidate.",
     )
+    hw_counters: bool = Field(
+        True,
+        description="TargetMode.EXECUTED in the native runner: a second verified call at another secret slot "
+        "reads hardware counters (CUPTI's range profiler, unpatched: ``session.py``), whose MMA share can "
+        "only lower the SASS-counted call's and whose TMA bytes join the work verdict "
+        "(``target_work.hw_share``). Off: one counted call, as before.",
+    )
     module_census: bool = Field(
         True,
         description="Record every module the driver loads in the worker (CUPTI's module-loaded callback) so "

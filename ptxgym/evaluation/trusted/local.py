@@ -62,7 +62,7 @@ from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeRunners
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
-from ptxgym.evaluation.trusted.sass_join import counted_target, in_band_info
+from ptxgym.evaluation.trusted.sass_join import counted_target, hw_record, in_band_info, with_hw
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
@@ -567,6 +567,7 @@ class LocalGpuEvaluator(Evaluator):
                     strict=strict,
                     baseline_ms=base.median_ms if base else None,
                     count=self._counts(turn),
+                    hw_count=self._hw_counts(turn, handle),
                 )
             self._note_counted(turn, session)
             turn.clocks.append(sm_clock_mhz(self.device))
@@ -615,6 +616,10 @@ class LocalGpuEvaluator(Evaluator):
         """Whether the subject gets the in-band counted call (``TargetMode.EXECUTED``, a target opcode)."""
         cand = turn.candidate
         return cand is not None and cand.static_target and self.settings.target_mode is TargetMode.EXECUTED
+
+    def _hw_counts(self, turn: Turn, handle: WorkerHandle) -> bool:
+        """Whether the subject also gets the hardware-counted call (a native runner, ``hw_counters`` on)."""
+        return self.settings.hw_counters and self._counts(turn) and isinstance(handle, NativeHandle)
 
     def _memcheck_due(self, turn: Turn) -> bool:
         cand = turn.candidate
@@ -737,6 +742,10 @@ class LocalGpuEvaluator(Evaluator):
             turn.details["in_band_target"] = record
             if self.arch is not None:
                 counted, why = in_band_info(record, self.arch)
+                if result.hw_counted is not None:
+                    hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
+                    turn.details["hw_counters"] = {**hw, "call": result.hw_counted.record()}
+                    counted = with_hw(counted, hw, self.arch) if counted is not None else None
                 turn.in_band = replace(turn.in_band, target=counted, note=why)
         census, proved = in_band_census(result, turn.candidate, self.backend == CUPTI, turn.details)
         if census:

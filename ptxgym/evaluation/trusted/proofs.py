@@ -31,8 +31,13 @@ to find it:
   (``EvalSettings.ncu_crosscheck_fraction``) Nsight Compute counts too and must agree (a disagreement is
   PROOF_FAILED), but its replay is also instrumented and slow, so a kernel switching on any slowdown
   shows wgmma to both and the two agree; (c) the wall-clock cross-check (``timing.cross_check``) bounds
-  host work around the timed calls, not what a kernel chooses to compute. Closing it needs a proof from
-  the timed calls themselves (e.g. a latency no SIMT path can reach, or counters that need no patching).
+  host work around the timed calls, not what a kernel chooses to compute; (d) in the native runner, a
+  second verified call at another secret slot reads hardware counters (CUPTI's range profiler, one pass:
+  nothing patched or replayed, the call runs at its own speed; ``session.py``, ``target_work.hw_share``),
+  and the MMA share that decides is the smaller of the two calls', so a kernel switching on the slowdown
+  shows no wgmma there and loses the credit. What remains: the range profiler is also CUPTI in the
+  candidate's process (host code could ask whether it is enabled), and the Python worker reads no
+  hardware counters (there the hole stays as described).
 * The counts are the worker's word: the candidate's host code shares the process and could forge the
   rows (or break CUPTI to force a count error: the evaluator then counts outside the activity trial, or
   falls back to Nsight Compute). Rows must name instructions of the built module (``sass_join``), and the

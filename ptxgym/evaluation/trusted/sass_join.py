@@ -8,21 +8,24 @@ the listing does not hold, or in functions outside the module, are counted apart
 built module does not contain. The result feeds the same work-share formula as Nsight Compute's counts
 (``target_work.work_share``). ``in_band_info`` turns it into the TargetInfo that backs the target verdict
 under ``TargetMode.EXECUTED`` (``Proof.CUPTI_IN_BAND``); ``counts_agree`` compares it with Nsight
-Compute's on a cross-checked candidate.
+Compute's on a cross-checked candidate. ``hw_record`` and ``with_hw`` add the hardware counters of the
+unpatched hardware-counted call (``target_work.hw_share``): the MMA share becomes the smaller of the two
+calls', and the TMA share (bytes over the task's minimal traffic) joins the work verdict where the arch's
+target family holds TMA copies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ptxgym.cpu.sass import module_pcs
 from ptxgym.evaluation.protocol import SassRow
 from ptxgym.evaluation.trusted.base import BuiltCandidate
 from ptxgym.evaluation.trusted.session import SessionResult
-from ptxgym.evaluation.trusted.target_work import work_share
+from ptxgym.evaluation.trusted.target_work import combined, hw_share, work_share
 from ptxgym.records.arch import ArchSpec
-from ptxgym.records.feedback import TargetInfo, Verdict
+from ptxgym.records.feedback import TargetInfo, Verdict, work_verdict
 
 
 @dataclass
@@ -70,6 +73,7 @@ def in_band_target(
         "counts": targets,
         "mma_flops": share.mma_flops,
         "mma_share": share.mma_share,
+        "mmas": share.mmas,
         "work": share.work.value,
         "share_message": share.message,
         "rows": len(rows),
@@ -121,7 +125,8 @@ def counts_agree(in_band: TargetInfo, ncu: TargetInfo, rel: float = 0.02) -> str
     """What differs between the in-band verdicts and MMA FLOPs and Nsight Compute's ("" when they match)."""
     if ncu.executed not in (Verdict.YES, Verdict.NO):
         return ""  # nothing measured to compare (a failed profile is its own verdict)
-    if in_band.executed is not ncu.executed or in_band.work is not ncu.work:
+    hw = in_band.tma_share is not None  # the work verdict then holds what Nsight Compute does not measure
+    if in_band.executed is not ncu.executed or (in_band.work is not ncu.work and not hw):
         return (
             f"in-band counts say executed={in_band.executed.value}, work={in_band.work.value}; Nsight "
             f"Compute says executed={ncu.executed.value}, work={ncu.work.value}"
@@ -143,3 +148,36 @@ def counted_target(
     except Exception as exc:  # noqa: BLE001 - the listing is ours; its failure is recorded, not fatal
         return {"error": f"SASS listing of the module failed: {exc}"[:300]}
     return in_band_target(result.sass_rows, result.count_error, pcs, arch, flops)
+
+
+def hw_record(result: SessionResult, sass: dict, flops: float, min_bytes: float) -> dict:
+    """``details['hw_counters']``: the hardware-counted call's counters and shares, or why there are none.
+
+    ``sass``: the SASS-counted call's record (``in_band_target``), whose FLOPs per MMA size the counters.
+    """
+    if result.hw_counts is None:
+        return {"error": result.hw_count_error or "no hardware-counted call was made"}
+    mmas, sass_flops = sass.get("mmas"), sass.get("mma_flops")
+    per_mma = sass_flops / mmas if mmas and sass_flops is not None else None
+    try:
+        share = hw_share(result.hw_counts.metrics, per_mma, flops, min_bytes)
+    except KeyError as exc:
+        return {"error": str(exc.args[0])}
+    return {"metrics": dict(result.hw_counts.metrics), **asdict(share), "error": ""}
+
+
+def with_hw(info: TargetInfo, record: dict, arch: ArchSpec) -> TargetInfo:
+    """The in-band TargetInfo with the hardware counters' shares; only the message changes without them.
+
+    The MMA share becomes the smaller of the SASS-counted and the hardware-counted call's (``mma_flops``
+    stays the SASS call's, the figure Nsight Compute is compared with); ``tma_share`` is reported, and
+    required (``work_verdict``) where the target family holds TMA copies (``UTMALDG``).
+    """
+    if record.get("error"):
+        return info.model_copy(update={"message": f"{info.message}; no hardware counters: {record['error']}"})
+    mma = combined(info.mma_share, record["mma_share"])
+    tma = record["tma_share"]
+    required = tma if arch.is_target_opcode("UTMALDG") else None
+    work = work_verdict(mma, required) if info.executed is Verdict.YES else info.work
+    message = f"{info.message}; {record['message']}"
+    return info.model_copy(update={"mma_share": mma, "tma_share": tma, "work": work, "message": message})

@@ -23,6 +23,18 @@ it, and the functions its rows name join the census (``CountedCall.outside`` say
 the trial (its window in the census, no span taken from it) and, on a count error or all-zero counts
 there, splits the trial around a second counted call on fresh values of the same slot, then counts
 outside in later steps.
+
+The hardware-counted call (``Call.hw_count``: CUPTI's range profiler in the native runner, one pass, no
+patching; ``target_work.hw_share``) is a second extra call, asked with ``Session.timing(hw_count=True)``:
+its slot is drawn like the counted call's, from the same secret RNG, among the same trial's timed region
+(the two never share a place; a trial holding both is two calls longer). It gets fresh values, is always
+verified, is not timed, and runs outside the activity trial (the trial is closed before it and begun
+again after it: whether the range profiler and activity tracing may run together is not documented, so
+they never do). Being unpatched, it runs at the candidate's own speed: a kernel that does the target's
+work only when it notices the slow, patched counted call shows none in it. Outside any activity trial its
+kernels are not in the census; its counters can only lower the MMA share (``target_work.combined``), and
+its TMA bytes are the one figure a kernel launched there alone could raise (a library's kernel, which the
+jailed runner cannot load; the call is told apart from timed calls only by CUPTI's state in its process).
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ from ptxgym.evaluation.protocol import (
     Call,
     CallResult,
     Command,
+    HwCounts,
     Load,
     LoadedModule,
     Reply,
@@ -146,6 +159,12 @@ class SessionResult:
     counted: CountedCall | None = None
     """Where the counted call went (None: none was made)."""
     count_error: str = ""
+    hw_counts: HwCounts | None = None
+    """The hardware-counted call's counters (``Session.timing(hw_count=True)``; None: none usable)."""
+    hw_count_error: str = ""
+    """Why the hardware-counted call has no counters ("" when it has them or none was made)."""
+    hw_counted: CountedCall | None = None
+    """Where the hardware-counted call went (None: none was made)."""
     shortened: str = ""
     """Why the timing stopped after the first trial (``timing.slow_cutoff``); "" when timed in full."""
     trusted_s: dict[str, float] = field(default_factory=dict)
@@ -280,11 +299,13 @@ class Session:
         strict: bool = True,
         fresh: bool = True,
         counted: int | None = None,
+        hw_counted: int | None = None,
     ) -> list[TimedCall] | None:
         """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
 
         ``fresh``: every call of the trial (warm-up included) gets fresh values (``Arena.prepare``).
         ``counted``: the position of the counted call in ``calls`` (``_counted``; module docstring).
+        ``hw_counted``: the position of the hardware-counted call (``_hw_counted``).
         """
         cupti = self.backend == CUPTI
         self._request(TrialBegin(cupti=cupti), stage)
@@ -296,6 +317,10 @@ class Session:
             result.spend("inputs", t)
             if pos == counted:
                 if not self._counted(index, result, stage, segment) and strict:
+                    return None
+                continue
+            if pos == hw_counted:
+                if not self._hw_counted(index, result, stage, segment) and strict:
                     return None
                 continue
             record = self._call(index, is_timed)
@@ -378,17 +403,41 @@ class Session:
             self._windowed = (reply.seq, reply.counts)
         return True
 
+    def _hw_counted(self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall]) -> bool:
+        """The hardware-counted call at its secret position, outside the activity trial (module docstring).
+
+        False when it failed a check. ``segment``: the activity trial's timed calls so far (closed here).
+        """
+        where = result.hw_counted or CountedCall(trial=-1, slot=-1)
+        cupti = self.backend == CUPTI
+        if cupti:
+            self._close(stage, segment, result)
+            segment.clear()
+        reply, ok = self._count_once(index, result, stage, False, hw=True)
+        where.call, where.in_trial = self.calls, False
+        where.outside = "the range profiler never runs inside an activity trial"
+        result.hw_counted = where
+        if cupti:
+            self._request(TrialBegin(cupti=True), stage)
+        if not ok:
+            return False
+        result.hw_counts, result.hw_count_error = reply.hw_counts, reply.hw_count_error
+        if reply.hw_counts is None and not reply.hw_count_error:
+            result.hw_count_error = "the worker's hardware-counted call came with no counters and no reason"
+        return True
+
     def _count_once(
-        self, index: int, result: SessionResult, stage: Stage, window: bool
+        self, index: int, result: SessionResult, stage: Stage, window: bool, hw: bool = False
     ) -> tuple[Reply, bool]:
         """One counted call on set ``index`` (values already fresh), guards and outputs checked.
 
         ``window``: the worker records its CUPTI window (the census sees its kernels; no latency taken).
+        ``hw``: hardware counters (``Call.hw_count``) instead of SASS counts.
         """
         self._sync()
         t = time.perf_counter()
-        reply = self._request(Call(set=index, timed=window, flush=True, count=True), stage)
-        result.spend("count", t)
+        reply = self._request(Call(set=index, timed=window, flush=True, count=not hw, hw_count=hw), stage)
+        result.spend("hw_count" if hw else "count", t)
         self.calls += 1
         t = time.perf_counter()
         breached = self._breached(result, stage)
@@ -489,6 +538,7 @@ class Session:
         strict: bool = True,
         baseline_ms: float | None = None,
         count: bool = False,
+        hw_count: bool = False,
     ) -> None:
         """``trials`` x (warm-up + timed calls), rotating sets, verifying a random subset of timed calls.
 
@@ -499,30 +549,36 @@ class Session:
         calls alone, so the correctness evidence is the same as a full timing's.
         ``count``: one counted call at a secret slot among the timed calls (module docstring); in a trial
         that the cut-off replaced by its verified calls, at a secret place among those.
+        ``hw_count``: one hardware-counted call likewise, at another place (module docstring).
         """
         s = self.settings
         rotate = max(1, min(s.rotate_sets, len(self.arena.sets)))
         if count:
             result.counted = counted_slot(self.rng, s.trials, s.iterations)
+        if hw_count:
+            result.hw_counted = counted_slot(self.rng, s.trials, s.iterations)
         probing = s.slow_probe_calls and cutoff_applies(baseline_ms, s.slow_cutoff_speedup, s.trials)
         if probing and not self._probe(result, baseline_ms, rotate, strict):
             return
         for trial in range(s.trials):
-            here = result.counted is not None and result.counted.trial == trial
+            extras = [x for x in (result.counted, result.hw_counted) if x is not None and x.trial == trial]
             if result.shortened:
-                n = s.verified_per_trial + here
-                at = self.rng.randrange(n) if here else None
+                n = s.verified_per_trial + len(extras)
+                draw = [self.rng.randrange(n)] if len(extras) == 1 else self.rng.sample(range(n), len(extras))
+                at, hw_at = _extra_places(result, extras, draw)
                 checks = [(j % rotate, False) for j in range(n)]
-                verify = set(range(n)) - {at}
-                if self._trial(checks, verify, result, Stage.TIME, strict, counted=at) is None:
+                verify = set(range(n)) - {at, hw_at}
+                done = self._trial(checks, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at)
+                if done is None:
                     return
                 continue
-            at = s.warmup + result.counted.slot if here and result.counted else None
-            n = s.warmup + s.iterations + here
-            calls = [(j % rotate, j >= s.warmup and j != at) for j in range(n)]
-            timed_pos = [j for j in range(s.warmup, n) if j != at]
+            places = [s.warmup + p for p in region_places([x.slot for x in extras])]
+            at, hw_at = _extra_places(result, extras, places)
+            n = s.warmup + s.iterations + len(extras)
+            calls = [(j % rotate, j >= s.warmup and j not in (at, hw_at)) for j in range(n)]
+            timed_pos = [j for j in range(s.warmup, n) if j not in (at, hw_at)]
             verify = set(self.rng.sample(timed_pos, s.verified_per_trial))
-            timed = self._trial(calls, verify, result, Stage.TIME, strict, counted=at)
+            timed = self._trial(calls, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at)
             if timed is None:
                 return
             self._collect(timed, result)
@@ -592,6 +648,32 @@ def counted_slot(rng: random.Random, trials: int, iterations: int) -> CountedCal
     """The counted call's secret slot: uniform over ``trials x (iterations + 1)`` timed-region slots."""
     trial, slot = divmod(rng.randrange(trials * (iterations + 1)), iterations + 1)
     return CountedCall(trial=trial, slot=slot)
+
+
+def region_places(slots: list[int]) -> list[int]:
+    """Places of extra calls in a timed region, in the order of ``slots`` (each drawn from 0..iterations).
+
+    Each extra call goes to its slot of the region as it stands after the earlier ones were inserted, so a
+    single extra call sits exactly at its slot, and the places of two never coincide.
+    """
+    places: list[int] = []
+    for slot in slots:
+        places = [p + 1 if p >= slot else p for p in places]
+        places.append(slot)
+    return places
+
+
+def _extra_places(
+    result: SessionResult, extras: list[CountedCall], places: list[int]
+) -> tuple[int | None, int | None]:
+    """(counted call's place, hardware-counted call's place) in this trial; None where it is elsewhere."""
+    at = hw_at = None
+    for extra, place in zip(extras, places, strict=True):
+        if extra is result.counted:
+            at = place
+        else:
+            hw_at = place
+    return at, hw_at
 
 
 CENSUS_OVERFLOW = "the worker reported more kernel names or modules than the census keeps"

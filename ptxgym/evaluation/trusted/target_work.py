@@ -33,9 +33,27 @@ Assumptions, each from a measurement or the instruction's definition:
 * An MMA opcode without a spelled tile (Blackwell's tcgen05 ``UTC*MMA`` keeps its shape in an instruction
   descriptor register) cannot be sized from counts: the share is unknown, never a yes.
 * TMA bytes: a ``UTMALDG`` count says how many copies ran, not how many bytes each moved (the box size
-  is in the tensor map, in memory), so the TMA share is unknown from counts alone (``tma_share`` None)
-  until a GPU measurement (e.g. a DRAM/L2 traffic counter over the TMA unit) provides the bytes; it is
-  reported, never required and never a yes.
+  is in the tensor map, in memory), so SASS counts leave the TMA share unknown (``tma_share`` None).
+
+Hardware counters (``hw_share``): the native runner reads CUPTI's range profiler over a second, unpatched
+verified call (``Call.hw_count``; the metrics in ``runner/hw_logic.h``, chosen from the host API's list
+for GH100 in bench/results/range_profiler_metrics_2026-12-04.txt, all three in one pass)::
+
+    hw_mmas      = smsp__inst_executed_pipe_tensor_op_gmma.sum / 4     (a wgmma: one instruction per warp)
+    hw_mma_flops = hw_mmas * flops_per_mma                             (the counted call's mma_flops / mmas)
+    tma_share    = l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum / task.min_bytes
+
+* The counter counts warp instructions of the tensor pipe's GMMA ops (HGMMA/QGMMA/IGMMA/BGMMA), not
+  their tiles; the FLOPs per MMA come from the SASS-counted call (exact for a kernel that runs the same
+  mix in both calls). The MMA share that decides is the smaller of the two calls' (``combined``), so a
+  kernel that issues wgmma only in the slow, patched call loses the credit.
+* The TMA counter is the bytes global TMA loads read from L2 into the SM (whatever L2 hit or missed):
+  the traffic TMA moved towards shared memory. ``min_bytes`` counts inputs and outputs once, so a kernel
+  loading every input once through TMA has its inputs' part (GEMM 0.57, attention forward 0.75), a tiled
+  one far more (``feedback.MIN_TMA_SHARE`` says why 0.5).
+* Known residue: the FLOPs per MMA are the patched call's; a kernel that notices the patching could run
+  large tiles there and small ones unpatched, and pass with up to (large / small tile) times fewer real
+  wgmma FLOPs, the rest of its products done otherwise (still checked for correctness).
 """
 
 from __future__ import annotations
@@ -45,7 +63,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ptxgym.records.arch import ArchSpec
-from ptxgym.records.feedback import MIN_MMA_SHARE, Verdict, work_verdict
+from ptxgym.records.feedback import MIN_MMA_SHARE, MIN_TMA_SHARE, Verdict, work_verdict
 
 WARPGROUP_THREADS = 128
 """Threads of a warpgroup: one wgmma counts this many predicate-true thread instructions."""
@@ -68,6 +86,8 @@ class WorkShare:
     work: Verdict
     """``work_verdict(mma_share)``: yes at or above ``MIN_MMA_SHARE``."""
     message: str
+    mmas: float = 0.0
+    """Warpgroup MMAs the rows stand for (``warpgroup_mmas`` summed over sized MMA rows)."""
 
 
 def tile_flops(opcode: str) -> int | None:
@@ -88,7 +108,7 @@ def warpgroup_mmas(inst_executed: int, threads_true: int) -> float:
 
 def work_share(rows: Iterable[tuple[str, int, int]], arch: ArchSpec, task_flops: float) -> WorkShare:
     """The share of ``task_flops`` the family's MMAs executed in the rows of one call (module docstring)."""
-    flops, unsized = 0.0, set()
+    flops, mmas, unsized = 0.0, 0.0, set()
     for opcode, inst, threads in rows:
         if not arch.is_mma_opcode(opcode) or inst <= 0 or threads <= 0:
             continue
@@ -96,6 +116,7 @@ def work_share(rows: Iterable[tuple[str, int, int]], arch: ArchSpec, task_flops:
         if tile is None:
             unsized.add(opcode.split(".")[0])
             continue
+        mmas += warpgroup_mmas(inst, threads)
         flops += warpgroup_mmas(inst, threads) * tile
     if unsized:
         names = ", ".join(sorted(unsized))
@@ -118,4 +139,66 @@ def work_share(rows: Iterable[tuple[str, int, int]], arch: ArchSpec, task_flops:
         verdict,
         f"target MMAs executed {flops:.4g} FLOPs, {shown} of the task's {task_flops:.4g} (at least {need} "
         f"needed); TMA bytes share unknown from counts",
+        mmas,
     )
+
+
+GMMA_INST_METRIC = "smsp__inst_executed_pipe_tensor_op_gmma.sum"
+"""Range-profiler metric: warp instructions of the tensor pipe's GMMA ops (``runner/hw_logic.h``)."""
+TMA_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
+"""Range-profiler metric: bytes global TMA loads read from L2 into the SM (``runner/hw_logic.h``)."""
+
+
+@dataclass(frozen=True)
+class HwShare:
+    """The target family's share of one unpatched call's work, from hardware counters (``hw_share``)."""
+
+    mma_flops: float | None
+    """GMMA instructions / 4 x the counted call's FLOPs per MMA (None: no FLOPs per MMA known)."""
+    mma_share: float | None
+    """mma_flops / task FLOPs (None when either is unknown)."""
+    tma_bytes: float
+    """Bytes TMA loads read from L2."""
+    tma_share: float | None
+    """tma_bytes / the task's minimal traffic (None without it)."""
+    message: str
+
+
+def tma_share(tma_bytes: float, min_bytes: float) -> float | None:
+    """Bytes TMA loads moved over the task's minimal traffic; None without a positive ``min_bytes``."""
+    return tma_bytes / min_bytes if min_bytes > 0 else None
+
+
+def hw_share(
+    metrics: dict[str, float], flops_per_mma: float | None, task_flops: float, min_bytes: float
+) -> HwShare:
+    """Shares of the task's FLOPs and minimal traffic in one hardware-counted call (module docstring).
+
+    Raises ``KeyError`` naming a metric the counters lack (the worker's reply is not trusted to hold them).
+    """
+    missing = [m for m in (GMMA_INST_METRIC, TMA_BYTES_METRIC) if m not in metrics]
+    if missing:
+        raise KeyError(f"the hardware counters lack {', '.join(missing)}")
+    mmas = metrics[GMMA_INST_METRIC] / WARPGROUP_WARPS
+    flops = mmas * flops_per_mma if flops_per_mma is not None else None
+    share = flops / task_flops if flops is not None and task_flops > 0 else None
+    tma_bytes = metrics[TMA_BYTES_METRIC]
+    tma = tma_share(tma_bytes, min_bytes)
+    shown = "unknown" if share is None else f"{100 * share:.1f}%"
+    shown_tma = "unknown" if tma is None else f"{100 * tma:.1f}%"
+    message = (
+        f"hardware counters over an unpatched call: {mmas:.6g} wgmma, {shown} of the task's FLOPs; TMA loads "
+        f"moved {tma_bytes:.4g} B, {shown_tma} of its minimal traffic {min_bytes:.4g} B (at least "
+        f"{100 * MIN_TMA_SHARE:.0f}% needed)"
+    )
+    return HwShare(flops, share, tma_bytes, tma, message)
+
+
+def combined(sass_share: float | None, hw_share: float | None) -> float | None:
+    """The MMA share that decides: the smaller of the SASS-counted and the hardware-counted call's.
+
+    Without a SASS share there is none; without a hardware one, the SASS share stands.
+    """
+    if sass_share is None or hw_share is None:
+        return sass_share
+    return min(sass_share, hw_share)

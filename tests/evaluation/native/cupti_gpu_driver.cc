@@ -1,8 +1,9 @@
 // GPU driver for the runner's CUPTI path (ptxgym/evaluation/runner/cupti_path.h), as the runner will call
 // it: start, then a probe trial (a memset), then the test cubin is loaded (so the module census sees it),
 // a trial of three timed windows each launching simt_loop and hgmma_loop, and one counted call of each
-// kernel under the SASS metrics. Prints one JSON object, which tests/evaluation/test_runner_cupti_gpu.py
-// checks.
+// kernel under the SASS metrics, then one call of each under the range profiler's hardware counters
+// (cupti_range.h), as the runner's hardware-counted call. Prints one JSON object, which
+// tests/evaluation/test_runner_cupti_gpu.py checks.
 //   cupti_gpu_driver CUBIN SIMT_TRIPS HGMMA_TRIPS
 // The CUDA driver is opened with dlopen (no libcuda to link against on a build host without a GPU).
 #include <cuda.h>
@@ -122,6 +123,15 @@ int main(int argc, char** argv) {
       };
       count_errors[k] = cupti::count_json(run, 0, 200000, &counted[k], &ran[k]);
     }
+    std::string hw[2], hw_errors[2];
+    bool hw_ran[2] = {false, false};
+    for (int k = 0; k < 2; ++k) {
+      auto run = [&] {
+        launches[k]();
+        cu.check(cu.cuCtxSynchronize_(), "cuCtxSynchronize");
+      };
+      hw_errors[k] = cupti::hw_count_json(run, ctx, 0, &hw[k], &hw_ran[k]);
+    }
     std::cout << "{\"start\":" << quoted(started) << ",\"probe_error\":" << quoted(probe_error)
               << ",\"probe\":" << (probe.empty() ? "null" : probe)
               << ",\"spans_error\":" << quoted(spans_error)
@@ -131,6 +141,10 @@ int main(int argc, char** argv) {
       std::cout << ",\"" << names[k] << "\":{\"error\":" << quoted(count_errors[k])
                 << ",\"ran\":" << (ran[k] ? "true" : "false")
                 << ",\"rows\":" << (counted[k].empty() ? "null" : counted[k]) << "}";
+    for (int k = 0; k < 2; ++k)
+      std::cout << ",\"hw_" << names[k] << "\":{\"error\":" << quoted(hw_errors[k])
+                << ",\"ran\":" << (hw_ran[k] ? "true" : "false")
+                << ",\"counts\":" << (hw[k].empty() ? "null" : hw[k]) << "}";
     std::cout << "}\n";
   } catch (const std::exception& exc) {
     std::cerr << exc.what() << "\n";
