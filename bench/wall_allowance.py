@@ -12,8 +12,9 @@ GEMM with a host-side busy wait of ``h`` microseconds after a stream synchronisa
 (the GPU timer does not see it) for several ``h``, and prints for each subject: status, median latency,
 the calibrated overhead and its IQR (the matched calibration's, a no-op as long as the baseline's call,
 where there is one; the trivial no-op's overhead beside it), the measured excess per call (median
-wall - GPU - overhead), the allowance, and whether it was caught. The smallest caught ``h`` as a share
-of the median latency is the forgery a candidate can no longer hide. The evaluator replaces a spare
+wall - GPU - overhead), the allowance, whether it was caught, and what the tight statistical allowance
+(``timing.tight_allowance``, recorded, not applied) would allow and decide. The smallest caught ``h`` as a
+share of the median latency is the forgery a candidate can no longer hide. The evaluator replaces a spare
 process only after a subject's timed calls and waits for every warming spare before the next set-up
 (``local.QUIET_SPARES``); ``--noisy-spares`` plays the old way (taking a worker starts the next one at
 once, and its CUDA set-up shares the GPU with the calibration and the timing: the suspect for the
@@ -100,6 +101,9 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
         "allowed_ms": (cc["allowed_ms"] - cal["overhead_ms"]) if cc and cal else None,
         "caught": fb.status.value == "TIMING_ANOMALY",
         "trivial_overhead_ms": trivial.get("overhead_ms"),
+        "tight_allowed_ms": (cc["tight_allowed_ms"] - cal["overhead_ms"])
+        if cc and cal and cc.get("tight_allowed_ms") is not None
+        else None,
         "matched_latency_ms": cal.get("latency_ms") if cal is not trivial else None,
     }
     f = lambda v: "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
@@ -109,11 +113,19 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
         f"{f(row['overhead_ms'])} | {f(row['overhead_iqr_ms'])} | {f(row['excess_ms'])} | "
         f"{f(row['allowed_ms'])} | {'-' if share is None else f'{share:.1%}'} | "
         f"{'yes' if row['caught'] else 'no'} | {f(row['trivial_overhead_ms'])} | "
-        f"{f(row['matched_latency_ms'])}"
+        f"{f(row['matched_latency_ms'])} | {f(row['tight_allowed_ms'])} | "
+        f"{_tight(row)}"
     )
     if fb.status.value not in ("PASSED", "TIMING_ANOMALY"):
         say(f"#   {fb.message[:300]}")
     return row
+
+
+def _tight(row: dict) -> str:
+    """Whether the tight (statistical) allowance would have caught this play (``timing.tight_allowance``)."""
+    if row["excess_ms"] is None or row["tight_allowed_ms"] is None:
+        return "-"
+    return "yes" if row["excess_ms"] > row["tight_allowed_ms"] else "no"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     say(
         "process | hidden us | status | median ms | overhead ms | overhead iqr ms | excess ms | allowed ms | "
-        "hidden share | caught | trivial overhead ms | matched no-op ms"
+        "hidden share | caught | trivial overhead ms | matched no-op ms | tight allowed ms | tight caught"
     )
     rows = []
     for process in args.process:

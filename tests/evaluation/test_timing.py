@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ptxgym.evaluation.sandboxed.cupti_spans import spans_by_window
 from ptxgym.evaluation.trusted.timing import (
     CUPTI,
     EVENTS,
+    Calibration,
     calibrate,
     call_latency,
     cross_check,
     iqr,
     latency_stats,
+    tight_allowance,
 )
 
 
@@ -70,3 +74,18 @@ def test_spans_cover_all_activity_in_a_window():
     spans, counts = spans_by_window(records, windows)
     assert spans == {7: pytest.approx(300 / 1e6), 8: None, 9: pytest.approx(100 / 1e6)}
     assert counts == {7: 2, 8: 0, 9: 1}
+
+
+def test_tight_allowance_shrinks_with_the_number_of_calls_and_is_only_recorded():
+    """The statistical allowance: calibrated overhead + 4 standard errors of the two medians' difference."""
+    cal = Calibration(overhead_ms=0.5, overhead_iqr_ms=0.1, sync_gap_ms=0.0, n=20)
+    few = tight_allowance([0.45, 0.5, 0.55, 0.5], cal)
+    many = tight_allowance([0.45, 0.5, 0.55, 0.5] * 50, cal)
+    assert 0.5 < many < few
+    se_cal = 1.2533 * (0.1 / 1.349) / math.sqrt(20)
+    assert many > 0.5 + 4 * se_cal  # the calibration's own error stays
+    quiet = Calibration(overhead_ms=0.5, overhead_iqr_ms=0.0, sync_gap_ms=0.0, n=20)
+    assert tight_allowance([0.5] * 100, quiet) == pytest.approx(0.5 + 0.01)  # the floor
+    # recorded beside the verdict, which the slack floors still decide
+    cc = cross_check([1.0 + 0.62] * 100, [1.0] * 100, cal, slack_ms=0.3, slack_fraction=0.1)
+    assert cc.ok and cc.tight_allowed_ms is not None and cc.median_overhead_ms > cc.tight_allowed_ms
