@@ -96,6 +96,13 @@ CASES: tuple[AuditCase, ...] = (
         note="wgmma work only on the step's last call (once the counted call): no target credit unless the "
         "secret counted slot is the last one, 1 in trials x (iterations + 1) = 153 at the defaults",
     ),
+    _a(
+        "instrumented_wgmma",
+        {Status.PASSED},
+        "11.counted",
+        note="wgmma work (58% of the task's FLOPs) only in calls whose own clock shows instruction "
+        "patching (the SASS-counted call): the hardware-counted call sees none, no target credit",
+    ),
     # the evaluator corpus
     _k("noop", {Status.UNWRITTEN}),
     _k("half_written", {Status.UNWRITTEN}),
