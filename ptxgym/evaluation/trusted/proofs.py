@@ -35,7 +35,8 @@ to find it:
   second verified call at another secret slot reads hardware counters (CUPTI's range profiler, one pass:
   nothing patched or replayed, the call runs at its own speed; ``session.py``, ``target_work.hw_share``),
   and the MMA share that decides is the smaller of the two calls', so a kernel switching on the slowdown
-  shows no wgmma there and loses the credit. What remains: the range profiler is also CUPTI in the
+  shows no wgmma there and loses the credit (``instrumented_wgmma`` in ``ptxgym audit`` plays it with an
+  SM-clock probe). What remains: the range profiler is also CUPTI in the
   candidate's process (host code could ask whether it is enabled), and the Python worker reads no
   hardware counters (there the hole stays as described).
 * The counts are the worker's word: the candidate's host code shares the process and could forge the
