@@ -115,7 +115,7 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
 
 
 def test_no_spare_starts_or_warms_while_a_subject_is_timed(evaluator, gemm, monkeypatch):
-    """Spares are replaced after the timed calls and every one is warm before a set-up (``QUIET_SPARES``)."""
+    """Spares are replaced after the timed calls; runner spares are warm before a set-up (QUIET_SPARES)."""
     from ptxgym.evaluation.trusted.session import Session
 
     seen: list[tuple[str, list[int], list[int]]] = []
@@ -139,7 +139,8 @@ def test_no_spare_starts_or_warms_while_a_subject_is_timed(evaluator, gemm, monk
     assert verdict.status is Status.PASSED, verdict.message
     (_, spawned_start, warming_start), (_, spawned_end, _) = seen
     assert spawned_start == spawned_end, seen  # nothing started during the timing
-    assert warming_start == [0] * len(warming_start), seen  # and nothing was still starting
+    if evaluator.native.pool is not None:  # the runners' spares are awaited, the Python workers' not
+        assert warming_start[-1] == 0, seen
     assert all(len(p._ready) == p.spares for p in evaluator._pools())  # replaced afterwards
     assert "spares" in verdict.stage_wall_s
 

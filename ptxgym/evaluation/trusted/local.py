@@ -88,11 +88,14 @@ COUNT_OUTSIDE_TRIALS = (
 first and falls back on a count error or on all-zero counts (``Session._counted``)."""
 
 QUIET_SPARES = True
-"""Spare workers are replaced after a subject's timed calls and awaited before the next worker set-up,
-never started beside a calibration or a timing (``pool.py``). Before, ``take`` replaced a spare at once,
-so a fresh worker imported torch and created its CUDA context while the subject was calibrated and
-timed; the calibration's spread, which sets the wall-clock allowance, is the suspected victim
-(``bench/wall_allowance.py --noisy-spares`` plays the old way for comparison)."""
+"""Spare workers are replaced after a subject's timed calls, never beside its own calibration and timing
+(``pool.py``), and the native runners' spares are awaited before the next worker set-up. Before, ``take``
+replaced a spare at once, so a fresh worker imported torch and created its CUDA context while the subject
+was calibrated and timed; the calibration's spread, which sets the wall-clock allowance, is the suspected
+victim (``bench/wall_allowance.py --noisy-spares`` plays the old way for comparison). A Python worker's
+spare is not awaited: it needs ~4 s to start (torch), which back-to-back candidates would each wait for,
+so one started after a candidate may still warm during the next one's timing if they follow closely; a
+runner starts in a fraction of that (no interpreter), and its pool is the candidates' when it is used."""
 
 
 class WorkerSetupError(InfraError):
@@ -381,20 +384,20 @@ class LocalGpuEvaluator(Evaluator):
         """Start the missing spares and wait until every spare is warm (a quiet machine from now on)."""
         for pool in self._pools():
             pool.fill()
-        self._settle_spares()
+            pool.settle(lambda handle: self._ready(handle, self._current))
 
     def _pools(self) -> list[WorkerPool]:
         return [p for p in (self.pool, self.native.pool) if p is not None]
 
     def _settle_spares(self) -> None:
-        """Wait for every spare of both pools to finish starting.
+        """Wait for every spare of the native runners' pool to finish starting (``QUIET_SPARES``).
 
-        No worker then warms while a subject is calibrated, checked or timed (``pool.py``); the wait is
+        No runner then warms while a subject is calibrated, checked or timed (``pool.py``); the wait is
         the ``spares`` wall of the next verdict (part of its ``worker`` stage).
         """
         t = time.perf_counter()
-        for pool in self._pools():
-            pool.settle(lambda handle: self._ready(handle, self._current))
+        if self.native.pool is not None:  # the Python workers' spares are not awaited (QUIET_SPARES)
+            self.native.pool.settle(lambda handle: self._ready(handle, self._current))
         self.spares_wait_s = time.perf_counter() - t
 
     def _refill(self) -> None:

@@ -19,8 +19,8 @@ thread, not the process. A fresh interpreter with CUDA costs about 4 s, so the p
 workers warming in the background. A spare warming (importing torch, creating its CUDA context, mapping
 the arena) shares the GPU and the host with whatever runs at that moment, so the evaluator does not let
 ``take`` replace a spare at once (``refill=False``): it refills after the candidate's timed calls
-(``fill``) and waits for every warming spare before the next calibration (``settle``), so that no
-worker warms while a subject is calibrated or timed.
+(``fill``), and for the native runners (which start quickly) waits for every warming spare before the
+next calibration (``settle``; ``local.QUIET_SPARES`` says why not for Python workers).
 """
 
 from __future__ import annotations
