@@ -63,6 +63,7 @@ from ptxgym.evaluation.trusted.timing import (
     cross_check,
     slow_cutoff,
 )
+from ptxgym.evaluation.trusted.verified_pool import PoolDraws, PoolEntry
 from ptxgym.records.feedback import Stage, Status
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,8 @@ class SessionResult:
     count_error: str = ""
     shortened: str = ""
     """Why the timing stopped after the first trial (``timing.slow_cutoff``); "" when timed in full."""
+    pool: PoolDraws | None = None
+    """This subject's draws from the arena's verified pool (None: its verified calls drew new values)."""
     trusted_s: dict[str, float] = field(default_factory=dict)
     """Wall seconds of the trusted side's own work inside the trials: ``inputs`` (fresh values and
     poisoned outputs, ``Arena.prepare``), ``verify`` (reference runs and comparisons) and ``guards``; and
@@ -189,6 +192,12 @@ class Session:
         """Why the counted call runs outside the activity trial from the start ("": it runs inside)."""
         self._windowed: tuple[int, list[SassRow]] | None = None
         """The counted call inside the open activity trial: its command number and rows (``_close``)."""
+        self._pool_rng = random.Random(f"verified-pool:{seed}")
+        """The secret order of this session's pool entries (apart from ``rng``: its draws are unchanged)."""
+        self.pool_off = "not enabled for this session"
+        """Why verified calls draw new values ("" once ``use_pool`` gave this session the arena's pool)."""
+        self.draws: PoolDraws | None = None
+        """This session's draws from the pool (one per session: no entry serves two of its calls)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -255,6 +264,27 @@ class Session:
         self._request(cmd, Stage.RUN)
         self.calls = 0
 
+    def use_pool(self) -> None:
+        """Serve this session's verified timed calls from the arena's pool (``verified_pool.py``).
+
+        Only for a subject that cannot carry what it saw to a later session (that module's "Reuse"):
+        the caller decides. Renews the entries that served their sessions first (before the load).
+        """
+        pool = self.arena.pool
+        if not pool.active:
+            self.pool_off = pool.describe()
+            return
+        self.arena.renew_pool()
+        self.draws = PoolDraws(pool, self._pool_rng)
+        self.pool_off = ""
+
+    def _entry(self, index: int, result: SessionResult) -> PoolEntry | None:
+        """A pool entry for a verified timed call on set ``index`` (None: a new draw serves it)."""
+        if self.draws is None or not self.arena.fresh:
+            return None
+        result.pool = self.draws
+        return self.draws.take(index)
+
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
         if self.arena.device.type == "cuda":
@@ -291,7 +321,9 @@ class Session:
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         for pos, (index, is_timed) in enumerate(calls):
             t = time.perf_counter()
-            self.arena.prepare(index, self.generator, fresh=fresh)
+            checked = fresh and (pos in verify or pos == counted)
+            entry = self._entry(index, result) if checked else None
+            self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
             result.spend("inputs", t)
             if pos == counted:
                 if not self._counted(index, result, stage, segment) and strict:
@@ -358,7 +390,7 @@ class Session:
             log.warning("%s; counting again outside the trial", why)
             self._close(stage, segment, result)
             segment.clear()
-            self.arena.prepare(index, self.generator, fresh=True)
+            self.arena.prepare(index, self.generator, fresh=True, entry=self._entry(index, result))
             reply, ok = self._count_once(index, result, stage, False)
             inside = False
             if ok and not reply.count_error:  # learnt: here CUPTI counts only outside activity trials
