@@ -278,6 +278,15 @@ class Session:
         self.draws = PoolDraws(pool, self._pool_rng)
         self.pool_off = ""
 
+    def pool_record(self) -> dict:
+        """How this session's verified calls were served, for a verdict's ``details["verified_pool"]``."""
+        record: dict = {"arena": self.arena.pool.describe()}
+        if self.draws is None:
+            record["session"] = f"new draws: {self.pool_off}"
+        else:
+            record.update(self.draws.record(), session="pool")
+        return record
+
     def _entry(self, index: int, result: SessionResult) -> PoolEntry | None:
         """A pool entry for a verified timed call on set ``index`` (None: a new draw serves it)."""
         if self.draws is None or not self.arena.fresh:

@@ -59,6 +59,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ptxgym.evaluation.protocol import SandboxReport
 from ptxgym.evaluation.trusted.inputs import draw_fresh, run_reference
 
 
@@ -208,3 +209,21 @@ class PoolDraws:
     def record(self) -> dict:
         """JSON-ready figures of this session's use of the pool."""
         return {"entries": len(self.taken), "fallbacks": self.fallbacks}
+
+
+def barrier(baseline: bool, native: bool, report: SandboxReport | None, partial_jail: bool) -> str:
+    """Why a subject's session may not use the pool ("" when it may; module docstring, "Reuse").
+
+    ``baseline``: the trusted library; ``native``: a native runner serves the candidate; ``report``: its
+    sandbox as it reported it; ``partial_jail``: accept a filesystem layer in force on every thread but
+    those the CUDA driver started before the jail (Landlock ABI < 8: ``runner/__init__.py``).
+    """
+    if baseline:
+        return ""
+    if not native:
+        return "the Python worker may write /dev/shm, which outlives it (a candidate could carry entries on)"
+    layers = {x.name: x.state for x in report.layers} if report is not None else {}
+    state = layers.get("filesystem", "off")
+    if state == "active" or (state == "partial" and partial_jail):
+        return ""
+    return f"the runner's filesystem jail is {state}: code on a thread it does not cover could write anywhere"
