@@ -293,3 +293,29 @@ def test_only_subjects_that_cannot_carry_entries_on_use_the_pool():
     s = EvalSettings()
     assert s.pool_entries == s.trials * s.verified_per_trial + 1 == 10
     assert EvalSettings(verified_pool=0).pool_entries == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(TASKS))
+def test_on_the_gpu_pool_entries_serve_verified_calls_and_the_reserve_is_kept(tmp_path, monkeypatch, name):
+    """The CUDA path: entries on the device, no reference run in the session.
+
+    A pool that would leave less than its reserve free is not built (the reason recorded), and the
+    session runs without it.
+    """
+    task = task_of(name)
+    run = load_reference(task)["run"]
+    n_in = sum(1 for s in task.definition.inputs.values() if s.shape is not None)
+    arena = Arena(task, [1, 2, 3], 0, tmp_path, pool_size=VERIFIED, pool_reserve=1 << 30)
+    assert arena.pool.active and arena.pool.nbytes > 0
+    entry = next(iter(arena.pool.entries.values()))[0]
+    assert all(t.is_cuda for t in (*entry.fresh.values(), *entry.reference.values()))
+    runs = count_references(monkeypatch)
+    result, session = judge(ByReference(run, n_in), arena, tmp_path)
+    assert result.failure is None and runs == []
+    assert session.draws is not None and len(session.draws.taken) == VERIFIED
+    huge = Arena(task, [1, 2, 3], 0, tmp_path, pool_size=VERIFIED, pool_reserve=1 << 50)
+    assert not huge.pool.active and "less than the" in huge.pool.error
+    before = len(runs)  # the seeded sets' references of the second arena
+    result, session = judge(ByReference(run, n_in), huge, tmp_path)
+    assert result.failure is None and session.draws is None and len(runs) - before == VERIFIED

@@ -19,7 +19,10 @@ give a call new values at the same addresses:
   device with the session's secret generator and copied into the set's buffers before the call is sent
   (outside the timed window). No earlier call saw these values, so an output replayed from an earlier
   call (cached by pointer, or with signs corrected) is wrong, and a cache keyed on sampled input values
-  never hits. The reference for them is computed only if the call is verified (``verify``), once.
+  never hits. The reference for them is computed only if the call is verified (``verify``), once;
+  or, where the session may use the arena's verified pool (``verified_pool.py``), a verified call
+  takes a pool entry instead of a new draw: secret values drawn with the arena, whose reference was
+  computed then, copied (times the set's signs) into the same buffers at the same place.
 
 Cost of fresh values, per call of a trial (warm-up included), on the trusted side's GPU and outside
 the timed window: one device draw of the fresh inputs, one device copy into the shared buffers and one
@@ -38,6 +41,14 @@ references stay dominated by their fp32 elementwise passes over S x S per head (
 the reference and the input check, without the sign products of the inputs its fresh draw replaced.
 Fresh values (``time_inputs``): 0.06-0.09 s (GEMM) and 0.16 s (MHA forward) per evaluation.
 Unverified calls never run it. Correctness calls cost no reference (sign flips of the seeded sets).
+The verified pool (``EvalSettings.verified_pool``) moves those references out of the step for the
+sessions allowed to use it: once per arena, K = 10 draws and references (per set for the backward),
+i.e. the 9 + 1 verified calls' reference work of one evaluation done once (``build_s["pool"]``; an
+estimate from the figures above: ~0.2 s GEMM, ~1 s MHA forward, more for the backward's 30), held on
+the device (2.7 GB, 8.1 GB, 24 GB: ``verified_pool.py``), and again for an entry after
+``verified_pool_uses`` sessions (amortised ~K/32 references per session). Per verified call it costs
+one copy of the entry's fresh inputs times the set's signs (one more pass over them than a draw) and,
+at verification, the stored outputs times the output signs (one pass): no reference run.
 After every call the guard regions are compared with their private copy: one copy and one comparison of
 their bytes (64 KiB around each buffer plus the blob's rounding tail: 2 MiB for the GEMM's three
 sets; 18 MiB with guard pages, whose first page of each run is guard) and one host sync, outside the timed

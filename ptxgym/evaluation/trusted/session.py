@@ -5,7 +5,10 @@ context, synchronised), sends the call, measures the wall time until the reply, 
 around every buffer (``guards.py``: a write outside the buffers is MEMORY_ERROR), and verifies the
 outputs itself. Correctness calls are all verified (sign flips of the seeded sets, references known);
 timed calls rotate through the input sets, each with fresh values (a new draw in the same buffers), and
-a random subset (unknown to the worker) is verified against the reference run for those values.
+a random subset (unknown to the worker) is verified against the reference run for those values; in a
+session given the arena's verified pool (``use_pool``), each verified call takes a pool entry instead
+(a secret draw whose reference was run with the arena, never two calls of the session on one entry,
+``verified_pool.py``), the counted call included.
 
 The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
 ``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
