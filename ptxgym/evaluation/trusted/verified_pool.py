@@ -34,7 +34,10 @@ skip the work of every other call. Where this holds (``persistence``):
   ``WorkerHandle.kill`` deletes with it, and reads no other runner's scratch; the blob it shares is
   poisoned (outputs, before every call), restored (inputs, ``Arena.restore`` before every session) and
   guarded (the padding, re-filled), so nothing of a session survives there. Assumed, not checked here:
-  the driver hands a new process no device memory an earlier one left behind.
+  the driver hands a new process no device memory an earlier one left behind. Its jail must be in
+  force on every thread (filesystem layer ``active``); below Landlock ABI 8 (the H200 measured ABI 7)
+  it is ``partial``: code run on a CUDA driver thread started before the jail could write anywhere,
+  so such a runner uses the pool only with ``EvalSettings.verified_pool_partial_jail``.
 
 Where it does not, sessions use no pool: the Python worker's sandbox (``sandbox.py``) lets a candidate
 write ``/dev/shm``, which outlives its process; with the sandbox off, anything. A channel this module
