@@ -21,8 +21,9 @@ trials x (warm-up + timed)) at the candidate's own median latency, the GPU time 
 the excess is ``gpu_total`` - floor. The first turn of a task in an evaluator also builds the task's arena
 and measures its baseline (``prepare_arena``, ``prepare_baseline``: per-arena work, resident for later
 turns); the summary shows the excess with and without that one-time share, and ``--prepare-tasks``
-(default MhaBwd) splits a task's first-turn prepare into input generation, fp32 references and the
-baseline measurement, then times a second prepare of the same task (resident: ~0 s). Every figure
+(default MhaBwd) splits a task's first-turn prepare into input generation, fp32 references, the
+verified pool (its draws and references, ``verified_pool.py``) and the baseline measurement, then
+times a second prepare of the same task (resident: ~0 s). Every figure
 printed is also written to ``--out``.
 """
 
@@ -126,7 +127,7 @@ def prepare_cost(ev, task_ids: list[str], say) -> None:
     """Where a task's first-turn ``prepare`` goes, and that a second turn of the task pays ~0 for it."""
     from ptxgym.records.tasks import get_task
 
-    say("prepare of task | first s (arena: inputs + fp32 references; baseline) | second s | sets")
+    say("prepare of task | first s (arena: inputs + references + verified pool; baseline) | second s | sets")
     for task_id in task_ids:
         task = get_task(task_id)
         ev.settle()
@@ -135,7 +136,8 @@ def prepare_cost(ev, task_ids: list[str], say) -> None:
         b = arena.build_s
         say(
             f"{task_id} | {first['prepare']:.2f} (arena {first['prepare_arena']:.2f}: inputs "
-            f"{b['inputs']:.2f} + references {b['references']:.2f}; "
+            f"{b['inputs']:.2f} + references {b['references']:.2f} + pool {b.get('pool', 0.0):.2f} "
+            f"({arena.pool.describe()}); "
             f"baseline {first['prepare_baseline']:.2f}) | {second['prepare']:.3f} | {len(arena.sets)}"
         )
 

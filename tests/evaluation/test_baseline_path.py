@@ -84,6 +84,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.native = NativeRunners(False, 0, 0, tmp_path, False)  # candidates in the (fake) Python worker
     ev._take_worker = lambda arena, pool=None: make_worker()  # type: ignore[method-assign]
     ev._free_bytes = lambda: 0  # type: ignore[method-assign]
+    ev.quiet_spares, ev.spares_wait_s = False, 0.0  # no spares here: workers are made on demand
     return ev
 
 
@@ -191,8 +192,13 @@ def test_sandboxed_baseline_failure_is_retried_unsandboxed_and_recorded(tmp_path
     assert [("sandbox" in w.transcript) for w in workers.made] == [True, False]
 
 
-def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch):
-    """Inputs, fp32 references and the baseline are made on a task's first turn only."""
+@pytest.mark.parametrize("pool", [0, None], ids=["no-pool", "pool"])
+def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
+    """Inputs, fp32 references and the baseline are made on a task's first turn only.
+
+    With the verified pool (``verified_pool.py``) the baseline's verified calls take its entries (their
+    references were run once with the arena); candidates in the Python worker draw new values.
+    """
     import ptxgym.evaluation.trusted.arena as arena_module
 
     made, references = [], []
@@ -209,7 +215,7 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch):
     monkeypatch.setattr(local.Arena, "__init__", counting_init)
     monkeypatch.setattr(arena_module, "run_reference", counting_reference)
     workers = Workers(tmp_path)
-    ev = cpu_evaluator(tmp_path, workers)
+    ev = cpu_evaluator(tmp_path, workers, SETTINGS.model_copy(update={"verified_pool": pool}))
     task = gemm_task()
     first = ev.evaluate(task, built(task, 0))
     after_first = len(references)
@@ -218,7 +224,12 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch):
     assert len(made) == 1 and len(workers.made) == 3  # one arena; baseline + two candidates
     seeded = max(SETTINGS.correctness_sets, SETTINGS.rotate_sets)
     verified = SETTINGS.trials * SETTINGS.verified_per_trial
-    assert after_first == seeded + 2 * verified  # seeded sets once; fresh draws of baseline and turn 1
+    if pool == 0:
+        assert after_first == seeded + 2 * verified  # seeded sets once; fresh draws of baseline and turn 1
+    else:  # the baseline's verified calls: pool entries; turn 1 (Python worker): fresh draws
+        assert after_first == seeded + verified
+        assert first.details["verified_pool"]["session"].startswith("new draws: the Python worker")
+        assert ev._arenas[next(iter(ev._arenas))].build_s["pool"] > 0
     assert len(references) - after_first == verified  # turn 2: only its own verified fresh calls
     for key in ("prepare", "prepare_arena", "prepare_baseline"):
         assert key in first.stage_wall_s and key in second.stage_wall_s

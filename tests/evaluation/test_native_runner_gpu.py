@@ -278,3 +278,28 @@ def test_hostile_kernels_in_the_runner(native_evaluator, name):
     assert verdict.status in expected, (
         f"{name}: {verdict.status} not in {sorted(expected)}: {verdict.message}"
     )
+
+
+def test_a_jailed_runner_serves_its_verified_calls_from_the_pool(native_evaluator):
+    """A runner's verified calls take pool entries, none twice, none missing.
+
+    Only with the partial jail accepted (the H200's Landlock ABI 7); without it they draw new values
+    (``verified_pool.barrier``).
+    """
+    from ptxgym.audit.corpus import candidate
+    from ptxgym.records.tasks import get_task
+
+    task = get_task("Gemm-sm90a")
+    before = native_evaluator.settings
+    native_evaluator.settings = before.model_copy(update={"verified_pool_partial_jail": True})
+    try:
+        verdict = native_evaluator.evaluate(task, candidate("naive", task))
+    finally:
+        native_evaluator.settings = before
+    pool = verdict.details.get("verified_pool", {})
+    process = (verdict.environment.sandbox or {}).get("process", "")
+    print(f"NATIVE_POOL {verdict.status.value} {process} {pool}")
+    assert verdict.status.value == "PASSED", verdict.message
+    assert process.startswith("native"), process
+    assert pool["arena"].startswith("on:") and pool["session"] == "pool", pool
+    assert pool["entries"] == before.trials * before.verified_per_trial and pool["fallbacks"] == 0, pool

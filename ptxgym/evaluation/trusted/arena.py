@@ -19,7 +19,10 @@ give a call new values at the same addresses:
   device with the session's secret generator and copied into the set's buffers before the call is sent
   (outside the timed window). No earlier call saw these values, so an output replayed from an earlier
   call (cached by pointer, or with signs corrected) is wrong, and a cache keyed on sampled input values
-  never hits. The reference for them is computed only if the call is verified (``verify``), once.
+  never hits. The reference for them is computed only if the call is verified (``verify``), once;
+  or, where the session may use the arena's verified pool (``verified_pool.py``), a verified call
+  takes a pool entry instead of a new draw: secret values drawn with the arena, whose reference was
+  computed then, copied (times the set's signs) into the same buffers at the same place.
 
 Cost of fresh values, per call of a trial (warm-up included), on the trusted side's GPU and outside
 the timed window: one device draw of the fresh inputs, one device copy into the shared buffers and one
@@ -38,6 +41,14 @@ references stay dominated by their fp32 elementwise passes over S x S per head (
 the reference and the input check, without the sign products of the inputs its fresh draw replaced.
 Fresh values (``time_inputs``): 0.06-0.09 s (GEMM) and 0.16 s (MHA forward) per evaluation.
 Unverified calls never run it. Correctness calls cost no reference (sign flips of the seeded sets).
+The verified pool (``EvalSettings.verified_pool``) moves those references out of the step for the
+sessions allowed to use it: once per arena, K = 10 draws and references (per set for the backward),
+i.e. the 9 + 1 verified calls' reference work of one evaluation done once (``build_s["pool"]``; an
+estimate from the figures above: ~0.2 s GEMM, ~1 s MHA forward, more for the backward's 30), held on
+the device (2.7 GB, 8.1 GB, 24 GB: ``verified_pool.py``), and again for an entry after
+``verified_pool_uses`` sessions (amortised ~K/32 references per session). Per verified call it costs
+one copy of the entry's fresh inputs times the set's signs (one more pass over them than a draw) and,
+at verification, the stored outputs times the output signs (one pass): no reference run.
 After every call the guard regions are compared with their private copy: one copy and one comparison of
 their bytes (64 KiB around each buffer plus the blob's rounding tail: 2 MiB for the GEMM's three
 sets; 18 MiB with guard pages, whose first page of each run is guard) and one host sync, outside the timed
@@ -68,6 +79,7 @@ from ptxgym.evaluation.trusted.inputs import (
     torch_dtype,
 )
 from ptxgym.evaluation.trusted.perturb import SignPerturbation
+from ptxgym.evaluation.trusted.verified_pool import PoolEntry, VerifiedPool, build_pool, renew
 from ptxgym.records.tasks import Task
 
 _PAGE = 2 << 20
@@ -89,6 +101,8 @@ class InputSet:
     """Private copies of the fresh values the shared buffers hold now (None: seeded values x ``state``)."""
     fresh_reference: dict[str, Any] | None = None
     """The reference for ``fresh``, computed on first verification."""
+    pool_reference: dict[str, Any] | None = None
+    """The stored reference of the pool entry ``fresh`` came from (None: a new draw), signs not applied."""
 
 
 def torch_zeros_on(device) -> None:
@@ -114,8 +128,21 @@ class Arena:
     """Input sets, outputs and references of one task on one device."""
 
     def __init__(
-        self, task: Task, seeds: list[int], device: int, scratch: Path, guard_pages: bool = False
+        self,
+        task: Task,
+        seeds: list[int],
+        device: int,
+        scratch: Path,
+        guard_pages: bool = False,
+        pool_size: int = 0,
+        pool_reserve: int = 0,
+        pool_max_uses: int = 0,
     ) -> None:
+        """Build the blob, the seeded sets and their references, and the verified pool.
+
+        ``pool_size``: entries of the verified pool per key (``verified_pool.py``; 0: no pool), built
+        only if ``pool_reserve`` device bytes stay free; each renewed after ``pool_max_uses`` sessions.
+        """
         import torch
 
         self.task = task
@@ -130,9 +157,10 @@ class Arena:
         self._mutated: set[str] = set()
         self.reference_s = 0.0
         """Wall seconds of the slowest reference run of the seeded sets (the step budget uses it)."""
-        self.build_s = {"inputs": 0.0, "references": 0.0}
+        self.build_s = {"inputs": 0.0, "references": 0.0, "pool": 0.0}
         """Wall seconds spent building the seeded sets: input generation (derived inputs included, e.g.
-        the fp32 forward state of an attention backward) and fp32 reference runs (once per arena)."""
+        the fp32 forward state of an attention backward) and fp32 reference runs (once per arena); and
+        the verified pool's draws and references (once per arena, plus its renewals)."""
         self.shapes = task.shapes()
         self._layout: list[list[Arg]] = []
         self._vmm: Any = None
@@ -144,6 +172,15 @@ class Arena:
         """The guard regions around every buffer, filled with this arena's secret pattern."""
         self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
         self._inputs_file: Path | None = None
+        self._pool_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
+        t = time.perf_counter()
+        self.pool: VerifiedPool = build_pool(
+            self, pool_size, pool_reserve, pool_max_uses, self._pool_generator
+        )
+        """Verified draws with their references (``verified_pool.py``); empty when off or not built."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.build_s["pool"] += time.perf_counter() - t
 
     # ------------------------------------------------------------------------------------ building
 
@@ -294,11 +331,24 @@ class Arena:
         """File descriptors the attach command needs (one per guard-page run, in order), else none."""
         return list(self._vmm_fds) if self.guard_pages else []
 
-    def prepare(self, index: int, generator, perturb: bool = True, fresh: bool = False) -> None:
+    def renew_pool(self) -> None:
+        """Redraw the pool entries that served their sessions (``verified_pool.renew``; before a session)."""
+        self.build_s["pool"] += renew(self, self.pool, self._pool_generator)
+
+    def prepare(
+        self,
+        index: int,
+        generator,
+        perturb: bool = True,
+        fresh: bool = False,
+        entry: PoolEntry | None = None,
+    ) -> None:
         """Give set ``index`` new values in place (same addresses) and poison its outputs.
 
         ``fresh``: redraw the ``fresh`` inputs (a timed call); otherwise the set returns to its seeded
         values and is sign-flipped (a correctness call). Sign groups still flip the inputs not redrawn.
+        ``entry``: with ``fresh``, the fresh inputs come from this pool entry (a verified call), times
+        the set's signs like every input of a sign group, instead of a new draw (``verified_pool.py``).
         """
         s = self.sets[index]
         redraw = fresh and bool(self.fresh)
@@ -309,7 +359,12 @@ class Arena:
             self.perturb.apply_inputs({n: s.shared_in[n] for n in flip}, signs)
             s.state = self.perturb.compose(s.state, signs)
         if redraw:
-            s.fresh = draw_fresh(self.task, self.fresh, generator, self.device)
+            if entry is not None:
+                kept = tuple(n for n in self.perturb.changed_inputs if n not in entry.fresh)
+                s.fresh = self.perturb.expected_inputs(entry.fresh, s.state, skip=kept)
+                s.pool_reference = entry.reference
+            else:
+                s.fresh = draw_fresh(self.task, self.fresh, generator, self.device)
             for name, value in s.fresh.items():
                 s.shared_in[name].copy_(value)
         for out in s.shared_out.values():
@@ -322,7 +377,7 @@ class Arena:
         if s.fresh is None:
             return
         self._mutated.update(n for n, v in s.fresh.items() if not torch.equal(s.shared_in[n], v))
-        s.fresh, s.fresh_reference = None, None
+        s.fresh, s.fresh_reference, s.pool_reference = None, None, None
         if rewrite:
             others = tuple(n for n in s.base_in if n not in self.fresh)
             want = self.perturb.expected_inputs(s.base_in, s.state, skip=others)
@@ -340,12 +395,15 @@ class Arena:
     def expected_outputs(self, index: int, inputs: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reference outputs for what set ``index`` holds now (run once per fresh draw, when asked).
 
-        ``inputs``: ``expected_inputs(index)`` if the caller already has it.
+        After a pool entry: its stored reference times the set's output signs. ``inputs``:
+        ``expected_inputs(index)`` if the caller already has it.
         """
         s = self.sets[index]
         if s.fresh is None:
             return self.perturb.expected(s.reference, s.state)
-        if s.fresh_reference is None:
+        if s.fresh_reference is None and s.pool_reference is not None:
+            s.fresh_reference = self.perturb.expected(s.pool_reference, s.state)
+        elif s.fresh_reference is None:
             want = inputs if inputs is not None else self.expected_inputs(index)
             s.fresh_reference = run_reference(self.task, self.namespace, want)
         return s.fresh_reference

@@ -94,6 +94,29 @@ class EvalSettings(BaseModel):
         "92%; 0.5: 99.8%) and then paid nothing. 0.25 (39 calls) was the default until the cost measure: "
         "it spent 0.6 s (GEMM) and 4.1 s (MHA forward) of GPU per candidate on references.",
     )
+    verified_pool: int | None = Field(
+        None,
+        ge=0,
+        description="Entries of the arena's verified pool (``verified_pool.py``): secret draws whose fp32 "
+        "references are computed once per arena, so that a verified timed call costs a copy, not a "
+        "reference run. None: the verified calls of one evaluation (``pool_entries``, 10 by default: 2.7 GB "
+        "GEMM 8192x7168x5120, 8.1 GB MHA forward 4x48x4096x128, 24 GB MHA backward: per set); 0: no pool, "
+        "every verified call runs its reference. Used only by subjects that cannot carry what they saw to "
+        "a later session (the baseline, the jailed native runner).",
+    )
+    verified_pool_uses: int = Field(
+        32,
+        ge=0,
+        description="Sessions a pool entry serves before it is redrawn with a new reference (0: never); "
+        "bounds how long a fingerprint of an entry leaked through the feedback can name a verified call.",
+    )
+    verified_pool_partial_jail: bool = Field(
+        False,
+        description="Let a native runner whose filesystem jail is partial (Landlock ABI < 8, as on the H200 "
+        "measured: the CUDA driver's threads from before the jail are not covered) use the pool. Off: only "
+        "a jail in force on every thread does, since code run on an uncovered thread could keep what it saw "
+        'on disk for a later candidate (``verified_pool.py``, "Reuse").',
+    )
     call_timeout_s: float = Field(
         60.0,
         gt=0,
@@ -199,6 +222,22 @@ class EvalSettings(BaseModel):
     def verified_per_trial(self) -> int:
         """Timed calls verified per trial: ``verify_timed_fraction`` of them, at least 3 (all if fewer)."""
         return min(self.iterations, max(math.ceil(self.verify_timed_fraction * self.iterations), 3))
+
+    @property
+    def pool_entries(self) -> int:
+        """Entries of the verified pool per key: ``verified_pool``, or its default.
+
+        The default: every verified timed call of one evaluation plus the counted call (verified, and
+        served from the pool like the others).
+        """
+        if self.verified_pool is not None:
+            return self.verified_pool
+        return self.trials * self.verified_per_trial + 1
+
+    @property
+    def pool_reserve_bytes(self) -> int:
+        """Device bytes the pool must leave free: room for two candidates (a worker and a spare)."""
+        return int(2 * self.max_candidate_gpu_gb * (1 << 30))
 
     @property
     def calls_per_step(self) -> int:

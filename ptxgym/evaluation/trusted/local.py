@@ -73,6 +73,7 @@ from ptxgym.evaluation.trusted.verdicts import (
     with_proofs,
     worker_error_verdict,
 )
+from ptxgym.evaluation.trusted.verified_pool import barrier as pool_barrier
 from ptxgym.records import settings as user_settings
 from ptxgym.records.arch import arch_for_capability
 from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
@@ -303,7 +304,14 @@ class LocalGpuEvaluator(Evaluator):
                 [base + i for i in range(n)] if base is not None else [secrets.randbits(31) for _ in range(n)]
             )
             self._arenas[key] = Arena(
-                task, seeds, self.device, self.scratch, guard_pages=self.settings.guard_pages
+                task,
+                seeds,
+                self.device,
+                self.scratch,
+                guard_pages=self.settings.guard_pages,
+                pool_size=self.settings.pool_entries,
+                pool_reserve=self.settings.pool_reserve_bytes,
+                pool_max_uses=self.settings.verified_pool_uses,
             )
         arena = self._arenas[key]
         if arena is not self._current:
@@ -517,6 +525,7 @@ class LocalGpuEvaluator(Evaluator):
                     turn.arena, turn.seed, sandboxed, match_ms=match_ms
                 )
         turn.details["candidate_process"] = process = self.native.note(pool is not None, guard, candidate)
+        self._pool_for(turn, turn.session, native=pool is not None)
         turn.walls["spares"] = round(self.spares_wait_s, 4)
         try:
             verdict = self._measure(turn, turn.session, turn.handle)
@@ -529,6 +538,18 @@ class LocalGpuEvaluator(Evaluator):
             sandbox["process"] = process
         env = verdict.environment.model_copy(update={"sandbox": sandbox})
         return verdict.model_copy(update={"environment": env})
+
+    def _pool_for(self, turn: Turn, session: Session, native: bool) -> None:
+        """Give the session the arena's verified pool, or record why its subject may not use it.
+
+        Only a subject that cannot carry what it saw to a later session may (``verified_pool.barrier``).
+        """
+        partial = self.settings.verified_pool_partial_jail
+        why = pool_barrier(turn.baseline_load is not None, native, session.sandbox_report, partial)
+        if why:
+            session.pool_off = why
+        else:
+            session.use_pool()
 
     def _measure(self, turn: Turn, session: Session, handle: WorkerHandle) -> GpuVerdict:
         """Load the subject into the prepared worker, check and time it; the worker is discarded after.
@@ -573,6 +594,7 @@ class LocalGpuEvaluator(Evaluator):
                     hw_count=self._hw_counts(turn, handle),
                 )
             self._note_counted(turn, session)
+            turn.details["verified_pool"] = session.pool_record()
             turn.clocks.append(sm_clock_mhz(self.device))
             turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
             hog = self._memory_hog(turn.free_before)

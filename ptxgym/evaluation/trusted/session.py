@@ -5,7 +5,10 @@ context, synchronised), sends the call, measures the wall time until the reply, 
 around every buffer (``guards.py``: a write outside the buffers is MEMORY_ERROR), and verifies the
 outputs itself. Correctness calls are all verified (sign flips of the seeded sets, references known);
 timed calls rotate through the input sets, each with fresh values (a new draw in the same buffers), and
-a random subset (unknown to the worker) is verified against the reference run for those values.
+a random subset (unknown to the worker) is verified against the reference run for those values; in a
+session given the arena's verified pool (``use_pool``), each verified call takes a pool entry instead
+(a secret draw whose reference was run with the arena, never two calls of the session on one entry,
+``verified_pool.py``), the counted call included.
 
 The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
 ``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
@@ -77,6 +80,7 @@ from ptxgym.evaluation.trusted.timing import (
     cutoff_applies,
     slow_cutoff,
 )
+from ptxgym.evaluation.trusted.verified_pool import PoolDraws, PoolEntry
 from ptxgym.records.feedback import Stage, Status
 
 log = logging.getLogger(__name__)
@@ -167,6 +171,8 @@ class SessionResult:
     """Where the hardware-counted call went (None: none was made)."""
     shortened: str = ""
     """Why the timing stopped after the first trial (``timing.slow_cutoff``); "" when timed in full."""
+    pool: PoolDraws | None = None
+    """This subject's draws from the arena's verified pool (None: its verified calls drew new values)."""
     trusted_s: dict[str, float] = field(default_factory=dict)
     """Wall seconds of the trusted side's own work inside the trials: ``inputs`` (fresh values and
     poisoned outputs, ``Arena.prepare``), ``verify`` (reference runs and comparisons) and ``guards``; and
@@ -209,6 +215,12 @@ class Session:
         """Why the counted call runs outside the activity trial from the start ("": it runs inside)."""
         self._windowed: tuple[int, list[SassRow]] | None = None
         """The counted call inside the open activity trial: its command number and rows (``_close``)."""
+        self._pool_rng = random.Random(f"verified-pool:{seed}")
+        """The secret order of this session's pool entries (apart from ``rng``: its draws are unchanged)."""
+        self.pool_off = "not enabled for this session"
+        """Why verified calls draw new values ("" once ``use_pool`` gave this session the arena's pool)."""
+        self.draws: PoolDraws | None = None
+        """This session's draws from the pool (one per session: no entry serves two of its calls)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -275,6 +287,36 @@ class Session:
         self._request(cmd, Stage.RUN)
         self.calls = 0
 
+    def use_pool(self) -> None:
+        """Serve this session's verified timed calls from the arena's pool (``verified_pool.py``).
+
+        Only for a subject that cannot carry what it saw to a later session (that module's "Reuse"):
+        the caller decides. Renews the entries that served their sessions first (before the load).
+        """
+        pool = self.arena.pool
+        if not pool.active:
+            self.pool_off = pool.describe()
+            return
+        self.arena.renew_pool()
+        self.draws = PoolDraws(pool, self._pool_rng)
+        self.pool_off = ""
+
+    def pool_record(self) -> dict:
+        """How this session's verified calls were served, for a verdict's ``details["verified_pool"]``."""
+        record: dict = {"arena": self.arena.pool.describe()}
+        if self.draws is None:
+            record["session"] = f"new draws: {self.pool_off}"
+        else:
+            record.update(self.draws.record(), session="pool")
+        return record
+
+    def _entry(self, index: int, result: SessionResult) -> PoolEntry | None:
+        """A pool entry for a verified timed call on set ``index`` (None: a new draw serves it)."""
+        if self.draws is None or not self.arena.fresh:
+            return None
+        result.pool = self.draws
+        return self.draws.take(index)
+
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
         if self.arena.device.type == "cuda":
@@ -313,7 +355,9 @@ class Session:
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         for pos, (index, is_timed) in enumerate(calls):
             t = time.perf_counter()
-            self.arena.prepare(index, self.generator, fresh=fresh)
+            checked = fresh and (pos in verify or pos == counted)
+            entry = self._entry(index, result) if checked else None
+            self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
             result.spend("inputs", t)
             if pos == counted:
                 if not self._counted(index, result, stage, segment) and strict:
@@ -384,7 +428,7 @@ class Session:
             log.warning("%s; counting again outside the trial", why)
             self._close(stage, segment, result)
             segment.clear()
-            self.arena.prepare(index, self.generator, fresh=True)
+            self.arena.prepare(index, self.generator, fresh=True, entry=self._entry(index, result))
             reply, ok = self._count_once(index, result, stage, False)
             inside = False
             if ok and not reply.count_error:  # learnt: here CUPTI counts only outside activity trials

@@ -1,0 +1,321 @@
+"""The verified pool: verified timed calls take secret draws whose references were computed once.
+
+The trusted ``Arena`` and ``Session`` run as in the evaluator against the in-process worker
+(``inprocess_worker.py``) on CPU tensors with small axes; ``verified_pool.py`` says what must hold.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from evaltest_helpers import tiny_task  # noqa: E402
+from inprocess_worker import InProcessWorker  # noqa: E402
+
+import ptxgym.evaluation.trusted.arena as arena_module  # noqa: E402
+import ptxgym.evaluation.trusted.verified_pool as verified_pool  # noqa: E402
+from ptxgym.evaluation.protocol import Load, SandboxLayer, SandboxReport  # noqa: E402
+from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
+from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
+from ptxgym.evaluation.trusted.inputs import load_reference, run_reference  # noqa: E402
+from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
+from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
+from ptxgym.records.feedback import Stage, Status  # noqa: E402
+
+SETTINGS = EvalSettings(warmup=2, iterations=12, trials=2, correctness_sets=3, rotate_sets=3)
+VERIFIED = SETTINGS.trials * SETTINGS.verified_per_trial  # 6: no counted call in these sessions
+TASKS = {
+    "gemm": ("Gemm-sm90a", {"M": 64, "N": 48, "K": 32}),
+    "mha_fwd": ("MhaFwd-sm90a", {"B": 1, "H": 2, "S": 16, "D": 8}),
+    "mha_bwd": ("MhaBwd-sm90a", {"B": 1, "H": 2, "S": 16, "D": 8}),
+}
+
+
+def task_of(name: str):
+    task_id, axes = TASKS[name]
+    return tiny_task(task_id, **axes)
+
+
+class ByReference:
+    """Any task: every call's outputs from the task's own reference; ``wrong_after``: then off by 1%."""
+
+    def __init__(self, run, n_in: int, wrong_after: int | None = None) -> None:
+        self.run, self.n_in, self.wrong_after, self.calls = run, n_in, wrong_after, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        ins, outs = args[: self.n_in], args[self.n_in :]
+        result = self.run(*ins)
+        values = list(result) if len(outs) > 1 else [result]
+        for out, value in zip(outs, values, strict=True):
+            wrong = self.wrong_after is not None and self.calls > self.wrong_after
+            out.copy_(value * 1.01 if wrong and out.dtype.is_floating_point else value)
+
+
+def judge(candidate, arena: Arena, tmp_path, seed=7, pool=True) -> tuple[SessionResult, Session]:
+    """Correctness, then timing, as the evaluator runs a subject; ``pool``: it may use the arena's pool."""
+    session = Session(InProcessWorker(candidate, tmp_path), arena, SETTINGS, EVENTS, seed, 10.0)
+    session.attach(1, cupti=False)
+    if pool:
+        session.use_pool()
+    session.calibrate(n=3)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.correctness(result)
+    if result.failure is None:
+        session.timing(result, crosscheck=False)
+    return result, session
+
+
+def count_references(monkeypatch) -> list[int]:
+    """Count the reference runs of sessions (not those that build the pool)."""
+    runs: list[int] = []
+    real = arena_module.run_reference
+    monkeypatch.setattr(arena_module, "run_reference", lambda *a: runs.append(1) or real(*a))
+    return runs
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_pool_entries_pass_a_correct_candidate_and_catch_a_wrong_one(tmp_path, monkeypatch, name):
+    task = task_of(name)
+    run = load_reference(task)["run"]
+    n_in = sum(1 for s in task.definition.inputs.values() if s.shape is not None)
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
+    assert arena.pool.active and arena.build_s["pool"] > 0
+    runs = count_references(monkeypatch)
+    result, session = judge(ByReference(run, n_in), arena, tmp_path)
+    assert result.failure is None
+    assert session.draws is not None and len(session.draws.taken) == VERIFIED
+    assert runs == []  # every verified timed call took a pool entry: no reference run in the session
+    wrong = ByReference(run, n_in, wrong_after=SETTINGS.correctness_sets)  # right in the correctness calls
+    result, session = judge(wrong, arena, tmp_path, seed=8)
+    assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
+    assert result.failure.stage is Stage.TIME and runs == []
+    assert session.draws is not None and session.draws.taken  # caught on a pool entry
+
+
+def test_pool_calls_expect_exactly_the_reference_of_what_the_buffers_hold(tmp_path):
+    """Signs of the set apply to the entry's inputs and to its stored outputs (GEMM: A rows, B rows)."""
+    arena = Arena(task_of("gemm"), [1], "cpu", tmp_path, pool_size=2)
+    gen = torch.Generator().manual_seed(0)
+    arena.prepare(0, gen)  # a correctness call: signs of A's rows and B's rows now differ from +1
+    assert any(bool((s < 0).any()) for s in arena.sets[0].state)
+    entry = arena.pool.entries[None][0]
+    pristine = {n: t.clone() for n, t in entry.fresh.items()}
+    arena.prepare(0, gen, fresh=True, entry=entry)
+    s = arena.sets[0]
+    held = {n: t.clone() for n, t in s.shared_in.items()}
+    assert not torch.equal(held["A"], entry.fresh["A"])  # signed copies, not the entry itself
+    assert torch.equal(held["A"].abs(), entry.fresh["A"].abs())
+    want = run_reference(arena.task, arena.namespace, held)["C"]
+    assert torch.equal(arena.expected_outputs(0)["C"], want)
+    s.shared_out["C"].copy_(want)
+    assert arena.verify(0).passed
+    s.shared_in["A"][0, 0] += 1  # the candidate writes its input: the shared copy, never the entry
+    assert not arena.verify(0).passed
+    assert all(torch.equal(entry.fresh[n], pristine[n]) for n in pristine)
+    arena.prepare(0, gen, fresh=True)
+    assert arena.mutated_inputs() == ["A"]
+
+
+def test_a_sign_flipped_input_that_is_not_redrawn_keeps_the_stored_reference_exact(tmp_path, monkeypatch):
+    """A kept input a sign group flips (the GEMM's B kept here): its set's signs reach the outputs."""
+    monkeypatch.setattr(arena_module, "fresh_names", lambda task, ns: ("A",))
+    task = task_of("gemm")
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
+    assert arena.fresh == ("A",) and sorted(arena.pool.entries) == [0, 1, 2]  # entries per set
+    gen = torch.Generator().manual_seed(1)
+    for index in range(3):
+        for _ in range(2):
+            arena.prepare(index, gen, fresh=True, entry=arena.pool.entries[index][0])
+            held = dict(arena.sets[index].shared_in)
+            assert torch.equal(
+                arena.expected_outputs(index)["C"], run_reference(task, arena.namespace, held)["C"]
+            )
+    run = load_reference(task)["run"]
+    result, session = judge(ByReference(run, 2), arena, tmp_path)
+    assert result.failure is None and session.draws is not None and len(session.draws.taken) == VERIFIED
+
+
+def test_no_entry_serves_two_calls_of_a_session_and_the_rest_draw_new_values(tmp_path, monkeypatch):
+    task = task_of("gemm")
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=4)  # fewer than the 6 verified calls
+    runs = count_references(monkeypatch)
+    result, session = judge(ByReference(load_reference(task)["run"], 2), arena, tmp_path)
+    assert result.failure is None
+    draws = session.draws
+    assert draws is not None
+    numbers = [number for _, number in draws.taken]
+    assert sorted(numbers) == [0, 1, 2, 3]  # each entry once, in a secret order
+    assert draws.fallbacks == VERIFIED - 4 and len(runs) == VERIFIED - 4  # the others: new draw + reference
+    assert all(e.uses == 1 for e in arena.pool.entries[None])
+    again = judge(ByReference(load_reference(task)["run"], 2), arena, tmp_path, seed=9)[1].draws
+    assert again is not None and [n for _, n in again.taken] != numbers  # another session, another order
+
+
+def test_the_backward_keys_entries_by_set(tmp_path):
+    """dO is redrawn beside the set's own Q, K, V, O, LSE: an entry serves only the set it was made for."""
+    arena = Arena(task_of("mha_bwd"), [1, 2, 3], "cpu", tmp_path, pool_size=3)
+    assert arena.fresh == ("dO",) and sorted(arena.pool.entries) == [0, 1, 2]
+    result, session = judge(ByReference(load_reference(arena.task)["run"], 6), arena, tmp_path)
+    assert result.failure is None and session.draws is not None
+    per_set: dict[int, list[int]] = {}
+    for index, number in session.draws.taken:
+        per_set.setdefault(index, []).append(number)
+    assert all(len(v) == len(set(v)) <= 3 for v in per_set.values())
+
+
+class TellsVerifiedCalls:
+    """Learns every call's inputs for a while, then computes only calls whose inputs it has seen before.
+
+    A GEMM candidate: it computes honestly during its first ``learn`` calls, keeping each output under
+    the magnitudes of A[:, 0] and B[:, 0] (signs change from call to call, magnitudes do not). After that
+    it replays, signs corrected, the output of any call it recognises and writes zeros for the others.
+    If a pool entry came back within a session, recognising it would tell a verified call: zeros
+    elsewhere would never be checked.
+    """
+
+    def __init__(self, learn: int) -> None:
+        self.learn, self.calls, self.skipped, self.replays = learn, 0, 0, 0
+        self.store: dict[tuple, tuple] = {}
+
+    def __call__(self, A, B, C):
+        self.calls += 1
+        a, b = A[:, 0].float(), B[:, 0].float()
+        key = (tuple(a.abs().tolist()), tuple(b.abs().tolist()))
+        if key in self.store:
+            a0, b0, c0 = self.store[key]
+            sign = torch.sign(a * a0)[:, None] * torch.sign(b * b0)[None, :]
+            C.copy_((c0.float() * sign).to(C.dtype))
+            self.replays += 1
+        elif self.calls <= self.learn:
+            C.copy_((A.float() @ B.float().T).to(C.dtype))
+            self.store[key] = (a.clone(), b.clone(), C.clone())
+        else:
+            C.zero_()
+            self.skipped += 1
+
+
+def test_recognising_an_entry_does_not_pay_because_none_comes_back_in_a_session(tmp_path, monkeypatch):
+    learn = SETTINGS.correctness_sets + SETTINGS.warmup + SETTINGS.iterations  # through the first trial
+    arena = Arena(task_of("gemm"), [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
+    cheat = TellsVerifiedCalls(learn)
+    result, _ = judge(cheat, arena, tmp_path)
+    assert cheat.skipped > 0 and cheat.replays == 0
+    assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
+
+    def reused(self, index):  # the rule broken: one entry serves every verified call
+        entries = self.pool.entries[self.pool.key(index)]
+        self.taken.append((index, 0))
+        return entries[0]
+
+    monkeypatch.setattr(verified_pool.PoolDraws, "take", reused)
+    cheat = TellsVerifiedCalls(learn)
+    result, _ = judge(cheat, arena, tmp_path)
+    assert result.failure is None  # it would pass, having skipped most calls of the second trial
+    assert cheat.replays >= SETTINGS.verified_per_trial and cheat.skipped > SETTINGS.iterations // 2
+
+
+def test_pool_size_zero_is_the_path_without_a_pool(tmp_path, monkeypatch):
+    """Same calls, same values, a reference run per verified call, as before the pool existed."""
+    task = task_of("gemm")
+    transcripts, values = [], []
+    for pool_size in (0, None):
+        arena = (
+            Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=0)
+            if pool_size == 0
+            else Arena(task, [1, 2, 3], "cpu", tmp_path)
+        )
+        assert not arena.pool.active and arena.pool.describe() == "off"
+        runs = count_references(monkeypatch)
+        seen: list = []
+        candidate = ByReference(load_reference(task)["run"], 2)
+        real = candidate.__call__
+
+        def spy(*args, real=real, seen=seen):
+            seen.append(args[0].clone())
+            return real(*args)
+
+        result, session = judge(spy, arena, tmp_path)
+        assert result.failure is None and session.draws is None and result.pool is None
+        assert len(runs) == VERIFIED
+        transcripts.append(session.worker.transcript)
+        values.append(seen)
+    assert transcripts[0] == transcripts[1]
+    assert all(torch.equal(x, y) for x, y in zip(*values, strict=True))
+
+
+def test_a_pool_that_cannot_be_allocated_leaves_the_path_without_one_with_the_reason(tmp_path, monkeypatch):
+    def out_of_memory(*a, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(verified_pool, "draw_fresh", out_of_memory)
+    task = task_of("gemm")
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
+    assert not arena.pool.active and arena.pool.nbytes == 0
+    assert arena.pool.describe().startswith("off: OutOfMemoryError: CUDA out of memory")
+    monkeypatch.undo()
+    runs = count_references(monkeypatch)
+    result, session = judge(ByReference(load_reference(task)["run"], 2), arena, tmp_path)
+    assert result.failure is None and session.draws is None and len(runs) == VERIFIED
+    assert session.pool_record() == {
+        "arena": arena.pool.describe(),
+        "session": f"new draws: {arena.pool.describe()}",
+    }
+
+
+def test_entries_are_renewed_after_serving_their_sessions(tmp_path):
+    task = task_of("gemm")
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED, pool_max_uses=2)
+    first = [e.fresh["A"].clone() for e in arena.pool.entries[None]]
+    run = load_reference(task)["run"]
+    for seed in (1, 2):
+        assert judge(ByReference(run, 2), arena, tmp_path, seed=seed)[0].failure is None
+    assert arena.pool.renewed == 0 and all(e.uses == 2 for e in arena.pool.entries[None])
+    result, _ = judge(ByReference(run, 2), arena, tmp_path, seed=3)  # renews before it starts
+    assert result.failure is None and arena.pool.renewed == VERIFIED
+    assert not any(torch.equal(e.fresh["A"], f) for e in arena.pool.entries[None] for f in first)
+
+
+def _report(state: str) -> SandboxReport:
+    return SandboxReport(mode="on", layers=[SandboxLayer(name="filesystem", state=state)])
+
+
+def test_only_subjects_that_cannot_carry_entries_on_use_the_pool():
+    barrier = verified_pool.barrier
+    assert barrier(True, False, None, False) == ""  # the trusted baseline
+    assert "/dev/shm" in barrier(False, False, _report("active"), True)  # the Python worker
+    assert barrier(False, True, _report("active"), False) == ""  # a native runner, fully jailed
+    assert "partial" in barrier(False, True, _report("partial"), False)
+    assert barrier(False, True, _report("partial"), True) == ""  # accepted only when asked
+    assert "off" in barrier(False, True, None, True)  # no sandbox report: no jail
+    s = EvalSettings()
+    assert s.pool_entries == s.trials * s.verified_per_trial + 1 == 10
+    assert EvalSettings(verified_pool=0).pool_entries == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(TASKS))
+def test_on_the_gpu_pool_entries_serve_verified_calls_and_the_reserve_is_kept(tmp_path, monkeypatch, name):
+    """The CUDA path: entries on the device, no reference run in the session.
+
+    A pool that would leave less than its reserve free is not built (the reason recorded), and the
+    session runs without it.
+    """
+    task = task_of(name)
+    run = load_reference(task)["run"]
+    n_in = sum(1 for s in task.definition.inputs.values() if s.shape is not None)
+    arena = Arena(task, [1, 2, 3], 0, tmp_path, pool_size=VERIFIED, pool_reserve=1 << 30)
+    assert arena.pool.active and arena.pool.nbytes > 0
+    entry = next(iter(arena.pool.entries.values()))[0]
+    assert all(t.is_cuda for t in (*entry.fresh.values(), *entry.reference.values()))
+    runs = count_references(monkeypatch)
+    result, session = judge(ByReference(run, n_in), arena, tmp_path)
+    assert result.failure is None and runs == []
+    assert session.draws is not None and len(session.draws.taken) == VERIFIED
+    huge = Arena(task, [1, 2, 3], 0, tmp_path, pool_size=VERIFIED, pool_reserve=1 << 50)
+    assert not huge.pool.active and "less than the" in huge.pool.error
+    before = len(runs)  # the seeded sets' references of the second arena
+    result, session = judge(ByReference(run, n_in), huge, tmp_path)
+    assert result.failure is None and session.draws is None and len(runs) - before == VERIFIED
