@@ -84,7 +84,6 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.native = NativeRunners(False, 0, 0, tmp_path, False)  # candidates in the (fake) Python worker
     ev._take_worker = lambda arena, pool=None: make_worker()  # type: ignore[method-assign]
     ev._free_bytes = lambda: 0  # type: ignore[method-assign]
-    ev.quiet_spares, ev.spares_wait_s = False, 0.0  # no spares here: workers are made on demand
     return ev
 
 
