@@ -215,6 +215,8 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
     monkeypatch.setattr(arena_module, "run_reference", counting_reference)
     workers = Workers(tmp_path)
     ev = cpu_evaluator(tmp_path, workers, SETTINGS.model_copy(update={"verified_pool": pool}))
+    assert ev._pool_usable() is False  # no runner wanted: no pool is built for the baseline alone
+    ev._pool_usable = lambda: True  # type: ignore[method-assign] - as where a jailed runner serves
     task = gemm_task()
     first = ev.evaluate(task, built(task, 0))
     after_first = len(references)

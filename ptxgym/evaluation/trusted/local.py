@@ -309,7 +309,7 @@ class LocalGpuEvaluator(Evaluator):
                 self.device,
                 self.scratch,
                 guard_pages=self.settings.guard_pages,
-                pool_size=self.settings.pool_entries,
+                pool_size=self.settings.pool_entries if self._pool_usable() else 0,
                 pool_reserve=self.settings.pool_reserve_bytes,
                 pool_max_uses=self.settings.verified_pool_uses,
             )
@@ -538,6 +538,20 @@ class LocalGpuEvaluator(Evaluator):
             sandbox["process"] = process
         env = verdict.environment.model_copy(update={"sandbox": sandbox})
         return verdict.model_copy(update={"environment": env})
+
+    def _pool_usable(self) -> bool:
+        """Whether a candidate could use an arena's verified pool here (else it is not built at all).
+
+        Only a jailed native runner may (``verified_pool.barrier``): candidates must be meant for the
+        runners, and their jail in force on every thread (Landlock ABI 8) or its partial form accepted
+        (``verified_pool_partial_jail``). The baseline alone, measured once per arena, is not worth the
+        pool's device memory (2.7-24 GB per arena) and one-time references.
+        """
+        from ptxgym.confine import landlock
+
+        if not self.native.wanted:
+            return False
+        return self.settings.verified_pool_partial_jail or landlock.abi()[0] >= 8
 
     def _pool_for(self, turn: Turn, session: Session, native: bool) -> None:
         """Give the session the arena's verified pool, or record why its subject may not use it.

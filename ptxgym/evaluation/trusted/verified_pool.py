@@ -39,7 +39,9 @@ skip the work of every other call. Where this holds (``persistence``):
   it is ``partial``: code run on a CUDA driver thread started before the jail could write anywhere,
   so such a runner uses the pool only with ``EvalSettings.verified_pool_partial_jail``.
 
-Where it does not, sessions use no pool: the Python worker's sandbox (``sandbox.py``) lets a candidate
+The evaluator builds a pool only where a candidate could use it (``LocalGpuEvaluator._pool_usable``:
+native runners wanted, and a full jail or ``verified_pool_partial_jail``); the baseline alone, measured
+once per arena, is not worth its memory. Where it does not, sessions use no pool: the Python worker's sandbox (``sandbox.py``) lets a candidate
 write ``/dev/shm``, which outlives its process; with the sandbox off, anything. A channel this module
 cannot close remains everywhere: what the feedback shows the policy (a crash's log tail, up to 3000
 characters) could carry fingerprints of a session's inputs into a later candidate's source. So every
