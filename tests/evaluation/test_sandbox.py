@@ -194,6 +194,7 @@ def test_writes_only_inside_scratch(tmp_path):
         out["inside_rename"] = attempt(os.rename, scratch / "ok.txt", scratch / "renamed.txt")
         out["inside_remove"] = attempt(os.remove, scratch / "renamed.txt")
         out["dev_null"] = attempt(write, "/dev/null")
+        out["dev_shm"] = attempt(write, f"/dev/shm/ptxgym-test-{os.getpid()}")  # outlives the worker
         out["thread_name"] = attempt(write, "/proc/self/comm")
         out["read_outside"] = attempt(lambda: open(sys.executable, "rb").read(16))
         def later():
@@ -209,6 +210,9 @@ def test_writes_only_inside_scratch(tmp_path):
     assert _state(out, "filesystem") == ("active" if every_thread else "partial")
     assert out["cwd_is_scratch"]
     assert out["outside"] == out["outside_mkdir"] == out["via_proc_root"] == "EACCES"
+    for left in Path("/dev/shm").glob("ptxgym-test-*") if Path("/dev/shm").is_dir() else ():
+        left.unlink()  # only if the sandbox failed to stop it
+    assert out["dev_shm"] == "EACCES" or not Path("/dev/shm").is_dir()
     assert out["new_thread_outside"] == "EACCES" and out["child_process_outside"]
     assert list(outside.iterdir()) == []
     assert out["inside"] == out["inside_rename"] == out["inside_remove"] == "ok"

@@ -15,8 +15,11 @@ Nothing lifts it again. The layers, in the order they are reported:
    EPERM; a syscall of a foreign ABI (x32 numbers, ``int 0x80``) fails with ENOSYS. A probe socket
    confirms the filter took effect.
 3. ``filesystem`` (Landlock): creating, writing, truncating, removing, renaming or linking files only
-   beneath the worker's scratch directory, ``/dev/shm`` and ``/proc/self``, plus writing to the device
-   nodes CUDA and the C library use (``/dev/nvidia*``, ``/dev/null`` and the like; not disks). Reading
+   beneath the worker's scratch directory and ``/proc/self``, plus writing to the device nodes CUDA and
+   the C library use (``/dev/nvidia*``, ``/dev/null`` and the like; not disks). Not ``/dev/shm``: a
+   file there outlives the worker (a candidate could carry what it saw to a later candidate's session,
+   or fill the host's memory), and nothing the worker runs after the sandbox needs it (the native
+   runner's jail, scratch only, serves the same calls on the H200). Reading
    and executing stay allowed everywhere. With Landlock ABI >= 6 the worker also cannot send signals to
    processes outside its sandbox (it cannot kill the trusted evaluator).
 4. ``rlimits`` (per process): no core files, files of at most 64 MiB (Python ignores SIGXFSZ, so a longer
@@ -89,7 +92,7 @@ MAX_OPEN_FILES = 4096
 TASK_HEADROOM = 512
 """RLIMIT_NPROC = tasks of the user visible now + this."""
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts")
-"""Writable /dev entries besides ``nvidia*`` and ``shm``."""
+"""Writable /dev entries besides ``nvidia*`` (``/dev/shm`` is not writable: module docstring)."""
 
 
 class SandboxError(InfraError):
@@ -206,8 +209,6 @@ def _writable_paths(scratch: Path, write: int) -> list[tuple[Path, int]]:
     nodes = [p for p in sorted(dev.glob("nvidia*")) if p.exists()]
     nodes += [dev / name for name in DEVICE_NODES if (dev / name).exists()]
     paths = [(scratch, write)]
-    if (dev / "shm").is_dir():
-        paths.append((dev / "shm", write))
     paths += [(node, write) for node in nodes]  # file rules keep only the file rights (write, truncate)
     paths.append((Path("/proc/self"), write & landlock.FILE_RIGHTS))  # /proc/<pid>: thread names, oom score
     return paths
@@ -237,7 +238,7 @@ def _landlock(scratch: Path) -> SandboxLayer:
         if ret < 0:
             return _unavailable("filesystem", f"landlock_restrict_self: {os.strerror(-ret)}")
     detail = (
-        f"writes only beneath {scratch}, /dev/shm, /proc/self and to /dev/nvidia*, /dev/null-like nodes "
+        f"writes only beneath {scratch}, /proc/self and to /dev/nvidia*, /dev/null-like nodes "
         f"(Landlock ABI {abi}{'; no signals to processes outside the sandbox' if scoped else ''})"
     )
     if tsync or threads <= 1:

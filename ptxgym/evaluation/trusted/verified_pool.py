@@ -41,8 +41,10 @@ skip the work of every other call. Where this holds (``persistence``):
 
 The evaluator builds a pool only where a candidate could use it (``LocalGpuEvaluator._pool_usable``:
 native runners wanted, and a full jail or ``verified_pool_partial_jail``); the baseline alone, measured
-once per arena, is not worth its memory. Where it does not, sessions use no pool: the Python worker's sandbox (``sandbox.py``) lets a candidate
-write ``/dev/shm``, which outlives its process; with the sandbox off, anything. A channel this module
+once per arena, is not worth its memory. Where it does not, sessions use no pool: the Python worker
+(its sandbox let a candidate write ``/dev/shm``, which outlives the process, until that was closed in
+``sandbox.py``; its filesystem layer has the same partial form below ABI 8, and its candidates share an
+interpreter and torch with the collectors), and with the sandbox off, anything. A channel this module
 cannot close remains everywhere: what the feedback shows the policy (a crash's log tail, up to 3000
 characters) could carry fingerprints of a session's inputs into a later candidate's source. So every
 entry is renewed (a new draw and reference) after serving ``max_uses`` sessions: an exported
@@ -226,7 +228,7 @@ def barrier(baseline: bool, native: bool, report: SandboxReport | None, partial_
     if baseline:
         return ""
     if not native:
-        return "the Python worker may write /dev/shm, which outlives it (a candidate could carry entries on)"
+        return "the Python worker is not jailed like a runner (a candidate could carry entries on)"
     layers = {x.name: x.state for x in report.layers} if report is not None else {}
     state = layers.get("filesystem", "off")
     if state == "active" or (state == "partial" and partial_jail):
