@@ -4,9 +4,11 @@
 
 Starts a ``NativeHandle`` runner under variants of ``runner/jail.runner_jail`` (the jail as shipped, the
 launcher alone, and each layer alone: rlimits, the seccomp socket filter, Landlock) and attaches a
-one-page guard-page blob, which initialises the driver (``cuInit``) and the candidate's runtime. Prints
-each variant's attach outcome and, where the kernel logs Landlock denials (Linux >= 6.15 with audit),
-the denied accesses from ``dmesg``.
+one-page guard-page blob, which initialises the driver (``cuInit``) and the candidate's runtime; then the
+split form (``NativeHandle(at_exec="landlock")``: Landlock at exec, the rest at the sandbox command,
+``native_worker.LANDLOCK_AT_EXEC``) through attach and sandbox. Prints each variant's attach outcome
+and, where the kernel logs Landlock denials (Linux >= 6.15 with audit), the denied accesses from
+``dmesg``.
 """
 
 from __future__ import annotations
@@ -79,6 +81,48 @@ def attach_once(spec, jail, log_dir: Path) -> str:
         vmm.release_handles(handles)
 
 
+def split_once(spec, log_dir: Path) -> str:
+    """The split jail (``NativeHandle(at_exec="landlock")``) through attach and sandbox.
+
+    Landlock from exec, the rest at the sandbox command; the filesystem layer as the runner reports it.
+    """
+    import torch
+
+    from ptxgym.evaluation import vmm
+    from ptxgym.evaluation.protocol import ApplySandbox, Attach, TensorArg, VmmBlob, VmmRun
+    from ptxgym.evaluation.trusted.native_worker import NativeHandle
+
+    page = vmm.granularity(0)
+    handles, fds = vmm.create_runs([page], 0)
+    handle = NativeHandle(spec, log_dir, sandboxed=True, at_exec="landlock")
+    try:
+        if handle.receive(60.0).hello is None:
+            return "no hello"
+        sets = [[TensorArg(role="in", offset=0, shape=(16,), dtype="float32")]]
+        blob = VmmBlob(total=2 * page, page=page, runs=[VmmRun(offset=0, size=page)])
+        cmd = Attach(arena="p", blob=None, vmm=blob, sets=sets, flush_bytes=1 << 20, cupti=False)
+        reply = handle.request(cmd, 60.0, fds=fds)
+        torch.cuda.synchronize()
+        if not reply.ok:
+            return f"attach FAILED: {reply.error[:300]} | log: {handle.log_tail(400)!r}"
+        sandbox = handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch)), 60.0)
+        if not sandbox.ok or sandbox.sandbox is None:
+            return f"attach OK, sandbox FAILED: {sandbox.error[:300]}"
+        layers = {x.name: f"{x.state} ({x.detail[:90]})" for x in sandbox.sandbox.layers}
+        return (
+            f"attach OK, sandbox OK: filesystem {layers.get('filesystem')}; network {layers.get('network')}"
+        )
+    except Exception as exc:  # noqa: BLE001 - a diagnostic reports everything
+        return f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        handle.kill()
+        for fd in fds:
+            import os
+
+            os.close(fd)
+        vmm.release_handles(handles)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -106,6 +150,8 @@ def main() -> int:
         for ln in denied[-15:]:
             lines.append(f"    dmesg: {ln[:300]}")
         subprocess.run(["dmesg", "-C"], capture_output=True, check=False)
+    lines.append(f"split (Landlock at exec, the rest at the sandbox command): {split_once(spec, scratch)}")
+    print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

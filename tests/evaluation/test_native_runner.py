@@ -475,3 +475,31 @@ def test_a_pool_of_runners_hands_out_warm_primed_spares(runner_bin, blob, candid
         assert not handle.scratch.exists() and handle.proc.poll() is not None
     finally:
         pool.close()
+
+
+def test_landlock_from_exec_and_the_rest_at_the_sandbox_command(runner_bin, blob, candidate, tmp_path):
+    """``at_exec="landlock"``: Landlock before exec, seccomp and rlimits at the sandbox command.
+
+    Every later thread is inside Landlock; the report says so, and the candidate reads nothing outside.
+    """
+    h = NativeHandle(cpu_spec(runner_bin), tmp_path, sandboxed=True, at_exec="landlock")
+    try:
+        assert h.landlock_at_exec and h.jail is not None and h.jail.landlock is None
+        assert h.receive(30.0).hello is not None
+        status = Path(f"/proc/{h.pid}/status").read_text()
+        assert "NoNewPrivs:\t1" in status and "Seccomp:\t0" in status  # Landlock only, from exec
+        assert attach(h, blob).ok
+        report = h.request(ApplySandbox(mode="strict", scratch=str(h.scratch)), 10.0).sandbox
+        assert report is not None
+        states = {layer.name: layer.state for layer in report.layers}
+        assert states == {
+            k: "active" for k in ("no_new_privs", "network", "filesystem", "rlimits", "environment")
+        }
+        details = {layer.name: layer.detail for layer in report.layers}
+        assert "from exec on, before the driver started any thread" in details["filesystem"]
+        assert "Seccomp:\t2" in Path(f"/proc/{h.pid}/status").read_text()
+        assert h.request(Load(kind="so", path=str(candidate), entry="run"), 10.0).ok
+        reply = call(h, 6)
+        assert not reply.ok and reply.error == "RuntimeError: denied: Permission denied", reply
+    finally:
+        h.kill()

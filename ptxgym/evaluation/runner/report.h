@@ -55,7 +55,8 @@ inline bool limited(int resource) {
 
 // jailed_here: confined by the sandbox command (confine.h) after the CUDA set-up; every_thread: Landlock
 // covers the threads that existed then (ABI 8), else only the calling thread and what it starts.
-inline std::vector<Layer> observe_layers(bool jailed_here = false, bool every_thread = true) {
+inline std::vector<Layer> observe_layers(bool jailed_here = false, bool every_thread = true,
+                                         bool landlock_at_exec = false) {
   std::vector<Layer> out;
   bool nnp = status_field("NoNewPrivs") == "1";
   out.push_back({"no_new_privs", nnp ? "active" : "unavailable",
@@ -74,7 +75,12 @@ inline std::vector<Layer> observe_layers(bool jailed_here = false, bool every_th
   int fd = open("/etc/passwd", O_RDONLY | O_CLOEXEC);
   err = errno;
   if (fd >= 0) close(fd);
-  if (fd < 0 && err == EACCES && jailed_here && !every_thread)
+  if (fd < 0 && err == EACCES && landlock_at_exec)
+    out.push_back({"filesystem", "active",
+                   "Landlock from exec on, before the driver started any thread (every thread inside it): "
+                   "reads only the runner's files, its GPU driver files and scratch; writes only scratch "
+                   "(probe: /etc/passwd refused)"});
+  else if (fd < 0 && err == EACCES && jailed_here && !every_thread)
     out.push_back({"filesystem", "partial",
                    "Landlock from the sandbox command on, on the calling thread and every thread or process it "
                    "starts (the CUDA driver's earlier helper threads are not covered below Landlock ABI 8): "

@@ -358,7 +358,10 @@ class Runner {
       every_thread = every_thread || threads == "1";
       jailed_here_ = true;
     }
-    std::vector<Layer> layers = observe_layers(jailed_here_, every_thread);
+    bool landlock_at_exec = false;
+    if (cmd.has("jail") && cmd.at("jail").kind == Json::kObject && cmd.at("jail").has("landlock_at_exec"))
+      landlock_at_exec = cmd.at("jail").at("landlock_at_exec").b;
+    std::vector<Layer> layers = observe_layers(jailed_here_, every_thread, landlock_at_exec);
     if (mode == "strict")
       for (const Layer& l : layers)
         if (l.state == "unavailable")

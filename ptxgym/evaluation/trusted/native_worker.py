@@ -53,6 +53,16 @@ def jail_spec(jail: Jail) -> dict:
     return {"rlimits": dict(jail.rlimits), "landlock": rules, "filter": rows}
 
 
+LANDLOCK_AT_EXEC = False
+"""Whether runners get Landlock from the launcher (before exec, so before the CUDA driver starts any
+thread) and the rest of their jail at the ``sandbox`` command. Below Landlock ABI 8 (the H200: ABI 7) a
+jail applied after the driver's set-up leaves its earlier helper threads outside Landlock (``partial``),
+and code run on one (a host callback) could write anywhere. Off until the H200 shows the driver starts
+under it: a whole jail applied before exec made ``cuInit`` fail there even without Landlock, so
+seccomp, rlimits or no_new_privs is the suspect (``bench/runner_jail_probe.py`` plays each layer alone,
+``Landlock only`` among them)."""
+
+
 class NativeUnavailable(RuntimeError):
     """The native runner cannot serve on this host (why, for the record)."""
 
@@ -138,11 +148,21 @@ class NativeHandle(WorkerHandle):
     """The trusted side of one runner process (the interface of ``WorkerHandle``)."""
 
     def __init__(
-        self, spec: NativeSpec, log_dir: Path, sandboxed: bool = False, at_exec: bool = False
+        self, spec: NativeSpec, log_dir: Path, sandboxed: bool = False, at_exec: bool | str = False
     ) -> None:
+        """Start one runner; ``at_exec`` says where its jail is applied.
+
+        False: by the runner itself at the ``sandbox`` command
+        (the default: the only form the H200's driver started under); True, all of it by the launcher
+        before exec; ``"landlock"``, Landlock by the launcher (so every thread the driver later starts is
+        inside it, with no need of Landlock ABI 8) and the rest (no_new_privs, seccomp, rlimits) by the
+        runner at the ``sandbox`` command (``LANDLOCK_AT_EXEC``).
+        """
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         self.spec = spec
+        self.landlock_at_exec = False
+        """Whether Landlock was applied by the launcher and the rest of the jail is the runner's."""
         self.log_path = Path(tempfile.mkstemp(prefix="runner-", suffix=".log", dir=log_dir)[1])
         self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=log_dir))
         self._fds, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -155,7 +175,11 @@ class NativeHandle(WorkerHandle):
             argv += ["--libcuda", str(spec.gpu.libcuda)]
             argv += ["--preload", str(spec.gpu.cudart)] if spec.gpu.cudart else []
         self.jail = runner_jail(spec.binary, self.scratch, spec.gpu, spec.libs) if sandboxed else None
-        if self.jail is not None and at_exec:
+        if self.jail is not None and at_exec == "landlock" and self.jail.landlock is not None:
+            argv = launch.command(Jail(landlock=self.jail.landlock), argv)
+            self.jail = dataclasses.replace(self.jail, landlock=None)
+            self.landlock_at_exec = True
+        elif self.jail is not None and at_exec:
             argv, self.jail = launch.command(self.jail, argv), None
         out_r, out_w = os.pipe()
         self.proc = subprocess.Popen(
@@ -179,7 +203,8 @@ class NativeHandle(WorkerHandle):
         if isinstance(cmd, Attach):
             return cmd.model_dump_json(exclude={"blob"}).encode()
         if isinstance(cmd, ApplySandbox) and self.jail is not None and cmd.mode != "off":
-            return json.dumps({**cmd.model_dump(mode="json"), "jail": jail_spec(self.jail)}).encode()
+            spec = {**jail_spec(self.jail), "landlock_at_exec": self.landlock_at_exec}
+            return json.dumps({**cmd.model_dump(mode="json"), "jail": spec}).encode()
         if isinstance(cmd, Load) and cmd.kind == "so" and cmd.path:
             self.loaded += 1
             inside = self.scratch / f"candidate-{self.loaded}.so"
@@ -219,7 +244,9 @@ class NativeRunners:
             self.spares,
             log_dir=self.log_dir,
             sandboxed=self.sandboxed,
-            factory=lambda log_dir, sandboxed: NativeHandle(spec, log_dir, sandboxed),
+            factory=lambda log_dir, sandboxed: NativeHandle(
+                spec, log_dir, sandboxed, at_exec="landlock" if LANDLOCK_AT_EXEC else False
+            ),
         )
         return self.pool
 
