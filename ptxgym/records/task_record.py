@@ -46,6 +46,19 @@ class Baseline(BaseModel):
     name: str = Field(description="Short name, e.g. cublas or cudnn_sdpa.")
     library: str = Field(description="What actually runs, e.g. 'cuBLAS via torch.matmul'.")
     function: str = Field(description="'module:function' in ptxgym.evaluation.sandboxed.library_baselines.")
+    requires: str | None = Field(
+        None,
+        description="Python module the baseline needs beyond the gpu extra (e.g. flashinfer); null: none. "
+        "Where it is not installed, or the baseline gives no latency, ``fallback`` is timed instead and "
+        "the Feedback says which ran and why.",
+    )
+    fallback: str | None = Field(None, description="BASELINES key timed where ``requires`` is missing.")
+
+    @model_validator(mode="after")
+    def _fallback_for_requires(self) -> Baseline:
+        if self.requires is not None and self.fallback is None:
+            raise ValueError(f"baseline {self.function} requires {self.requires!r} but names no fallback")
+        return self
 
 
 TORCH_REFERENCE = "torch_reference"
@@ -57,6 +70,21 @@ BASELINES: dict[str, Baseline] = {
     "cudnn_sdpa_bwd": Baseline(
         name="cudnn_sdpa", library="cuDNN SDPA backward via torch", function="mha_bwd_cudnn"
     ),
+    **{
+        f"flashinfer_gqa_{kind}": Baseline(
+            name="flashinfer",
+            library=f"FlashInfer {wrapper} (backend auto; {kernels} on sm_90a); the torch reference "
+            "where FlashInfer is not installed",
+            function=f"gqa_{kind}_flashinfer",
+            requires="flashinfer",
+            fallback=TORCH_REFERENCE,
+        )
+        for kind, wrapper, kernels in (
+            ("ragged_prefill", "BatchPrefillWithRaggedKVCacheWrapper", "FA3"),
+            ("paged_prefill", "BatchPrefillWithPagedKVCacheWrapper", "FA3"),
+            ("paged_decode", "BatchDecodeWithPagedKVCacheWrapper", "CUDA-core decode"),
+        )
+    },
     TORCH_REFERENCE: Baseline(
         name=TORCH_REFERENCE,
         library="the definition's PyTorch reference on the GPU (no library baseline applies)",
