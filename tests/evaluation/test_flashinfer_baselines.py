@@ -145,3 +145,22 @@ def test_flashinfer_baseline_fails_at_load_where_flashinfer_is_missing() -> None
     args = [*inputs.values(), *(torch.empty_like(t) for t in outputs.values())]
     with pytest.raises(ModuleNotFoundError, match="flashinfer"):
         library_baselines.bind("gqa_paged_decode_flashinfer", {}, [args])
+
+
+def test_flashinfer_workspace_is_pointed_at_tmpdir_for_its_import_only(tmp_path, monkeypatch) -> None:
+    """A sandboxed worker may write only in scratch (its TMPDIR); workers started later inherit nothing."""
+    import os
+    import sys
+
+    fresh = "flashinfer.prefill" not in sys.modules
+    monkeypatch.delenv("FLASHINFER_WORKSPACE_BASE", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    try:
+        fib.import_flashinfer()
+    except ModuleNotFoundError:
+        assert not installed("flashinfer")
+    else:
+        from flashinfer.jit import env as jit_env
+
+        assert not fresh or jit_env.FLASHINFER_WORKSPACE_DIR.is_relative_to(tmp_path)
+    assert "FLASHINFER_WORKSPACE_BASE" not in os.environ

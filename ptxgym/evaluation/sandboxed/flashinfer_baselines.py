@@ -26,8 +26,9 @@ scaled scores; the definitions ask for the natural log, so every call multiplies
 elementwise kernel inside the timed call, as it is part of the task's output.
 
 Where FlashInfer writes. Importing it creates its workspace (a log, the JIT cache) under
-``FLASHINFER_WORKSPACE_BASE``; unset, this module points it at ``TMPDIR`` (the worker's scratch
-directory under the host sandbox, the only place a sandboxed worker may write). Kernels come from
+``FLASHINFER_WORKSPACE_BASE``; unset, this module points it at ``TMPDIR`` for the import (the worker's
+scratch directory under the host sandbox, the only place a sandboxed worker may write; a value set
+outside scratch makes the sandboxed attempt fail and the unsandboxed retry time it). Kernels come from
 modules compiled ahead of time (``<package>/data/aot`` as ``bench/make_flashinfer_bundle.sh`` builds it,
 or FlashInfer's ``flashinfer-jit-cache``); a module missing there is JIT-compiled by FlashInfer into that
 workspace at the warm-up, which takes minutes per module in each fresh worker.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -51,12 +53,22 @@ _PLANS: dict[tuple, Any] = {}
 
 
 def import_flashinfer() -> Any:
-    """FlashInfer's prefill and decode modules, with its workspace where this process may write."""
-    if not os.environ.get("FLASHINFER_WORKSPACE_BASE"):
-        os.environ["FLASHINFER_WORKSPACE_BASE"] = os.environ.get("TMPDIR") or tempfile.gettempdir()
-    import flashinfer.decode
-    import flashinfer.prefill
+    """FlashInfer's prefill and decode modules, with its workspace where this process may write.
 
+    FlashInfer reads ``FLASHINFER_WORKSPACE_BASE`` once, when it is imported; it is set for that import
+    only, so processes this one starts later (the evaluator's workers) do not inherit it.
+    """
+    if "flashinfer.prefill" in sys.modules or os.environ.get("FLASHINFER_WORKSPACE_BASE"):
+        import flashinfer.decode
+        import flashinfer.prefill
+
+        return flashinfer
+    os.environ["FLASHINFER_WORKSPACE_BASE"] = os.environ.get("TMPDIR") or tempfile.gettempdir()
+    try:
+        import flashinfer.decode
+        import flashinfer.prefill
+    finally:
+        del os.environ["FLASHINFER_WORKSPACE_BASE"]
     return flashinfer
 
 
