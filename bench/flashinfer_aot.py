@@ -143,8 +143,12 @@ def install_missing() -> int:
     if not _run_all():
         return 0
     from flashinfer.jit import env as jit_env
+    from flashinfer.jit.cpp_ext import get_cuda_path
 
     os.environ.pop("FLASHINFER_DISABLE_JIT")
+    curand = jit_env.FLASHINFER_DATA / "curand" / "include"  # the bundle's, for a toolkit without them
+    if not Path(get_cuda_path(), "include", "curand_kernel.h").exists() and curand.is_dir():
+        os.environ.setdefault("FLASHINFER_EXTRA_CUDAFLAGS", f"-I{curand}")
     for spec in _specs():
         dst = jit_env.FLASHINFER_AOT_DIR / spec.name / f"{spec.name}.so"
         if dst.exists():

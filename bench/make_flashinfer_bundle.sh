@@ -9,8 +9,9 @@
 #     a two-line __init__ (the full one imports every subpackage);
 #   * data/aot/<module>/<module>.so: the two modules the wrappers ask for (bench/flashinfer_aot.py MODULES,
 #     FlashInfer's own ahead-of-time location: loaded without sources, ninja or nvcc);
-#   * the sources and headers compiling those two modules reads (bench/flashinfer_aot.py sources), so
-#     the device can JIT them itself if the names ever disagree (install-missing).
+#   * the sources and headers compiling those two modules reads (bench/flashinfer_aot.py sources, and
+#     the curand headers where they were fetched), so the device can JIT them itself if the names ever
+#     disagree (install-missing).
 # Needs nvcc 13 (a CUDA 13.0 toolkit; curand headers are fetched from the nvidia-curand wheel if the
 # toolkit has none), ninja, torch (CPU is enough), apache-tvm-ffi, and network for pip download. Compiling
 # the FA3 prefill module takes ~40 min on 2 busy cores. Run from anywhere; the repository root is found.
@@ -63,6 +64,10 @@ python3 bench/flashinfer_aot.py build "$stage/flashinfer/data/aot"
   for d in $KEEP; do find "flashinfer/$d" -type f \( -name "*.py" -o -name "*.json" -o -name "*.jinja" \); done
   (cd "$root" && python3 bench/flashinfer_aot.py sources); } | sort -u > "$work/files.txt")
 tar -cf - -C "$src" -T "$work/files.txt" | tar -xf - -C "$stage"
+if [ -n "${FLASHINFER_EXTRA_CUDAFLAGS:-}" ]; then  # the curand headers, for a device toolkit without them
+  mkdir -p "$stage/flashinfer/data/curand/include"
+  cp "${FLASHINFER_EXTRA_CUDAFLAGS#-I}"/curand*.h "$stage/flashinfer/data/curand/include/"
+fi
 mkdir -p .fibundle
 rm -f .fibundle/flashinfer-*.tar.xz
 tar -cJf ".fibundle/flashinfer-$version-sm90a.tar.xz" -C "$stage" flashinfer

@@ -20,6 +20,7 @@ load, for every input set, outside any call; a failure is the load's error.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -122,7 +123,7 @@ _PREPARED: dict[str, Callable[..., None]] = {
 def bind(function: str, options: dict[str, Any], sets: Sequence[Sequence[Any]]) -> Callable[..., Any]:
     """The callable the worker times for baseline ``function``, its set-up done for ``sets``."""
     fn = globals().get(function)
-    if not callable(fn) or function.startswith("_") or function == "bind":
+    if not inspect.isfunction(fn) or function.startswith("_") or function == "bind":
         raise ValueError(f"no baseline function {function!r} in library_baselines")
     prepare = _PREPARED.get(function)
     if prepare is not None:

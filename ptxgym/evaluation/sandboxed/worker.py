@@ -296,14 +296,8 @@ class Worker:
             try:  # set-up (a library's planning) happens here, at load, for every set: never in a call
                 self.fn = baselines.bind(cmd.function, dict(cmd.options), self.args)
             except Exception as exc:  # noqa: BLE001 - a library that cannot load is the baseline's verdict
-                return Reply(
-                    seq=seq,
-                    ok=False,
-                    error=f"baseline {cmd.function!r} could not be set up: {type(exc).__name__}: {exc}"[
-                        :4000
-                    ],
-                    cuda_error=self.cuda.sticky_error(),
-                )
+                why = f"baseline {cmd.function!r} could not be set up: {type(exc).__name__}: {exc}"
+                return Reply(seq=seq, ok=False, error=why[:4000], cuda_error=self.cuda.sticky_error())
             self.copy_back = True
         elif kind == "so":
             import tvm_ffi
