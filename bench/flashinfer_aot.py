@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -79,7 +80,7 @@ def sources() -> int:
     """Print the package files (relative to it) that compiling ``_specs`` reads: what JIT needs on a GPU.
 
     The generator's reads (templates under data/csrc) are seen with an audit hook; the compiler's (headers
-    under data/include, data/cutlass, ...) come from the depfiles a finished ``build`` left.
+    under data/include, data/cutlass, ...) come from the dependencies ninja recorded in ``build``.
     """
     import flashinfer
 
@@ -91,10 +92,11 @@ def sources() -> int:
             seen.add(Path(args[0]).resolve())
 
     sys.addaudithook(hook)
-    for spec in _specs():
-        for dep in spec.build_dir.glob("*.d"):
-            words = dep.read_text().replace("\\\n", " ").split()
-            seen.update(Path(w).resolve() for w in words if not w.endswith(":"))
+    for spec in _specs():  # ninja keeps the compiler's depfiles in its .ninja_deps log
+        deps = subprocess.run(
+            ["ninja", "-C", str(spec.build_dir), "-t", "deps"], capture_output=True, text=True, check=True
+        ).stdout
+        seen.update(Path(line.strip()).resolve() for line in deps.splitlines() if line.startswith(" "))
     for path in sorted(seen):
         if path.is_relative_to(pkg / "data") and path.is_file():
             print(path.relative_to(pkg.parent))

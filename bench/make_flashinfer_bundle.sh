@@ -12,9 +12,10 @@
 #   * the sources and headers compiling those two modules reads (bench/flashinfer_aot.py sources, and
 #     the curand headers where they were fetched), so the device can JIT them itself if the names ever
 #     disagree (install-missing).
-# Needs nvcc 13 (a CUDA 13.0 toolkit; curand headers are fetched from the nvidia-curand wheel if the
-# toolkit has none), ninja, torch (CPU is enough), apache-tvm-ffi, and network for pip download. Compiling
-# the FA3 prefill module takes ~40 min on 2 busy cores. Run from anywhere; the repository root is found.
+# Needs nvcc 13 (a CUDA 13.0 toolkit; curand headers are fetched from the nvidia-curand wheel and the
+# libcuda stub is ptxgym's own where the toolkit has none), ninja, ptxgym importable, torch (CPU is
+# enough), apache-tvm-ffi, and network for pip download. Compiling the FA3 prefill module took ~40 min on
+# 2 busy cores (the decode module ~3 min). Run from anywhere; the repository root is found.
 # Reuse a download / an unpacked copy / a build directory: FI_WHEEL_DIR, FI_SRC, FI_WORKSPACE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,11 @@ if [ ! -f "$CUDA_HOME/include/curand_kernel.h" ]; then  # cutlass's headers incl
     curand=$(dirname "$(find "$work/curand" -name curand_kernel.h | head -1)")
   fi
   export FLASHINFER_EXTRA_CUDAFLAGS="-I$curand"
+fi
+
+if [ ! -f "$CUDA_HOME/lib64/stubs/libcuda.so" ]; then  # the link names -lcuda; use ptxgym's generated stub
+  stub=$(python3 -c "from ptxgym.cpu.toolchain import find_toolchain; print(find_toolchain().libcuda_dir)")
+  export FLASHINFER_EXTRA_LDFLAGS="-L$stub"
 fi
 
 export PYTHONPATH="$src${PYTHONPATH:+:$PYTHONPATH}"
