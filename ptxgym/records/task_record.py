@@ -12,9 +12,17 @@ A records file holds ``{"tasks": [record, ...]}``; see ``envs/data/README.md`` f
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ptxgym.records.arch import DEFAULT_FAMILIES, TARGET_FAMILIES
 from ptxgym.records.formula import parse_formula
@@ -53,6 +61,15 @@ class Baseline(BaseModel):
         "the Feedback says which ran and why.",
     )
     fallback: str | None = Field(None, description="BASELINES key timed where ``requires`` is missing.")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``requires`` and ``fallback`` only where set: other baselines dump as before they existed."""
+        data = handler(self)
+        for key in ("requires", "fallback"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
     @model_validator(mode="after")
     def _fallback_for_requires(self) -> Baseline:
