@@ -12,9 +12,17 @@ A records file holds ``{"tasks": [record, ...]}``; see ``envs/data/README.md`` f
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ptxgym.records.arch import DEFAULT_FAMILIES, TARGET_FAMILIES
 from ptxgym.records.formula import parse_formula
@@ -46,6 +54,28 @@ class Baseline(BaseModel):
     name: str = Field(description="Short name, e.g. cublas or cudnn_sdpa.")
     library: str = Field(description="What actually runs, e.g. 'cuBLAS via torch.matmul'.")
     function: str = Field(description="'module:function' in ptxgym.evaluation.sandboxed.library_baselines.")
+    requires: str | None = Field(
+        None,
+        description="Python module the baseline needs beyond the gpu extra (e.g. flashinfer); null: none. "
+        "Where it is not installed, or the baseline gives no latency, ``fallback`` is timed instead and "
+        "the Feedback says which ran and why.",
+    )
+    fallback: str | None = Field(None, description="BASELINES key timed where ``requires`` is missing.")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``requires`` and ``fallback`` only where set: other baselines dump as before they existed."""
+        data = handler(self)
+        for key in ("requires", "fallback"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+    @model_validator(mode="after")
+    def _fallback_for_requires(self) -> Baseline:
+        if self.requires is not None and self.fallback is None:
+            raise ValueError(f"baseline {self.function} requires {self.requires!r} but names no fallback")
+        return self
 
 
 TORCH_REFERENCE = "torch_reference"
@@ -57,6 +87,21 @@ BASELINES: dict[str, Baseline] = {
     "cudnn_sdpa_bwd": Baseline(
         name="cudnn_sdpa", library="cuDNN SDPA backward via torch", function="mha_bwd_cudnn"
     ),
+    **{
+        f"flashinfer_gqa_{kind}": Baseline(
+            name="flashinfer",
+            library=f"FlashInfer {wrapper} (backend auto; {kernels} on sm_90a); the torch reference "
+            "where FlashInfer is not installed",
+            function=f"gqa_{kind}_flashinfer",
+            requires="flashinfer",
+            fallback=TORCH_REFERENCE,
+        )
+        for kind, wrapper, kernels in (
+            ("ragged_prefill", "BatchPrefillWithRaggedKVCacheWrapper", "FA3"),
+            ("paged_prefill", "BatchPrefillWithPagedKVCacheWrapper", "FA3"),
+            ("paged_decode", "BatchDecodeWithPagedKVCacheWrapper", "CUDA-core decode"),
+        )
+    },
     TORCH_REFERENCE: Baseline(
         name=TORCH_REFERENCE,
         library="the definition's PyTorch reference on the GPU (no library baseline applies)",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ptxgym.records.schema import Workload
-from ptxgym.records.tasks import Task, get_task
+from ptxgym.records.tasks import Task, count_bytes, count_flops, get_task
 
 
 def small_task(task_id: str, **axes: int) -> Task:
@@ -42,3 +42,38 @@ def tiny_task(task_id: str, **axes: int) -> Task:
         uuid=f"tiny-{task_id}", axes={**task.workload.axes, **var}, inputs=task.workload.inputs
     )
     return task.model_copy(update={"definition": defn, "workload": workload})
+
+
+GQA_PARAMS = {
+    "GqaRaggedPrefill": {"q_lens": [5, 1, 9], "kv_lens": [5, 4, 12]},
+    "GqaPagedPrefill": {"q_lens": [3, 7], "kv_lens": [6, 7], "layout_seed": 7},
+    "GqaPagedDecode": {"kv_lens": [5, 1, 9, 2], "layout_seed": 3},
+}
+"""Small batches of the three GQA tasks (the definitions' heads, head_dim and page size unchanged)."""
+
+
+def small_gqa(name: str, arch: str = "sm90a", num_pages: int = 40, tiny: bool = False) -> Task:
+    """A GQA catalog task playing a small batch of its definition (``GQA_PARAMS``), axes consistent.
+
+    ``tiny``: also one KV head (and its query group) of head_dim 16, for whole CPU evaluations.
+    """
+    task = get_task(f"{name}-{arch}")
+    if tiny:
+        defn = task.definition
+        hq, hkv = (defn.axes[a].value for a in ("num_qo_heads", "num_kv_heads"))  # type: ignore[union-attr]
+        small = {"num_qo_heads": hq // hkv, "num_kv_heads": 1, "head_dim": 16}
+        axes = {**defn.axes, **{n: defn.axes[n].model_copy(update={"value": v}) for n, v in small.items()}}
+        task = task.model_copy(update={"definition": defn.model_copy(update={"axes": axes})})
+    params = GQA_PARAMS[name]
+    q, kv = params.get("q_lens"), params["kv_lens"]
+    if name == "GqaRaggedPrefill":
+        axes = {"total_q": sum(q), "total_kv": sum(kv), "len_indptr": len(q) + 1}
+    else:
+        rows = {"total_q": sum(q)} if q else {"batch_size": len(kv)}
+        axes = {**rows, "num_pages": num_pages, "len_indptr": len(kv) + 1, "num_kv_indices": sum(kv)}
+    wl = task.workload.model_copy(update={"uuid": f"small-{name}", "axes": axes, "params": params})
+    flops = count_flops(task.definition, wl, task.flop_formula)
+    min_bytes = count_bytes(task.definition, wl, task.byte_formula)
+    return task.model_copy(
+        update={"workload": wl, "workloads": (wl,), "flops": flops, "min_bytes": min_bytes}
+    )

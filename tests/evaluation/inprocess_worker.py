@@ -123,7 +123,11 @@ class InProcessWorker:
             self.loaded, self.kind = cmd.kind in ("so", "baseline"), cmd.kind
             self.busy = cmd.busy_memsets if cmd.kind == "noop" else 0
             if cmd.kind == "baseline":
-                self.candidate = self._library(cmd)
+                try:
+                    self.candidate = self._library(cmd)
+                except Exception as exc:  # noqa: BLE001 - the real worker's answer to a failed set-up
+                    self.loaded = False
+                    return Reply(seq=self.seq, ok=False, error=f"baseline could not be set up: {exc}")
         elif isinstance(cmd, TrialBegin):
             self.in_trial, self.windows = cmd.cupti, []
         elif isinstance(cmd, Call) and cmd.count:
@@ -199,9 +203,7 @@ class InProcessWorker:
             return self.library
         from ptxgym.evaluation.sandboxed import library_baselines
 
-        fn = getattr(library_baselines, cmd.function)
-        options = dict(cmd.options)
-        return lambda *a: fn(*a, **options)
+        return library_baselines.bind(cmd.function, dict(cmd.options), self.args)
 
     def kill(self) -> None:
         """Nothing to kill (kept for the handle's interface)."""

@@ -15,12 +15,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from evaltest_helpers import tiny_task  # noqa: E402
+from evaltest_helpers import small_gqa, tiny_task  # noqa: E402
 from inprocess_worker import InProcessWorker  # noqa: E402
 
 import ptxgym.evaluation.trusted.local as local  # noqa: E402
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, MemcheckMode, TargetMode  # noqa: E402
-from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore  # noqa: E402
+from ptxgym.evaluation.trusted.baseline_store import (  # noqa: E402
+    BaselineRecord,
+    BaselineStore,
+    installed,
+    with_fallback,
+)
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue  # noqa: E402
 from ptxgym.evaluation.trusted.gpuinfo import GpuFacts  # noqa: E402
 from ptxgym.evaluation.trusted.native_worker import NativeRunners  # noqa: E402
@@ -267,3 +272,73 @@ def test_native_candidates_fall_back_to_the_worker_with_the_reason_recorded(tmp_
     why = "python: a native runner could not be set up: the runner's attach failed: cannot open libcuda.so.1"
     assert verdict.environment.sandbox["process"] == why and ev.native.why in why
     assert runners.primer is not None  # the runners' pool was primed with this evaluator's arena
+
+
+# ------------------------------------------------------------------ which baseline runs (FlashInfer's)
+
+
+def gqa_reference_candidate(task):
+    """A "candidate" that writes the definition's reference outputs (it passes every check)."""
+    from ptxgym.evaluation.sandboxed.library_baselines import torch_reference
+
+    n_in = len(task.definition.inputs)
+    options = {"reference_source": task.definition.reference, "input_names": list(task.definition.inputs)}
+
+    def run(*args):
+        for dst, src in zip(args[n_in:], torch_reference(*args, **options), strict=True):
+            dst.copy_(src)
+
+    return run
+
+
+def needing(task, module: str):
+    """The task with its FlashInfer baseline made to require ``module`` instead (data, not a double)."""
+    return task.model_copy(update={"baseline": task.baseline.model_copy(update={"requires": module})})
+
+
+def test_a_missing_library_times_the_fallback_and_the_verdict_names_it(tmp_path):
+    task = needing(small_gqa("GqaPagedDecode", tiny=True), "ptxgym_absent_module_for_tests")
+    workers = Workers(tmp_path, candidate=gqa_reference_candidate(task))
+    ev = cpu_evaluator(tmp_path, workers)
+    record = ev.baseline(task)
+    assert (record.name, record.function) == ("torch_reference", "torch_reference")
+    assert "'ptxgym_absent_module_for_tests', which is not installed" in record.fallback
+    assert record.stats is not None and record.correct is True and len(workers.made) == 1
+    runs = with_fallback(task)  # the key, in memory and on disk, is the baseline that ran
+    key = ev.baselines.key(runs, SETTINGS, ev.flush_bytes, ev.backend)
+    assert ev.baselines.measured(key) is record and ev.baselines.warm_start(key) is not None
+    verdict = ev.evaluate(task, built(task))
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.timing is not None and verdict.timing.baseline_name == "torch_reference"
+    assert verdict.details["baseline_fallback"] == record.fallback
+    assert "x torch_reference" in verdict.message and "not installed" in verdict.message
+
+
+def test_a_library_that_cannot_be_set_up_is_replaced_by_its_fallback(tmp_path):
+    """Installed (``json`` stands in for the module) but failing at load: retried, then the fallback."""
+    task = needing(small_gqa("GqaPagedDecode", tiny=True), "json")
+    workers = Workers(tmp_path, candidate=gqa_reference_candidate(task))
+    ev = cpu_evaluator(tmp_path, workers)
+    record = ev.baseline(task)
+    assert [w.kind for w in workers.made] == ["baseline"] * 3, record  # sandboxed, unsandboxed, fallback
+    assert record.name == "torch_reference" and record.stats is not None and record.correct is True
+    assert record.fallback.startswith("flashinfer (gqa_paged_decode_flashinfer) gave no latency")
+    assert "could not be set up" in record.fallback and record.fallback.endswith(
+        "timed torch_reference instead"
+    )
+    named = ev.baselines.key(task, SETTINGS, ev.flush_bytes, ev.backend)
+    assert ev.baselines.measured(named) is record  # not tried again by this evaluator
+    assert ev.baselines.warm_start(named) is None  # a torch figure never goes on disk as FlashInfer's
+
+
+@pytest.mark.skipif(installed("flashinfer"), reason="flashinfer is installed here")
+def test_gqa_tasks_without_flashinfer_time_the_torch_reference_and_say_why(tmp_path):
+    for name in ("GqaRaggedPrefill", "GqaPagedPrefill", "GqaPagedDecode"):
+        task = small_gqa(name, tiny=True)
+        assert task.baseline.requires == "flashinfer"
+        quick = SETTINGS.model_copy(update={"iterations": 4, "trials": 1, "correctness_sets": 1})
+        ev = cpu_evaluator(tmp_path / name, Workers(tmp_path, candidate=gqa_reference_candidate(task)), quick)
+        record = ev.measure_baseline(task)
+        assert record.name == "torch_reference" and record.correct is True, record.message
+        assert "needs the Python module 'flashinfer'" in record.fallback
+        assert "pip install 'ptxgym[flashinfer]'" in record.fallback

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from ptxgym.records.arch import BLACKWELL, HOPPER
 from ptxgym.records.errors import PtxgymError, SchemaError, UnknownTaskError
-from ptxgym.records.task_record import TaskRecord
+from ptxgym.records.task_record import BASELINES, Baseline, TaskRecord
 from ptxgym.records.tasks import (
     HeldOutTaskError,
     catalog,
@@ -77,9 +77,14 @@ def _check_mha(t, primary, d: int) -> None:
     assert (t.split, t.held_out) == (("train", False) if d == 64 else ("test", True))
 
 
-def test_gqa_tasks_time_the_torch_reference_and_count_bytes_read() -> None:
+def test_gqa_tasks_time_flashinfer_else_the_torch_reference_and_count_bytes_read() -> None:
     decode = get_task("GqaPagedDecode-sm90a")
-    assert decode.baseline.name == "torch_reference" and "PyTorch reference" in decode.baseline.library
+    assert decode.baseline == BASELINES["flashinfer_gqa_paged_decode"]
+    assert decode.baseline.requires == "flashinfer" and decode.baseline.fallback == "torch_reference"
+    assert "PyTorch reference" in BASELINES[decode.baseline.fallback].library
+    for name, kind in (("GqaRaggedPrefill", "ragged_prefill"), ("GqaPagedPrefill", "paged_prefill")):
+        for arch in ("sm90a", "sm100a"):
+            assert get_task(f"{name}-{arch}").baseline.function == f"gqa_{kind}_flashinfer"
     assert decode.arch_spec.target_opcodes == ("UTMALDG", "UTMASTG", "UTMAREDG")  # TMA only
     assert decode.workload.axes == {
         "batch_size": 15,
@@ -293,3 +298,16 @@ def test_target_families_per_architecture() -> None:
     assert both.mma_opcodes == BLACKWELL.mma_opcodes and "or TMA" in both.target_family
     with pytest.raises(PtxgymError, match="expected a non-empty subset"):
         HOPPER.with_families(["tcgen05"])
+
+
+def test_every_baseline_names_a_library_function_and_a_fallback_that_needs_nothing() -> None:
+    from ptxgym.evaluation.sandboxed import library_baselines
+
+    for key, b in BASELINES.items():
+        assert callable(getattr(library_baselines, b.function)), key
+        if b.requires is not None:
+            assert b.fallback in BASELINES and BASELINES[b.fallback].requires is None, key
+    flashinfer = sorted(k for k, b in BASELINES.items() if b.requires == "flashinfer")
+    assert flashinfer == [f"flashinfer_gqa_{k}" for k in ("paged_decode", "paged_prefill", "ragged_prefill")]
+    with pytest.raises(ValidationError, match="names no fallback"):
+        Baseline(name="x", library="x", function="gemm_cublas", requires="flashinfer")

@@ -9,13 +9,28 @@ plus the reference's keyword options (``causal``). It either writes the outputs 
 * ``mha_fwd_cudnn``: cuDNN SDPA forward with the log-sum-exp (``_scaled_dot_product_cudnn_attention``).
 * ``mha_bwd_cudnn``: cuDNN SDPA backward only (``_scaled_dot_product_cudnn_attention_backward``), fed
   the given O, dO and LSE (the forward is not timed).
+* ``gqa_ragged_prefill_flashinfer``, ``gqa_paged_prefill_flashinfer``, ``gqa_paged_decode_flashinfer``:
+  FlashInfer's batch attention wrappers (``flashinfer_baselines.py``), planned at load by ``bind``.
 * ``torch_reference``: the definition's own PyTorch reference ``run`` on the GPU, for definitions no
   library covers (the task's Feedback names it ``torch_reference``); the trusted side passes the source.
+
+The worker gets its callable from ``bind``: a baseline with set-up (``_PREPARED``) does it there, at
+load, for every input set, outside any call; a failure is the load's error.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ptxgym.evaluation.sandboxed import flashinfer_baselines
+from ptxgym.evaluation.sandboxed.flashinfer_baselines import (  # noqa: F401 - baselines by name
+    gqa_paged_decode_flashinfer,
+    gqa_paged_prefill_flashinfer,
+    gqa_ragged_prefill_flashinfer,
+)
 
 _EMPTY: dict = {}
 
@@ -95,3 +110,22 @@ def torch_reference(*args, reference_source: str, input_names: list[str], **opti
         exec(compile(reference_source, "<definition reference>", "exec"), namespace)  # noqa: S102 - task data
         _REFERENCES[reference_source] = namespace
     return namespace["run"](*args[: len(input_names)], **options)
+
+
+_PREPARED: dict[str, Callable[..., None]] = {
+    "gqa_ragged_prefill_flashinfer": flashinfer_baselines.prepare,
+    "gqa_paged_prefill_flashinfer": flashinfer_baselines.prepare,
+    "gqa_paged_decode_flashinfer": flashinfer_baselines.prepare,
+}
+"""Baselines with per-set set-up (planning): ``prepare(function, sets, **options)``."""
+
+
+def bind(function: str, options: dict[str, Any], sets: Sequence[Sequence[Any]]) -> Callable[..., Any]:
+    """The callable the worker times for baseline ``function``, its set-up done for ``sets``."""
+    fn = globals().get(function)
+    if not inspect.isfunction(fn) or function.startswith("_") or function == "bind":
+        raise ValueError(f"no baseline function {function!r} in library_baselines")
+    prepare = _PREPARED.get(function)
+    if prepare is not None:
+        prepare(fn, sets, **options)
+    return lambda *a: fn(*a, **options)

@@ -308,9 +308,12 @@ class Worker:
         elif kind == "baseline":
             from ptxgym.evaluation.sandboxed import library_baselines as baselines
 
-            fn = getattr(baselines, cmd.function)
-            options = dict(cmd.options)
-            self.fn, self.copy_back = (lambda *a: fn(*a, **options)), True
+            try:  # set-up (a library's planning) happens here, at load, for every set: never in a call
+                self.fn = baselines.bind(cmd.function, dict(cmd.options), self.args)
+            except Exception as exc:  # noqa: BLE001 - a library that cannot load is the baseline's verdict
+                why = f"baseline {cmd.function!r} could not be set up: {type(exc).__name__}: {exc}"
+                return Reply(seq=seq, ok=False, error=why[:4000], cuda_error=self.cuda.sticky_error())
+            self.copy_back = True
         elif kind == "so":
             import tvm_ffi
 

@@ -12,12 +12,18 @@ gets a baseline measured now.
 The key names everything that changes a baseline latency: GPU, driver, CUDA runtime, SM clocks (maximum
 and applications clock) and the library versions (torch, cuBLAS, cuDNN) (``GpuFacts.key``), the
 definition and workload, the timing protocol (warm-up, iterations, trials, rotated sets, verified calls),
-the L2 flush size, the timing backend and the baseline function.
+the L2 flush size, the timing backend and the baseline function that runs (``resolve_baseline``).
+
+Which baseline runs. A baseline that needs a library beyond the gpu extra (``Baseline.requires``, e.g.
+FlashInfer) runs where that Python module is installed; elsewhere its ``fallback`` (the torch reference)
+is timed and the record says why (``BaselineRecord.fallback``). Where it is installed but gives no
+latency (its import, set-up or calls fail), the evaluator times the fallback too (``local.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -27,7 +33,37 @@ from pydantic import BaseModel, ConfigDict, Field
 from ptxgym.evaluation.trusted.base import EvalSettings, GpuVerdict
 from ptxgym.evaluation.trusted.session import Failure
 from ptxgym.records.feedback import LatencyStats, Status
+from ptxgym.records.task_record import BASELINES
 from ptxgym.records.tasks import Task
+
+
+def installed(module: str) -> bool:
+    """Whether a Python module can be found here (not imported: the worker imports it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def with_fallback(task: Task) -> Task:
+    """The task timed against its baseline's fallback (``Baseline.fallback``)."""
+    fallback = task.baseline.fallback
+    if fallback is None:
+        raise ValueError(f"baseline {task.baseline.function} of {task.id} has no fallback")
+    return task.model_copy(update={"baseline": BASELINES[fallback]})
+
+
+def resolve_baseline(task: Task) -> tuple[Task, str]:
+    """The task as its baseline runs on this machine, and why it is not the named one ('' if it is)."""
+    needs = task.baseline.requires
+    if needs is None or installed(needs):
+        return task, ""
+    fallback = with_fallback(task)
+    why = (
+        f"{task.baseline.name} ({task.baseline.function}) needs the Python module {needs!r}, which is not "
+        f"installed (pip install 'ptxgym[{needs}]'); timed {fallback.baseline.name} instead"
+    )
+    return fallback, why
 
 
 class BaselineRecord(BaseModel):
@@ -36,6 +72,11 @@ class BaselineRecord(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
+    function: str = Field("", description="The library_baselines function that was timed.")
+    fallback: str = Field(
+        "",
+        description="Why the task's named baseline is not the one timed ('' when it is; resolve_baseline).",
+    )
     backend: str | None = None
     stats: LatencyStats | None = None
     correct: bool | None = Field(None, description="Whether the baseline itself passed the task tolerance.")
@@ -84,6 +125,7 @@ def baseline_record(
         message = f"{message}; timed unsandboxed because the sandboxed attempt failed: {retried}".lstrip("; ")
     return BaselineRecord(
         name=task.baseline.name,
+        function=task.baseline.function,
         backend=backend,
         stats=stats,
         correct=correct,
@@ -144,9 +186,9 @@ class BaselineStore:
             self._memory[key] = record
         return record
 
-    def put(self, key: str, record: BaselineRecord) -> None:
-        """Remember a record; only complete, correct measurements go to disk."""
+    def put(self, key: str, record: BaselineRecord, to_disk: bool = True) -> None:
+        """Remember a record; only complete, correct measurements go to disk (if ``to_disk``)."""
         self._memory[key] = record
-        if record.stats is not None and record.correct:
+        if to_disk and record.stats is not None and record.correct:
             self.root.mkdir(parents=True, exist_ok=True)
             (self.root / f"{key}.json").write_text(record.model_dump_json())

@@ -54,7 +54,13 @@ from ptxgym.evaluation.trusted.base import (
     TargetMode,
     memcheck_due,
 )
-from ptxgym.evaluation.trusted.baseline_store import BaselineRecord, BaselineStore, baseline_record
+from ptxgym.evaluation.trusted.baseline_store import (
+    BaselineRecord,
+    BaselineStore,
+    baseline_record,
+    resolve_baseline,
+    with_fallback,
+)
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
 from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
@@ -454,13 +460,15 @@ class LocalGpuEvaluator(Evaluator):
         re-measurement's step budget and is recorded beside it; the speedup divides by the new figure.
         """
         self._ensure_backend(arena)
-        key = self.baselines.key(task, self.settings, self.flush_bytes, self.backend)
+        runs, _ = resolve_baseline(task)
+        key = self.baselines.key(runs, self.settings, self.flush_bytes, self.backend)
         found = self.baselines.measured(key)
         if found is not None:
             return found
         warm = self.baselines.warm_start(key) if self.settings.baseline_from_disk else None
         record = self.measure_baseline(task, arena, warm)
-        self.baselines.put(key, record)
+        # a fallback timed after the named baseline failed is kept for this evaluator, never on disk
+        self.baselines.put(key, record, to_disk=record.function == runs.baseline.function)
         return record
 
     def measure_baseline(
@@ -478,9 +486,27 @@ class LocalGpuEvaluator(Evaluator):
         window (``library_baselines.py``: the copy is the wrapper's work, not the library's). If the
         sandboxed measurement yields no latency, it is retried once without the sandbox and the record
         says so (``sandboxed=False``).
+
+        Which baseline: the task's, where the library it requires is installed (``resolve_baseline``);
+        else, or where it gives no latency even unsandboxed, its fallback (the torch reference), with the
+        reason in ``BaselineRecord.fallback`` (the Feedback names the baseline that ran).
         """
         arena = arena or self._arena(task)
         self._ensure_backend(arena)
+        task, why = resolve_baseline(task)
+        record = self._measure_baseline(task, arena, warm)
+        if record.stats is None and task.baseline.fallback is not None:
+            failed = (
+                f"{task.baseline.name} ({task.baseline.function}) gave no latency: "
+                + (record.message or record.anomaly or "no reason recorded")[:600]
+            )
+            task = with_fallback(task)
+            record = self._measure_baseline(task, arena, None)
+            why = f"{failed}; timed {record.name} instead"
+        return record.model_copy(update={"fallback": why}) if why else record
+
+    def _measure_baseline(self, task: Task, arena: Arena, warm: BaselineRecord | None) -> BaselineRecord:
+        """The baseline of ``task`` as named, sandboxed, then unsandboxed if that gave no latency."""
         options = {**arena.options, **task.baseline_options}
         load = Load(kind="baseline", function=task.baseline.function, options=options)
         empty = BaselineRecord(name=task.baseline.name, backend=self.backend)
@@ -742,7 +768,7 @@ class LocalGpuEvaluator(Evaluator):
             backend=self.backend or EVENTS,
             candidate=stats,
             baseline=baseline.stats,
-            baseline_name=task.baseline.name,
+            baseline_name=baseline.name,
             speedup=speedup,
             floor_ms=floor,
             sol_fraction=(floor / stats.median_ms) if stats else None,
@@ -757,6 +783,7 @@ class LocalGpuEvaluator(Evaluator):
                 "crosscheck": cc.__dict__ if cc else None,
                 "baseline_source": baseline.source,
                 "baseline_correct": baseline.correct,
+                "baseline_fallback": baseline.fallback or None,
                 "cupti_error": self.cupti_error,
             }
         )
@@ -792,11 +819,13 @@ class LocalGpuEvaluator(Evaluator):
         note = "" if baseline.stats else f"; no baseline latency ({baseline.message})"
         if baseline.stats and baseline.correct is False:
             note += f"; the baseline itself misses the task tolerance ({baseline.message[:200]})"
+        if baseline.fallback:
+            note += f"; baseline {baseline.name}: {baseline.fallback[:240]}"
         if result.shortened:
             note += f"; {result.shortened}"
         message = (
             f"correct on {info.calls_checked} checked calls; median {stats.median_ms:.4f} ms"
-            + (f", {speedup:.3f}x {task.baseline.name}" if speedup else "")
+            + (f", {speedup:.3f}x {baseline.name}" if speedup else "")
             + note
         )
         return GpuVerdict(
