@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU work the CPU-only session of 2026-12-04 (evening) left to confirm, as four device runs of at
+# most ~9 minutes each (the device allows 10 per command, 30 per session). Every log goes to OUTDIR with
+# the date, GPU and COMMIT in its header (the device copy's git metadata is stale: pass COMMIT).
+#
+#   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh native  $OUT
+#   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh python  $OUT
+#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
+#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh throughput $OUT
+#
+# native:  the evaluator suite, the five experts and the runner's GPU tests with candidates in the native
+#          runner (the default flip waits on it), the hardware-counter tests, the jail probe (which layer
+#          stops cuInit before exec; the split jail).
+# python:  the evaluator suite in the Python worker (its sandbox no longer lets /dev/shm be written; the
+#          slow cut-off's probe; quiet spares; the matched calibration), the verified pool's GPU tests,
+#          FlashInfer's GQA baselines.
+# benches: the wall allowance (quiet vs noisy spares, both processes), the GPU cost per verified
+#          candidate with the pool (native runner, partial jail accepted).
+# throughput: 16 distinct cold candidates at 1, 4 and 16 envs (issue 12), no secret ncu draw.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=${1:?stage: native, python, benches or throughput}
+out=${2:?outdir}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+bash bench/carried_install.sh || exit 2
+header() { echo "# $1: $(date -u +%Y-%m-%dT%H:%MZ), commit ${COMMIT:-unknown}, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"; }
+case "$stage" in
+  native)
+    PTXGYM_CANDIDATE_PROCESS=native timeout 420 bash bench/gpu_tests.sh "$out/native" --timeout 200 -q \
+      tests/evaluation/test_gpu_evaluator.py tests/knowledge_packs/test_expert_solutions.py \
+      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_runner_cupti_gpu.py
+    { header "runner jail probe"; timeout 100 python3 bench/runner_jail_probe.py --out "$out/jail_probe.txt"; } \
+      > "$out/jail_probe.log" 2>&1
+    ;;
+  python)
+    # shellcheck disable=SC1091
+    source bench/carried_flashinfer.sh
+    timeout 330 bash bench/gpu_tests.sh "$out/python" --timeout 200 -q tests/evaluation/test_gpu_evaluator.py \
+      tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_verified_pool.py
+    { header "flashinfer"; timeout 60 python3 bench/flashinfer_aot.py check; } > "$out/flashinfer_check.log" 2>&1
+    timeout 120 bash bench/gpu_tests.sh "$out/flashinfer" --timeout 100 -q -s \
+      tests/evaluation/test_flashinfer_baselines_gpu.py
+    ;;
+  benches)
+    timeout 200 python3 bench/wall_allowance.py --out "$out/wall_allowance_quiet.txt" --process native python \
+      --hidden-us 20 40 80 --repeats 2
+    timeout 120 python3 bench/wall_allowance.py --out "$out/wall_allowance_noisy.txt" --process python \
+      --hidden-us 40 --repeats 2 --noisy-spares
+    PTXGYM_CANDIDATE_PROCESS=native timeout 200 python3 bench/gpu_cost.py --out "$out/gpu_cost_pool.txt" \
+      --set verified_pool_partial_jail=true
+    ;;
+  throughput)
+    timeout 540 python3 bench/throughput.py --evaluator local --sizes 1,4,16 --candidates 16 \
+      --set ncu_crosscheck_fraction=0 --out "$out/throughput.txt"
+    ;;
+  *) echo "unknown stage $stage" >&2; exit 2 ;;
+esac
