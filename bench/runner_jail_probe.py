@@ -44,20 +44,39 @@ def variants(base):
 
 
 def attach_once(spec, jail, log_dir: Path) -> str:
-    import torch
-
-    from ptxgym.evaluation import vmm
-    from ptxgym.evaluation.protocol import Attach, TensorArg, VmmBlob, VmmRun
+    """A runner under ``jail``, all of it applied before exec: does it attach (``cuInit``)?"""
     from ptxgym.evaluation.trusted import native_worker
 
     original = native_worker.runner_jail
     native_worker.runner_jail = lambda *a, **k: jail
-    page = vmm.granularity(0)
-    handles, fds = vmm.create_runs([page], 0)
     try:
         handle = native_worker.NativeHandle(spec, log_dir, sandboxed=True, at_exec=True)
     finally:
         native_worker.runner_jail = original
+    return _attach_and_sandbox(handle, sandbox=False)
+
+
+def split_once(spec, log_dir: Path) -> str:
+    """The split jail (``NativeHandle(at_exec="landlock")``) through attach and sandbox.
+
+    Landlock from exec, the rest at the sandbox command; the filesystem layer as the runner reports it.
+    """
+    from ptxgym.evaluation.trusted.native_worker import NativeHandle
+
+    return _attach_and_sandbox(NativeHandle(spec, log_dir, sandboxed=True, at_exec="landlock"), sandbox=True)
+
+
+def _attach_and_sandbox(handle, sandbox: bool) -> str:
+    """Attach a one-page guard-page blob (the driver starts there); then, if asked, the sandbox command."""
+    import os
+
+    import torch
+
+    from ptxgym.evaluation import vmm
+    from ptxgym.evaluation.protocol import ApplySandbox, Attach, TensorArg, VmmBlob, VmmRun
+
+    page = vmm.granularity(0)
+    handles, fds = vmm.create_runs([page], 0)
     try:
         hello = handle.receive(60.0)
         if hello.hello is None:
@@ -67,48 +86,14 @@ def attach_once(spec, jail, log_dir: Path) -> str:
         cmd = Attach(arena="p", blob=None, vmm=blob, sets=sets, flush_bytes=1 << 20, cupti=False)
         reply = handle.request(cmd, 60.0, fds=fds)
         torch.cuda.synchronize()
-        return (
-            "attach OK" if reply.ok else f"attach FAILED: {reply.error[:300]} | log: {handle.log_tail(400)!r}"
-        )
-    except Exception as exc:  # noqa: BLE001 - a diagnostic reports everything
-        return f"{type(exc).__name__}: {exc}"[:500]
-    finally:
-        handle.kill()
-        for fd in fds:
-            import os
-
-            os.close(fd)
-        vmm.release_handles(handles)
-
-
-def split_once(spec, log_dir: Path) -> str:
-    """The split jail (``NativeHandle(at_exec="landlock")``) through attach and sandbox.
-
-    Landlock from exec, the rest at the sandbox command; the filesystem layer as the runner reports it.
-    """
-    import torch
-
-    from ptxgym.evaluation import vmm
-    from ptxgym.evaluation.protocol import ApplySandbox, Attach, TensorArg, VmmBlob, VmmRun
-    from ptxgym.evaluation.trusted.native_worker import NativeHandle
-
-    page = vmm.granularity(0)
-    handles, fds = vmm.create_runs([page], 0)
-    handle = NativeHandle(spec, log_dir, sandboxed=True, at_exec="landlock")
-    try:
-        if handle.receive(60.0).hello is None:
-            return "no hello"
-        sets = [[TensorArg(role="in", offset=0, shape=(16,), dtype="float32")]]
-        blob = VmmBlob(total=2 * page, page=page, runs=[VmmRun(offset=0, size=page)])
-        cmd = Attach(arena="p", blob=None, vmm=blob, sets=sets, flush_bytes=1 << 20, cupti=False)
-        reply = handle.request(cmd, 60.0, fds=fds)
-        torch.cuda.synchronize()
         if not reply.ok:
             return f"attach FAILED: {reply.error[:300]} | log: {handle.log_tail(400)!r}"
-        sandbox = handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch)), 60.0)
-        if not sandbox.ok or sandbox.sandbox is None:
-            return f"attach OK, sandbox FAILED: {sandbox.error[:300]}"
-        layers = {x.name: f"{x.state} ({x.detail[:90]})" for x in sandbox.sandbox.layers}
+        if not sandbox:
+            return "attach OK"
+        done = handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch)), 60.0)
+        if not done.ok or done.sandbox is None:
+            return f"attach OK, sandbox FAILED: {done.error[:300]}"
+        layers = {x.name: f"{x.state} ({x.detail[:90]})" for x in done.sandbox.layers}
         return (
             f"attach OK, sandbox OK: filesystem {layers.get('filesystem')}; network {layers.get('network')}"
         )
@@ -117,8 +102,6 @@ def split_once(spec, log_dir: Path) -> str:
     finally:
         handle.kill()
         for fd in fds:
-            import os
-
             os.close(fd)
         vmm.release_handles(handles)
 

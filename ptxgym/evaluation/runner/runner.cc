@@ -540,13 +540,7 @@ class Runner {
 #else
     error = "this runner was built without CUPTI (cupti.h, libcupti or cupti_path.h missing at build time)";
 #endif
-    if (!ran) {
-      invoke(set);
-#ifdef PTXGYM_RUNNER_CUDA
-      if (dev_ && !host_) dev_->sync();
-#endif
-    }
-    check_context();
+    run_unless(ran, set);
     JsonWriter w = ok();
     w.json("counts", rows);
     if (!error.empty()) w.text("count_error", error.substr(0, 500));
@@ -586,6 +580,16 @@ class Runner {
     error = "HwCountError: this runner was built without CUPTI (cupti.h, libcupti or cupti_path.h missing at "
             "build time)";
 #endif
+    run_unless(ran, set);
+    JsonWriter w = ok();
+    w.json("hw_counts", counts);
+    if (!error.empty()) w.text("hw_count_error", error.substr(0, 500));
+    return w;
+  }
+
+  // The call of a counted command whose profiler did not run it (an error before the call): run it now,
+  // so the step's calls stay what the candidate expects; then the context check every call gets.
+  void run_unless(bool ran, const ArgSet& set) {
     if (!ran) {
       invoke(set);
 #ifdef PTXGYM_RUNNER_CUDA
@@ -593,10 +597,6 @@ class Runner {
 #endif
     }
     check_context();
-    JsonWriter w = ok();
-    w.json("hw_counts", counts);
-    if (!error.empty()) w.text("hw_count_error", error.substr(0, 500));
-    return w;
   }
 
   // A context changed by the call (cudaDeviceReset, a context of its own) is an error reply.
