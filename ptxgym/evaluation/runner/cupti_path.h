@@ -125,9 +125,9 @@ inline void CUPTIAPI on_resource(void*, CUpti_CallbackDomain domain, CUpti_Callb
   }
 }
 
-// Choose the metrics and configure the device (SassCounter.__init__); "" once configured.
-inline std::string sass_setup(State& s, int device) {
-  if (s.sass_ready) return "";
+// Initialise CUPTI's profiler and name the device's chip (the SASS metrics' and the range profiler's
+// first step); "" and *chip set, or the error.
+inline std::string profiler_chip(int device, std::string* chip) {
   CUpti_Profiler_Initialize_Params init{};
   init.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE;
   std::string err = failed(cuptiProfilerInitialize(&init), "cuptiProfilerInitialize");
@@ -137,7 +137,16 @@ inline std::string sass_setup(State& s, int device) {
   chip_params.deviceIndex = static_cast<size_t>(device);
   err = failed(cuptiDeviceGetChipName(&chip_params), "cuptiDeviceGetChipName");
   if (!err.empty()) return err;
-  std::string chip = chip_params.pChipName ? chip_params.pChipName : "";
+  *chip = chip_params.pChipName ? chip_params.pChipName : "";
+  return "";
+}
+
+// Choose the metrics and configure the device (SassCounter.__init__); "" once configured.
+inline std::string sass_setup(State& s, int device) {
+  if (s.sass_ready) return "";
+  std::string chip;
+  std::string err = profiler_chip(device, &chip);
+  if (!err.empty()) return err;
   CUpti_SassMetrics_GetNumOfMetrics_Params count{};
   count.structSize = CUpti_SassMetrics_GetNumOfMetrics_Params_STRUCT_SIZE;
   count.pChipName = chip.c_str();

@@ -44,6 +44,7 @@ struct Host {
   CUpti_Profiler_Host_Object* object = nullptr;
   std::vector<uint8_t> config;
   size_t passes = 0;
+  std::string chip;  // kept alive with the host object, which was given its name
   ~Host() {
     if (!object) return;
     CUpti_Profiler_Host_Deinitialize_Params d{};
@@ -53,14 +54,7 @@ struct Host {
   }
 
   std::string setup(CUcontext ctx, int device, const std::vector<const char*>& names) {
-    CUpti_Profiler_Initialize_Params init{};
-    init.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE;
-    std::string err = failed(cuptiProfilerInitialize(&init), "cuptiProfilerInitialize");
-    if (!err.empty()) return err;
-    CUpti_Device_GetChipName_Params chip{};
-    chip.structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE;
-    chip.deviceIndex = static_cast<size_t>(device);
-    err = failed(cuptiDeviceGetChipName(&chip), "cuptiDeviceGetChipName");
+    std::string err = detail::profiler_chip(device, &chip);
     if (!err.empty()) return err;
     CUpti_Profiler_GetCounterAvailability_Params avail{};
     avail.structSize = CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE;
@@ -74,7 +68,7 @@ struct Host {
     CUpti_Profiler_Host_Initialize_Params host{};
     host.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
     host.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
-    host.pChipName = chip.pChipName;
+    host.pChipName = chip.c_str();
     host.pCounterAvailabilityImage = image.data();
     err = failed(cuptiProfilerHostInitialize(&host), "cuptiProfilerHostInitialize");
     if (!err.empty()) return err;
