@@ -47,8 +47,8 @@ def _rows(report: dict, name: str) -> list[SassRow]:
     return TypeAdapter(list[SassRow]).validate_python(part["rows"])
 
 
-def _driver_report(tmp_path: Path) -> dict:
-    """Build the kernels and the C++ driver of ``cupti_path.h``, run it on the GPU, return its JSON report."""
+def _driver_report(tmp_path: Path) -> tuple[dict, Path]:
+    """Build the kernels and the C++ driver of ``cupti_path.h``, run it on the GPU: its report, the cubin."""
     cupti = find_cupti()
     if cupti is None:
         pytest.skip("no CUPTI headers and library in the CUDA toolkit here")
@@ -62,11 +62,11 @@ def _driver_report(tmp_path: Path) -> dict:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return json.loads(done.stdout), cubin
 
 
 def test_cupti_path_spans_census_and_sass_counts_on_the_gpu(tmp_path: Path) -> None:
-    report = _driver_report(tmp_path)
+    report, cubin = _driver_report(tmp_path)
     assert report["start"] == "" and report["probe_error"] == "" and report["spans_error"] == "", report
 
     probe = Spans.model_validate(report["probe"])  # the runner's probe: one memset in window 0
@@ -110,7 +110,7 @@ def test_hardware_counters_count_the_wgmma_loop_and_nothing_in_simt(tmp_path: Pa
     from ptxgym.evaluation.protocol import HwCounts
     from ptxgym.evaluation.trusted.target_work import GMMA_INST_METRIC, TMA_BYTES_METRIC
 
-    report = _driver_report(tmp_path)
+    report, cubin = _driver_report(tmp_path)
     counts = {}
     for name in ("simt", "hgmma"):
         part = report[f"hw_{name}"]
