@@ -31,13 +31,7 @@ namespace ptxrunner::cupti {
 
 namespace range_detail {
 
-inline std::string failed(CUptiResult r, const char* call) {
-  if (r == CUPTI_SUCCESS) return "";
-  const char* text = nullptr;
-  cuptiGetResultString(r, &text);
-  return std::string(call) + " failed: " + (text ? text : "unknown CUPTI error") + " (" + std::to_string(r) +
-         ")";
-}
+using detail::failed;  // "<call> failed: <CUPTI's message> (<code>)" (cupti_path.h)
 
 // The host object and the config image of hw_metrics() for the context's chip; "" on success.
 struct Host {
