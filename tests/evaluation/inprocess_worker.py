@@ -224,3 +224,25 @@ def _describe(cmd) -> str:
     if isinstance(cmd, Call):
         return f"call:{cmd.set}:{cmd.timed}:{cmd.flush}"
     return cmd.op
+
+
+def run_in_session(candidate, arena, settings, scratch, seed: int = 7, pool: bool = False):
+    """Correctness, then timing (if correct), of ``candidate`` in a CPU session: ``(result, session)``.
+
+    As the evaluator runs a subject; ``pool``: the session may use the arena's verified pool.
+    """
+    from ptxgym.evaluation.protocol import Load
+    from ptxgym.evaluation.trusted.session import Session, SessionResult
+    from ptxgym.evaluation.trusted.timing import EVENTS
+
+    session = Session(InProcessWorker(candidate, scratch), arena, settings, EVENTS, seed, 10.0)
+    session.attach(1, cupti=False)
+    if pool:
+        session.use_pool()
+    session.calibrate(n=3)
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.correctness(result)
+    if result.failure is None:
+        session.timing(result, crosscheck=False)
+    return result, session

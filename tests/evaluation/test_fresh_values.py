@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import InProcessWorker  # noqa: E402
+from inprocess_worker import InProcessWorker, run_in_session  # noqa: E402
 
 from ptxgym.evaluation.protocol import Load  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
@@ -111,15 +111,7 @@ def judge(candidate, tmp_path, task=None, fresh=True, seed=7) -> tuple[SessionRe
     arena = Arena(task or gemm_task(), [1, 2, 3], "cpu", tmp_path)
     if not fresh:
         arena.fresh = ()  # the old protocol: timed calls only flip signs of the seeded sets
-    session = Session(InProcessWorker(candidate, tmp_path), arena, SETTINGS, EVENTS, seed, 10.0)
-    session.attach(1, cupti=False)
-    session.calibrate(n=3)
-    session.load(Load(kind="so", path="candidate.so", entry="run"))
-    result = SessionResult()
-    session.correctness(result)
-    if result.failure is None:
-        session.timing(result, crosscheck=False)
-    return result, arena
+    return run_in_session(candidate, arena, SETTINGS, tmp_path, seed)[0], arena
 
 
 def test_an_honest_candidate_passes_every_verified_timed_call(tmp_path):

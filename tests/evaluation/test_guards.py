@@ -96,7 +96,7 @@ def test_a_gap_names_the_nearer_buffer():
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import InProcessWorker  # noqa: E402
+from inprocess_worker import InProcessWorker, run_in_session  # noqa: E402
 
 from ptxgym.evaluation.protocol import Load  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
@@ -142,15 +142,7 @@ class OverrunC:
 
 
 def judge(candidate, arena) -> SessionResult:
-    session = Session(InProcessWorker(candidate, arena.scratch), arena, SETTINGS, EVENTS, 7, 10.0)
-    session.attach(1, cupti=False)
-    session.calibrate(n=3)
-    session.load(Load(kind="so", path="candidate.so", entry="run"))
-    result = SessionResult()
-    session.correctness(result)
-    if result.failure is None:
-        session.timing(result, crosscheck=False)
-    return result
+    return run_in_session(candidate, arena, SETTINGS, arena.scratch)[0]
 
 
 @pytest.fixture

@@ -11,16 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import InProcessWorker  # noqa: E402
+from inprocess_worker import run_in_session  # noqa: E402
 
 import ptxgym.evaluation.trusted.arena as arena_module  # noqa: E402
 import ptxgym.evaluation.trusted.verified_pool as verified_pool  # noqa: E402
-from ptxgym.evaluation.protocol import Load, SandboxLayer, SandboxReport  # noqa: E402
+from ptxgym.evaluation.protocol import SandboxLayer, SandboxReport  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
 from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
 from ptxgym.evaluation.trusted.inputs import load_reference, run_reference  # noqa: E402
 from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
-from ptxgym.evaluation.trusted.timing import EVENTS  # noqa: E402
 from ptxgym.records.feedback import Stage, Status  # noqa: E402
 
 SETTINGS = EvalSettings(warmup=2, iterations=12, trials=2, correctness_sets=3, rotate_sets=3)
@@ -55,17 +54,7 @@ class ByReference:
 
 def judge(candidate, arena: Arena, tmp_path, seed=7, pool=True) -> tuple[SessionResult, Session]:
     """Correctness, then timing, as the evaluator runs a subject; ``pool``: it may use the arena's pool."""
-    session = Session(InProcessWorker(candidate, tmp_path), arena, SETTINGS, EVENTS, seed, 10.0)
-    session.attach(1, cupti=False)
-    if pool:
-        session.use_pool()
-    session.calibrate(n=3)
-    session.load(Load(kind="so", path="candidate.so", entry="run"))
-    result = SessionResult()
-    session.correctness(result)
-    if result.failure is None:
-        session.timing(result, crosscheck=False)
-    return result, session
+    return run_in_session(candidate, arena, SETTINGS, tmp_path, seed, pool)
 
 
 def count_references(monkeypatch) -> list[int]:
