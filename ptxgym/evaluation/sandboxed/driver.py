@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         from ptxgym.evaluation.sandboxed import sandbox
 
         try:
-            report = sandbox.apply(args.sandbox, Path(args.scratch))
+            report = sandbox.apply(args.sandbox, Path(args.scratch), shm=True)  # the profiler's channel
         except sandbox.SandboxError as exc:
             print(f"driver: the sandbox could not be applied: {exc}", file=sys.stderr)
             return 3

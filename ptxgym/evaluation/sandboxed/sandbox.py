@@ -19,7 +19,9 @@ Nothing lifts it again. The layers, in the order they are reported:
    the C library use (``/dev/nvidia*``, ``/dev/null`` and the like; not disks). Not ``/dev/shm``: a
    file there outlives the worker (a candidate could carry what it saw to a later candidate's session,
    or fill the host's memory), and nothing the worker runs after the sandbox needs it (the native
-   runner's jail, scratch only, serves the same calls on the H200). Reading
+   runner's jail, scratch only, serves the same calls on the H200). The one-shot process Nsight
+   Compute or compute-sanitizer profiles (``driver.py``) keeps it writable: their front ends may talk
+   through it (not verified otherwise), and no verified pool serves those runs. Reading
    and executing stay allowed everywhere. With Landlock ABI >= 6 the worker also cannot send signals to
    processes outside its sandbox (it cannot kill the trusted evaluator).
 4. ``rlimits`` (per process): no core files, files of at most 64 MiB (Python ignores SIGXFSZ, so a longer
@@ -99,8 +101,11 @@ class SandboxError(InfraError):
     """The sandbox cannot be applied as asked (strict mode with a layer unavailable, or no scratch dir)."""
 
 
-def apply(mode: str, scratch: Path) -> SandboxReport:
+def apply(mode: str, scratch: Path, shm: bool = False) -> SandboxReport:
     """Sandbox this process (every layer, best effort) and report what is enforced.
+
+    ``shm``: also let it write ``/dev/shm`` (the one-shot profiled process of ``driver.py``, whose
+    profiler or sanitizer front end may talk through it; never a worker: module docstring, layer 3).
 
     Raises ``SandboxError`` when ``scratch`` is not a directory, or in mode ``strict`` when a layer is
     unavailable (the layers that did apply stay applied; the process should be discarded).
@@ -116,7 +121,7 @@ def apply(mode: str, scratch: Path) -> SandboxReport:
         network = _unavailable("network", f"needs no_new_privs ({nnp_error})")
         filesystem = _unavailable("filesystem", f"needs no_new_privs ({nnp_error})")
     else:
-        filesystem = _landlock(scratch)
+        filesystem = _landlock(scratch, shm)
         network = _seccomp()  # last of the two: its TSYNC spreads no_new_privs to every thread
     layers = [_no_new_privs_coverage(nnp_error), network, filesystem, _rlimits(), _environment(scratch)]
     report = SandboxReport(mode=mode, layers=layers)
@@ -203,18 +208,20 @@ def landlock_abi() -> tuple[int, str]:
     return landlock.abi()
 
 
-def _writable_paths(scratch: Path, write: int) -> list[tuple[Path, int]]:
+def _writable_paths(scratch: Path, write: int, shm: bool = False) -> list[tuple[Path, int]]:
     """Where the sandboxed worker may still write, with the rights granted beneath each."""
     dev = Path("/dev")
     nodes = [p for p in sorted(dev.glob("nvidia*")) if p.exists()]
     nodes += [dev / name for name in DEVICE_NODES if (dev / name).exists()]
     paths = [(scratch, write)]
+    if shm and (dev / "shm").is_dir():
+        paths.append((dev / "shm", write))
     paths += [(node, write) for node in nodes]  # file rules keep only the file rights (write, truncate)
     paths.append((Path("/proc/self"), write & landlock.FILE_RIGHTS))  # /proc/<pid>: thread names, oom score
     return paths
 
 
-def _landlock(scratch: Path) -> SandboxLayer:
+def _landlock(scratch: Path, shm: bool = False) -> SandboxLayer:
     abi, why = landlock_abi()
     if not abi:
         return _unavailable("filesystem", why)
@@ -225,7 +232,7 @@ def _landlock(scratch: Path) -> SandboxLayer:
     except OSError as exc:
         return _unavailable("filesystem", str(exc.strerror))
     with ruleset:
-        for path, rights in _writable_paths(scratch, write):
+        for path, rights in _writable_paths(scratch, write, shm):
             error = ruleset.allow(path, rights)
             if error and path == scratch:
                 return _unavailable("filesystem", error)
@@ -238,7 +245,8 @@ def _landlock(scratch: Path) -> SandboxLayer:
         if ret < 0:
             return _unavailable("filesystem", f"landlock_restrict_self: {os.strerror(-ret)}")
     detail = (
-        f"writes only beneath {scratch}, /proc/self and to /dev/nvidia*, /dev/null-like nodes "
+        f"writes only beneath {scratch}{', /dev/shm' if shm else ''}, /proc/self and to /dev/nvidia*, "
+        "/dev/null-like nodes "
         f"(Landlock ABI {abi}{'; no signals to processes outside the sandbox' if scoped else ''})"
     )
     if tsync or threads <= 1:
