@@ -195,3 +195,53 @@ def test_hw_record_sizes_the_counters_with_the_counted_calls_flops_per_mma() -> 
     partial = HwCounts(metrics={GMMA_INST_METRIC: 1.0}, passes=1, ranges=1)
     missing = hw_record(SessionResult(hw_counts=partial), sass, 1.0, 1.0)["error"]
     assert missing == f"the hardware counters lack {TMA_BYTES_METRIC}"
+
+
+def test_the_smallest_static_tile_sizes_counters_alone() -> None:
+    from ptxgym.evaluation.trusted.target_work import smallest_tile_flops
+
+    ops = ["HGMMA.64x256x16.F32.BF16", "HGMMA.64x8x16.F32.BF16", "FFMA", "UTMALDG.2D"]
+    assert smallest_tile_flops(ops, HOPPER) == 2 * 64 * 8 * 16
+    assert smallest_tile_flops(["FFMA", "UTMALDG.2D"], HOPPER) is None
+
+
+def test_a_lower_bound_disagrees_with_nsight_compute_only_by_claiming_more() -> None:
+    from ptxgym.evaluation.trusted.sass_join import counts_agree
+
+    def info(flops: float) -> TargetInfo:
+        return TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, mma_flops=flops)
+
+    assert counts_agree(info(0.5e12), info(1e12)) != ""  # exact counts must match
+    assert counts_agree(info(0.5e12), info(1e12), lower_bound=True) == ""  # a bound below is consistent
+    assert "differ" in counts_agree(info(1.5e12), info(1e12), lower_bound=True)  # a bound above is not
+
+
+@pytest.mark.nvcc
+def test_hardware_counters_alone_prove_the_target_with_a_lower_bound(tmp_path: Path) -> None:
+    """``hw_only_target`` on a real module (the decoy wgmma kernel of the audit corpus) and given counters."""
+    from ptxgym.audit.corpus import build_kernel
+    from ptxgym.cpu.sass import module_pcs
+    from ptxgym.evaluation.trusted.base import BuiltCandidate
+    from ptxgym.evaluation.trusted.sass_join import hw_only_target
+    from ptxgym.evaluation.trusted.session import SessionResult
+    from ptxgym.evaluation.trusted.target_work import TMA_INST_METRIC, smallest_tile_flops
+
+    so = build_kernel("decoy_wgmma")
+    cand = BuiltCandidate(
+        task_id="Gemm-sm90a", so_path=so, source_sha256="0", artifact_sha256="0", static_target=True
+    )
+    tile = smallest_tile_flops((op for ops in module_pcs(so).values() for op in ops.values()), HOPPER)
+    assert tile is not None
+    task_flops, min_bytes = 1000 * tile, 1e6
+    metrics = {GMMA_INST_METRIC: 4.0 * 600, TMA_BYTES_METRIC: 2e6, TMA_INST_METRIC: 10.0}
+    counts = HwCounts(metrics=metrics, passes=1, ranges=1)
+    info, record = hw_only_target(cand, SessionResult(hw_counts=counts), HOPPER, task_flops, min_bytes)
+    assert info is not None and record["error"] == "" and record["flops_per_mma"] == tile
+    assert info.executed is Verdict.YES and info.counts == {"GMMA": 600, "TMA loads": 10}
+    assert info.mma_share == pytest.approx(0.6) and info.tma_share == pytest.approx(2.0)
+    assert info.work is Verdict.YES and "lower bound" in info.message
+    none = HwCounts(metrics={GMMA_INST_METRIC: 0.0, TMA_BYTES_METRIC: 0.0}, passes=1, ranges=1)
+    idle, _ = hw_only_target(cand, SessionResult(hw_counts=none), HOPPER, task_flops, min_bytes)
+    assert idle is not None and idle.executed is Verdict.NO and idle.work is Verdict.NO
+    failed, why = hw_only_target(cand, SessionResult(hw_count_error="HwCountError: x"), HOPPER, 1.0, 1.0)
+    assert failed is None and why == {"error": "HwCountError: x"}

@@ -258,6 +258,26 @@ def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator):
     print(f"HW_COUNTERS {found.group(0)}; tma_share {target.tma_share:.3f}")
 
 
+def test_hardware_counters_alone_credit_the_expert_without_a_patched_call(native_evaluator):
+    """``sass_count_with_hw=False``: no SASS-patched call; the hardware counters alone prove the target.
+
+    The expert GEMM has one wgmma tile shape, so the lower bound is exact: MMA share ~1.0, credited.
+    """
+    before = native_evaluator.settings
+    native_evaluator.settings = before.model_copy(update={"sass_count_with_hw": False})
+    try:
+        fb = _run(native_evaluator, GEMM.read_text() + "\n// hw only\n")  # a new build: no cached verdict
+    finally:
+        native_evaluator.settings = before
+    assert fb.status.value == "PASSED", fb.message
+    target = fb.target
+    assert target is not None and target.credited, target
+    assert "hardware counters only" in target.message and "GMMA" in target.counts, target
+    assert target.mma_share is not None and abs(target.mma_share - 1.0) <= 0.01, target.mma_share
+    assert "count" not in fb.stage_wall_s or fb.stage_wall_s["count"] < 0.05, fb.stage_wall_s
+    print(f"HW_ONLY {target.message}; stages {fb.stage_wall_s}")
+
+
 @pytest.mark.parametrize("name", ["noop", "device_reset", "unobserved_oob_read"])
 def test_hostile_kernels_in_the_runner(native_evaluator, name):
     """Audit corpus kernels judged in the runner as the audit expects of any evaluator.

@@ -176,6 +176,13 @@ class EvalSettings(BaseModel):
         "only lower the SASS-counted call's and whose TMA bytes join the work verdict "
         "(``target_work.hw_share``). Off: one counted call, as before.",
     )
+    sass_count_with_hw: bool = Field(
+        True,
+        description="Where the hardware-counted call is made, also make the SASS-patched counted call. "
+        "False: the hardware counters alone decide (``sass_join.hw_only_target``): no patched call to "
+        "notice and none of its cost (0.3-0.7 s a candidate on the H200), FLOPs per MMA from the module's "
+        "smallest static MMA tile (a lower bound). Not yet run on a GPU.",
+    )
     module_census: bool = Field(
         True,
         description="Record every module the driver loads in the worker (CUPTI's module-loaded callback) so "

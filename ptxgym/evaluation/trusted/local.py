@@ -68,7 +68,13 @@ from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
 from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeRunners
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
-from ptxgym.evaluation.trusted.sass_join import counted_target, hw_record, in_band_info, with_hw
+from ptxgym.evaluation.trusted.sass_join import (
+    counted_target,
+    hw_only_target,
+    hw_record,
+    in_band_info,
+    with_hw,
+)
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
@@ -625,13 +631,14 @@ class LocalGpuEvaluator(Evaluator):
             turn.stage = Stage.TIME
             with turn.timed("time"):
                 base = turn.baseline.stats if turn.baseline is not None else None
+                hw = self._hw_counts(turn, handle)
                 session.count_outside = self.count_outside
                 session.timing(
                     result,
                     strict=strict,
                     baseline_ms=base.median_ms if base else None,
-                    count=self._counts(turn),
-                    hw_count=self._hw_counts(turn, handle),
+                    count=self._counts(turn) and not (hw and not self.settings.sass_count_with_hw),
+                    hw_count=hw,
                 )
             self._note_counted(turn, session)
             turn.details["verified_pool"] = session.pool_record()
@@ -803,7 +810,9 @@ class LocalGpuEvaluator(Evaluator):
         anomaly = self._anomaly(stats, floor, result)
         if anomaly or stats is None:
             return unpaid(Status.TIMING_ANOMALY, anomaly)
-        if result.sass_rows is not None or result.count_error:
+        if result.sass_rows is None and not result.count_error and result.hw_counted is not None:
+            self._hw_only(turn, result)
+        elif result.sass_rows is not None or result.count_error:
             record = counted_target(turn.candidate, result, self.arch, turn.task.flops)
             turn.details["in_band_target"] = record
             if self.arch is not None:
@@ -838,6 +847,16 @@ class LocalGpuEvaluator(Evaluator):
             environment=self.environment,
             **extra,
         )
+
+    def _hw_only(self, turn: Turn, result: SessionResult) -> None:
+        """The in-band target from the hardware-counted call alone (``sass_count_with_hw`` off)."""
+        if turn.candidate is None or self.arch is None or result.hw_counted is None:
+            return
+        task = turn.task
+        info, record = hw_only_target(turn.candidate, result, self.arch, task.flops, task.min_bytes)
+        turn.details["hw_counters"] = {**record, "call": result.hw_counted.record(), "alone": True}
+        note = "" if info is not None else f"hardware counters: {record['error']}"
+        turn.in_band = replace(turn.in_band, target=info, note=note, flops_lower_bound=info is not None)
 
     def _anomaly(self, stats, floor: float, result: SessionResult) -> str:
         if result.missing_spans:

@@ -36,7 +36,10 @@ to find it:
   nothing patched or replayed, the call runs at its own speed; ``session.py``, ``target_work.hw_share``),
   and the MMA share that decides is the smaller of the two calls', so a kernel switching on the slowdown
   shows no wgmma there and loses the credit (``instrumented_wgmma`` in ``ptxgym audit`` plays it with an
-  SM-clock probe). What remains: the range profiler is also CUPTI in the
+  SM-clock probe). With ``EvalSettings.sass_count_with_hw`` off the patched call is not made at all
+  where the hardware counters are read (``sass_join.hw_only_target``: FLOPs per MMA from the module's
+  smallest static tile, a lower bound; Nsight Compute's cross-check then only refuses a bound above its
+  own count); not yet run on a GPU. What remains: the range profiler is also CUPTI in the
   candidate's process (host code could ask whether it is enabled), and the Python worker reads no
   hardware counters (there the hole stays as described).
 * The counts are the worker's word: the candidate's host code shares the process and could forge the
@@ -81,6 +84,8 @@ class InBand:
     """Why there is no usable count ("" when there is one, or none was taken)."""
     crosscheck: bool = False
     """Whether Nsight Compute profiles this candidate too (the evaluator's secret draw)."""
+    flops_lower_bound: bool = False
+    """The target's MMA FLOPs are a lower bound (hardware counters only: ``sass_join.hw_only_target``)."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def _target(run: _Run, in_band: InBand) -> ProofResults:
         return dataclasses.replace(profiled, target=target)
     if profiled.target.executed not in (Verdict.YES, Verdict.NO):  # nothing to compare: in-band stands
         return dataclasses.replace(profiled, target=in_band.target, source=Proof.CUPTI_IN_BAND)
-    differ = counts_agree(in_band.target, profiled.target)
+    differ = counts_agree(in_band.target, profiled.target, lower_bound=in_band.flops_lower_bound)
     return dataclasses.replace(
         profiled, target=in_band.target, mismatch=differ, cross_checked=profiled.target
     )

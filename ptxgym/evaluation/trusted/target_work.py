@@ -147,6 +147,18 @@ GMMA_INST_METRIC = "smsp__inst_executed_pipe_tensor_op_gmma.sum"
 """Range-profiler metric: warp instructions of the tensor pipe's GMMA ops (``runner/hw_logic.h``)."""
 TMA_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
 """Range-profiler metric: bytes global TMA loads read from L2 into the SM (``runner/hw_logic.h``)."""
+TMA_INST_METRIC = "smsp__inst_executed_op_tma_ld.sum"
+"""Range-profiler metric: warp instructions of global TMA loads (UTMALDG, UBLKCP.S.G) executed."""
+
+
+def smallest_tile_flops(opcodes: Iterable[str], arch: ArchSpec) -> float | None:
+    """FLOPs of the smallest MMA tile any of ``opcodes`` spells (None: no sized MMA opcode).
+
+    The hardware counter counts GMMA instructions, not their tiles: sized by the smallest tile the module
+    holds, the executed FLOPs are a lower bound (exact for a kernel with one tile shape).
+    """
+    sized = [t for op in opcodes if arch.is_mma_opcode(op) and (t := tile_flops(op))]
+    return float(min(sized)) if sized else None
 
 
 @dataclass(frozen=True)
