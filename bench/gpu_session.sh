@@ -15,7 +15,7 @@
 #          slow cut-off's probe; quiet spares; the matched calibration), the verified pool's GPU tests,
 #          FlashInfer's GQA baselines.
 # benches: the wall allowance (quiet vs noisy spares, both processes), the GPU cost per verified
-#          candidate with the pool (native runner, partial jail accepted).
+#          candidate with the pool (native runner, partial jail accepted), and with hardware counters alone.
 # throughput: 16 distinct cold candidates at 1, 4 and 16 envs (issue 12), no secret ncu draw.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +49,9 @@ case "$stage" in
       --hidden-us 40 --repeats 2 --noisy-spares
     PTXGYM_CANDIDATE_PROCESS=native timeout 200 python3 bench/gpu_cost.py --out "$out/gpu_cost_pool.txt" \
       --set verified_pool_partial_jail=true
+    PTXGYM_CANDIDATE_PROCESS=native timeout 120 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_only.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
+      --set sass_count_with_hw=false
     ;;
   throughput)
     timeout 540 python3 bench/throughput.py --evaluator local --sizes 1,4,16 --candidates 16 \
