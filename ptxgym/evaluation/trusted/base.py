@@ -181,7 +181,10 @@ class EvalSettings(BaseModel):
         description="Where the hardware-counted call is made, also make the SASS-patched counted call. "
         "False: the hardware counters alone decide (``sass_join.hw_only_target``): no patched call to "
         "notice and none of its cost (0.3-0.7 s a candidate on the H200), FLOPs per MMA from the module's "
-        "smallest static MMA tile (a lower bound). Not yet run on a GPU.",
+        "smallest static MMA tile (a lower bound). What it gives up: the SASS rows tie the counts to the "
+        "built module's instructions, while the hardware-counted call runs outside the activity trial, so "
+        "no census sees its kernels (a module loaded from memory that runs only there would count). Keep "
+        "it on until that call runs inside a trial. Not yet run on a GPU.",
     )
     module_census: bool = Field(
         True,

@@ -205,7 +205,8 @@ def hw_only_target(
     Executed: any GMMA or global TMA-load instruction counted. MMA FLOPs: GMMA instructions / 4 (one per
     warp of a warpgroup) x the module's smallest static MMA tile, a lower bound; TMA share as in
     ``with_hw``. ``(None, record)`` with the record's ``error`` when the counters or the listing failed:
-    the caller then has no in-band proof (Nsight Compute decides).
+    the caller then has no in-band proof (Nsight Compute decides). Unlike SASS rows, the counters are not
+    tied to the built module: the call runs outside the activity trial, so no census sees its kernels.
     """
     if result.hw_counts is None:
         return None, {"error": result.hw_count_error or "no hardware-counted call was made"}
