@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# The GPU work the CPU-only session of 2026-12-04 (evening) left to confirm, as four device runs of at
-# most ~9 minutes each (the device allows 10 per command, 30 per session). Every log goes to OUTDIR with
+# The GPU work the CPU-only session of 2026-12-04 (evening) left to confirm, as device runs of at most
+# ~9 minutes each (the device allows 10 per command, 30 per session: native, python and benches fit one
+# session, throughput the next unless time is left). Every log goes to OUTDIR with
 # the date, GPU and COMMIT in its header (the device copy's git metadata is stale: pass COMMIT).
 #
-#   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh native  $OUT
+#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh native  $OUT
 #   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh python  $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh throughput $OUT
 #
 # native:  the evaluator suite, the five experts and the runner's GPU tests with candidates in the native
-#          runner (the default flip waits on it), the hardware-counter tests, the jail probe (which layer
-#          stops cuInit before exec; the split jail).
-# python:  the evaluator suite in the Python worker (its sandbox no longer lets /dev/shm be written; the
-#          slow cut-off's probe; quiet spares; the matched calibration), the verified pool's GPU tests,
-#          FlashInfer's GQA baselines.
+#          runner (the default flip waits on it), the hardware-counter tests.
+# python:  the jail probe (which layer stops cuInit before exec; the split jail), the evaluator suite in
+#          the Python worker (its sandbox no longer lets /dev/shm be written; the slow cut-off's probe;
+#          quiet spares; the matched calibration), the verified pool's GPU tests, FlashInfer's GQA
+#          baselines.
 # benches: the wall allowance (quiet vs noisy spares, both processes), the GPU cost per verified
 #          candidate with the pool (native runner, partial jail accepted), and with hardware counters alone.
 # throughput: 16 distinct cold candidates at 1, 4 and 16 envs (issue 12), no secret ncu draw.
@@ -27,19 +28,19 @@ bash bench/carried_install.sh || exit 2
 header() { echo "# $1: $(date -u +%Y-%m-%dT%H:%MZ), commit ${COMMIT:-unknown}, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"; }
 case "$stage" in
   native)
-    PTXGYM_CANDIDATE_PROCESS=native timeout 420 bash bench/gpu_tests.sh "$out/native" --timeout 200 -q \
+    PTXGYM_CANDIDATE_PROCESS=native timeout 540 bash bench/gpu_tests.sh "$out/native" --timeout 200 -q \
       tests/evaluation/test_gpu_evaluator.py tests/knowledge_packs/test_expert_solutions.py \
       tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_runner_cupti_gpu.py
-    { header "runner jail probe"; timeout 100 python3 bench/runner_jail_probe.py --out "$out/jail_probe.txt"; } \
-      > "$out/jail_probe.log" 2>&1
     ;;
   python)
+    { header "runner jail probe"; timeout 100 python3 bench/runner_jail_probe.py --out "$out/jail_probe.txt"; } \
+      > "$out/jail_probe.log" 2>&1
     # shellcheck disable=SC1091
     source bench/carried_flashinfer.sh
-    timeout 330 bash bench/gpu_tests.sh "$out/python" --timeout 200 -q tests/evaluation/test_gpu_evaluator.py \
+    timeout 300 bash bench/gpu_tests.sh "$out/python" --timeout 200 -q tests/evaluation/test_gpu_evaluator.py \
       tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_verified_pool.py
     { header "flashinfer"; timeout 60 python3 bench/flashinfer_aot.py check; } > "$out/flashinfer_check.log" 2>&1
-    timeout 120 bash bench/gpu_tests.sh "$out/flashinfer" --timeout 100 -q -s \
+    timeout 100 bash bench/gpu_tests.sh "$out/flashinfer" --timeout 100 -q -s \
       tests/evaluation/test_flashinfer_baselines_gpu.py
     ;;
   benches)
