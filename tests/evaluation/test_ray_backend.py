@@ -173,9 +173,10 @@ def test_candidate_that_kills_its_actor_twice_is_infra_error(task, built) -> Non
     with _pool(functools.partial(Echo, die_on=0)) as evaluator:
         verdicts = evaluator.evaluate_many([(task, built), (task, built.model_copy(update={"turn": 1}))])
         alive = ray.get(evaluator.actors()[0].node_id.remote(), timeout=60)
-    assert verdicts[0].status is Status.INFRA_ERROR
-    assert "died while evaluating this candidate, 2 times" in verdicts[0].message
-    assert verdicts[1].status is Status.NOT_EVALUATED and verdicts[1].details["turn"] == 1
+    said = [(v.status.value, v.message[:300], v.details.get("ray")) for v in verdicts]  # shown if one fails
+    assert verdicts[0].status is Status.INFRA_ERROR, said
+    assert "died while evaluating this candidate, 2 times" in verdicts[0].message, said
+    assert verdicts[1].status is Status.NOT_EVALUATED and verdicts[1].details["turn"] == 1, said
     assert alive
 
 
