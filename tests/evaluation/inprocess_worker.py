@@ -186,7 +186,12 @@ class InProcessWorker:
         return Reply(seq=self.seq, ok=True, counts=[COUNTED_ROW])
 
     def _hw_counted(self, cmd: Call) -> Reply:
-        """A hardware-counted call: the candidate runs; ``hw_counts`` (or ``hw_error``) is the answer."""
+        """A hardware-counted call: the candidate runs; ``hw_counts`` (or ``hw_error``) is the answer.
+
+        Asked inside an activity trial (``timed``), its window is recorded like a timed call's (census).
+        """
+        if cmd.timed and self.in_trial:
+            self.windows.append(self.seq)
         self.hw_counting = True
         try:
             self.calls += 1

@@ -67,7 +67,7 @@ def test_one_verified_untimed_call_at_a_place_of_its_own(arena, tmp_path):
         assert fake.calls == SETTINGS.trials * (SETTINGS.warmup + SETTINGS.iterations) + 2
         hw_call, counted_call = fake.hw_counted_calls[0][0], fake.counted_calls[0][0]
         assert hw_call != counted_call and result.hw_counted.call == hw_call
-        assert result.hw_counted.in_trial is False and "never runs inside" in result.hw_counted.outside
+        assert result.hw_counted.in_trial is False and "outside activity trials" in result.hw_counted.outside
         places[hw_call] += 1
     assert len(places) >= 5  # the place varies over steps
 
@@ -88,6 +88,22 @@ def test_outside_the_activity_trial(arena, tmp_path):
     i = fake.transcript.index(next(c for c in fake.transcript if c.startswith("hw:")))
     assert fake.transcript[i - 1] == "trial_end" and fake.transcript[i + 1] == "trial_begin"
     assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations}  # timed calls only
+
+
+def test_inside_the_activity_trial_when_asked(arena, tmp_path):
+    """``hw_count_in_trial``: the trial stays open around the call, and its kernels join the census."""
+    fake = InProcessWorker(_honest, tmp_path)
+    fake.spans = True
+    inside = SETTINGS.model_copy(update={"hw_count_in_trial": True})
+    result = _timing(arena, fake, 8, backend=CUPTI, settings=inside, hw_count=True)
+    assert result.failure is None and result.missing_spans == 0
+    assert fake.hw_counted_calls[0][1] is True and result.hw_counted.in_trial is True
+    assert result.hw_counted.outside == ""
+    i = fake.transcript.index(next(c for c in fake.transcript if c.startswith("hw:")))
+    assert fake.transcript[i - 1] != "trial_end"  # the trial was not closed before it,
+    assert fake.transcript.count("trial_begin") == SETTINGS.trials  # nor begun again after it
+    assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1}  # and its own
+    assert [len(t) for t in result.trials] == [SETTINGS.iterations] * SETTINGS.trials  # not a latency
 
 
 def test_a_wrong_result_on_the_hw_counted_call_is_a_wrong_timed_call(arena, tmp_path):

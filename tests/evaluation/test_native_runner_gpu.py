@@ -236,15 +236,23 @@ def test_expert_gemm_native_and_python(native_evaluator):
     assert abs(s_native / s_python - 1.0) <= 0.03, (s_native, s_python)
 
 
-def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator):
+@pytest.mark.parametrize("in_trial", [False, True])
+def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator, in_trial):
     """The hardware-counted call (range profiler, unpatched) on the expert GEMM in the runner.
 
     Its wgmma count equals the SASS-counted call's (HGMMA predicate-true threads / 128), and the bytes its
     TMA loads moved are at least the task's minimal traffic (a tiled GEMM reloads its inputs per tile).
+    ``in_trial``: the call inside the activity trial (``hw_count_in_trial``; the experiment that decides
+    that setting's default: CUPTI's SASS metrics read zero inside a trial).
     """
     import re
 
-    native = _run(native_evaluator, GEMM.read_text())
+    before = native_evaluator.settings
+    native_evaluator.settings = before.model_copy(update={"hw_count_in_trial": in_trial})
+    try:
+        native = _run(native_evaluator, GEMM.read_text() + f"\n// in trial {in_trial}\n")
+    finally:
+        native_evaluator.settings = before
     assert (native.environment.sandbox or {}).get("process", "").startswith("native")
     assert native.status.value == "PASSED", native.message
     target = native.target

@@ -475,7 +475,8 @@ class Runner {
     const ArgSet& set = chosen_set(cmd);
     if (cmd.has("count") && cmd.at("count").b) return counted_call(set);
     if (cmd.has("hw_count") && cmd.at("hw_count").b)
-      return hw_counted_call(set, !cmd.has("flush") || cmd.at("flush").b);
+      return hw_counted_call(set, !cmd.has("flush") || cmd.at("flush").b, cmd.at("seq").as_int("seq"),
+                             cmd.has("timed") && cmd.at("timed").b);
     int64_t seq = cmd.at("seq").as_int("seq");
     bool flush = !cmd.has("flush") || cmd.at("flush").b;
     bool timed = cmd.has("timed") && cmd.at("timed").b;
@@ -551,7 +552,9 @@ class Runner {
   // runs whatever happens to the profiler, and an error of the profiler is hw_count_error, never counts.
   // The L2 is flushed before it as before a timed call (outside the profiled range), so the call meets
   // the cache state every timed call meets.
-  JsonWriter hw_counted_call(const ArgSet& set, bool flush) {
+  // `window`: inside an activity trial, the call's CUPTI window is recorded under `seq` (its kernels join
+  // the census; EvalSettings.hw_count_in_trial), as a timed call's is.
+  JsonWriter hw_counted_call(const ArgSet& set, bool flush, int64_t seq, bool window) {
     std::string counts = "null", error;
     bool ran = false;
 #if defined(PTXR_WITH_CUPTI)
@@ -559,6 +562,8 @@ class Runner {
       dev_->sync();
       if (flush) dev_->flush_l2();
       dev_->sync();
+      window = window && cupti_;
+      uint64_t t_start = window ? cupti::now() : 0;
       std::string json, raised;
       error = cupti::hw_count_json(
           [&] {
@@ -570,13 +575,14 @@ class Runner {
             }
           },
           dev_->context(), o_.device, &json, &ran);
+      if (window) cupti::window(seq, t_start, cupti::now());
       if (!raised.empty()) throw Failure(raised);
       if (error.empty()) counts = json;
     } else {
       error = "HwCountError: a host blob (the CPU test path) has no GPU counters to read";
     }
 #else
-    (void)flush;
+    (void)flush, (void)seq, (void)window;
     error = "HwCountError: this runner was built without CUPTI (cupti.h, libcupti or cupti_path.h missing at "
             "build time)";
 #endif

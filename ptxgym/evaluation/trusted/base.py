@@ -176,6 +176,12 @@ class EvalSettings(BaseModel):
         "only lower the SASS-counted call's and whose TMA bytes join the work verdict "
         "(``target_work.hw_share``). Off: one counted call, as before.",
     )
+    hw_count_in_trial: bool = Field(
+        False,
+        description="Make the hardware-counted call inside the CUPTI activity trial (its kernels then join "
+        "the census, and the call differs from a timed one only by the range profiler). Off until the H200 "
+        "shows the range profiler counts there (CUPTI's SASS metrics read zero inside a trial).",
+    )
     sass_count_with_hw: bool = Field(
         True,
         description="Where the hardware-counted call is made, also make the SASS-patched counted call. "

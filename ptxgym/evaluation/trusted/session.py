@@ -448,20 +448,24 @@ class Session:
         return True
 
     def _hw_counted(self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall]) -> bool:
-        """The hardware-counted call at its secret position, outside the activity trial (module docstring).
+        """The hardware-counted call at its secret position (module docstring); False when it failed a check.
 
-        False when it failed a check. ``segment``: the activity trial's timed calls so far (closed here).
+        Outside the activity trial, unless ``EvalSettings.hw_count_in_trial`` (its kernels then join the
+        census). ``segment``: the activity trial's timed calls so far (closed here).
         """
         where = result.hw_counted or CountedCall(trial=-1, slot=-1)
         cupti = self.backend == CUPTI
-        if cupti:
+        inside = cupti and self.settings.hw_count_in_trial
+        if cupti and not inside:
             self._close(stage, segment, result)
             segment.clear()
-        reply, ok = self._count_once(index, result, stage, False, hw=True)
-        where.call, where.in_trial = self.calls, False
-        where.outside = "the range profiler never runs inside an activity trial"
+        reply, ok = self._count_once(index, result, stage, inside, hw=True)
+        where.call, where.in_trial = self.calls, inside
+        where.outside = (
+            "" if inside else "the range profiler runs outside activity trials (hw_count_in_trial)"
+        )
         result.hw_counted = where
-        if cupti:
+        if cupti and not inside:
             self._request(TrialBegin(cupti=True), stage)
         if not ok:
             return False
