@@ -145,6 +145,9 @@ def test_matched_calibration_runs_the_no_op_about_as_long_as_the_baseline(arena,
         # a matched no-op whose wall time did not hold its claimed GPU time is not believed
         session.cal_matched = dataclasses.replace(matched, overhead_ms=-0.5)
         assert session.reference_calibration() is trivial
+        # a long baseline call: fewer matched calls (their GPU time is bounded), never fewer than 8
+        session.calibrate(n=20, match_ms=20.0)
+        assert session.cal_matched is not None and session.cal_matched.n == 8
     finally:
         session.worker.kill()
 

@@ -528,7 +528,8 @@ class Session:
             per_memset = (probe.latency_ms - self.cal.latency_ms) / PROBE_MEMSETS
             if per_memset > 0:
                 busy = min(MAX_BUSY_MEMSETS, max(1, round((match_ms - self.cal.latency_ms) / per_memset)))
-                self.cal_matched = self._calibration(n, busy)
+                calls = min(n, max(MIN_MATCHED_CALLS, int(MATCHED_BUDGET_MS / match_ms)))
+                self.cal_matched = self._calibration(calls, busy)
         return self.cal
 
     def reference_calibration(self) -> Calibration | None:
@@ -688,6 +689,11 @@ class Session:
 
 PROBE_MEMSETS = 4
 """Memsets of the flush buffer per call of the matched calibration's probe (3 calls)."""
+MATCHED_BUDGET_MS = 100.0
+"""GPU time the matched calibration's busy calls may take (fewer calls for a long baseline call: 20 for
+the GEMM's 0.77 ms and the MHA forward's 2.5 ms, 13 for the backward's 7.4 ms)."""
+MIN_MATCHED_CALLS = 8
+"""The fewest calls a matched calibration makes (its median and IQR need a few)."""
 MAX_BUSY_MEMSETS = 4096
 """Bound on the matched no-op's memsets per call (``Load.busy_memsets``): ~0.14 s at 2 x 50 MiB each."""
 
