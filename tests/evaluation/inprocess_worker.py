@@ -251,3 +251,38 @@ def run_in_session(candidate, arena, settings, scratch, seed: int = 7, pool: boo
     if result.failure is None:
         session.timing(result, crosscheck=False)
     return result, session
+
+
+class SignedOutputMemory:
+    """A GEMM cheat's memory: outputs kept by input magnitudes, replayed with the signs corrected.
+
+    The key is the magnitudes of A[:, 0] and B[:, 0], which sign flips leave alone (the caching attacks'
+    common core).
+    """
+
+    def __init__(self) -> None:
+        self.store: dict[tuple, tuple] = {}
+        self.replays = 0
+
+    @staticmethod
+    def _key(A, B) -> tuple:
+        a, b = A[:, 0].float(), B[:, 0].float()
+        return a, b, (tuple(a.abs().tolist()), tuple(b.abs().tolist()))
+
+    def recall(self, A, B, C) -> bool:
+        """Write the remembered output for these inputs, signs corrected; False if they are new."""
+        import torch
+
+        a, b, key = self._key(A, B)
+        if key not in self.store:
+            return False
+        a0, b0, c0 = self.store[key]
+        sign = torch.sign(a * a0)[:, None] * torch.sign(b * b0)[None, :]
+        C.copy_((c0.float() * sign).to(C.dtype))
+        self.replays += 1
+        return True
+
+    def remember(self, A, B, C) -> None:
+        """Keep C (already computed) under these inputs' key."""
+        a, b, key = self._key(A, B)
+        self.store[key] = (a.clone(), b.clone(), C.clone())

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import InProcessWorker, run_in_session  # noqa: E402
+from inprocess_worker import InProcessWorker, SignedOutputMemory, run_in_session  # noqa: E402
 
 from ptxgym.evaluation.protocol import Load  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
@@ -68,20 +68,17 @@ class SampledValueCache:
     """
 
     def __init__(self) -> None:
-        self.store: dict[tuple, tuple] = {}
-        self.replays = 0
+        self.memory = SignedOutputMemory()
+
+    @property
+    def replays(self) -> int:
+        return self.memory.replays
 
     def __call__(self, A, B, C):
-        a, b = A[:, 0].float(), B[:, 0].float()
-        key = (tuple(a.abs().tolist()), tuple(b.abs().tolist()))
-        if key in self.store:
-            a0, b0, c0 = self.store[key]
-            sign = torch.sign(a * a0)[:, None] * torch.sign(b * b0)[None, :]
-            C.copy_((c0.float() * sign).to(C.dtype))
-            self.replays += 1
+        if self.memory.recall(A, B, C):
             return
         C.copy_(_gemm(A, B))
-        self.store[key] = (a.clone(), b.clone(), C.clone())
+        self.memory.remember(A, B, C)
 
 
 class SignCorrectedReplay:

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import run_in_session  # noqa: E402
+from inprocess_worker import SignedOutputMemory, run_in_session  # noqa: E402
 
 import ptxgym.evaluation.trusted.arena as arena_module  # noqa: E402
 import ptxgym.evaluation.trusted.verified_pool as verified_pool  # noqa: E402
@@ -166,21 +166,20 @@ class TellsVerifiedCalls:
     """
 
     def __init__(self, learn: int) -> None:
-        self.learn, self.calls, self.skipped, self.replays = learn, 0, 0, 0
-        self.store: dict[tuple, tuple] = {}
+        self.learn, self.calls, self.skipped = learn, 0, 0
+        self.memory = SignedOutputMemory()
+
+    @property
+    def replays(self) -> int:
+        return self.memory.replays
 
     def __call__(self, A, B, C):
         self.calls += 1
-        a, b = A[:, 0].float(), B[:, 0].float()
-        key = (tuple(a.abs().tolist()), tuple(b.abs().tolist()))
-        if key in self.store:
-            a0, b0, c0 = self.store[key]
-            sign = torch.sign(a * a0)[:, None] * torch.sign(b * b0)[None, :]
-            C.copy_((c0.float() * sign).to(C.dtype))
-            self.replays += 1
-        elif self.calls <= self.learn:
+        if self.memory.recall(A, B, C):
+            return
+        if self.calls <= self.learn:
             C.copy_((A.float() @ B.float().T).to(C.dtype))
-            self.store[key] = (a.clone(), b.clone(), C.clone())
+            self.memory.remember(A, B, C)
         else:
             C.zero_()
             self.skipped += 1

@@ -108,25 +108,40 @@ def in_band_info(record: dict, arch: ArchSpec) -> tuple[TargetInfo | None, str]:
         if value["thread_inst_executed_true"] > 0:
             base = opcode.split(".")[0]
             counts[base] = counts.get(base, 0) + value["thread_inst_executed_true"]
-    executed = Verdict.YES if counts else Verdict.NO
     listed = ", ".join(f"{op} x{n}" for op, n in sorted(counts.items()))
     head = (
         f"executed target instructions ({listed}) in the counted call"
         if counts
         else f"no {arch.target_family} instruction executed with a true predicate in the counted call"
     )
-    info = TargetInfo(
+    message = f"{head}; {record['share_message']} (in-band CUPTI counts)"
+    return _executed(
+        arch, counts, message, record["mma_flops"], record["mma_share"], Verdict(record["work"])
+    ), ""
+
+
+def _executed(
+    arch: ArchSpec,
+    counts: dict[str, int],
+    message: str,
+    mma_flops: float | None,
+    mma_share: float | None,
+    work: Verdict,
+    tma_share: float | None = None,
+) -> TargetInfo:
+    """An in-band TargetInfo: executed when any target count is there, and no work credit without one."""
+    return TargetInfo(
         family=arch.target_family,
         mode="executed",
         static=True,
-        executed=executed,
+        executed=Verdict.YES if counts else Verdict.NO,
         counts=counts,
-        message=f"{head}; {record['share_message']} (in-band CUPTI counts)",
-        mma_flops=record["mma_flops"],
-        mma_share=record["mma_share"],
-        work=Verdict(record["work"]) if counts else Verdict.NO,
+        message=message,
+        mma_flops=mma_flops,
+        mma_share=mma_share,
+        tma_share=tma_share,
+        work=work if counts else Verdict.NO,
     )
-    return info, ""
 
 
 def counts_agree(in_band: TargetInfo, ncu: TargetInfo, rel: float = 0.02, lower_bound: bool = False) -> str:
@@ -223,20 +238,11 @@ def hw_only_target(
     mmas = metrics[GMMA_INST_METRIC] / WARPGROUP_WARPS
     loads = metrics.get(TMA_INST_METRIC, 0.0)
     counts = {k: int(v) for k, v in (("GMMA", mmas), ("TMA loads", loads)) if v > 0}
-    executed = Verdict.YES if counts else Verdict.NO
     required = share.tma_share if arch.is_target_opcode("UTMALDG") else None
     record = {"metrics": dict(metrics), **asdict(share), "flops_per_mma": per_mma, "error": ""}
-    info = TargetInfo(
-        family=arch.target_family,
-        mode="executed",
-        static=True,
-        executed=executed,
-        counts=counts,
-        message=f"{share.message} (hardware counters only, FLOPs per MMA from the module's smallest tile: "
-        "a lower bound)",
-        mma_flops=share.mma_flops,
-        mma_share=share.mma_share,
-        tma_share=share.tma_share,
-        work=work_verdict(share.mma_share, required) if counts else Verdict.NO,
+    message = (
+        f"{share.message} (hardware counters only, FLOPs per MMA from the module's smallest tile: "
+        "a lower bound)"
     )
-    return info, record
+    work = work_verdict(share.mma_share, required)
+    return _executed(arch, counts, message, share.mma_flops, share.mma_share, work, share.tma_share), record

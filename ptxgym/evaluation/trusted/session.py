@@ -381,6 +381,11 @@ class Session:
         self._close(stage, segment, result)
         return timed
 
+    def _split(self, stage: Stage, segment: list[TimedCall], result: SessionResult) -> None:
+        """Close the activity trial before an extra call made outside it (the caller begins it again)."""
+        self._close(stage, segment, result)
+        segment.clear()
+
     def _close(self, stage: Stage, segment: list[TimedCall], result: SessionResult) -> None:
         """End the activity trial: the spans of its timed calls, its census into the subject's."""
         spans = self._request(TrialEnd(), stage).spans
@@ -417,8 +422,7 @@ class Session:
         cupti = self.backend == CUPTI
         inside = cupti and not self.count_outside
         if cupti and not inside:
-            self._close(stage, segment, result)
-            segment.clear()
+            self._split(stage, segment, result)
         why = self.count_outside
         reply, ok = self._count_once(index, result, stage, inside)
         zero = ok and inside and not reply.count_error and not any(row.inst for row in reply.counts or ())
@@ -426,8 +430,7 @@ class Session:
             error = reply.count_error or "every executed count read zero"
             why = f"count error inside the activity trial: {error}"[:300]
             log.warning("%s; counting again outside the trial", why)
-            self._close(stage, segment, result)
-            segment.clear()
+            self._split(stage, segment, result)
             self.arena.prepare(index, self.generator, fresh=True, entry=self._entry(index, result))
             reply, ok = self._count_once(index, result, stage, False)
             inside = False
@@ -457,8 +460,7 @@ class Session:
         cupti = self.backend == CUPTI
         inside = cupti and self.settings.hw_count_in_trial
         if cupti and not inside:
-            self._close(stage, segment, result)
-            segment.clear()
+            self._split(stage, segment, result)
         reply, ok = self._count_once(index, result, stage, inside, hw=True)
         where.call, where.in_trial = self.calls, inside
         where.outside = (
