@@ -7,7 +7,8 @@ see and exits with memcheck's error code (memcheck mode), and tries to write for
 report directory next to its scratch. It records in ``<scratch>/attempts.txt`` which writes succeeded
 and in ``<scratch>/env.txt`` the names of the variables it started with (``/proc/self/environ``: the
 sandbox's own scrub of ``os.environ`` comes too late for those). ``$FAKE_DRIVER_MODE`` honest: just
-exits 0 after the sandbox; hang: sleeps.
+exits 0 after the sandbox; hang: sleeps. Like the real driver it stops at its GPU gate (``tools.Gate``)
+before the sandbox, after ``$FAKE_DRIVER_BOOT_S`` seconds of start-up (default 0).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 from ptxgym.evaluation.protocol import is_secret_name
-from ptxgym.evaluation.sandboxed import sandbox
+from ptxgym.evaluation.sandboxed import driver, sandbox
 
 FORGED_CSV = Path(__file__).resolve().parents[1] / "fixtures" / "ncu" / "expert_gemm_derived.csv"
 
@@ -41,6 +42,9 @@ def main() -> int:
         parser.add_argument(flag)
     parser.add_argument("--sandbox", default="on")
     args = parser.parse_args()
+    time.sleep(float(os.environ.get("FAKE_DRIVER_BOOT_S", "0")))
+    if not driver._wait_at_gate():
+        return 4
     scratch = Path(args.scratch)
     sandbox.apply(args.sandbox, scratch)
     initial = dict(

@@ -115,3 +115,35 @@ def test_a_failing_holder_still_passes_the_gpu_on():
 def test_capacity_must_leave_room():
     with pytest.raises(ValueError, match="at least one"):
         GpuQueue(capacity=0)
+
+
+def test_a_resumed_evaluation_goes_before_new_callers_and_past_a_full_queue():
+    queue = GpuQueue(capacity=2)
+    release = threading.Event()
+    order: list[str] = []
+
+    def holder() -> None:
+        with queue.turn():
+            release.wait(10)
+        order.append("holder")
+
+    def caller(name: str, resume: bool = False) -> None:
+        with queue.turn(resume=resume):
+            order.append(name)
+
+    threads = [threading.Thread(target=holder)]
+    threads[0].start()
+    _wait_until(lambda: queue._busy)
+    for n, name in enumerate(("new-1", "new-2"), start=1):  # then the queue is full: two tickets
+        threads.append(threading.Thread(target=caller, args=(name,)))
+        threads[-1].start()
+        _wait_until(lambda n=n: queue.waiting == n)
+    threads.append(threading.Thread(target=caller, args=("proof", True)))
+    threads[-1].start()
+    _wait_until(lambda: queue.waiting == 3)  # admitted although the new callers fill the queue
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert order.index("proof") < order.index("new-1") < order.index("new-2")
+    assert queue.served == 4 and queue.waiting == 0
+    assert queue.last_wait_s < 0.1  # this thread never waited

@@ -12,15 +12,38 @@ TVM-FFI and the buffers are set up and before the candidate is loaded, exactly a
 then on the process writes only beneath that scratch directory, so it cannot touch the report the tool
 writes elsewhere (``trusted/tools.py``), and has no network. Nothing the driver or the candidate prints
 is a proof; the tools' reports are read from their own files.
+
+With ``PTXGYM_GATE`` in its environment (``trusted/tools.py``, ``Gate``) it stops before CUDA is
+initialised, once the imports and the input file are read: it creates ``ready`` in that directory and
+waits for ``go``, so its start-up holds no GPU. The variable is dropped before the candidate is loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from pathlib import Path
 
 from ptxgym.evaluation.protocol import MODES
+
+GATE_WAIT_S = 3600.0
+"""How long the driver waits at its gate before giving up (the caller died or forgot it)."""
+
+
+def _wait_at_gate() -> bool:
+    """Announce readiness and wait for the go (module docstring); False if it never came."""
+    gate = os.environ.pop("PTXGYM_GATE", "")
+    if not gate:
+        return True
+    os.close(os.open(Path(gate) / "ready", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    deadline = time.monotonic() + GATE_WAIT_S
+    while not (Path(gate) / "go").exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 def _range():
@@ -77,9 +100,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from ptxgym.evaluation.compare import poison_
 
+    saved = torch.load(args.inputs, weights_only=True)
+    if not _wait_at_gate():
+        print(f"driver: no go at the gate within {GATE_WAIT_S:.0f} s", file=sys.stderr)
+        return 4
     torch.cuda.set_device(args.device)
     dev = torch.device("cuda", args.device)
-    saved = torch.load(args.inputs, weights_only=True)
     inputs = [saved["inputs"][n].to(dev) for n in saved["order"]]
     outputs = [
         torch.empty(shape, dtype=getattr(torch, dtype), device=dev)

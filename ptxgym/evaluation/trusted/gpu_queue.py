@@ -1,16 +1,27 @@
 """First-come, first-served access to one GPU, with a bounded queue (issue 12's ordering and back-pressure).
 
-Every evaluation holds the GPU alone from its worker's set-up to its last proof: the timing must be
-exclusive, and the check and the counted call use the arena's one set of shared buffers, so two
-evaluations on one evaluator cannot overlap. What the queue adds over a plain lock:
+What needs the GPU alone. Timing must be exclusive, and from the moment a candidate's code is loaded its
+process can put work on the GPU from any thread until it is killed, so every phase that runs candidate
+code (load, check, timing, counted calls, and the memcheck and Nsight Compute runs) holds the GPU, and
+two candidates' phases never overlap: a candidate's process alive beside another's timing could slow it
+down (in a group-relative RL update, slowing the rest of the group pays). What shares the host instead
+of the GPU: builds (the build pool), and the start-up of a proof's tool and driver process (the tool's
+front end, the interpreter, the imports and the input file) and the read-back of its report, which run
+outside any turn (``tools.Gate``). So a candidate's evaluation is one ``turn`` (set-up to the last
+counted call) and, when a proof is due, one more short turn per proof run, taken with ``resume=True``.
 
-* **order**: callers are served in the order they arrived (a ticket each), so no env starves behind
-  others that keep arriving (a plain ``threading.Lock`` promises no order);
-* **back-pressure**: at most ``capacity`` callers wait; one more blocks before it takes a ticket, so a
-  producer faster than the GPU (an RL sampler) is slowed down instead of queueing without bound
+What the queue adds over a plain lock:
+
+* **order**: new callers are served in the order they arrived (a ticket each), so no env starves
+  behind others that keep arriving (a plain ``threading.Lock`` promises no order); a caller *resuming*
+  an evaluation already under way (its proof's GPU phase) goes before every new caller, so work in
+  flight finishes first and its verdict is not held back by a full queue;
+* **back-pressure**: at most ``capacity`` new callers wait; one more blocks before it takes a ticket,
+  so a producer faster than the GPU (an RL sampler) is slowed down instead of queueing without bound
   (callers blocked there are admitted as room frees, in no particular order among themselves);
+  resuming callers are not counted (each belongs to an evaluation that was admitted);
 * **accounting**: ``turn`` yields nothing but records the seconds a caller waited (``last_wait_s`` per
-  thread), which the evaluator reports as the ``queue`` stage of a verdict.
+  thread), which the evaluator reports as the ``queue`` stage of a verdict (``proof_queue`` for resumes).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from contextlib import contextmanager
 
 
 class GpuQueue:
-    """FIFO exclusive access with at most ``capacity`` waiting callers."""
+    """FIFO exclusive access with at most ``capacity`` waiting callers, resumed evaluations first."""
 
     def __init__(self, capacity: int = 64) -> None:
         if capacity < 1:
@@ -30,17 +41,20 @@ class GpuQueue:
         self.capacity = capacity
         self._cond = threading.Condition()
         self._next = 0
-        """The ticket the next arrival gets."""
+        """The ticket the next new caller gets."""
         self._serving = 0
-        """The ticket allowed to hold the GPU."""
+        """The ticket of the next new caller allowed to hold the GPU."""
+        self._busy = False
+        self._resuming = 0
+        """Resuming callers waiting (served before any ticket)."""
         self._local = threading.local()
         self.served = 0
 
     @property
     def waiting(self) -> int:
-        """Callers holding a ticket that is not being served yet."""
+        """Callers waiting for the GPU: new callers holding a ticket, and resuming ones."""
         with self._cond:
-            return max(0, self._next - self._serving - 1)
+            return self._next - self._serving + self._resuming
 
     @property
     def last_wait_s(self) -> float:
@@ -48,22 +62,32 @@ class GpuQueue:
         return getattr(self._local, "wait_s", 0.0)
 
     @contextmanager
-    def turn(self) -> Iterator[None]:
-        """Hold the GPU for the enclosed block, after every caller that arrived earlier."""
+    def turn(self, resume: bool = False) -> Iterator[None]:
+        """Hold the GPU for the enclosed block, after every new caller that arrived earlier.
+
+        ``resume``: a later GPU phase of an evaluation already served once goes before every new caller.
+        """
         t0 = time.perf_counter()
         with self._cond:
-            # admission: tickets issued but not yet served, beyond the one being served, are the waiters
-            while self._next - self._serving > self.capacity:
-                self._cond.wait()
-            ticket = self._next
-            self._next += 1
-            while self._serving != ticket:
-                self._cond.wait()
+            if resume:
+                self._resuming += 1
+                while self._busy:
+                    self._cond.wait()
+                self._resuming -= 1
+            else:
+                while self._next - self._serving >= self.capacity:  # admission
+                    self._cond.wait()
+                ticket = self._next
+                self._next += 1
+                while self._busy or self._resuming or self._serving != ticket:
+                    self._cond.wait()
+                self._serving += 1
+            self._busy = True
         self._local.wait_s = time.perf_counter() - t0
         try:
             yield
         finally:
             with self._cond:
-                self._serving += 1
+                self._busy = False
                 self.served += 1
                 self._cond.notify_all()

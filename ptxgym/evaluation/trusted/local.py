@@ -35,6 +35,7 @@ the evaluator drops guard pages for the rest of its life and evaluates again. Ei
 from __future__ import annotations
 
 import collections
+import os
 import secrets
 import shutil
 import tempfile
@@ -186,25 +187,34 @@ class LocalGpuEvaluator(Evaluator):
         """Evaluate one candidate; never raises (infrastructure faults become INFRA_ERROR).
 
         A candidate whose verdict is in the verdict cache (``verdict_cache.py``) is answered from it at
-        once, without waiting for the GPU.
+        once, without waiting for the GPU. Otherwise it waits for its turn on the GPU (``gpu_queue.py``),
+        which lasts from the worker's set-up to its last counted call; the proofs that run in a tool's
+        process of their own (memcheck, Nsight Compute) follow after the turn, each taking the GPU again
+        only for its GPU phase (``tools.Gate``), so their start-up overlaps other candidates' turns.
+        ``stage_wall_s["gpu_total"]`` is the time this candidate held the GPU, both parts together.
         """
         cached = self.verdicts.lookup(task, candidate, self.settings)
         if cached is not None:
             return cached
+        pending: Turn | None = None
         with self.queue.turn():
             t0 = time.perf_counter()
             try:
-                verdict = self._evaluate_or_demote(task, candidate)
+                verdict, pending = self._evaluate_or_demote(task, candidate)
             except InfraError as exc:
                 verdict = self._infra(str(exc), traceback.format_exc())
             except Exception as exc:  # noqa: BLE001 - never raise into the episode
                 verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
-            walls = {
-                **verdict.stage_wall_s,
-                "gpu_total": round(time.perf_counter() - t0, 4),
-                "queue": round(self.queue.last_wait_s, 4),
-            }
-            verdict = verdict.model_copy(update={"stage_wall_s": walls})
+            held, waited = time.perf_counter() - t0, self.queue.last_wait_s
+        if pending is not None:
+            verdict = self._finish(pending, verdict)
+        walls = {
+            **verdict.stage_wall_s,
+            "gpu_turn": round(held, 4),
+            "gpu_total": round(held + verdict.stage_wall_s.get("proof_gpu", 0.0), 4),
+            "queue": round(waited, 4),
+        }
+        verdict = verdict.model_copy(update={"stage_wall_s": walls})
         self.verdicts.store(task, candidate, verdict)
         return verdict
 
@@ -228,7 +238,7 @@ class LocalGpuEvaluator(Evaluator):
 
     # ------------------------------------------------------------------------------------ stages
 
-    def _evaluate_or_demote(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+    def _evaluate_or_demote(self, task: Task, candidate: BuiltCandidate) -> tuple[GpuVerdict, Turn | None]:
         """Evaluate; if a guard-page arena fails to set up a worker, drop guard pages and evaluate again.
 
         Worker set-up (attach, sandbox, calibration) ends before any candidate code is loaded, so the
@@ -257,25 +267,68 @@ class LocalGpuEvaluator(Evaluator):
         self._current = None
         arena.close()
 
-    def _evaluate(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+    def _evaluate(self, task: Task, candidate: BuiltCandidate) -> tuple[GpuVerdict, Turn | None]:
+        """The GPU turn's part of an evaluation: the verdict so far, and the turn if its proofs are due.
+
+        A PASSED verdict still needs its proofs (``_finish``, after the turn); the turn then carries what
+        they need, fixed now: the inputs they run on and their time limits (``_stage_proofs``).
+        """
         if self.arch is None or self.arch.name != task.arch:
             gpu = f"{self.facts.name} (sm_{self.facts.capability[0]}{self.facts.capability[1]})"
-            return GpuVerdict(
+            verdict = GpuVerdict(
                 status=Status.NOT_EVALUATED,
                 stage=Stage.RUN,
                 environment=self.environment,
                 message=f"task {task.id} targets {task.arch}, which this evaluator's GPU {gpu} "
                 "cannot run; use a GPU of that architecture",
             )
+            return verdict, None
         arena, baseline, walls = self._prepare(task)
         turn = Turn(task, candidate, arena, baseline, seed=self._turn_seed(candidate))
         turn.in_band = InBand(crosscheck=self._draw_crosscheck())
         turn.walls.update(walls)
         verdict = self._run_candidate(turn)
         if verdict.status is Status.PASSED:
-            verdict = self._post_checks(turn, verdict)
+            self._stage_proofs(turn)
+            return verdict, turn
+        return self._with_turn(turn, verdict), None
+
+    def _with_turn(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
+        """The verdict with the turn's stage walls and seed."""
         walls = {**turn.walls, **verdict.stage_wall_s}
         return verdict.model_copy(update={"stage_wall_s": walls, "seed": turn.seed})
+
+    def _stage_proofs(self, turn: Turn) -> None:
+        """Fix what the proofs after the turn need (``_finish``), while the GPU is still held.
+
+        Their inputs: the arena's saved set, linked to a name of this turn's own (another turn may evict
+        the arena and delete its file meanwhile). Their time limits: their settings, or what is left of
+        the step's budget now, if less; time spent waiting for the GPU later is not the candidate's.
+        """
+        source = turn.arena.inputs_file()
+        link = self.scratch / f"proof-{secrets.token_hex(8)}-{source.name}"
+        try:
+            os.link(source, link)
+        except OSError:
+            shutil.copyfile(source, link)
+        turn.proof_inputs = link
+        turn.proof_settings = self.settings.model_copy(
+            update={
+                "memcheck_timeout_s": self._proof_timeout(turn, self.settings.memcheck_timeout_s),
+                "profile_timeout_s": self._proof_timeout(turn, self.settings.profile_timeout_s),
+            }
+        )
+
+    def _finish(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
+        """Run a PASSED turn's proofs outside the GPU turn; never raises (a fault is INFRA_ERROR)."""
+        try:
+            verdict = self._post_checks(turn, verdict)
+        except Exception as exc:  # noqa: BLE001 - never raise into the episode
+            verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            if turn.proof_inputs is not None:
+                turn.proof_inputs.unlink(missing_ok=True)
+        return self._with_turn(turn, verdict)
 
     def _prepare(self, task: Task) -> tuple[Arena, BaselineRecord, dict[str, float]]:
         """The task's arena and baseline: per-arena work, done on the first turn of a task only.
@@ -878,18 +931,20 @@ class LocalGpuEvaluator(Evaluator):
     def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
         """Memory check, then the executed-instruction proof (``proofs.py``): they can only undo PASSED.
 
-        Their time limits are their own settings or what is left of the step's budget, if less.
+        Runs after the GPU turn (``_stage_proofs`` fixed their inputs and time limits); each tool run
+        takes the GPU again for its GPU phase only, ahead of new callers (``GpuQueue.turn(resume=True)``).
         """
         assert turn.candidate is not None, "proofs run for candidates only"
-        settings = self.settings.model_copy(
-            update={
-                "memcheck_timeout_s": self._proof_timeout(turn, self.settings.memcheck_timeout_s),
-                "profile_timeout_s": self._proof_timeout(turn, self.settings.profile_timeout_s),
-            }
+        assert turn.proof_inputs is not None and turn.proof_settings is not None, "staged in the turn"
+        args = (turn.proof_inputs, self.device, turn.proof_settings, self.scratch, self.sandbox_mode)
+        proofs, walls = run_proofs(
+            turn.task,
+            turn.candidate,
+            *args,
+            memcheck_due=self._memcheck_due(turn),
+            in_band=turn.in_band,
+            gpu=lambda: self.queue.turn(resume=True),
         )
-        args = (turn.arena.inputs_file(), self.device, settings, self.scratch, self.sandbox_mode)
-        due = self._memcheck_due(turn)
-        proofs, walls = run_proofs(turn.task, turn.candidate, *args, memcheck_due=due, in_band=turn.in_band)
         turn.walls.update(walls)
         return with_proofs(verdict, proofs)
 

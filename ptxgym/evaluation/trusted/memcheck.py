@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from ptxgym.evaluation.trusted.tools import (
+    Gate,
     ProofDirs,
     ToolRun,
     driver_argv,
@@ -116,8 +117,9 @@ def run_memcheck(
     timeout_s: float,
     dirs: ProofDirs | None = None,
     sandbox: str = "on",
+    gate: Gate | None = None,
 ) -> tuple[MemcheckInfo, float, str]:
-    """Run memcheck once, sandboxed, in ``dirs`` (or fresh ones).
+    """Run memcheck once, sandboxed, in ``dirs`` (or fresh ones); with ``gate``, its start-up holds no GPU.
 
     Returns the info, the wall seconds and the tail of the run's output (a log, never parsed).
     """
@@ -130,7 +132,7 @@ def run_memcheck(
         log_file.unlink(missing_ok=True)
         driver = driver_argv(inputs, so_path, entry, device, "memcheck", scratch=own.scratch, sandbox=sandbox)
         env = tool_environ(own.scratch, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
-        run = run_tool(memcheck_argv(tool, log_file, driver), timeout_s, env, own.scratch)
+        run = run_tool(memcheck_argv(tool, log_file, driver), timeout_s, env, own.scratch, gate)
         info = memcheck_info(read_report(log_file), run, timeout_s)
     finally:
         if dirs is None:

@@ -22,7 +22,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from pathlib import Path
 from ptxgym.evaluation.trusted.census import is_own_kernel
 from ptxgym.evaluation.trusted.target_work import work_share
 from ptxgym.evaluation.trusted.tools import (
+    Gate,
     ProofDirs,
     ToolRun,
     driver_argv,
@@ -231,9 +234,12 @@ class ProfileOutcome:
 
 
 def read_profile(
-    ncu: str, driver: list[str], dirs: ProofDirs, timeout_s: float
+    ncu: str, driver: list[str], dirs: ProofDirs, timeout_s: float, gate: Gate | None = None
 ) -> tuple[list[KernelProfile] | None, str, float, str]:
     """Profile, read back, parse: (kernels, "", wall, tail) or (None, why it failed, wall, tail).
+
+    With ``gate`` only the profiled run's GPU phase holds the GPU (``tools.Gate``); the read-back never
+    does (it reads a file).
 
     Kernel replay first; if the driver itself finished (its own marker in the log, only a hint) but no
     usable report came back, once more with application replay.
@@ -246,7 +252,11 @@ def read_profile(
         for stale in (report, csv_file):
             stale.unlink(missing_ok=True)
         run = run_tool(
-            profile_argv(ncu, dirs.report / REPORT, driver, application_replay), timeout_s, env, dirs.scratch
+            profile_argv(ncu, dirs.report / REPORT, driver, application_replay),
+            timeout_s,
+            env,
+            dirs.scratch,
+            gate,
         )
         wall, tail = wall + run.wall_s, run.output[-4000:]
         if run.timed_out:
@@ -299,6 +309,7 @@ def check_executed(
     module_kernels: Sequence[str] = (),
     dirs: ProofDirs | None = None,
     sandbox: str = "on",
+    gate: Gate | None = None,
 ) -> ProfileOutcome:
     """Run (or look up) the check over one call of the candidate, sandboxed, in ``dirs`` (or fresh ones).
 
@@ -318,7 +329,7 @@ def check_executed(
         driver = driver or driver_argv(
             inputs, so_path, entry, device, "profile", scratch=own.scratch, sandbox=sandbox
         )
-        kernels, reason, wall, tail = read_profile(ncu, driver, own, timeout_s)
+        kernels, reason, wall, tail = read_profile(ncu, driver, own, timeout_s, gate)
     finally:
         if dirs is None:
             own.remove()
@@ -336,7 +347,9 @@ def check_executed(
     if cached is not None and outcome.target.executed is not Verdict.UNKNOWN:
         cached.parent.mkdir(parents=True, exist_ok=True)
         record = {"target": outcome.target.model_dump(mode="json"), "foreign": list(outcome.foreign)}
-        cached.write_text(json.dumps({**record, "census": outcome.census}))
+        part = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.part")
+        part.write_text(json.dumps({**record, "census": outcome.census}))
+        part.replace(cached)  # whole or absent for a concurrent reader (proofs run outside the GPU turn)
     return outcome
 
 

@@ -53,13 +53,17 @@ to find it:
 Memcheck and Nsight Compute each run the candidate in a one-shot driver sandboxed like the worker (the
 evaluator's sandbox mode) and read the tool's report from a file the candidate cannot write
 (``tools.ProofDirs``). The evaluator hands the result to ``verdicts.with_proofs``, which can only take
-the PASSED away.
+the PASSED away. The evaluator runs them after its GPU turn, with a ``gpu`` hold (``tools.Gate``): a
+tool's start-up and Nsight Compute's read-back run beside other candidates' turns, and only each run's
+GPU phase holds the GPU again (``GpuQueue.turn(resume=True)``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +71,7 @@ from ptxgym.evaluation.trusted import ncu
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, TargetMode
 from ptxgym.evaluation.trusted.memcheck import run_memcheck
 from ptxgym.evaluation.trusted.sass_join import counts_agree
-from ptxgym.evaluation.trusted.tools import ProofDirs
+from ptxgym.evaluation.trusted.tools import Gate, ProofDirs
 from ptxgym.evaluation.trusted.verdicts import ProofResults
 from ptxgym.records import settings as user_settings
 from ptxgym.records.feedback import MemcheckInfo, Proof, TargetInfo, Verdict
@@ -99,6 +103,7 @@ class _Run:
     settings: EvalSettings
     scratch: Path
     sandbox: str
+    gate: Gate | None = None
 
 
 def run_proofs(
@@ -111,21 +116,31 @@ def run_proofs(
     sandbox: str,
     memcheck_due: bool,
     in_band: InBand | None = None,
+    gpu: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> tuple[ProofResults, dict[str, float]]:
-    """The proofs of one candidate and their wall seconds (``memcheck``, ``execute``)."""
-    run = _Run(task, cand, inputs, device, settings, scratch, sandbox)
+    """The proofs of one candidate and their wall seconds (``memcheck``, ``execute``).
+
+    ``gpu``: how to hold the GPU for each tool run's GPU phase (module docstring); the walls then also
+    say how the runs' time split (``tools.Gate.record``). None: the caller holds it throughout.
+    """
+    gate = Gate(gpu) if gpu is not None else None
+    run = _Run(task, cand, inputs, device, settings, scratch, sandbox, gate)
     walls: dict[str, float] = {}
     memcheck = None
-    if memcheck_due:
+    try:
+        if memcheck_due:
+            t = time.perf_counter()
+            memcheck = _memcheck(run)
+            walls["memcheck"] = round(time.perf_counter() - t, 4)
+            if memcheck.ran and memcheck.clean is not True:  # an error or a failed tool: no profile needed
+                return ProofResults(memcheck=memcheck), walls
         t = time.perf_counter()
-        memcheck = _memcheck(run)
-        walls["memcheck"] = round(time.perf_counter() - t, 4)
-        if memcheck.ran and memcheck.clean is not True:  # an error or a failed tool: no profile needed
-            return ProofResults(memcheck=memcheck), walls
-    t = time.perf_counter()
-    target = _target(run, in_band or InBand())
-    walls["execute"] = round(time.perf_counter() - t, 4)
-    return dataclasses.replace(target, memcheck=memcheck), walls
+        target = _target(run, in_band or InBand())
+        walls["execute"] = round(time.perf_counter() - t, 4)
+        return dataclasses.replace(target, memcheck=memcheck), walls
+    finally:
+        if gate is not None:
+            walls.update(gate.record())
 
 
 def _memcheck(run: _Run) -> MemcheckInfo:
@@ -139,6 +154,7 @@ def _memcheck(run: _Run) -> MemcheckInfo:
             run.settings.memcheck_timeout_s,
             dirs,
             run.sandbox,
+            run.gate,
         )
     finally:
         dirs.remove()
@@ -199,6 +215,7 @@ def _ncu(run: _Run) -> ProofResults:
             module_kernels=cand.kernels,
             dirs=dirs,
             sandbox=run.sandbox,
+            gate=run.gate,
         )
     finally:
         dirs.remove()

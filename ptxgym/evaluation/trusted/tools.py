@@ -10,6 +10,15 @@ What a tool says is read only from the report the tool itself writes through its
 stdout/stderr of a run carries the candidate's own output too: it is kept (capped) as a log tail and
 never parsed as proof. The tools run with the worker's scrubbed environment (``worker_environ``: no
 credential-like variables, TMPDIR and CUDA's cache in the candidate's scratch).
+
+The GPU phase of a run (``Gate``). A tool run is mostly host work: the tool's front end starting, the
+driver's interpreter and imports, the input file read, and (for Nsight Compute) the report written and
+read back. Only the part between the driver's CUDA initialisation and the tool's exit uses the GPU. With
+a gate the driver stops before it initialises CUDA (``GATE_ENV`` names a private directory: it creates
+``ready`` there and waits for ``go``), so the start-up runs beside other candidates' GPU work, and the
+caller takes the GPU (``Gate.hold``, the evaluator's queue) only to let the driver go and wait for the
+tool to exit. Nothing before the gate is the candidate's: its code is loaded after it (and after the
+sandbox), so what runs beside another candidate's timing is trusted code that has not touched the GPU.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +43,38 @@ OUTPUT_TAIL_BYTES = 64 << 10
 """How much of a tool run's combined stdout/stderr is kept (the end); the rest is dropped unread."""
 MAX_REPORT_BYTES = 64 << 20
 """A report file larger than this is not read (the tool never writes one that large for one call)."""
+GATE_ENV = "PTXGYM_GATE"
+"""The driver's environment variable naming its gate directory (``Gate``; the driver drops it)."""
+GATE_READY, GATE_GO = "ready", "go"
+BOOT_TIMEOUT_S = 300.0
+"""How long a gated run may take to reach its gate (tool start-up and imports; not the candidate's)."""
+_POLL_S = 0.005
+
+
+@dataclass
+class Gate:
+    """The GPU phase of gated tool runs (module docstring): how to hold the GPU, and the seconds spent.
+
+    ``hold`` is a context manager factory (the evaluator's ``GpuQueue.turn(resume=True)``); the seconds
+    accumulate over every run through this gate (Nsight Compute's profile may run twice).
+    """
+
+    hold: Callable[[], AbstractContextManager[object]]
+    boot_timeout_s: float = BOOT_TIMEOUT_S
+    boot_s: float = 0.0
+    """Start-up seconds before the driver reached the gate (no GPU held)."""
+    queue_s: float = 0.0
+    """Seconds waited for the GPU once the driver was ready."""
+    gpu_s: float = 0.0
+    """Seconds the GPU was held (from letting the driver go to the tool's exit)."""
+
+    def record(self) -> dict[str, float]:
+        """The stage walls of the gated runs."""
+        return {
+            "proof_boot": round(self.boot_s, 4),
+            "proof_queue": round(self.queue_s, 4),
+            "proof_gpu": round(self.gpu_s, 4),
+        }
 
 
 @dataclass(frozen=True)
@@ -148,35 +191,81 @@ def read_report(path: Path) -> str | None:
 
 
 def run_tool(
-    argv: list[str], timeout_s: float, env: dict[str, str] | None = None, cwd: Path | None = None
+    argv: list[str],
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    gate: Gate | None = None,
 ) -> ToolRun:
     """Run a tool, its stdout+stderr to a private temporary file, killing its process group on timeout.
 
     The working directory defaults to the temp directory, so a source checkout in the caller's
     directory cannot shadow the installed package in the driver. Only the tail of the output is read.
+    With a ``gate`` (module docstring) ``timeout_s`` bounds the GPU phase; the start-up has the gate's own
+    limit, and a run that never reaches its gate is killed and reported as timed out, holding no GPU.
     """
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-            cwd=str(cwd) if cwd is not None else tempfile.gettempdir(),
-        )
-        try:
-            proc.wait(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            timed_out = True
-        size = out.seek(0, os.SEEK_END)
-        out.seek(max(0, size - OUTPUT_TAIL_BYTES))
-        text = out.read().decode(errors="replace")
+    gate_dir = Path(tempfile.mkdtemp(prefix="ptxgym-gate-")) if gate is not None else None
+    if gate_dir is not None:
+        env = {**(os.environ if env is None else env), GATE_ENV: str(gate_dir)}
+    try:
+        with tempfile.TemporaryFile() as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+                cwd=str(cwd) if cwd is not None else tempfile.gettempdir(),
+            )
+            note = ""
+            if gate is None or gate_dir is None:
+                timed_out = _wait(proc, timeout_s)
+            else:
+                timed_out, note = _gated_wait(proc, timeout_s, gate, gate_dir)
+            size = out.seek(0, os.SEEK_END)
+            out.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            text = out.read().decode(errors="replace") + note
+    finally:
+        if gate_dir is not None:
+            shutil.rmtree(gate_dir, ignore_errors=True)
     return ToolRun(None if timed_out else proc.returncode, text, timed_out, time.perf_counter() - t0)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait for the tool's exit; on timeout kill its process group. Whether it timed out."""
+    try:
+        proc.wait(timeout=max(0.0, timeout_s))
+        return False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        return True
+
+
+def _gated_wait(proc: subprocess.Popen, timeout_s: float, gate: Gate, gate_dir: Path) -> tuple[bool, str]:
+    """Start-up without the GPU, then the GPU phase under ``gate.hold``: (timed out, a note for the log)."""
+    t0 = time.perf_counter()
+    ready = gate_dir / GATE_READY
+    while not ready.exists() and proc.poll() is None:
+        if time.perf_counter() - t0 > gate.boot_timeout_s:
+            gate.boot_s += time.perf_counter() - t0
+            _wait(proc, 0.0)
+            limit = gate.boot_timeout_s
+            return True, f"\nptxgym: the driver did not reach its GPU gate within {limit:g} s\n"
+        time.sleep(_POLL_S)
+    t1 = time.perf_counter()
+    gate.boot_s += t1 - t0
+    if not ready.exists():  # it exited before its gate (a tool or start-up error): nothing to hold
+        return False, ""
+    with gate.hold():
+        t2 = time.perf_counter()
+        gate.queue_s += t2 - t1
+        (gate_dir / GATE_GO).touch()
+        timed_out = _wait(proc, timeout_s)
+        gate.gpu_s += time.perf_counter() - t2
+    return timed_out, ""

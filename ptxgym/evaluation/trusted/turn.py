@@ -12,11 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.protocol import Load
 from ptxgym.evaluation.trusted.arena import Arena
-from ptxgym.evaluation.trusted.base import BuiltCandidate
+from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings
 from ptxgym.evaluation.trusted.baseline_store import BaselineRecord
 from ptxgym.evaluation.trusted.pool import WorkerHandle
 from ptxgym.evaluation.trusted.proofs import InBand
@@ -55,6 +56,10 @@ class Turn:
     """Free GPU bytes (this process's cache counted as free) after worker set-up, before the load."""
     in_band: InBand = field(default_factory=InBand)
     """The in-band target proof of the counted call and the secret cross-check draw (``proofs.py``)."""
+    proof_inputs: Path | None = None
+    """The inputs the proofs after the GPU turn run on (this turn's own link to the arena's file)."""
+    proof_settings: EvalSettings | None = None
+    """The settings of those proofs: their time limits fixed at the end of the turn."""
 
     @property
     def load(self) -> Load:

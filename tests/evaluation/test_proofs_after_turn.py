@@ -1,0 +1,96 @@
+"""The proofs run after the candidate's GPU turn; only their tools' GPU phases take the GPU again.
+
+The real ``LocalGpuEvaluator.evaluate`` on the CPU (``test_baseline_path.cpu_evaluator``: a real arena
+and session, in-process workers) with memcheck always due and the stand-in compute-sanitizer of
+``fake_tools/`` running the stand-in driver (``hostile_driver.py``, honest mode), which stops at its GPU
+gate like the real one. What runs for real: the evaluator's split of ``evaluate`` into the turn and the
+proofs, ``run_proofs``, ``run_memcheck``, ``run_tool`` with its gate, and the ``GpuQueue``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from test_baseline_path import SETTINGS, Workers, built, cpu_evaluator, gemm_task  # noqa: E402
+
+import ptxgym.evaluation.trusted.local as local  # noqa: E402
+from ptxgym.evaluation.trusted.base import MemcheckMode  # noqa: E402
+from ptxgym.records.feedback import Status  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+MEMCHECK = SETTINGS.model_copy(update={"memcheck": MemcheckMode.ALWAYS, "memcheck_timeout_s": 60})
+
+
+@pytest.fixture
+def tools(monkeypatch):
+    monkeypatch.setenv("PATH", f"{HERE / 'fake_tools'}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DRIVER", str(HERE / "hostile_driver.py"))
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("PYTHONPATH", str(HERE.parents[1]))
+
+
+def _watch_proofs(monkeypatch, ev) -> list[dict]:
+    """Wrap ``run_proofs``: record whether the GPU was held when it began, and what it was given."""
+    seen: list[dict] = []
+    real = local.run_proofs
+
+    def watched(task, cand, inputs, *args, **kwargs):
+        seen.append({"busy": ev.queue._busy, "inputs": Path(inputs), "exists": Path(inputs).exists()})
+        return real(task, cand, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(local, "run_proofs", watched)
+    return seen
+
+
+def test_proofs_run_after_the_turn_and_hold_the_gpu_only_for_the_tool(tmp_path, tools, monkeypatch):
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), MEMCHECK)
+    seen = _watch_proofs(monkeypatch, ev)
+    task = gemm_task()
+    verdict = ev.evaluate(task, built(task))
+    assert verdict.status is Status.PASSED, verdict.message
+    assert verdict.memcheck is not None and verdict.memcheck.clean is True
+    assert seen and seen[0]["busy"] is False and seen[0]["exists"]  # the turn was over; inputs linked
+    assert not seen[0]["inputs"].exists()  # the link is gone after the proofs
+    assert seen[0]["inputs"].name.startswith("proof-")
+    walls = verdict.stage_wall_s
+    assert walls["proof_boot"] > 0 and walls["proof_gpu"] > 0 and walls["memcheck"] >= walls["proof_gpu"]
+    assert walls["gpu_total"] == pytest.approx(walls["gpu_turn"] + walls["proof_gpu"], abs=2e-4)
+    assert walls["gpu_total"] < walls["gpu_turn"] + walls["memcheck"]  # the start-up held no GPU
+    assert ev.queue.served == 2  # the turn, and the tool's GPU phase
+
+
+def test_another_candidate_takes_its_turn_while_a_proof_starts_up(tmp_path, tools, monkeypatch):
+    monkeypatch.setenv("FAKE_DRIVER_BOOT_S", "3")
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), MEMCHECK)
+    seen = _watch_proofs(monkeypatch, ev)
+    task = gemm_task()
+    ev.evaluate(task, built(task, 0))  # the task's arena and baseline, once, before the race
+    seen.clear()
+    got: dict[str, object] = {}
+
+    def first() -> None:
+        got["first"] = ev.evaluate(task, built(task, 1))
+        got["first_done"] = time.perf_counter()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not seen and time.monotonic() < deadline:  # the first candidate's proofs have begun
+        time.sleep(0.01)
+    assert seen, "the first candidate never reached its proofs"
+    ev.settings = ev.settings.model_copy(update={"memcheck": MemcheckMode.NEVER})  # the second: no proof
+    second = ev.evaluate(task, built(task, 2))
+    second_done = time.perf_counter()
+    thread.join(60)
+    first_verdict = got["first"]
+    assert second.status is Status.PASSED and first_verdict.status is Status.PASSED  # type: ignore[attr-defined]
+    assert second_done < got["first_done"]  # served during the first one's 3 s start-up
+    assert second.stage_wall_s["queue"] < 1.0
+    assert first_verdict.stage_wall_s["proof_boot"] >= 3.0  # type: ignore[attr-defined]
