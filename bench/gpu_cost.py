@@ -14,8 +14,12 @@ the target family, with Nsight Compute (stage ``execute``) on a secret 5% of the
   ``ptxgym.audit.corpus`` and evaluated directly (its shared header is outside the packs' include path);
 * ``mha_fwd_expert``: the shipped expert MHA forward, through the ``Pipeline``.
 
-GPU-exclusive seconds are ``stage_wall_s["gpu_total"]``: the wall time the evaluator held its GPU lock
-for the candidate (the CPU stages, screen, build and SASS, are printed apart and never hold the GPU).
+GPU-exclusive seconds are ``stage_wall_s["gpu_total"]``: the wall time the evaluator held its GPU queue
+for the candidate, its turn (``gpu_turn``) and its proofs' GPU phases (``proof_gpu``; their tools'
+start-up and read-back run outside, ``proof_boot``); the CPU stages, screen, build and SASS, are
+printed apart and never hold the GPU. After each subject's episode one more turn has Nsight Compute's
+secret cross-check drawn (``--no-crosscheck-turn`` skips it): the summary adds its GPU seconds times the
+share of candidates that draw it, the expected excess over an episode.
 The timed floor is calls x median latency: the kernel executions the protocol needs (checked calls +
 trials x (warm-up + timed)) at the candidate's own median latency, the GPU time no harness can avoid;
 the excess is ``gpu_total`` - floor. The first turn of a task in an evaluator also builds the task's arena
@@ -30,6 +34,7 @@ printed is also written to ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -44,7 +49,7 @@ TASK = {"gemm_expert": "Gemm-sm90a", "gemm_simt": "Gemm-sm90a", "mha_fwd_expert"
 CPU_STAGES = ("extract", "screen", "build", "sass")
 ONE_TIME = ("prepare_arena", "prepare_baseline")
 SHOWN = ("prepare", "worker", "check", "time", "time_inputs", "time_verify", "time_guards", "time_count")
-SHOWN += ("memcheck", "execute")
+SHOWN += ("memcheck", "execute", "proof_boot", "proof_queue", "proof_gpu", "gpu_turn")
 
 
 class Printer:
@@ -67,60 +72,92 @@ def floor_s(settings, median_ms: float | None) -> float | None:
     return None if median_ms is None else calls * median_ms / 1e3
 
 
-def play(ev, subject: str, turns: int, say) -> list[dict]:
-    """One episode of ``turns`` turns; one row (status, latency, stage walls) per turn."""
-    from ptxgym.pipeline import Pipeline
+def play(ev, subject: str, turns: int, say, crosscheck: bool = True) -> list[dict]:
+    """One episode of ``turns`` turns; one row (status, latency, stage walls) per turn.
+
+    With ``crosscheck``, one more turn with Nsight Compute's cross-check drawn (``ncu_crosscheck_fraction``
+    1 for that turn, an empty Nsight Compute cache), marked ``crosscheck`` in its row: what the secret
+    draw costs when it falls (``summary`` amortises it over the default fraction).
+    """
     from ptxgym.records.tasks import get_task
 
     task = get_task(TASK[subject])
     rows: list[dict] = []
     first_correct = True
-    simt = None
-    for turn in range(turns):
+    simt: list = []
+    for turn in range(turns + (1 if crosscheck else 0)):
+        drawn = crosscheck and turn == turns
         ev.settle()
-        if subject == "gemm_simt":
-            from ptxgym.audit.corpus import candidate
-
-            t0 = time.perf_counter()
-            simt = simt or candidate("naive", task)
-            build_s = time.perf_counter() - t0
-            cand = simt.model_copy(
-                update={"turn": turn, "first_correct_in_episode": first_correct, "episode_id": "gpu-cost"}
-            )
-            v = ev.evaluate(task, cand)
-            status, timing, walls, message = v.status, v.timing, dict(v.stage_wall_s), v.message
-            walls["build"] = round(build_s, 4)
+        if drawn:
+            with _crosscheck_drawn(ev):
+                row = _play_turn(ev, subject, task, turn, first_correct, simt, say)
         else:
-            name = "Gemm" if subject == "gemm_expert" else "MhaFwd"
-            source = (SOLUTIONS / f"{name}.cu").read_text()
-            fb = Pipeline(task, ev).run(
-                f"```cpp\n{source}\n```", turn=turn, episode_id="gpu-cost", first_correct=first_correct
-            )
-            status, timing, walls, message = fb.status, fb.timing, dict(fb.stage_wall_s), fb.message
-        median = timing.candidate.median_ms if timing and timing.candidate else None
-        floor = floor_s(ev.settings, median)
-        gpu = walls.get("gpu_total", 0.0)
-        row = {
-            "subject": subject,
-            "turn": turn,
-            "status": status.value,
-            "median_ms": median,
-            "floor_s": floor,
-        }
-        row.update(gpu_s=gpu, excess_s=None if floor is None else gpu - floor, walls=walls)
+            row = _play_turn(ev, subject, task, turn, first_correct, simt, say)
+        row["crosscheck"] = drawn
         rows.append(row)
-        stages = " ".join(f"{k}={walls[k]:.2f}" for k in (*SHOWN, *ONE_TIME) if k in walls)
-        cpu = " ".join(f"{k}={walls[k]:.2f}" for k in CPU_STAGES if k in walls)
-        say(
-            f"{subject} | {turn} | {status.value} | {median if median is None else f'{median:.4f}'} | "
-            f"{'-' if floor is None else f'{floor:.2f}'} | {gpu:.2f} | "
-            f"{'-' if floor is None else f'{gpu - floor:.2f}'} | {stages} | cpu: {cpu}"
-        )
-        if status.value != "PASSED":
-            say(f"#   {subject} turn {turn}: {message[:400]}")
-        else:
-            first_correct = False
+        first_correct = first_correct and row["status"] != "PASSED"
     return rows
+
+
+@contextlib.contextmanager
+def _crosscheck_drawn(ev):
+    """Nsight Compute's cross-check drawn for every candidate, with an empty cache, for the block."""
+    import os
+    import tempfile
+
+    saved, cache = ev.settings, os.environ.get("PTXGYM_CACHE_DIR")
+    ev.settings = saved.model_copy(update={"ncu_crosscheck_fraction": 1.0})
+    with tempfile.TemporaryDirectory(prefix="gpu-cost-cache-") as fresh:
+        os.environ["PTXGYM_CACHE_DIR"] = fresh
+        try:
+            yield
+        finally:
+            ev.settings = saved
+            if cache is None:
+                os.environ.pop("PTXGYM_CACHE_DIR", None)
+            else:
+                os.environ["PTXGYM_CACHE_DIR"] = cache
+
+
+def _play_turn(ev, subject: str, task, turn: int, first_correct: bool, simt: list, say) -> dict:
+    """One turn of ``play``: its row, printed."""
+    from ptxgym.pipeline import Pipeline
+
+    if subject == "gemm_simt":
+        from ptxgym.audit.corpus import candidate
+
+        t0 = time.perf_counter()
+        if not simt:
+            simt.append(candidate("naive", task))
+        build_s = time.perf_counter() - t0
+        cand = simt[0].model_copy(
+            update={"turn": turn, "first_correct_in_episode": first_correct, "episode_id": "gpu-cost"}
+        )
+        v = ev.evaluate(task, cand)
+        status, timing, walls, message = v.status, v.timing, dict(v.stage_wall_s), v.message
+        walls["build"] = round(build_s, 4)
+    else:
+        name = "Gemm" if subject == "gemm_expert" else "MhaFwd"
+        source = (SOLUTIONS / f"{name}.cu").read_text()
+        fb = Pipeline(task, ev).run(
+            f"```cpp\n{source}\n```", turn=turn, episode_id="gpu-cost", first_correct=first_correct
+        )
+        status, timing, walls, message = fb.status, fb.timing, dict(fb.stage_wall_s), fb.message
+    median = timing.candidate.median_ms if timing and timing.candidate else None
+    floor = floor_s(ev.settings, median)
+    gpu = walls.get("gpu_total", 0.0)
+    row = {"subject": subject, "turn": turn, "status": status.value, "median_ms": median, "floor_s": floor}
+    row.update(gpu_s=gpu, excess_s=None if floor is None else gpu - floor, walls=walls)
+    stages = " ".join(f"{k}={walls[k]:.2f}" for k in (*SHOWN, *ONE_TIME) if k in walls)
+    cpu = " ".join(f"{k}={walls[k]:.2f}" for k in CPU_STAGES if k in walls)
+    say(
+        f"{subject} | {turn} | {status.value} | {median if median is None else f'{median:.4f}'} | "
+        f"{'-' if floor is None else f'{floor:.2f}'} | {gpu:.2f} | "
+        f"{'-' if floor is None else f'{gpu - floor:.2f}'} | {stages} | cpu: {cpu}"
+    )
+    if status.value != "PASSED":
+        say(f"#   {subject} turn {turn}: {message[:400]}")
+    return row
 
 
 def prepare_cost(ev, task_ids: list[str], say) -> None:
@@ -142,19 +179,38 @@ def prepare_cost(ev, task_ids: list[str], say) -> None:
         )
 
 
-def summary(rows: list[dict], say) -> None:
-    """Per subject: mean GPU seconds, floor and excess over its verified correct turns."""
-    say("subject | correct turns | mean gpu_total s | mean floor s | mean excess s | without one-time s")
+def summary(rows: list[dict], say, fraction: float) -> None:
+    """Per subject: mean GPU seconds, floor and excess over its verified correct turns.
+
+    The turns without the cross-check give the means; a turn with it drawn (``play``) adds its proofs'
+    GPU seconds (``proof_gpu``: the tool's GPU phase; its start-up and read-back hold no GPU) times the
+    share of candidates that draw it (``fraction``): the expected excess per candidate.
+    """
+    say(
+        "subject | correct turns | mean gpu_total s | mean floor s | mean excess s | without one-time s | "
+        f"cross-check drawn: proof_gpu s (boot, read-back outside) | expected excess with {fraction:g} of it"
+    )
     for subject in dict.fromkeys(r["subject"] for r in rows):
         ok = [r for r in rows if r["subject"] == subject and r["status"] == "PASSED" and r["floor_s"]]
-        if not ok:
+        plain = [r for r in ok if not r.get("crosscheck")]
+        if not plain:
             say(f"{subject} | 0 | no verified correct turn")
             continue
-        gpu = statistics.mean(r["gpu_s"] for r in ok)
-        floor = statistics.mean(r["floor_s"] for r in ok)
-        one_time = statistics.mean(sum(r["walls"].get(k, 0.0) for k in ONE_TIME) for r in ok)
+        gpu = statistics.mean(r["gpu_s"] for r in plain)
+        floor = statistics.mean(r["floor_s"] for r in plain)
+        one_time = statistics.mean(sum(r["walls"].get(k, 0.0) for k in ONE_TIME) for r in plain)
         excess = gpu - floor
-        say(f"{subject} | {len(ok)} | {gpu:.2f} | {floor:.2f} | {excess:.2f} | {excess - one_time:.2f}")
+        drawn = [r for r in ok if r.get("crosscheck")]
+        extra, tail = 0.0, "- | -"
+        if drawn:
+            w = drawn[0]["walls"]
+            extra = w.get("proof_gpu", 0.0)
+            tail = (
+                f"{extra:.2f} (execute {w.get('execute', 0.0):.2f}, boot {w.get('proof_boot', 0.0):.2f}) | "
+                f"{excess - one_time + fraction * extra:.2f}"
+            )
+        head = f"{subject} | {len(plain)} | {gpu:.2f} | {floor:.2f} | {excess:.2f}"
+        say(f"{head} | {excess - one_time:.2f} | {tail}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=["MhaBwd-sm90a"],
         help="tasks whose first-turn prepare is split and re-timed (arena and baseline only, no candidate)",
+    )
+    parser.add_argument(
+        "--no-crosscheck-turn",
+        action="store_true",
+        help="skip the extra turn per subject with Nsight Compute's cross-check drawn",
     )
     parser.add_argument(
         "--set",
@@ -204,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for subject in args.subjects:
             try:
-                rows += play(ev, subject, args.turns, say)
+                rows += play(ev, subject, args.turns, say, crosscheck=not args.no_crosscheck_turn)
             except Exception as exc:  # noqa: BLE001 - one failed subject must not lose the others
                 say(f"{subject} | FAILED: {type(exc).__name__}: {exc}")
         if args.prepare_tasks:
@@ -214,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"prepare | FAILED: {type(exc).__name__}: {exc}")
     finally:
         ev.close()
-    summary(rows, say)
+    summary(rows, say, settings.ncu_crosscheck_fraction)
     say(f"# total {time.perf_counter() - t_start:.0f} s")
     return 0 if rows else 1
 

@@ -16,7 +16,10 @@
 #          quiet spares; the matched calibration), the verified pool's GPU tests, FlashInfer's GQA
 #          baselines.
 # benches: the wall allowance (quiet vs noisy spares, both processes), the GPU cost per verified
-#          candidate with the pool (native runner, partial jail accepted), and with hardware counters alone.
+#          candidate with the pool (native runner, partial jail accepted; one more turn per subject with
+#          Nsight Compute's cross-check drawn, its proofs gated), and with hardware counters alone.
+# (native and python also check the gated proofs: test_gpu_evaluator's _assert_gated, real ncu and
+#  compute-sanitizer passing --gate on to the driver.)
 # throughput: 16 distinct cold candidates at 1, 4 and 16 envs (issue 12), no secret ncu draw.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,11 +51,11 @@ case "$stage" in
       --hidden-us 20 40 80 --repeats 2
     timeout 120 python3 bench/wall_allowance.py --out "$out/wall_allowance_noisy.txt" --process python \
       --hidden-us 40 --repeats 2 --noisy-spares
-    PTXGYM_CANDIDATE_PROCESS=native timeout 200 python3 bench/gpu_cost.py --out "$out/gpu_cost_pool.txt" \
+    PTXGYM_CANDIDATE_PROCESS=native timeout 240 python3 bench/gpu_cost.py --out "$out/gpu_cost_pool.txt" \
       --set verified_pool_partial_jail=true
     PTXGYM_CANDIDATE_PROCESS=native timeout 120 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_only.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
-      --set sass_count_with_hw=false
+      --set sass_count_with_hw=false --no-crosscheck-turn
     ;;
   throughput)
     timeout 540 python3 bench/throughput.py --evaluator local --sizes 1,4,16 --candidates 16 \

@@ -41,9 +41,10 @@ def main() -> int:
     for flag in ("--inputs", "--so", "--baseline", "--options", "--entry", "--device", "--mode", "--scratch"):
         parser.add_argument(flag)
     parser.add_argument("--sandbox", default="on")
+    parser.add_argument("--gate")
     args = parser.parse_args()
     time.sleep(float(os.environ.get("FAKE_DRIVER_BOOT_S", "0")))
-    if not driver._wait_at_gate():
+    if not driver.wait_at_gate(args.gate):
         return 4
     scratch = Path(args.scratch)
     sandbox.apply(args.sandbox, scratch)

@@ -163,6 +163,21 @@ def test_tma_gemm_passes_with_target_yes(evaluator, gemm):
     assert verdict.evidence.target_work == [Proof.CUPTI_IN_BAND, Proof.NCU_OFFLINE]
     assert Proof.CUPTI_IN_BAND in verdict.evidence.kernel_census
     assert "in-band" in verdict.target.message
+    _assert_gated(verdict, "execute")
+
+
+def _assert_gated(verdict, stage: str) -> None:
+    """The proof ran after the turn: its tool started up with no GPU held, then held it for its GPU phase."""
+    walls = verdict.stage_wall_s
+    print(
+        f"GATED {stage}: "
+        + ", ".join(
+            f"{k}={walls.get(k)}"
+            for k in (stage, "proof_boot", "proof_queue", "proof_gpu", "gpu_turn", "gpu_total")
+        )
+    )
+    assert walls["proof_boot"] > 0 and walls["proof_gpu"] > 0 and walls[stage] > walls["proof_gpu"]
+    assert walls["gpu_total"] == pytest.approx(walls["gpu_turn"] + walls["proof_gpu"], abs=2e-4)
 
 
 def test_decoy_wgmma_is_static_yes_executed_no(evaluator, gemm):
@@ -361,6 +376,7 @@ def test_memcheck_clean_and_error(evaluator, gemm):
     finally:
         evaluator.settings = SETTINGS
     assert clean.status is Status.PASSED and clean.memcheck.ran and clean.memcheck.clean is True
+    _assert_gated(clean, "memcheck")
     assert bad.status is Status.MEMORY_ERROR, bad.message
     assert bad.memcheck.clean is False and "read" in bad.memcheck.first_error.lower()
 

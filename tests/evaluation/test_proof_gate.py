@@ -9,7 +9,6 @@ never reaches it, and one whose GPU phase overruns.
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import threading
@@ -21,7 +20,7 @@ import pytest
 import torch
 
 from ptxgym.evaluation.sandboxed import driver
-from ptxgym.evaluation.trusted.tools import GATE_ENV, Gate, driver_argv, run_tool
+from ptxgym.evaluation.trusted.tools import Gate, driver_argv, run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,7 +81,8 @@ def test_the_real_driver_starts_without_the_gpu_and_goes_only_on_the_go(gate_roo
     inputs = _inputs(gate_root / "gated-driver-inputs.pt")
     holds = Holds(gate_root, wait_s=0.3, marker=str(inputs))
     gate = Gate(holds.hold)
-    argv = driver_argv(inputs, gate_root / "c.so", "run", 0, "profile")
+    argv = driver_argv(inputs, gate_root / "c.so", "run", 0, "profile", gate=gate)
+    assert argv[-2:] == ["--gate", str(gate.dir)]
     run = run_tool(argv, 60, cwd=gate_root, gate=gate)
     assert holds.entered == [(True, False)]  # held once, the driver waiting at its gate, not yet let go
     assert holds.alive == [True]  # still waiting there 0.3 s later
@@ -91,12 +91,14 @@ def test_the_real_driver_starts_without_the_gpu_and_goes_only_on_the_go(gate_roo
     assert "no go at the gate" not in run.output
     assert gate.boot_s > 0.2  # the interpreter and the imports, with nothing held
     assert gate.queue_s >= 0.3 and 0 < gate.gpu_s < gate.boot_s
+    gate.close()
     assert not list(gate_root.glob("ptxgym-gate-*"))  # the gate directory is removed
 
 
 def test_a_driver_that_dies_before_its_gate_holds_nothing(gate_root):
-    holds = Holds(gate_root)
-    run = run_tool([sys.executable, "-c", "raise SystemExit(3)"], 60, gate=Gate(holds.hold))
+    holds, gate = Holds(gate_root), None
+    gate = Gate(holds.hold)
+    run = run_tool([sys.executable, "-c", "raise SystemExit(3)", str(gate.dir)], 60, gate=gate)
     assert run.returncode == 3 and not run.timed_out and holds.entered == []
 
 
@@ -104,40 +106,53 @@ def test_a_driver_that_never_reaches_its_gate_is_killed_holding_nothing(gate_roo
     holds = Holds(gate_root)
     gate = Gate(holds.hold, boot_timeout_s=0.5)
     t = time.perf_counter()
-    run = run_tool([sys.executable, "-c", "import time; time.sleep(60)"], 60, gate=gate)
+    run = run_tool([sys.executable, "-c", "import time; time.sleep(60)", str(gate.dir)], 60, gate=gate)
     assert run.timed_out and run.returncode is None and holds.entered == []
     assert "did not reach its GPU gate within 0.5 s" in run.output
     assert time.perf_counter() - t < 20 and gate.gpu_s == 0.0
 
 
 WAITER = f"""
-import os, sys, time
+import sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from ptxgym.evaluation.sandboxed import driver
-assert driver._wait_at_gate()
-assert {GATE_ENV!r} not in os.environ  # dropped before anything else runs
+assert driver.wait_at_gate(sys.argv[2])
 print("went", flush=True)
 time.sleep(float(sys.argv[1]))
 """
 
 
+def _waiter(seconds: float, gate: Gate) -> list[str]:
+    """A stand-in driver: waits at ``gate``, then sleeps ``seconds`` (its GPU phase)."""
+    return [sys.executable, "-c", WAITER, str(seconds), str(gate.dir)]
+
+
 def test_the_timeout_bounds_the_gpu_phase_only(gate_root):
     holds = Holds(gate_root, wait_s=1.5)  # the wait for the GPU is longer than the limit, and not charged
     gate = Gate(holds.hold)
-    run = run_tool([sys.executable, "-c", WAITER, "0"], 1.0, gate=gate)
+    run = run_tool(_waiter(0, gate), 1.0, gate=gate)
     assert run.returncode == 0 and not run.timed_out and "went" in run.output, run.output
-    gate = Gate(holds.hold)
-    run = run_tool([sys.executable, "-c", WAITER, "60"], 1.0, gate=gate)
+    gate.gpu_s = 0.0
+    run = run_tool(_waiter(60, gate), 1.0, gate=gate)  # the same gate again: its files are reset
     assert run.timed_out and "went" in run.output and 0.9 < gate.gpu_s < 10
+    assert len(holds.entered) == 2 and holds.entered[1] == (True, False)
+
+
+def test_a_gated_run_must_pass_its_gate_on(gate_root):
+    gate = Gate(Holds(gate_root).hold)
+    with pytest.raises(ValueError, match="must pass its gate"):
+        run_tool([sys.executable, "-c", "pass"], 10, gate=gate)
 
 
 def test_the_driver_gives_up_when_no_go_comes(monkeypatch, tmp_path):
-    monkeypatch.setenv(GATE_ENV, str(tmp_path))
     monkeypatch.setattr(driver, "GATE_WAIT_S", 0.1)
-    assert driver._wait_at_gate() is False and (tmp_path / "ready").exists()
-    assert GATE_ENV not in os.environ
-    monkeypatch.delenv(GATE_ENV, raising=False)
-    assert driver._wait_at_gate() is True  # no gate: straight on
+    assert driver.wait_at_gate(str(tmp_path)) is False and (tmp_path / "ready").exists()
+    assert (
+        driver.wait_at_gate(str(tmp_path)) is False
+    )  # a second pass (application replay) may announce again
+    (tmp_path / "go").touch()
+    assert driver.wait_at_gate(str(tmp_path)) is True
+    assert driver.wait_at_gate(None) is True  # no gate: straight on
 
 
 def test_gated_runs_overlap_their_start_up_with_another_holder(gate_root):
@@ -159,7 +174,7 @@ def test_gated_runs_overlap_their_start_up_with_another_holder(gate_root):
     gate = Gate(lambda: queue.turn(resume=True))
     timer = threading.Timer(1.0, release.set)
     timer.start()
-    run = run_tool([sys.executable, "-c", WAITER, "0"], 30, gate=gate)
+    run = run_tool(_waiter(0, gate), 30, gate=gate)
     thread.join(10)
     assert run.returncode == 0 and queue.served == 2
     assert gate.boot_s < 1.0 <= gate.boot_s + gate.queue_s + 0.05  # started up while the other held it

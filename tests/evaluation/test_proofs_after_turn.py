@@ -94,3 +94,16 @@ def test_another_candidate_takes_its_turn_while_a_proof_starts_up(tmp_path, tool
     assert second_done < got["first_done"]  # served during the first one's 3 s start-up
     assert second.stage_wall_s["queue"] < 1.0
     assert first_verdict.stage_wall_s["proof_boot"] >= 3.0  # type: ignore[attr-defined]
+
+
+def test_evaluate_many_overlaps_one_candidates_proofs_with_the_next_turn(tmp_path, tools, monkeypatch):
+    monkeypatch.setenv("FAKE_DRIVER_BOOT_S", "2")
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), MEMCHECK)
+    task = gemm_task()
+    ev.evaluate(task, built(task, 0))  # the task's arena and baseline, once
+    t = time.perf_counter()
+    verdicts = ev.evaluate_many([(task, built(task, 1)), (task, built(task, 2))])
+    wall = time.perf_counter() - t
+    assert [v.status for v in verdicts] == [Status.PASSED, Status.PASSED]
+    alone = sum(v.stage_wall_s["gpu_turn"] + v.stage_wall_s["memcheck"] for v in verdicts)
+    assert wall < alone - 1.0, (wall, alone)  # at least a second of one's start-up beside the other

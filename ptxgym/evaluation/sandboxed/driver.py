@@ -13,9 +13,10 @@ then on the process writes only beneath that scratch directory, so it cannot tou
 writes elsewhere (``trusted/tools.py``), and has no network. Nothing the driver or the candidate prints
 is a proof; the tools' reports are read from their own files.
 
-With ``PTXGYM_GATE`` in its environment (``trusted/tools.py``, ``Gate``) it stops before CUDA is
-initialised, once the imports and the input file are read: it creates ``ready`` in that directory and
-waits for ``go``, so its start-up holds no GPU. The variable is dropped before the candidate is loaded.
+With ``--gate DIR`` (``trusted/tools.py``, ``Gate``) it stops before CUDA is initialised, once the
+imports and the input file are read: it creates ``ready`` in that directory and waits for ``go``, so its
+start-up holds no GPU. (Nsight Compute's application replay runs the driver once per pass: the later
+passes find the go already given.)
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ GATE_WAIT_S = 3600.0
 """How long the driver waits at its gate before giving up (the caller died or forgot it)."""
 
 
-def _wait_at_gate() -> bool:
+def wait_at_gate(gate: str | None) -> bool:
     """Announce readiness and wait for the go (module docstring); False if it never came."""
-    gate = os.environ.pop("PTXGYM_GATE", "")
     if not gate:
         return True
-    os.close(os.open(Path(gate) / "ready", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    os.close(os.open(Path(gate) / "ready", os.O_CREAT | os.O_WRONLY, 0o600))
     deadline = time.monotonic() + GATE_WAIT_S
     while not (Path(gate) / "go").exists():
         if time.monotonic() > deadline:
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "--scratch", help="sandbox the process before loading the target; it may write only here"
     )
     parser.add_argument("--sandbox", choices=MODES, default="on", help="host sandbox mode (with --scratch)")
+    parser.add_argument("--gate", help="wait at this gate directory before initialising CUDA")
     args = parser.parse_args(argv)
 
     import torch
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from ptxgym.evaluation.compare import poison_
 
     saved = torch.load(args.inputs, weights_only=True)
-    if not _wait_at_gate():
+    if not wait_at_gate(args.gate):
         print(f"driver: no go at the gate within {GATE_WAIT_S:.0f} s", file=sys.stderr)
         return 4
     torch.cuda.set_device(args.device)

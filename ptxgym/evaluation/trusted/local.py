@@ -41,6 +41,8 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -120,6 +122,8 @@ class LocalGpuEvaluator(Evaluator):
     """Runs, checks, times and profiles candidates on one local GPU."""
 
     name = "local"
+    thread_safe = True
+    """Many threads may call ``evaluate`` at once: the GPU queue orders them (first come, first served)."""
 
     def __init__(
         self,
@@ -217,6 +221,18 @@ class LocalGpuEvaluator(Evaluator):
         verdict = verdict.model_copy(update={"stage_wall_s": walls})
         self.verdicts.store(task, candidate, verdict)
         return verdict
+
+    def evaluate_many(self, task_candidates: Sequence[tuple[Task, BuiltCandidate]]) -> list[GpuVerdict]:
+        """Verdicts in input order, each candidate on a thread of its own.
+
+        So one candidate's proofs run while the next one holds the GPU (the queue serves them in order).
+        """
+        pairs = list(task_candidates)
+        if len(pairs) <= 1:
+            return [self._evaluate_guarded(t, c) for t, c in pairs]
+        workers = min(len(pairs), self.queue.capacity)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-gpu") as pool:
+            return list(pool.map(lambda pair: self._evaluate_guarded(*pair), pairs))
 
     def baseline(self, task: Task) -> BaselineRecord:
         """The baseline record of a task's workload (measured on first use in this evaluator)."""

@@ -130,7 +130,9 @@ def run_memcheck(
     try:
         log_file = own.report / REPORT
         log_file.unlink(missing_ok=True)
-        driver = driver_argv(inputs, so_path, entry, device, "memcheck", scratch=own.scratch, sandbox=sandbox)
+        driver = driver_argv(
+            inputs, so_path, entry, device, "memcheck", scratch=own.scratch, sandbox=sandbox, gate=gate
+        )
         env = tool_environ(own.scratch, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
         run = run_tool(memcheck_argv(tool, log_file, driver), timeout_s, env, own.scratch, gate)
         info = memcheck_info(read_report(log_file), run, timeout_s)

@@ -327,7 +327,7 @@ def check_executed(
     own = dirs or ProofDirs.create()
     try:
         driver = driver or driver_argv(
-            inputs, so_path, entry, device, "profile", scratch=own.scratch, sandbox=sandbox
+            inputs, so_path, entry, device, "profile", scratch=own.scratch, sandbox=sandbox, gate=gate
         )
         kernels, reason, wall, tail = read_profile(ncu, driver, own, timeout_s, gate)
     finally:

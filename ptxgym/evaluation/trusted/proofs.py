@@ -141,6 +141,7 @@ def run_proofs(
     finally:
         if gate is not None:
             walls.update(gate.record())
+            gate.close()
 
 
 def _memcheck(run: _Run) -> MemcheckInfo:

@@ -14,11 +14,13 @@ credential-like variables, TMPDIR and CUDA's cache in the candidate's scratch).
 The GPU phase of a run (``Gate``). A tool run is mostly host work: the tool's front end starting, the
 driver's interpreter and imports, the input file read, and (for Nsight Compute) the report written and
 read back. Only the part between the driver's CUDA initialisation and the tool's exit uses the GPU. With
-a gate the driver stops before it initialises CUDA (``GATE_ENV`` names a private directory: it creates
-``ready`` there and waits for ``go``), so the start-up runs beside other candidates' GPU work, and the
-caller takes the GPU (``Gate.hold``, the evaluator's queue) only to let the driver go and wait for the
-tool to exit. Nothing before the gate is the candidate's: its code is loaded after it (and after the
-sandbox), so what runs beside another candidate's timing is trusted code that has not touched the GPU.
+a gate the driver stops before it initialises CUDA (``--gate DIR``, the gate's private directory, on its
+command line, which every tool passes on unchanged: it creates ``ready`` there and waits for ``go``), so
+the start-up runs beside other candidates' GPU work, and the caller takes the GPU (``Gate.hold``, the
+evaluator's queue) only to let the driver go and wait for the tool to exit. A gated run whose command
+line lacks its gate is refused (it would run unheld). Nothing before the gate is the candidate's: its
+code is loaded after it (and after the sandbox), so what runs beside another candidate's timing is
+trusted code that has not touched the GPU.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ptxgym.evaluation.protocol import worker_environ
@@ -43,8 +45,6 @@ OUTPUT_TAIL_BYTES = 64 << 10
 """How much of a tool run's combined stdout/stderr is kept (the end); the rest is dropped unread."""
 MAX_REPORT_BYTES = 64 << 20
 """A report file larger than this is not read (the tool never writes one that large for one call)."""
-GATE_ENV = "PTXGYM_GATE"
-"""The driver's environment variable naming its gate directory (``Gate``; the driver drops it)."""
 GATE_READY, GATE_GO = "ready", "go"
 BOOT_TIMEOUT_S = 300.0
 """How long a gated run may take to reach its gate (tool start-up and imports; not the candidate's)."""
@@ -61,12 +61,18 @@ class Gate:
 
     hold: Callable[[], AbstractContextManager[object]]
     boot_timeout_s: float = BOOT_TIMEOUT_S
+    dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ptxgym-gate-")))
+    """The private directory of the ``ready`` and ``go`` files (the driver's ``--gate``)."""
     boot_s: float = 0.0
     """Start-up seconds before the driver reached the gate (no GPU held)."""
     queue_s: float = 0.0
     """Seconds waited for the GPU once the driver was ready."""
     gpu_s: float = 0.0
     """Seconds the GPU was held (from letting the driver go to the tool's exit)."""
+
+    def close(self) -> None:
+        """Remove the gate's directory."""
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def record(self) -> dict[str, float]:
         """The stage walls of the gated runs."""
@@ -147,10 +153,12 @@ def driver_argv(
     options: dict | None = None,
     scratch: Path | None = None,
     sandbox: str = "on",
+    gate: Gate | None = None,
 ) -> list[str]:
     """The driver command line a tool wraps (a candidate's .so, or a baseline function by name).
 
-    With ``scratch`` the driver applies the host sandbox (mode ``sandbox``) before loading the target.
+    With ``scratch`` the driver applies the host sandbox (mode ``sandbox``) before loading the target;
+    with ``gate`` it waits at that gate before CUDA (module docstring).
     """
     target = (
         ["--so", str(so_path)]
@@ -158,6 +166,8 @@ def driver_argv(
         else ["--baseline", baseline, "--options", json.dumps(options or {})]
     )
     confine = ["--scratch", str(scratch), "--sandbox", sandbox] if scratch is not None else []
+    if gate is not None:
+        confine += ["--gate", str(gate.dir)]
     return [
         sys.executable,
         "-m",
@@ -205,31 +215,25 @@ def run_tool(
     limit, and a run that never reaches its gate is killed and reported as timed out, holding no GPU.
     """
     t0 = time.perf_counter()
-    gate_dir = Path(tempfile.mkdtemp(prefix="ptxgym-gate-")) if gate is not None else None
-    if gate_dir is not None:
-        env = {**(os.environ if env is None else env), GATE_ENV: str(gate_dir)}
-    try:
-        with tempfile.TemporaryFile() as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=env,
-                cwd=str(cwd) if cwd is not None else tempfile.gettempdir(),
-            )
-            note = ""
-            if gate is None or gate_dir is None:
-                timed_out = _wait(proc, timeout_s)
-            else:
-                timed_out, note = _gated_wait(proc, timeout_s, gate, gate_dir)
-            size = out.seek(0, os.SEEK_END)
-            out.seek(max(0, size - OUTPUT_TAIL_BYTES))
-            text = out.read().decode(errors="replace") + note
-    finally:
-        if gate_dir is not None:
-            shutil.rmtree(gate_dir, ignore_errors=True)
+    if gate is not None:
+        if str(gate.dir) not in argv:
+            raise ValueError(f"a gated tool run must pass its gate to the driver (--gate {gate.dir})")
+        for name in (GATE_READY, GATE_GO):  # an earlier run through this gate left them
+            (gate.dir / name).unlink(missing_ok=True)
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            cwd=str(cwd) if cwd is not None else tempfile.gettempdir(),
+        )
+        timed_out, note = _gated_wait(proc, timeout_s, gate) if gate else (_wait(proc, timeout_s), "")
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - OUTPUT_TAIL_BYTES))
+        text = out.read().decode(errors="replace") + note
     return ToolRun(None if timed_out else proc.returncode, text, timed_out, time.perf_counter() - t0)
 
 
@@ -247,10 +251,10 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
         return True
 
 
-def _gated_wait(proc: subprocess.Popen, timeout_s: float, gate: Gate, gate_dir: Path) -> tuple[bool, str]:
+def _gated_wait(proc: subprocess.Popen, timeout_s: float, gate: Gate) -> tuple[bool, str]:
     """Start-up without the GPU, then the GPU phase under ``gate.hold``: (timed out, a note for the log)."""
     t0 = time.perf_counter()
-    ready = gate_dir / GATE_READY
+    ready = gate.dir / GATE_READY
     while not ready.exists() and proc.poll() is None:
         if time.perf_counter() - t0 > gate.boot_timeout_s:
             gate.boot_s += time.perf_counter() - t0
@@ -265,7 +269,7 @@ def _gated_wait(proc: subprocess.Popen, timeout_s: float, gate: Gate, gate_dir: 
     with gate.hold():
         t2 = time.perf_counter()
         gate.queue_s += t2 - t1
-        (gate_dir / GATE_GO).touch()
+        (gate.dir / GATE_GO).touch()
         timed_out = _wait(proc, timeout_s)
         gate.gpu_s += time.perf_counter() - t2
     return timed_out, ""
