@@ -10,6 +10,7 @@ stand-ins, set on an evaluator made without its GPU constructor (``cpu_evaluator
 from __future__ import annotations
 
 import collections
+import threading
 
 import pytest
 
@@ -86,6 +87,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
     ev.queue = GpuQueue()
     ev.verdicts = VerdictCache(0)
+    ev.proof_slots = threading.BoundedSemaphore(local.PROOF_RUNS_AT_ONCE)
     ev.native = NativeRunners(False, 0, 0, tmp_path, False)  # candidates in the (fake) Python worker
     ev._take_worker = lambda arena, pool=None: make_worker()  # type: ignore[method-assign]
     ev._free_bytes = lambda: 0  # type: ignore[method-assign]

@@ -178,3 +178,19 @@ def test_gated_runs_overlap_their_start_up_with_another_holder(gate_root):
     thread.join(10)
     assert run.returncode == 0 and queue.served == 2
     assert gate.boot_s < 1.0 <= gate.boot_s + gate.queue_s + 0.05  # started up while the other held it
+
+
+def test_what_a_run_leaves_behind_in_its_group_is_killed(gate_root):
+    """A forked child that outlives the tool (it could use the GPU beside the next turn) dies with the run."""
+    marker = str(gate_root / "left-behind-child")
+    code = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', sys.argv[1]])\n"
+    )
+    run = run_tool([sys.executable, "-c", code, marker], 30)
+    assert run.returncode == 0
+    deadline = time.monotonic() + 5
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(marker)

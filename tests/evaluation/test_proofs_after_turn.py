@@ -107,3 +107,26 @@ def test_evaluate_many_overlaps_one_candidates_proofs_with_the_next_turn(tmp_pat
     assert [v.status for v in verdicts] == [Status.PASSED, Status.PASSED]
     alone = sum(v.stage_wall_s["gpu_turn"] + v.stage_wall_s["memcheck"] for v in verdicts)
     assert wall < alone - 1.0, (wall, alone)  # at least a second of one's start-up beside the other
+
+
+def test_proofs_under_way_at_once_are_bounded(tmp_path, tools, monkeypatch):
+    monkeypatch.setattr(local, "PROOF_RUNS_AT_ONCE", 1)
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), MEMCHECK)
+    real, lock = local.run_proofs, threading.Lock()
+    now, most = [0], [0]
+
+    def counted(*args, **kwargs):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(local, "run_proofs", counted)
+    task = gemm_task()
+    verdicts = ev.evaluate_many([(task, built(task, i)) for i in range(3)])
+    assert [v.status for v in verdicts] == [Status.PASSED] * 3 and most[0] == 1
+    assert max(v.stage_wall_s["proof_slot"] for v in verdicts) > 0.1  # one of them waited for a slot

@@ -39,6 +39,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -114,6 +115,13 @@ so one started after a candidate may still warm during the next one's timing if 
 runner starts in a fraction of that (no interpreter), and its pool is the candidates' when it is used."""
 
 
+PROOF_RUNS_AT_ONCE = 4
+"""Candidates whose proofs (memcheck, Nsight Compute) may be under way at once, after their GPU turns.
+Each holds a tool and a driver process with the task's inputs in host memory while it starts up or
+waits for the GPU (up to a few GB for the MHA backward), so many candidates passing at once (a batch of
+``evaluate_many``) queue here rather than start their tools together."""
+
+
 class WorkerSetupError(InfraError):
     """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
 
@@ -171,6 +179,8 @@ class LocalGpuEvaluator(Evaluator):
         self.queue = GpuQueue(queue_capacity)
         """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""
         self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
+        self.proof_slots = threading.BoundedSemaphore(PROOF_RUNS_AT_ONCE)
+        """At most ``PROOF_RUNS_AT_ONCE`` candidates' proofs under way at once (``_finish``)."""
         self.quiet_spares = QUIET_SPARES
         """Spares replaced only after a subject's timed calls and awaited before the next set-up
         (``QUIET_SPARES``); False: replaced at once, warming beside the timing (for measurements)."""
@@ -338,7 +348,10 @@ class LocalGpuEvaluator(Evaluator):
     def _finish(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
         """Run a PASSED turn's proofs outside the GPU turn; never raises (a fault is INFRA_ERROR)."""
         try:
-            verdict = self._post_checks(turn, verdict)
+            t = time.perf_counter()
+            with self.proof_slots:
+                turn.walls["proof_slot"] = round(time.perf_counter() - t, 4)
+                verdict = self._post_checks(turn, verdict)
         except Exception as exc:  # noqa: BLE001 - never raise into the episode
             verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
         finally:

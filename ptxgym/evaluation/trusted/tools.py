@@ -238,17 +238,22 @@ def run_tool(
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Wait for the tool's exit; on timeout kill its process group. Whether it timed out."""
+    """Wait for the tool's exit (at most ``timeout_s``), then SIGKILL its process group; timed out?
+
+    Whatever the candidate left running in the group (a forked child) dies with the run, as with a
+    worker's group (``WorkerHandle.kill``); a child that left the group (``setsid``) is not found here.
+    """
     try:
         proc.wait(timeout=max(0.0, timeout_s))
-        return False
+        timed_out = False
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        return True
+        timed_out = True
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    return timed_out
 
 
 def _gated_wait(proc: subprocess.Popen, timeout_s: float, gate: Gate) -> tuple[bool, str]:
