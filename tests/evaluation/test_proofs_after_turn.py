@@ -111,6 +111,7 @@ def test_evaluate_many_overlaps_one_candidates_proofs_with_the_next_turn(tmp_pat
 
 def test_proofs_under_way_at_once_are_bounded(tmp_path, tools, monkeypatch):
     monkeypatch.setattr(local, "PROOF_RUNS_AT_ONCE", 1)
+    monkeypatch.setenv("FAKE_DRIVER_BOOT_S", "2")  # a proof outlasts the next candidate's turn
     ev = cpu_evaluator(tmp_path, Workers(tmp_path), MEMCHECK)
     real, lock = local.run_proofs, threading.Lock()
     now, most = [0], [0]
