@@ -2,8 +2,10 @@
 
 ``network_filter`` builds the program: ``socket()`` fails with EACCES for every address family except the
 allowed ones; ``io_uring_setup`` (io_uring can open sockets without the socket syscall), ``ptrace``,
-``process_vm_readv``/``writev`` and ``pidfd_getfd`` (reaching into another process) fail with EPERM; a
-syscall of a foreign ABI (x32 numbers, ``int 0x80``) fails with ENOSYS; everything else passes.
+``process_vm_readv``/``writev`` and ``pidfd_getfd`` (reaching into another process), and ``setsid`` and
+``setpgid`` (leaving the process group that the evaluator kills when a worker, runner or proof run ends:
+a forked child could otherwise outlive it and use the GPU beside a later candidate's timing) fail with
+EPERM; a syscall of a foreign ABI (x32 numbers, ``int 0x80``) fails with ENOSYS; everything else passes.
 ``install`` loads it on the calling thread or, with TSYNC, on every thread of the process (which also
 spreads ``no_new_privs``). Filters stack and are inherited across fork and exec.
 """
@@ -35,6 +37,8 @@ ARCHES = {
         {
             "socket": 41,
             "ptrace": 101,
+            "setpgid": 109,
+            "setsid": 112,
             "process_vm_readv": 310,
             "process_vm_writev": 311,
             "seccomp": 317,
@@ -48,6 +52,8 @@ ARCHES = {
         {
             "socket": 198,
             "ptrace": 117,
+            "setpgid": 154,
+            "setsid": 157,
             "process_vm_readv": 270,
             "process_vm_writev": 271,
             "seccomp": 277,
@@ -56,7 +62,15 @@ ARCHES = {
         },
     ),
 }
-DENIED = ("io_uring_setup", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
+DENIED = (
+    "io_uring_setup",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "setsid",
+    "setpgid",
+)
 """Syscalls the filter refuses with EPERM."""
 LOCAL_FAMILIES = (socket.AF_UNIX, socket.AF_NETLINK)
 """The address families a candidate worker keeps (no network; torch and CUDA use both)."""

@@ -107,12 +107,19 @@ def test_network_refuses_ip_sockets_and_keeps_unix(tmp_path):
         out["ptrace"] = raw("ptrace", 12, os.getpid(), 0, 0)  # PTRACE_GETREGS, not traced: ESRCH if allowed
         out["vm_read"] = raw("process_vm_readv", os.getpid(), 0, 0, 0, 0, 0)  # 0 if allowed
         out["io_uring"] = raw("io_uring_setup", 0, 0)  # EINVAL or EFAULT if allowed
+        out["setsid"] = raw("setsid")  # a new session if allowed (the child leads no group yet)
+        out["setpgid"] = raw("setpgid", 0, 0)  # its own group if allowed
+        pid = os.fork()  # a child cannot leave the group either
+        if pid == 0:
+            os._exit(0 if raw("setsid") == "EPERM" else 1)
+        out["child_setsid"] = "EPERM" if os.waitpid(pid, 0)[1] == 0 else "allowed"
         """,
     )
     assert _state(out, "network") == "active" and _state(out, "no_new_privs") == "active"
     assert out["tcp"] == out["udp6"] == out["packet"] == "EACCES"
     assert out["unix"] == "ping" and out["netlink"] == "ok"
     assert out["ptrace"] == out["vm_read"] == out["io_uring"] == "EPERM"
+    assert out["setsid"] == out["setpgid"] == out["child_setsid"] == "EPERM"
 
 
 def test_network_filter_covers_threads_that_existed_before(tmp_path):
@@ -163,7 +170,8 @@ def _run_filter(rows, arch: int, nr: int, arg0: int = 0) -> int:
 @pytest.mark.parametrize(("machine", "audit"), [("x86_64", 0xC000003E), ("aarch64", 0xC00000B7)])
 def test_network_filter_decisions_on_both_architectures(machine, audit):
     rows = sandbox.network_filter(machine)
-    nr = {name: sandbox.syscall_number(name, machine) for name in ("socket", "ptrace", "pidfd_getfd")}
+    names = ("socket", "ptrace", "pidfd_getfd", "setsid", "setpgid")
+    nr = {name: sandbox.syscall_number(name, machine) for name in names}
     allow, deny = sandbox.RET_ALLOW, sandbox.RET_ERRNO
     assert _run_filter(rows, audit, nr["socket"], 2) == deny | errno.EACCES  # AF_INET
     assert _run_filter(rows, audit, nr["socket"], 10) == deny | errno.EACCES  # AF_INET6
@@ -172,6 +180,11 @@ def test_network_filter_decisions_on_both_architectures(machine, audit):
     assert _run_filter(rows, audit, nr["socket"], 1) == allow  # AF_UNIX
     assert _run_filter(rows, audit, nr["ptrace"]) == deny | errno.EPERM
     assert _run_filter(rows, audit, nr["pidfd_getfd"]) == deny | errno.EPERM
+    assert (
+        _run_filter(rows, audit, nr["setsid"])
+        == _run_filter(rows, audit, nr["setpgid"])
+        == deny | errno.EPERM
+    )
     assert _run_filter(rows, audit, 63) == allow  # read / uname: everything else passes
     assert _run_filter(rows, 0x40000003, 359, 2) == deny | errno.ENOSYS  # i386 socket via int 0x80
     if machine == "x86_64":
