@@ -13,7 +13,8 @@ episode): builds overlap on the build pool, and each candidate reaches the evalu
 built (``run_batch``), so the GPU works while the rest of the batch still builds.
 
 Printed per pass: candidates/min, verified-correct/min, the statuses, and where the time goes, summed
-over candidates: build (extract + screen + nvcc + SASS), check, time, proofs (memcheck + ncu), GPU total
+over candidates: build (extract + screen + nvcc + SASS), check, time, proofs (memcheck + ncu; in brackets
+the part that held the GPU: their tools start up and read back outside the GPU turn), GPU total
 (the evaluator's wall per candidate), queue (the evaluator's own ``queue`` stage: time a candidate waited
 for the GPU behind others) and the GPU busy fraction (GPU total / wall). ``--pool-compare``
 also times cold builds sequentially, on a thread pool and on a process pool of the host's cores.
@@ -113,6 +114,7 @@ def run_pass(evaluator, size: int, n: int, tag: str) -> dict:
         "check_s": sum(walls(fb, ("check",)) for fb in feedbacks),
         "time_s": sum(walls(fb, ("time",)) for fb in feedbacks),
         "proofs_s": sum(walls(fb, PROOF_STAGES) for fb in feedbacks),
+        "proofs_gpu_s": sum(walls(fb, ("proof_gpu",)) for fb in feedbacks),
         "gpu_s": gpu,
         "queue_s": queue,
         "gpu_busy": gpu / wall,
@@ -172,7 +174,8 @@ def format_pass(r: dict) -> list[str]:
         f"{r['envs']:>3} envs: {r['candidates']} candidates in {r['wall_s']:.1f} s -> {r['per_min']:.2f} "
         f"candidates/min, {r['correct_per_min']:.2f} verified correct/min ({r['correct']} correct)",
         f"         time (s, summed over candidates): build {r['build_s']:.1f}, queue {r['queue_s']:.1f}, "
-        f"check {r['check_s']:.1f}, time {r['time_s']:.1f}, proofs {r['proofs_s']:.1f}, GPU total "
+        f"check {r['check_s']:.1f}, time {r['time_s']:.1f}, proofs {r['proofs_s']:.1f} "
+        f"(GPU {r['proofs_gpu_s']:.1f}), GPU total "
         f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}",
         f"         {r['statuses']}",
     ]
