@@ -33,7 +33,8 @@ case "$stage" in
   native)
     PTXGYM_CANDIDATE_PROCESS=native timeout 540 bash bench/gpu_tests.sh "$out/native" --timeout 200 -q \
       tests/evaluation/test_gpu_evaluator.py tests/knowledge_packs/test_expert_solutions.py \
-      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_runner_cupti_gpu.py
+      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_runner_cupti_gpu.py \
+      tests/evaluation/test_proof_gate.py
     ;;
   python)
     { header "runner jail probe"; timeout 100 python3 bench/runner_jail_probe.py --out "$out/jail_probe.txt"; } \

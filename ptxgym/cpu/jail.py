@@ -32,15 +32,14 @@ import functools
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ptxgym.confine import landlock, seccomp
+from ptxgym.confine.groups import kill_group
 from ptxgym.confine.launch import JAIL_FAILED, JAIL_PREFIX, Jail, LandlockRules, command
 from ptxgym.confine.tasks import user_tasks
 from ptxgym.cpu.toolchain import Toolchain
@@ -292,36 +291,12 @@ def run_jailed(
             timed_out = True
         finally:
             if timed_out or proc.poll() is None:
-                _kill_group(proc)
+                kill_group(proc)  # cicc/cudafe++ run beside nvcc and take a moment to die
     text = _read_capped(log_path)
     log_path.unlink(missing_ok=True)
     if proc.returncode == JAIL_FAILED and text.startswith(JAIL_PREFIX):
         raise JailError(f"the build could not be confined: {text.strip()[:500]}")
     return proc.returncode, timed_out, text
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGKILL nvcc's whole process group and wait (bounded) until no member is still running."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    deadline = time.monotonic() + grace_s
-    while _group_running(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.02)  # cicc/cudafe++ run beside nvcc and take a moment to die
-
-
-def _group_running(pgid: int) -> bool:
-    """Whether a live (non-zombie) process of the group remains, read from /proc."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
 
 
 def _read_capped(path: Path) -> str:

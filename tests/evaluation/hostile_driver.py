@@ -42,9 +42,10 @@ def main() -> int:
         parser.add_argument(flag)
     parser.add_argument("--sandbox", default="on")
     parser.add_argument("--gate")
+    parser.add_argument("--gate-key")
     args = parser.parse_args()
     time.sleep(float(os.environ.get("FAKE_DRIVER_BOOT_S", "0")))
-    if not driver.wait_at_gate(args.gate):
+    if not driver.wait_at_gate(args.gate, args.gate_key):
         return 4
     scratch = Path(args.scratch)
     sandbox.apply(args.sandbox, scratch)

@@ -147,3 +147,42 @@ def test_a_resumed_evaluation_goes_before_new_callers_and_past_a_full_queue():
     assert order.index("proof") < order.index("new-1") < order.index("new-2")
     assert queue.served == 4 and queue.waiting == 0
     assert queue.last_wait_s < 0.1  # this thread never waited
+
+
+def test_a_caller_interrupted_while_waiting_does_not_block_the_line():
+    queue = GpuQueue()
+    release = threading.Event()
+    real_wait = queue._cond.wait
+    got: list[str] = []
+
+    def wait(timeout=None):
+        if threading.current_thread().name == "victim":
+            raise KeyboardInterrupt  # as an asynchronous exception would, mid-wait
+        return real_wait(timeout)
+
+    queue._cond.wait = wait  # type: ignore[method-assign]
+
+    def holder() -> None:
+        with queue.turn():
+            release.wait(10)
+
+    def caller(name: str) -> None:
+        try:
+            with queue.turn():
+                got.append(name)
+        except KeyboardInterrupt:
+            got.append(f"{name} interrupted")
+
+    h = threading.Thread(target=holder)
+    h.start()
+    _wait_until(lambda: queue._busy)
+    victim = threading.Thread(target=caller, args=("victim",), name="victim")
+    victim.start()
+    victim.join(10)
+    after = threading.Thread(target=caller, args=("after",))
+    after.start()
+    _wait_until(lambda: queue._next == 3)
+    release.set()
+    for t in (h, after):
+        t.join(10)
+    assert got == ["victim interrupted", "after"] and queue.waiting == 0

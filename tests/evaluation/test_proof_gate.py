@@ -9,6 +9,7 @@ never reaches it, and one whose GPU phase overruns.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import threading
@@ -20,7 +21,7 @@ import pytest
 import torch
 
 from ptxgym.evaluation.sandboxed import driver
-from ptxgym.evaluation.trusted.tools import Gate, driver_argv, run_tool
+from ptxgym.evaluation.trusted.tools import Gate, GateError, driver_argv, gate_key, run_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,8 +83,9 @@ def test_the_real_driver_starts_without_the_gpu_and_goes_only_on_the_go(gate_roo
     holds = Holds(gate_root, wait_s=0.3, marker=str(inputs))
     gate = Gate(holds.hold)
     argv = driver_argv(inputs, gate_root / "c.so", "run", 0, "profile", gate=gate)
-    assert argv[-2:] == ["--gate", str(gate.dir)]
-    run = run_tool(argv, 60, cwd=gate_root, gate=gate)
+    assert argv[-4:] == ["--gate", str(gate.dir), "--gate-key", gate.key] and gate.secret not in argv
+    run = run_tool(argv, 60, cwd=gate_root, gate=gate, read=lambda: holds.inside)
+    assert run.read is True  # read while the GPU was still held
     assert holds.entered == [(True, False)]  # held once, the driver waiting at its gate, not yet let go
     assert holds.alive == [True]  # still waiting there 0.3 s later
     assert run.returncode not in (0, 4, None) and not run.timed_out
@@ -95,28 +97,31 @@ def test_the_real_driver_starts_without_the_gpu_and_goes_only_on_the_go(gate_roo
     assert not list(gate_root.glob("ptxgym-gate-*"))  # the gate directory is removed
 
 
-def test_a_driver_that_dies_before_its_gate_holds_nothing(gate_root):
-    holds, gate = Holds(gate_root), None
+def test_a_driver_that_dies_before_its_gate_is_the_evaluators_fault_and_holds_nothing(gate_root):
+    holds = Holds(gate_root)
     gate = Gate(holds.hold)
-    run = run_tool([sys.executable, "-c", "raise SystemExit(3)", str(gate.dir)], 60, gate=gate)
-    assert run.returncode == 3 and not run.timed_out and holds.entered == []
+    argv = [sys.executable, "-c", "print('no such module'); raise SystemExit(3)", *gate.argv()]
+    with pytest.raises(GateError, match=r"ended \(exit 3\) before its GPU gate.*no such module"):
+        run_tool(argv, 60, gate=gate)
+    assert holds.entered == []
 
 
 def test_a_driver_that_never_reaches_its_gate_is_killed_holding_nothing(gate_root):
     holds = Holds(gate_root)
     gate = Gate(holds.hold, boot_timeout_s=0.5)
+    marker = str(gate_root / "never-ready")
     t = time.perf_counter()
-    run = run_tool([sys.executable, "-c", "import time; time.sleep(60)", str(gate.dir)], 60, gate=gate)
-    assert run.timed_out and run.returncode is None and holds.entered == []
-    assert "did not reach its GPU gate within 0.5 s" in run.output
-    assert time.perf_counter() - t < 20 and gate.gpu_s == 0.0
+    with pytest.raises(GateError, match="did not reach its GPU gate within 0.5 s"):
+        run_tool([sys.executable, "-c", "import time; time.sleep(60)", marker, *gate.argv()], 60, gate=gate)
+    assert holds.entered == [] and gate.gpu_s == 0.0 and not _running(marker)
+    assert time.perf_counter() - t < 20
 
 
 WAITER = f"""
 import sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from ptxgym.evaluation.sandboxed import driver
-assert driver.wait_at_gate(sys.argv[2])
+assert driver.wait_at_gate(sys.argv[3], sys.argv[5])
 print("went", flush=True)
 time.sleep(float(sys.argv[1]))
 """
@@ -124,7 +129,7 @@ time.sleep(float(sys.argv[1]))
 
 def _waiter(seconds: float, gate: Gate) -> list[str]:
     """A stand-in driver: waits at ``gate``, then sleeps ``seconds`` (its GPU phase)."""
-    return [sys.executable, "-c", WAITER, str(seconds), str(gate.dir)]
+    return [sys.executable, "-c", WAITER, str(seconds), *gate.argv()]
 
 
 def test_the_timeout_bounds_the_gpu_phase_only(gate_root):
@@ -142,17 +147,21 @@ def test_a_gated_run_must_pass_its_gate_on(gate_root):
     gate = Gate(Holds(gate_root).hold)
     with pytest.raises(ValueError, match="must pass its gate"):
         run_tool([sys.executable, "-c", "pass"], 10, gate=gate)
+    with pytest.raises(ValueError, match="must pass its gate"):  # the directory without the key
+        run_tool([sys.executable, "-c", "pass", "--gate", str(gate.dir)], 10, gate=gate)
 
 
-def test_the_driver_gives_up_when_no_go_comes(monkeypatch, tmp_path):
+def test_the_driver_goes_only_on_the_secret_and_gives_up_without_it(monkeypatch, tmp_path):
     monkeypatch.setattr(driver, "GATE_WAIT_S", 0.1)
-    assert driver.wait_at_gate(str(tmp_path)) is False and (tmp_path / "ready").exists()
-    assert (
-        driver.wait_at_gate(str(tmp_path)) is False
-    )  # a second pass (application replay) may announce again
-    (tmp_path / "go").touch()
-    assert driver.wait_at_gate(str(tmp_path)) is True
-    assert driver.wait_at_gate(None) is True  # no gate: straight on
+    key = gate_key("the-secret")
+    assert driver.wait_at_gate(str(tmp_path), key) is False and (tmp_path / "ready").exists()
+    (tmp_path / "go").touch()  # a go another process made: empty
+    assert driver.wait_at_gate(str(tmp_path), key) is False  # announced again (replay), still waiting
+    (tmp_path / "go").write_text(key)  # the key is on the driver's command line: readable, and useless
+    assert driver.wait_at_gate(str(tmp_path), key) is False
+    (tmp_path / "go").write_text("the-secret")
+    assert driver.wait_at_gate(str(tmp_path), key) is True
+    assert driver.wait_at_gate(None, None) is True  # no gate: straight on
 
 
 def test_gated_runs_overlap_their_start_up_with_another_holder(gate_root):
@@ -172,12 +181,21 @@ def test_gated_runs_overlap_their_start_up_with_another_holder(gate_root):
     thread.start()
     held.wait(10)
     gate = Gate(lambda: queue.turn(resume=True))
-    timer = threading.Timer(1.0, release.set)
-    timer.start()
+
+    def release_once_ready() -> None:
+        deadline = time.monotonic() + 30
+        while not (gate.dir / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.5)
+        release.set()
+
+    releaser = threading.Thread(target=release_once_ready)
+    releaser.start()
     run = run_tool(_waiter(0, gate), 30, gate=gate)
     thread.join(10)
+    releaser.join(10)
     assert run.returncode == 0 and queue.served == 2
-    assert gate.boot_s < 1.0 <= gate.boot_s + gate.queue_s + 0.05  # started up while the other held it
+    assert gate.boot_s > 0 and gate.queue_s >= 0.4  # it started up, then waited for the other's turn
 
 
 def test_what_a_run_leaves_behind_in_its_group_is_killed(gate_root):
@@ -194,3 +212,39 @@ def test_what_a_run_leaves_behind_in_its_group_is_killed(gate_root):
     while _running(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _running(marker)
+
+
+def _nvidia_fds(marker: str) -> list[str]:
+    """The /dev/nvidia* files the process with ``marker`` on its command line holds open."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                links = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+                return [link for link in links if link.startswith("/dev/nvidia")]
+        except OSError:
+            continue
+    raise AssertionError(f"no live process with {marker} on its command line")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_driver_has_not_touched_cuda_when_it_reaches_its_gate(gate_root):
+    """At the gate the driver holds no /dev/nvidia* file (cuInit opens them); after the go it runs."""
+    a = torch.randn(64, 32, dtype=torch.bfloat16)
+    inputs = gate_root / "gpu-gate-inputs.pt"
+    outputs = {"C": ([64, 64], "bfloat16")}
+    saved = {"inputs": {"A": a, "B": a.clone()}, "order": ["A", "B"], "outputs": outputs}
+    torch.save(saved, inputs)
+    seen: list[list[str]] = []
+
+    @contextmanager
+    def hold():
+        seen.append(_nvidia_fds(str(inputs)))
+        yield
+
+    gate = Gate(hold)
+    argv = driver_argv(inputs, None, "run", 0, "memcheck", baseline="gemm_cublas", gate=gate)
+    run = run_tool(argv, 120, cwd=gate_root, gate=gate)
+    gate.close()
+    print(f"GATE nvidia fds at the gate: {seen}; boot {gate.boot_s:.2f} s, GPU phase {gate.gpu_s:.2f} s")
+    assert seen == [[]], seen
+    assert run.returncode == 0 and "driver: memcheck done" in run.output, run.output[-2000:]

@@ -131,3 +131,18 @@ def test_proofs_under_way_at_once_are_bounded(tmp_path, tools, monkeypatch):
     verdicts = ev.evaluate_many([(task, built(task, i)) for i in range(3)])
     assert [v.status for v in verdicts] == [Status.PASSED] * 3 and most[0] == 1
     assert max(v.stage_wall_s["proof_slot"] for v in verdicts) > 0.1  # one of them waited for a slot
+
+
+def test_copies_of_one_artifact_in_a_batch_wait_for_the_first_verdict(tmp_path):
+    from test_baseline_path import wrong
+
+    from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
+
+    workers = Workers(tmp_path, candidate=wrong)
+    ev = cpu_evaluator(tmp_path, workers)
+    ev.verdicts = VerdictCache(16)
+    task = gemm_task()
+    verdicts = ev.evaluate_many([(task, built(task, 0)), (task, built(task, 1))])  # one artifact, twice
+    assert [v.status for v in verdicts] == [Status.INCORRECT_NUMERICAL] * 2
+    assert [v.cache_hit for v in verdicts] == [False, True]
+    assert len(workers.made) == 2  # the baseline and the first copy: the second never reached the GPU

@@ -13,15 +13,18 @@ then on the process writes only beneath that scratch directory, so it cannot tou
 writes elsewhere (``trusted/tools.py``), and has no network. Nothing the driver or the candidate prints
 is a proof; the tools' reports are read from their own files.
 
-With ``--gate DIR`` (``trusted/tools.py``, ``Gate``) it stops before CUDA is initialised, once the
-imports and the input file are read: it creates ``ready`` in that directory and waits for ``go``, so its
-start-up holds no GPU. (Nsight Compute's application replay runs the driver once per pass: the later
-passes find the go already given.)
+With ``--gate DIR --gate-key HASH`` (``trusted/tools.py``, ``Gate``) it stops before CUDA is
+initialised, once torch is imported and the input file read: it creates ``ready`` in that directory and
+waits for a ``go`` whose content hashes to ``HASH`` (a go another process wrote is ignored), so its
+start-up holds no GPU. TVM-FFI is imported after the gate: its import asks torch whether CUDA is
+available, which initialises the driver. (Nsight Compute's application replay runs the driver once per
+pass: the later passes find the go already given.)
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -33,17 +36,26 @@ GATE_WAIT_S = 3600.0
 """How long the driver waits at its gate before giving up (the caller died or forgot it)."""
 
 
-def wait_at_gate(gate: str | None) -> bool:
+def wait_at_gate(gate: str | None, key: str | None) -> bool:
     """Announce readiness and wait for the go (module docstring); False if it never came."""
     if not gate:
         return True
     os.close(os.open(Path(gate) / "ready", os.O_CREAT | os.O_WRONLY, 0o600))
     deadline = time.monotonic() + GATE_WAIT_S
-    while not (Path(gate) / "go").exists():
+    while not _go(Path(gate) / "go", key or ""):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.002)
     return True
+
+
+def _go(path: Path, key: str) -> bool:
+    """Whether ``path`` holds the secret whose SHA-256 is ``key``."""
+    try:
+        secret = path.read_bytes()[:256]
+    except OSError:
+        return False
+    return hashlib.sha256(secret).hexdigest() == key
 
 
 def _range():
@@ -94,17 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sandbox", choices=MODES, default="on", help="host sandbox mode (with --scratch)")
     parser.add_argument("--gate", help="wait at this gate directory before initialising CUDA")
+    parser.add_argument("--gate-key", help="SHA-256 of the go's content")
     args = parser.parse_args(argv)
 
     import torch
-    import tvm_ffi
 
     from ptxgym.evaluation.compare import poison_
 
     saved = torch.load(args.inputs, weights_only=True)
-    if not wait_at_gate(args.gate):
+    if not wait_at_gate(args.gate, args.gate_key):
         print(f"driver: no go at the gate within {GATE_WAIT_S:.0f} s", file=sys.stderr)
         return 4
+    import tvm_ffi  # after the gate: its import initialises CUDA (module docstring)
+
     torch.cuda.set_device(args.device)
     dev = torch.device("cuda", args.device)
     inputs = [saved["inputs"][n].to(dev) for n in saved["order"]]

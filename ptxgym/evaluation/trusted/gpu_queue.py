@@ -45,6 +45,8 @@ class GpuQueue:
         self._serving = 0
         """The ticket of the next new caller allowed to hold the GPU."""
         self._busy = False
+        self._abandoned: set[int] = set()
+        """Tickets whose caller stopped waiting (an exception in ``wait``): skipped when reached."""
         self._resuming = 0
         """Resuming callers waiting (served before any ticket)."""
         self._local = threading.local()
@@ -71,16 +73,23 @@ class GpuQueue:
         with self._cond:
             if resume:
                 self._resuming += 1
-                while self._busy:
-                    self._cond.wait()
-                self._resuming -= 1
+                try:
+                    while self._busy:
+                        self._cond.wait()
+                finally:
+                    self._resuming -= 1
             else:
                 while self._next - self._serving >= self.capacity:  # admission
                     self._cond.wait()
                 ticket = self._next
                 self._next += 1
-                while self._busy or self._resuming or self._serving != ticket:
-                    self._cond.wait()
+                try:
+                    while self._busy or self._resuming or self._serving != ticket:
+                        self._cond.wait()
+                except BaseException:
+                    self._abandoned.add(ticket)  # interrupted while waiting: its turn is skipped
+                    self._skip()
+                    raise
                 self._serving += 1
             self._busy = True
         self._local.wait_s = time.perf_counter() - t0
@@ -90,4 +99,12 @@ class GpuQueue:
             with self._cond:
                 self._busy = False
                 self.served += 1
+                self._skip()
                 self._cond.notify_all()
+
+    def _skip(self) -> None:
+        """Pass over abandoned tickets at the head of the line (called with the lock held)."""
+        while self._serving in self._abandoned:
+            self._abandoned.discard(self._serving)
+            self._serving += 1
+        self._cond.notify_all()

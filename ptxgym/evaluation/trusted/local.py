@@ -83,6 +83,7 @@ from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionRe
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.turn import Turn
 from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
+from ptxgym.evaluation.trusted.verdict_cache import cache_key as verdict_key
 from ptxgym.evaluation.trusted.verdicts import (
     correctness_info,
     fault_verdict,
@@ -236,13 +237,25 @@ class LocalGpuEvaluator(Evaluator):
         """Verdicts in input order, each candidate on a thread of its own.
 
         So one candidate's proofs run while the next one holds the GPU (the queue serves them in order).
+        Copies of one artifact in the batch (a GRPO group often repeats a completion) wait for the first
+        one's verdict, which the verdict cache then answers where it may (``verdict_cache.py``).
         """
         pairs = list(task_candidates)
-        if len(pairs) <= 1:
-            return [self._evaluate_guarded(t, c) for t, c in pairs]
-        workers = min(len(pairs), self.queue.capacity)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-gpu") as pool:
-            return list(pool.map(lambda pair: self._evaluate_guarded(*pair), pairs))
+        verdicts: list[GpuVerdict | None] = [None] * len(pairs)
+        first: dict[str, int] = {}
+        for i, (task, cand) in enumerate(pairs):
+            first.setdefault(verdict_key(task, cand), i)
+        leaders = set(first.values())
+        for wave in (sorted(leaders), [i for i in range(len(pairs)) if i not in leaders]):
+            if len(wave) == 1:
+                verdicts[wave[0]] = self._evaluate_guarded(*pairs[wave[0]])
+            elif wave:
+                workers = min(len(wave), self.queue.capacity)
+                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-gpu") as pool:
+                    got = list(pool.map(lambda i: self._evaluate_guarded(*pairs[i]), wave))
+                for i, verdict in zip(wave, got, strict=True):
+                    verdicts[i] = verdict
+        return [v for v in verdicts if v is not None]
 
     def baseline(self, task: Task) -> BaselineRecord:
         """The baseline record of a task's workload (measured on first use in this evaluator)."""
@@ -328,8 +341,10 @@ class LocalGpuEvaluator(Evaluator):
         """Fix what the proofs after the turn need (``_finish``), while the GPU is still held.
 
         Their inputs: the arena's saved set, linked to a name of this turn's own (another turn may evict
-        the arena and delete its file meanwhile). Their time limits: their settings, or what is left of
-        the step's budget now, if less; time spent waiting for the GPU later is not the candidate's.
+        the arena and delete its file meanwhile). Whether memcheck is due, and the settings: as they are
+        now (another thread may change ``self.settings`` later). Their time limits: their settings, or
+        what is left of the step's budget now, if less; time spent waiting for the GPU later is not the
+        candidate's.
         """
         source = turn.arena.inputs_file()
         link = self.scratch / f"proof-{secrets.token_hex(8)}-{source.name}"
@@ -338,6 +353,7 @@ class LocalGpuEvaluator(Evaluator):
         except OSError:
             shutil.copyfile(source, link)
         turn.proof_inputs = link
+        turn.proof_memcheck = self._memcheck_due(turn)
         turn.proof_settings = self.settings.model_copy(
             update={
                 "memcheck_timeout_s": self._proof_timeout(turn, self.settings.memcheck_timeout_s),
@@ -970,7 +986,7 @@ class LocalGpuEvaluator(Evaluator):
             turn.task,
             turn.candidate,
             *args,
-            memcheck_due=self._memcheck_due(turn),
+            memcheck_due=turn.proof_memcheck,
             in_band=turn.in_band,
             gpu=lambda: self.queue.turn(resume=True),
         )

@@ -134,8 +134,9 @@ def run_memcheck(
             inputs, so_path, entry, device, "memcheck", scratch=own.scratch, sandbox=sandbox, gate=gate
         )
         env = tool_environ(own.scratch, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
-        run = run_tool(memcheck_argv(tool, log_file, driver), timeout_s, env, own.scratch, gate)
-        info = memcheck_info(read_report(log_file), run, timeout_s)
+        argv = memcheck_argv(tool, log_file, driver)
+        run = run_tool(argv, timeout_s, env, own.scratch, gate, read=lambda: read_report(log_file))
+        info = memcheck_info(run.read, run, timeout_s)
     finally:
         if dirs is None:
             own.remove()

@@ -34,7 +34,6 @@ from ptxgym.evaluation.trusted.target_work import work_share
 from ptxgym.evaluation.trusted.tools import (
     Gate,
     ProofDirs,
-    ToolRun,
     driver_argv,
     find_tool,
     read_report,
@@ -238,11 +237,10 @@ def read_profile(
 ) -> tuple[list[KernelProfile] | None, str, float, str]:
     """Profile, read back, parse: (kernels, "", wall, tail) or (None, why it failed, wall, tail).
 
-    With ``gate`` only the profiled run's GPU phase holds the GPU (``tools.Gate``); the read-back never
-    does (it reads a file).
-
     Kernel replay first; if the driver itself finished (its own marker in the log, only a hint) but no
-    usable report came back, once more with application replay.
+    usable report came back, once more with application replay. The read-back runs as soon as the
+    profiled run's process group is gone: with ``gate``, still holding the GPU (``tools.run_tool``), so
+    no other candidate's code is alive between the report's writing and its reading.
     """
     wall, tail, reason = 0.0, "", ""
     env = tool_environ(dirs.scratch)
@@ -257,42 +255,46 @@ def read_profile(
             env,
             dirs.scratch,
             gate,
+            read=lambda: _read_back(ncu, report, csv_file, env, dirs, timeout_s),
         )
         wall, tail = wall + run.wall_s, run.output[-4000:]
         if run.timed_out:
             return None, f"Nsight Compute timed out after {timeout_s:.0f} s", wall, tail
-        kernels, reason, spent = _read_back(ncu, report, csv_file, run, env, dirs, timeout_s)
-        wall += spent
-        if kernels is not None:
-            return kernels, "", wall, tail
+        if run.returncode != 0 or not run.read.report:
+            reason = (
+                f"ncu exited with {run.returncode} and {'wrote' if run.read.report else 'wrote no'} report"
+            )
+        else:
+            kernels, reason = run.read.kernels, run.read.reason
+            if kernels is not None:
+                return kernels, "", wall, tail
         if "driver: profile done" not in run.output:
             break  # the candidate itself failed under the profiler: replaying differently will not help
     return None, reason, wall, tail
 
 
+@dataclass(frozen=True)
+class _ReadBack:
+    """What the read-back found: whether a report was written, its kernels, or why none."""
+
+    report: bool
+    kernels: list[KernelProfile] | None = None
+    reason: str = ""
+
+
 def _read_back(
-    ncu: str,
-    report: Path,
-    csv_file: Path,
-    run: ToolRun,
-    env: dict[str, str],
-    dirs: ProofDirs,
-    timeout_s: float,
-) -> tuple[list[KernelProfile] | None, str, float]:
-    if run.returncode != 0 or not report.is_file():
-        return (
-            None,
-            f"ncu exited with {run.returncode} and {'wrote' if report.is_file() else 'wrote no'} report",
-            0.0,
-        )
+    ncu: str, report: Path, csv_file: Path, env: dict[str, str], dirs: ProofDirs, timeout_s: float
+) -> _ReadBack:
+    if not report.is_file():
+        return _ReadBack(report=False)
     back = run_tool(import_argv(ncu, report, csv_file), timeout_s, env, dirs.report)
     text = read_report(csv_file)
     failure = _tool_failed(back.output) or _tool_failed(text or "")
     kernels = parse_ncu_csv(text) if text else []
     if back.timed_out or back.returncode != 0 or failure or not kernels:
         why = failure or f"the read-back exited with {back.returncode} and gave {len(kernels)} kernel(s)"
-        return None, f"Nsight Compute's report could not be read: {why}", back.wall_s
-    return kernels, "", back.wall_s
+        return _ReadBack(True, None, f"Nsight Compute's report could not be read: {why}")
+    return _ReadBack(True, kernels)
 
 
 def check_executed(

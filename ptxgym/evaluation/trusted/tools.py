@@ -17,19 +17,26 @@ read back. Only the part between the driver's CUDA initialisation and the tool's
 a gate the driver stops before it initialises CUDA (``--gate DIR``, the gate's private directory, on its
 command line, which every tool passes on unchanged: it creates ``ready`` there and waits for ``go``), so
 the start-up runs beside other candidates' GPU work, and the caller takes the GPU (``Gate.hold``, the
-evaluator's queue) only to let the driver go and wait for the tool to exit. A gated run whose command
-line lacks its gate is refused (it would run unheld). Nothing before the gate is the candidate's: its
-code is loaded after it (and after the sandbox), so what runs beside another candidate's timing is
-trusted code that has not touched the GPU.
+evaluator's queue) only to let the driver go, wait for the tool's process group to end, and read the
+report (``run_tool``'s ``read``: while the GPU is held no other candidate's code is alive, so none can
+touch the report between the tool's exit and its reading). A gated run whose command line lacks its
+gate is refused (it would run unheld). Nothing before the gate is the candidate's: its code is loaded
+after it (and after the sandbox), so what runs beside another candidate's timing is trusted code that
+has not touched the GPU. The go is authenticated: the driver's command line carries the SHA-256 of a
+secret that only ``go`` holds, written under the hold, so another candidate's process (whose jail may be
+partial, ``sandbox.py``) cannot let a driver go early. What such a process could still do is delete or
+plant ``ready`` (the run then ends as the evaluator's INFRA_ERROR, or its GPU phase starts early): it
+costs the victim, never pays the attacker, and needs the partial jail's hole.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
+import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,8 +45,11 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from ptxgym.confine.groups import kill_group
 from ptxgym.evaluation.protocol import worker_environ
+from ptxgym.records.errors import InfraError
 
 OUTPUT_TAIL_BYTES = 64 << 10
 """How much of a tool run's combined stdout/stderr is kept (the end); the rest is dropped unread."""
@@ -63,12 +73,23 @@ class Gate:
     boot_timeout_s: float = BOOT_TIMEOUT_S
     dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ptxgym-gate-")))
     """The private directory of the ``ready`` and ``go`` files (the driver's ``--gate``)."""
+    secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
+    """What ``go`` holds; the driver knows only its hash (``key``)."""
     boot_s: float = 0.0
     """Start-up seconds before the driver reached the gate (no GPU held)."""
     queue_s: float = 0.0
     """Seconds waited for the GPU once the driver was ready."""
     gpu_s: float = 0.0
     """Seconds the GPU was held (from letting the driver go to the tool's exit)."""
+
+    @property
+    def key(self) -> str:
+        """SHA-256 of the secret: the driver's ``--gate-key``."""
+        return gate_key(self.secret)
+
+    def argv(self) -> list[str]:
+        """The driver's gate arguments."""
+        return ["--gate", str(self.dir), "--gate-key", self.key]
 
     def close(self) -> None:
         """Remove the gate's directory."""
@@ -83,6 +104,15 @@ class Gate:
         }
 
 
+def gate_key(secret: str) -> str:
+    """The hash a driver compares ``go``'s content with."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class GateError(InfraError):
+    """A gated run's driver never reached its gate: no candidate code ran, so the evaluator's fault."""
+
+
 @dataclass(frozen=True)
 class ToolRun:
     """Outcome of one tool invocation."""
@@ -93,6 +123,8 @@ class ToolRun:
     never a proof)."""
     timed_out: bool
     wall_s: float
+    read: Any = None
+    """What ``run_tool``'s ``read`` returned (the report, read once the tool's group was gone)."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +199,7 @@ def driver_argv(
     )
     confine = ["--scratch", str(scratch), "--sandbox", sandbox] if scratch is not None else []
     if gate is not None:
-        confine += ["--gate", str(gate.dir)]
+        confine += gate.argv()
     return [
         sys.executable,
         "-m",
@@ -206,18 +238,21 @@ def run_tool(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     gate: Gate | None = None,
+    read: Callable[[], Any] | None = None,
 ) -> ToolRun:
-    """Run a tool, its stdout+stderr to a private temporary file, killing its process group on timeout.
+    """Run a tool, its stdout+stderr to a private temporary file; then end its whole process group.
 
     The working directory defaults to the temp directory, so a source checkout in the caller's
     directory cannot shadow the installed package in the driver. Only the tail of the output is read.
-    With a ``gate`` (module docstring) ``timeout_s`` bounds the GPU phase; the start-up has the gate's own
-    limit, and a run that never reaches its gate is killed and reported as timed out, holding no GPU.
+    ``read`` is called once the tool's process group is gone (with a ``gate``, before the GPU is let go:
+    module docstring); its result is ``ToolRun.read``. With a ``gate``, ``timeout_s`` bounds the GPU
+    phase, and a driver that does not reach its gate (it ends first, or the start-up outlasts the gate's
+    limit) raises ``GateError``, holding no GPU.
     """
     t0 = time.perf_counter()
     if gate is not None:
-        if str(gate.dir) not in argv:
-            raise ValueError(f"a gated tool run must pass its gate to the driver (--gate {gate.dir})")
+        if str(gate.dir) not in argv or gate.key not in argv:
+            raise ValueError(f"a gated tool run must pass its gate to the driver ({' '.join(gate.argv())})")
         for name in (GATE_READY, GATE_GO):  # an earlier run through this gate left them
             (gate.dir / name).unlink(missing_ok=True)
     with tempfile.TemporaryFile() as out:
@@ -230,51 +265,69 @@ def run_tool(
             env=env,
             cwd=str(cwd) if cwd is not None else tempfile.gettempdir(),
         )
-        timed_out, note = _gated_wait(proc, timeout_s, gate) if gate else (_wait(proc, timeout_s), "")
-        size = out.seek(0, os.SEEK_END)
-        out.seek(max(0, size - OUTPUT_TAIL_BYTES))
-        text = out.read().decode(errors="replace") + note
-    return ToolRun(None if timed_out else proc.returncode, text, timed_out, time.perf_counter() - t0)
+
+        def tail() -> str:
+            size = out.seek(0, os.SEEK_END)
+            out.seek(max(0, size - OUTPUT_TAIL_BYTES))
+            return out.read().decode(errors="replace")
+
+        if gate is None:
+            timed_out = _end(proc, timeout_s)
+            got = read() if read is not None else None
+        else:
+            timed_out, got = _gated(proc, timeout_s, gate, read, tail)
+        text = tail()
+    return ToolRun(None if timed_out else proc.returncode, text, timed_out, time.perf_counter() - t0, got)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """Wait for the tool's exit (at most ``timeout_s``), then SIGKILL its process group; timed out?
+def _end(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait for the tool's exit (at most ``timeout_s``), then end its process group; timed out?
 
     Whatever the candidate left running in the group (a forked child) dies with the run, as with a
-    worker's group (``WorkerHandle.kill``); a child that left the group (``setsid``) is not found here.
+    worker's group (``WorkerHandle.kill``), and is awaited (a CUDA context takes a moment to go); the
+    jails refuse ``setsid``/``setpgid``, so nothing leaves the group.
     """
     try:
         proc.wait(timeout=max(0.0, timeout_s))
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
+    kill_group(proc)
     return timed_out
 
 
-def _gated_wait(proc: subprocess.Popen, timeout_s: float, gate: Gate) -> tuple[bool, str]:
-    """Start-up without the GPU, then the GPU phase under ``gate.hold``: (timed out, a note for the log)."""
+def _gated(
+    proc: subprocess.Popen,
+    timeout_s: float,
+    gate: Gate,
+    read: Callable[[], Any] | None,
+    tail: Callable[[], str],
+) -> tuple[bool, Any]:
+    """Start-up without the GPU, then the GPU phase and ``read`` under ``gate.hold``: (timed out, read)."""
     t0 = time.perf_counter()
     ready = gate.dir / GATE_READY
-    while not ready.exists() and proc.poll() is None:
-        if time.perf_counter() - t0 > gate.boot_timeout_s:
-            gate.boot_s += time.perf_counter() - t0
-            _wait(proc, 0.0)
-            limit = gate.boot_timeout_s
-            return True, f"\nptxgym: the driver did not reach its GPU gate within {limit:g} s\n"
+    while not ready.exists() and proc.poll() is None and time.perf_counter() - t0 <= gate.boot_timeout_s:
         time.sleep(_POLL_S)
     t1 = time.perf_counter()
     gate.boot_s += t1 - t0
-    if not ready.exists():  # it exited before its gate (a tool or start-up error): nothing to hold
-        return False, ""
+    if not ready.exists():
+        still = proc.poll() is None
+        _end(proc, 0.0)
+        why = (
+            f"did not reach its GPU gate within {gate.boot_timeout_s:g} s"
+            if still
+            else f"ended (exit {proc.returncode}) before its GPU gate"
+        )
+        raise GateError(
+            f"the proof tool's driver {why}, before any candidate code was loaded: {tail()[-800:]}"
+        )
     with gate.hold():
         t2 = time.perf_counter()
         gate.queue_s += t2 - t1
-        (gate.dir / GATE_GO).touch()
-        timed_out = _wait(proc, timeout_s)
+        part = gate.dir / f"{GATE_GO}.part"
+        part.write_text(gate.secret)
+        part.replace(gate.dir / GATE_GO)
+        timed_out = _end(proc, timeout_s)
+        got = read() if read is not None else None
         gate.gpu_s += time.perf_counter() - t2
-    return timed_out, ""
+    return timed_out, got

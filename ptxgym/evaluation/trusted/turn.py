@@ -60,6 +60,8 @@ class Turn:
     """The inputs the proofs after the GPU turn run on (this turn's own link to the arena's file)."""
     proof_settings: EvalSettings | None = None
     """The settings of those proofs: their time limits fixed at the end of the turn."""
+    proof_memcheck: bool = False
+    """Whether memcheck is due among those proofs (decided at the end of the turn)."""
 
     @property
     def load(self) -> Load:

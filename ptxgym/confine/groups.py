@@ -1,0 +1,39 @@
+"""Ending a process group: SIGKILL every member and wait, bounded, until none is still running.
+
+Builds (``cpu/jail.py``) and proof runs (``evaluation/trusted/tools.py``) start their program as the
+leader of a new process group, and the jails refuse ``setsid``/``setpgid`` (``seccomp.py``), so the group
+holds everything the program started. Waiting for the members matters: a process killed with the GPU
+in use is still tearing its CUDA context down for a moment, and nothing may run beside a later timing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a live (non-zombie) process of the group remains, read from /proc."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGKILL ``proc``'s whole process group, reap ``proc``, wait (bounded) until no member runs."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    deadline = time.monotonic() + grace_s
+    while group_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
