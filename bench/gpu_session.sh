@@ -20,7 +20,8 @@
 #          Nsight Compute's cross-check drawn, its proofs gated), and with hardware counters alone.
 # (native and python also check the gated proofs: test_gpu_evaluator's _assert_gated, real ncu and
 #  compute-sanitizer passing --gate on to the driver.)
-# throughput: 16 distinct cold candidates at 1, 4 and 16 envs (issue 12), no secret ncu draw.
+# throughput: distinct cold candidates at 1, 4, 16 and 64 envs (16, 16, 16, 64 of them; issue 12), no
+#          secret ncu draw.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:?stage: native, python, benches or throughput}
@@ -59,8 +60,8 @@ case "$stage" in
       --set sass_count_with_hw=false --no-crosscheck-turn
     ;;
   throughput)
-    timeout 540 python3 bench/throughput.py --evaluator local --sizes 1,4,16 --candidates 16 \
-      --set ncu_crosscheck_fraction=0 --out "$out/throughput.txt"
+    timeout 560 python3 bench/throughput.py --evaluator local --sizes 1,4,16,64 --candidates 16 \
+      --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput.txt"
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 
     python bench/throughput.py --evaluator none                 # CPU: builds only (NOT_EVALUATED)
     python bench/throughput.py --evaluator local --memcheck never --candidates 8 --sizes 1,4,8   # GPU
+    python bench/throughput.py --evaluator local --sizes 1,4,16,64 --candidates 16 --candidates-per-env 1
 
 The mix (issue 12): compile errors, wrong answers (NaN, unwritten, half-written outputs), correct slow
 kernels (the naive SIMT GEMM of the audit corpus) and correct fast kernels (the shipped expert GEMM), in
@@ -188,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--candidates", type=int, default=16, help="candidates per pass (kinds in equal shares)"
     )
+    parser.add_argument(
+        "--candidates-per-env",
+        type=int,
+        default=0,
+        help="at least this many candidates per env in a pass (e.g. 1: a 64-env pass gets 64 candidates)",
+    )
     parser.add_argument("--memcheck", default=None, help="EvalSettings.memcheck for local (default: its own)")
     parser.add_argument("--pool-compare", type=int, default=0, help="also compare build pools on K builds")
     parser.add_argument("--out", type=Path, help="also write the report here")
@@ -223,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for size in (int(s) for s in args.sizes.split(",")):
-            r = run_pass(evaluator, size, args.candidates, f"{tag}_{size}")
+            n = max(args.candidates, args.candidates_per_env * size)
+            r = run_pass(evaluator, size, n, f"{tag}_{size}")
             results.append(r)
             for line in format_pass(r):
                 print(line, flush=True)

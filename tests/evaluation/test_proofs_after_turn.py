@@ -36,6 +36,11 @@ def tools(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(HERE.parents[1]))
 
 
+def _distinct(task, turn: int):
+    """A candidate whose artifact differs from every other turn's (copies in a batch would wait)."""
+    return built(task, turn).model_copy(update={"artifact_sha256": f"{turn:064x}"})
+
+
 def _watch_proofs(monkeypatch, ev) -> list[dict]:
     """Wrap ``run_proofs``: record whether the GPU was held when it began, and what it was given."""
     seen: list[dict] = []
@@ -102,7 +107,7 @@ def test_evaluate_many_overlaps_one_candidates_proofs_with_the_next_turn(tmp_pat
     task = gemm_task()
     ev.evaluate(task, built(task, 0))  # the task's arena and baseline, once
     t = time.perf_counter()
-    verdicts = ev.evaluate_many([(task, built(task, 1)), (task, built(task, 2))])
+    verdicts = ev.evaluate_many([(task, _distinct(task, 1)), (task, _distinct(task, 2))])
     wall = time.perf_counter() - t
     assert [v.status for v in verdicts] == [Status.PASSED, Status.PASSED]
     alone = sum(v.stage_wall_s["gpu_turn"] + v.stage_wall_s["memcheck"] for v in verdicts)
@@ -128,7 +133,7 @@ def test_proofs_under_way_at_once_are_bounded(tmp_path, tools, monkeypatch):
 
     monkeypatch.setattr(local, "run_proofs", counted)
     task = gemm_task()
-    verdicts = ev.evaluate_many([(task, built(task, i)) for i in range(3)])
+    verdicts = ev.evaluate_many([(task, _distinct(task, i)) for i in range(3)])
     assert [v.status for v in verdicts] == [Status.PASSED] * 3 and most[0] == 1
     assert max(v.stage_wall_s["proof_slot"] for v in verdicts) > 0.1  # one of them waited for a slot
 
