@@ -27,13 +27,23 @@ def group_running(pgid: int) -> bool:
     return False
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGKILL ``proc``'s whole process group, reap ``proc``, wait (bounded) until no member runs."""
+def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> bool:
+    """SIGKILL ``proc``'s whole process group, reap ``proc``, wait until no member runs: True if none does.
+
+    Bounded by ``grace_s`` in all (a process stuck in a driver call can take long to die; the caller goes
+    on, and a later ``wait`` reaps it).
+    """
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
     deadline = time.monotonic() + grace_s
-    while group_running(proc.pid) and time.monotonic() < deadline:
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        return False
+    while group_running(proc.pid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.02)
+    return True

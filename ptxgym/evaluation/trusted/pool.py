@@ -29,7 +29,6 @@ import collections
 import os
 import pickle
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ptxgym.confine.groups import kill_group
 from ptxgym.evaluation.child_errors import (
     ProtocolViolation,
     WorkerDied,
@@ -244,18 +244,16 @@ class WorkerHandle:
         return self.output.text(limit)
 
     def kill(self) -> None:
-        """SIGKILL the worker's whole process group, reap it and delete its scratch directory."""
+        """SIGKILL the worker's whole process group, reap it and delete its scratch directory.
+
+        Every member of the group is awaited (bounded, ``groups.kill_group``), not only the worker: a
+        process the candidate forked (the jails refuse ``setsid``/``setpgid``, so it stays in the group)
+        may be tearing a CUDA context down, which must not overlap the next subject's timing.
+        """
         if self.dead:
             return
         self.dead = True
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10.0)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        kill_group(self.proc, grace_s=10.0)
         self.output.settle(2.0)
         for conn in (self._to, self._from):
             conn.close()
