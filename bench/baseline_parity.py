@@ -25,12 +25,17 @@ timed alone (device copies of the outputs' bytes, L2 flushed, CUDA events, media
 
 Both paths use the same reduced protocol (``--warmup/--iterations/--trials``) so the whole run fits in
 about three minutes on an H200. The printed lines are also written to ``--out``.
+
+``--load N`` measures under load (issue 12: timing figures unchanged while other envs work): N
+processes compile the audit corpus' naive GEMM with nvcc in a loop, cold each time, for the whole run,
+as an RL run's build pool does beside the timing; the header says how many builds they finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import shutil
 import statistics
 import subprocess
@@ -176,6 +181,40 @@ def measure(ev, task, so: Path, repeats: int, say) -> tuple[list[float], list[fl
     return cand_ms, base_ms, notes
 
 
+class BuildLoad:
+    """``n`` processes compiling a kernel with nvcc in a loop (``--load``), stopped by ``stop``."""
+
+    def __init__(self, n: int, work: Path) -> None:
+        import tvm_ffi
+
+        kernel = HERE.parent / "ptxgym" / "audit" / "kernels" / "naive.cu"
+        include = Path(tvm_ffi.__file__).parent / "include"
+        nvcc = ["nvcc", "-O3", "-arch=sm_90a", f"-I{include}", "-c", str(kernel), "-o"]
+        loop = (
+            "import itertools, json, subprocess, sys\n"
+            "argv = json.loads(sys.argv[1])\n"
+            "for i in itertools.count():\n"
+            "    subprocess.run(argv + [f'{sys.argv[2]}-{i % 2}.o'], check=False, capture_output=True)\n"
+            "    print(i, flush=True)\n"
+        )
+        self.procs = []
+        for k in range(n):
+            log = (work / f"load-{k}.log").open("w")
+            argv = [sys.executable, "-c", loop, json.dumps(nvcc), str(work / f"load-{k}")]
+            self.procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=work), log))
+
+    def stop(self) -> int:
+        """Stop the builds; how many finished."""
+        done = 0
+        for proc, log in self.procs:
+            proc.kill()
+            proc.wait()
+            log.close()
+            lines = Path(log.name).read_text().split()
+            done += int(lines[-1]) + 1 if lines else 0
+        return done
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baseline_parity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="write the printed figures here")
@@ -184,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--load", type=int, default=0, help="nvcc builds running beside, in N processes")
     args = parser.parse_args(argv)
     say = Printer(args.out)
 
@@ -222,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.trials} trials per path"
     )
     rows = []
+    load = BuildLoad(args.load, work) if args.load else None
     try:
         for task_id in args.tasks:
             task = get_task(task_id)
@@ -235,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((task_id, c, b, c / b, copy, (c - copy) / b, notes))
     finally:
         say(f"# backend {ev.backend} ({ev.cupti_error or 'cupti ok'})")
+        if load is not None:
+            say(f"# load: {args.load} nvcc build loops beside the timing finished {load.stop()} builds")
         ev.close()
     say("task | candidate path ms | baseline path ms | parity | copy ms | parity - copy | in +-0.02 | notes")
     for task_id, c, b, p, copy, adj, notes in rows:

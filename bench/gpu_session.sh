@@ -8,6 +8,7 @@
 #   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh python  $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh throughput $OUT
+#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh load $OUT
 #
 # native:  the evaluator suite, the five experts and the runner's GPU tests with candidates in the native
 #          runner (the default flip waits on it), the hardware-counter tests.
@@ -22,9 +23,11 @@
 #  compute-sanitizer passing --gate on to the driver.)
 # throughput: distinct cold candidates at 1, 4, 16 and 64 envs (16, 16, 16, 64 of them; issue 12), no
 #          secret ncu draw.
+# load:    candidate-path parity of the five baselines with 12 nvcc build loops beside the timing (issue
+#          12: timing figures unchanged under load), then without (the same run, for the side by side).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: native, python, benches or throughput}
+stage=${1:?stage: native, python, benches, throughput or load}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -62,6 +65,10 @@ case "$stage" in
   throughput)
     timeout 560 python3 bench/throughput.py --evaluator local --sizes 1,4,16,64 --candidates 16 \
       --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput.txt"
+    ;;
+  load)
+    timeout 280 python3 bench/baseline_parity.py --out "$out/baseline_parity_load.txt" --load 12
+    timeout 240 python3 bench/baseline_parity.py --out "$out/baseline_parity_quiet.txt"
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
