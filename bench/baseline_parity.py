@@ -46,6 +46,8 @@ from pathlib import Path
 
 from provenance import commit
 
+from ptxgym.confine.groups import kill_group
+
 HERE = Path(__file__).resolve().parent
 BRIDGE = HERE / "parity_bridge.cc"
 ENTRY = {
@@ -194,24 +196,24 @@ class BuildLoad:
             "import itertools, json, subprocess, sys\n"
             "argv = json.loads(sys.argv[1])\n"
             "for i in itertools.count():\n"
-            "    subprocess.run(argv + [f'{sys.argv[2]}-{i % 2}.o'], check=False, capture_output=True)\n"
-            "    print(i, flush=True)\n"
+            "    done = subprocess.run(argv + [f'{sys.argv[2]}-{i % 2}.o'], capture_output=True)\n"
+            "    print(i, done.returncode, flush=True)\n"
         )
         self.procs = []
         for k in range(n):
             log = (work / f"load-{k}.log").open("w")
             argv = [sys.executable, "-c", loop, json.dumps(nvcc), str(work / f"load-{k}")]
-            self.procs.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=work), log))
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=work, process_group=0)
+            self.procs.append((proc, log))
 
     def stop(self) -> int:
-        """Stop the builds; how many finished."""
+        """Stop the builds (each loop's whole group: nvcc, cicc, gcc); how many finished without error."""
         done = 0
         for proc, log in self.procs:
-            proc.kill()
-            proc.wait()
+            kill_group(proc)
             log.close()
-            lines = Path(log.name).read_text().split()
-            done += int(lines[-1]) + 1 if lines else 0
+            rows = [line.split() for line in Path(log.name).read_text().splitlines()]
+            done += sum(1 for row in rows if len(row) == 2 and row[1] == "0")
         return done
 
 
@@ -262,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.trials} trials per path"
     )
     rows = []
-    load = BuildLoad(args.load, work) if args.load else None
+    load = None
     try:
+        load = BuildLoad(args.load, work) if args.load else None
         for task_id in args.tasks:
             task = get_task(task_id)
             try:

@@ -186,3 +186,49 @@ def test_a_caller_interrupted_while_waiting_does_not_block_the_line():
     for t in (h, after):
         t.join(10)
     assert got == ["victim interrupted", "after"] and queue.waiting == 0
+
+
+def test_a_resumed_caller_interrupted_after_waking_lets_the_next_caller_in():
+    """The ticket holder re-checked while the resumed caller was still counted, and went back to sleep."""
+    queue = GpuQueue()
+    real_wait = queue._cond.wait
+    go = threading.Event()
+    got: list[str] = []
+
+    def wait(timeout=None):
+        if threading.current_thread().name == "resumer":
+            real_wait()  # woken by the holder's release
+            real_wait(0.3)  # the lock let go: the ticket holder re-checks, sees a resumed caller, sleeps
+            raise KeyboardInterrupt  # the interrupt lands now
+        return real_wait(timeout)
+
+    queue._cond.wait = wait  # type: ignore[method-assign]
+
+    def holder() -> None:
+        with queue.turn():
+            go.wait(10)
+
+    def resumer() -> None:
+        try:
+            with queue.turn(resume=True):
+                got.append("resumer")
+        except KeyboardInterrupt:
+            got.append("resumer interrupted")
+
+    def ticket() -> None:
+        with queue.turn():
+            got.append("ticket")
+
+    h = threading.Thread(target=holder)
+    h.start()
+    _wait_until(lambda: queue._busy)
+    r = threading.Thread(target=resumer, name="resumer")
+    r.start()
+    _wait_until(lambda: queue._resuming == 1)
+    t = threading.Thread(target=ticket, daemon=True)
+    t.start()
+    _wait_until(lambda: queue._next == 2)
+    go.set()
+    for thread in (h, r, t):
+        thread.join(5)
+    assert got == ["resumer interrupted", "ticket"] and not t.is_alive()

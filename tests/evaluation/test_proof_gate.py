@@ -21,7 +21,14 @@ import pytest
 import torch
 
 from ptxgym.evaluation.sandboxed import driver
-from ptxgym.evaluation.trusted.tools import Gate, GateError, driver_argv, gate_key, run_tool
+from ptxgym.evaluation.trusted.tools import (
+    Gate,
+    GateError,
+    driver_argv,
+    gate_key,
+    run_tool,
+    tool_environ,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +91,7 @@ def test_the_real_driver_starts_without_the_gpu_and_goes_only_on_the_go(gate_roo
     gate = Gate(holds.hold)
     argv = driver_argv(inputs, gate_root / "c.so", "run", 0, "profile", gate=gate)
     assert argv[-4:] == ["--gate", str(gate.dir), "--gate-key", gate.key] and gate.secret not in argv
-    run = run_tool(argv, 60, cwd=gate_root, gate=gate, read=lambda: holds.inside)
+    run = run_tool(argv, 60, cwd=gate_root, gate=gate, read=lambda *_: holds.inside)
     assert run.read is True  # read while the GPU was still held
     assert holds.entered == [(True, False)]  # held once, the driver waiting at its gate, not yet let go
     assert holds.alive == [True]  # still waiting there 0.3 s later
@@ -248,3 +255,17 @@ def test_on_a_gpu_the_driver_has_not_touched_cuda_when_it_reaches_its_gate(gate_
     print(f"GATE nvidia fds at the gate: {seen}; boot {gate.boot_s:.2f} s, GPU phase {gate.gpu_s:.2f} s")
     assert seen == [[]], seen
     assert run.returncode == 0 and "driver: memcheck done" in run.output, run.output[-2000:]
+
+
+def test_a_module_left_in_the_drivers_working_directory_is_not_imported(tmp_path):
+    """A module in the driver's working directory (the candidate's scratch) is never imported.
+
+    An earlier run of the same candidate (Nsight Compute's retry) could leave a ``torch`` package there
+    for the next driver's imports, which run before the sandbox.
+    """
+    planted = tmp_path / "torch"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("print('PLANTED torch imported'); raise SystemExit(7)\n")
+    argv = driver_argv(_inputs(tmp_path / "i.pt"), tmp_path / "c.so", "run", 0, "profile")
+    run = run_tool(argv, 60, env=tool_environ(tmp_path), cwd=tmp_path)
+    assert "PLANTED" not in run.output and run.returncode != 7, run.output[-1500:]

@@ -272,3 +272,15 @@ def test_memcheck_runs_where_guard_pages_do_not():
     assert not memcheck_due(MemcheckMode.AUTO, first_correct=False, guard_pages=False)
     assert memcheck_due(MemcheckMode.ALWAYS, first_correct=False, guard_pages=True)
     assert not memcheck_due(MemcheckMode.NEVER, first_correct=True, guard_pages=False)
+
+
+def test_no_read_back_after_a_failed_profile(tmp_path):
+    """The read-back runs while the GPU is held: it is skipped where its result would not be used."""
+    report = tmp_path / "profile.ncu-rep"
+    report.write_text("a report of a run that failed")
+    dirs = ProofDirs.create(tmp_path)
+    args = ("/nonexistent/ncu", report, tmp_path / "source.csv", {}, dirs, 10.0)
+    for code, late in ((1, False), (None, True)):
+        got = ncu._read_back(*args, code, late)  # would fail to start the missing ncu if it tried
+        assert got.report and got.kernels is None and got.reason == "the profile failed"
+    dirs.remove()

@@ -78,6 +78,7 @@ class GpuQueue:
                         self._cond.wait()
                 finally:
                     self._resuming -= 1
+                    self._cond.notify_all()  # a ticket holder may have gone back to sleep behind it
             else:
                 while self._next - self._serving >= self.capacity:  # admission
                     self._cond.wait()

@@ -237,25 +237,38 @@ class LocalGpuEvaluator(Evaluator):
         """Verdicts in input order, each candidate on a thread of its own.
 
         So one candidate's proofs run while the next one holds the GPU (the queue serves them in order).
-        Copies of one artifact in the batch (a GRPO group often repeats a completion) wait for the first
-        one's verdict, which the verdict cache then answers where it may (``verdict_cache.py``).
+        Copies of one artifact in the batch (a GRPO group often repeats a completion) go one after the
+        other on one thread, so a copy waits for its own first's verdict, which the verdict cache then
+        answers where it may (``verdict_cache.py``; with the cache off, every candidate is its own).
         """
         pairs = list(task_candidates)
-        verdicts: list[GpuVerdict | None] = [None] * len(pairs)
-        first: dict[str, int] = {}
+        groups: dict[str, list[int]] = {}
         for i, (task, cand) in enumerate(pairs):
-            first.setdefault(verdict_key(task, cand), i)
-        leaders = set(first.values())
-        for wave in (sorted(leaders), [i for i in range(len(pairs)) if i not in leaders]):
-            if len(wave) == 1:
-                verdicts[wave[0]] = self._evaluate_guarded(*pairs[wave[0]])
-            elif wave:
-                workers = min(len(wave), self.queue.capacity)
-                with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-gpu") as pool:
-                    got = list(pool.map(lambda i: self._evaluate_guarded(*pairs[i]), wave))
-                for i, verdict in zip(wave, got, strict=True):
-                    verdicts[i] = verdict
-        return [v for v in verdicts if v is not None]
+            groups.setdefault(self._copy_key(task, cand, i), []).append(i)
+        verdicts: dict[int, GpuVerdict] = {}
+
+        def run(indices: list[int]) -> None:
+            for i in indices:
+                verdicts[i] = self._evaluate_guarded(*pairs[i])
+
+        if len(groups) <= 1:
+            for indices in groups.values():
+                run(indices)
+        else:
+            workers = min(len(groups), self.queue.capacity)
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-gpu") as pool:
+                list(pool.map(run, groups.values()))
+        assert len(verdicts) == len(pairs), "every candidate of the batch has its verdict"
+        return [verdicts[i] for i in range(len(pairs))]
+
+    def _copy_key(self, task: Task, cand: BuiltCandidate, index: int) -> str:
+        """What makes two candidates of a batch copies (``evaluate_many``); unique where none can be."""
+        if self.verdicts.max_entries <= 0:
+            return f"#{index}"
+        try:
+            return verdict_key(task, cand)
+        except Exception:  # noqa: BLE001 - a malformed candidate is evaluated alone, its fault reported there
+            return f"#{index}"
 
     def baseline(self, task: Task) -> BaselineRecord:
         """The baseline record of a task's workload (measured on first use in this evaluator)."""

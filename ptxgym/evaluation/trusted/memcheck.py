@@ -135,7 +135,7 @@ def run_memcheck(
         )
         env = tool_environ(own.scratch, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
         argv = memcheck_argv(tool, log_file, driver)
-        run = run_tool(argv, timeout_s, env, own.scratch, gate, read=lambda: read_report(log_file))
+        run = run_tool(argv, timeout_s, env, own.scratch, gate, read=lambda *_: read_report(log_file))
         info = memcheck_info(run.read, run, timeout_s)
     finally:
         if dirs is None:

@@ -249,13 +249,14 @@ def read_profile(
     for application_replay in (False, True):
         for stale in (report, csv_file):
             stale.unlink(missing_ok=True)
+        dirs.renew_scratch()  # what the candidate left in the first attempt's scratch is gone
         run = run_tool(
             profile_argv(ncu, dirs.report / REPORT, driver, application_replay),
             timeout_s,
             env,
             dirs.scratch,
             gate,
-            read=lambda: _read_back(ncu, report, csv_file, env, dirs, timeout_s),
+            read=lambda code, late: _read_back(ncu, report, csv_file, env, dirs, timeout_s, code, late),
         )
         wall, tail = wall + run.wall_s, run.output[-4000:]
         if run.timed_out:
@@ -283,10 +284,20 @@ class _ReadBack:
 
 
 def _read_back(
-    ncu: str, report: Path, csv_file: Path, env: dict[str, str], dirs: ProofDirs, timeout_s: float
+    ncu: str,
+    report: Path,
+    csv_file: Path,
+    env: dict[str, str],
+    dirs: ProofDirs,
+    timeout_s: float,
+    returncode: int | None,
+    timed_out: bool,
 ) -> _ReadBack:
+    """The report's kernels; nothing is read back after a failed or timed-out profile (it is not used)."""
     if not report.is_file():
         return _ReadBack(report=False)
+    if timed_out or returncode != 0:
+        return _ReadBack(report=True, reason="the profile failed")
     back = run_tool(import_argv(ncu, report, csv_file), timeout_s, env, dirs.report)
     text = read_report(csv_file)
     failure = _tool_failed(back.output) or _tool_failed(text or "")

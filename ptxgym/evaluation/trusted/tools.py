@@ -60,6 +60,8 @@ GATE_READY, GATE_GO = "ready", "go"
 BOOT_TIMEOUT_S = 300.0
 """How long a gated run may take to reach its gate (tool start-up and imports; not the candidate's)."""
 _POLL_S = 0.005
+GROUP_GRACE_S = 60.0
+"""How long a GPU phase waits, still holding the GPU, for the killed group's last member to end."""
 
 
 @dataclass
@@ -158,6 +160,11 @@ class ProofDirs:
         dirs.scratch.mkdir(mode=0o700)
         return dirs
 
+    def renew_scratch(self) -> None:
+        """An empty scratch directory again (a second run must not find what the first one wrote)."""
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.scratch.mkdir(mode=0o700)
+
     def remove(self) -> None:
         """Delete the root and everything under it."""
         shutil.rmtree(self.root, ignore_errors=True)
@@ -203,6 +210,7 @@ def driver_argv(
         confine += gate.argv()
     return [
         sys.executable,
+        "-P",  # no working directory on sys.path: the candidate writes there (its scratch)
         "-m",
         "ptxgym.evaluation.sandboxed.driver",
         "--inputs",
@@ -219,8 +227,12 @@ def driver_argv(
 
 
 def tool_environ(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a tool run: the worker's scrubbed one (``worker_environ``) plus ``extra``."""
-    return {**worker_environ(os.environ, scratch), **(extra or {})}
+    """The environment of a tool run: the worker's scrubbed one (``worker_environ``) plus ``extra``.
+
+    ``PYTHONSAFEPATH``: no Python started in the run puts its working directory (the candidate's
+    scratch, which an earlier run of the same candidate could fill with modules) on ``sys.path``.
+    """
+    return {**worker_environ(os.environ, scratch), "PYTHONSAFEPATH": "1", **(extra or {})}
 
 
 def read_report(path: Path) -> str | None:
@@ -239,16 +251,16 @@ def run_tool(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
     gate: Gate | None = None,
-    read: Callable[[], Any] | None = None,
+    read: Callable[[int | None, bool], Any] | None = None,
 ) -> ToolRun:
     """Run a tool, its stdout+stderr to a private temporary file; then end its whole process group.
 
     The working directory defaults to the temp directory, so a source checkout in the caller's
     directory cannot shadow the installed package in the driver. Only the tail of the output is read.
-    ``read`` is called once the tool's process group is gone (with a ``gate``, before the GPU is let go:
-    module docstring); its result is ``ToolRun.read``. With a ``gate``, ``timeout_s`` bounds the GPU
-    phase, and a driver that does not reach its gate (it ends first, or the start-up outlasts the gate's
-    limit) raises ``GateError``, holding no GPU.
+    ``read(returncode, timed_out)`` is called once the tool's process group is gone (with a ``gate``,
+    before the GPU is let go: module docstring); its result is ``ToolRun.read``. With a ``gate``,
+    ``timeout_s`` bounds the GPU phase, and a driver that does not reach its gate (it ends first, or the
+    start-up outlasts the gate's limit) raises ``GateError``, holding no GPU.
     """
     t0 = time.perf_counter()
     if gate is not None:
@@ -274,26 +286,28 @@ def run_tool(
 
         if gate is None:
             timed_out = _end(proc, timeout_s)
-            got = read() if read is not None else None
+            got = read(proc.returncode, timed_out) if read is not None else None
         else:
             timed_out, got = _gated(proc, timeout_s, gate, read, tail)
         text = tail()
     return ToolRun(None if timed_out else proc.returncode, text, timed_out, time.perf_counter() - t0, got)
 
 
-def _end(proc: subprocess.Popen, timeout_s: float) -> bool:
+def _end(proc: subprocess.Popen, timeout_s: float, grace_s: float = 5.0) -> bool:
     """Wait for the tool's exit (at most ``timeout_s``), then end its process group; timed out?
 
     Whatever the candidate left running in the group (a forked child) dies with the run, as with a
     worker's group (``WorkerHandle.kill``), and is awaited (a CUDA context takes a moment to go); the
-    jails refuse ``setsid``/``setpgid``, so nothing leaves the group.
+    jails refuse ``setsid``/``setpgid``, so nothing leaves the group. In a GPU phase the wait for the
+    group is long (``GROUP_GRACE_S``): the GPU is not let go while a member may still use it.
     """
     try:
         proc.wait(timeout=max(0.0, timeout_s))
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
-    kill_group(proc)
+    if not kill_group(proc, grace_s):
+        print(f"ptxgym: a proof run's process group outlived {grace_s:g} s after SIGKILL", file=sys.stderr)
     return timed_out
 
 
@@ -301,7 +315,7 @@ def _gated(
     proc: subprocess.Popen,
     timeout_s: float,
     gate: Gate,
-    read: Callable[[], Any] | None,
+    read: Callable[[int | None, bool], Any] | None,
     tail: Callable[[], str],
 ) -> tuple[bool, Any]:
     """Start-up without the GPU, then the GPU phase and ``read`` under ``gate.hold``: (timed out, read)."""
@@ -328,7 +342,7 @@ def _gated(
         part = gate.dir / f"{GATE_GO}.part"
         part.write_text(gate.secret)
         part.replace(gate.dir / GATE_GO)
-        timed_out = _end(proc, timeout_s)
-        got = read() if read is not None else None
+        timed_out = _end(proc, timeout_s, grace_s=GROUP_GRACE_S)
+        got = read(proc.returncode, timed_out) if read is not None else None
         gate.gpu_s += time.perf_counter() - t2
     return timed_out, got
