@@ -289,6 +289,7 @@ class WorkerPool:
         self.spares = max(0, spares)
         self.argv = argv or [
             sys.executable,
+            "-P",  # its working directory is its scratch: never a place to import from
             "-m",
             "ptxgym.evaluation.sandboxed.worker",
             "--device",
