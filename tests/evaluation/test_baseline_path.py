@@ -88,6 +88,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.queue = GpuQueue()
     ev.verdicts = VerdictCache(0)
     ev.proof_slots = threading.BoundedSemaphore(local.PROOF_RUNS_AT_ONCE)
+    ev._inflight, ev._inflight_lock = {}, threading.Lock()
     ev.native = NativeRunners(False, 0, 0, tmp_path, False)  # candidates in the (fake) Python worker
     ev._take_worker = lambda arena, pool=None: make_worker()  # type: ignore[method-assign]
     ev._free_bytes = lambda: 0  # type: ignore[method-assign]

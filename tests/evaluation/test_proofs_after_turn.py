@@ -151,3 +151,25 @@ def test_copies_of_one_artifact_in_a_batch_wait_for_the_first_verdict(tmp_path):
     assert [v.status for v in verdicts] == [Status.INCORRECT_NUMERICAL] * 2
     assert [v.cache_hit for v in verdicts] == [False, True]
     assert len(workers.made) == 2  # the baseline and the first copy: the second never reached the GPU
+
+
+def test_copies_from_two_threads_wait_for_the_first_verdict(tmp_path):
+    """The batch paths (``run_batch``, ``ptxgym eval``) call ``evaluate`` from a thread per candidate."""
+    from test_baseline_path import wrong
+
+    from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
+
+    workers = Workers(tmp_path, candidate=wrong)
+    ev = cpu_evaluator(tmp_path, workers)
+    ev.verdicts = VerdictCache(16)
+    task = gemm_task()
+    got: list = []
+    threads = [
+        threading.Thread(target=lambda t=t: got.append(ev.evaluate(task, built(task, t)))) for t in (0, 1)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(v.cache_hit for v in got) == [False, True]
+    assert len(workers.made) == 2 and ev._inflight == {}

@@ -42,8 +42,9 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -182,6 +183,9 @@ class LocalGpuEvaluator(Evaluator):
         self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
         self.proof_slots = threading.BoundedSemaphore(PROOF_RUNS_AT_ONCE)
         """At most ``PROOF_RUNS_AT_ONCE`` candidates' proofs under way at once (``_finish``)."""
+        self._inflight: dict[str, list] = {}
+        """Per artifact being evaluated: its lock and how many evaluations want it (``_copies``)."""
+        self._inflight_lock = threading.Lock()
         self.quiet_spares = QUIET_SPARES
         """Spares replaced only after a subject's timed calls and awaited before the next set-up
         (``QUIET_SPARES``); False: replaced at once, warming beside the timing (for measurements)."""
@@ -207,10 +211,41 @@ class LocalGpuEvaluator(Evaluator):
         process of their own (memcheck, Nsight Compute) follow after the turn, each taking the GPU again
         only for its GPU phase (``tools.Gate``), so their start-up overlaps other candidates' turns.
         ``stage_wall_s["gpu_total"]`` is the time this candidate held the GPU, both parts together.
+
+        A copy of an artifact that is being evaluated (a GRPO group often repeats a completion, and the
+        batch paths call this from many threads) waits for that verdict, then asks the cache again.
         """
-        cached = self.verdicts.lookup(task, candidate, self.settings)
-        if cached is not None:
-            return cached
+        with self._copies(task, candidate):
+            cached = self.verdicts.lookup(task, candidate, self.settings)
+            if cached is not None:
+                return cached
+            return self._evaluate_now(task, candidate)
+
+    @contextmanager
+    def _copies(self, task: Task, candidate: BuiltCandidate) -> Iterator[None]:
+        """Evaluations of one artifact one at a time (``evaluate``); all at once with the cache off."""
+        if self.verdicts.max_entries <= 0:
+            yield
+            return
+        try:
+            key = verdict_key(task, candidate)
+        except Exception:  # noqa: BLE001 - a malformed candidate goes alone; its fault is reported there
+            yield
+            return
+        with self._inflight_lock:
+            lock = self._inflight.setdefault(key, [threading.Lock(), 0])
+            lock[1] += 1
+        try:
+            with lock[0]:
+                yield
+        finally:
+            with self._inflight_lock:
+                lock[1] -= 1
+                if lock[1] == 0:
+                    del self._inflight[key]
+
+    def _evaluate_now(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
+        """``evaluate`` past the cache: the GPU turn, then the proofs."""
         pending: Turn | None = None
         with self.queue.turn():
             t0 = time.perf_counter()
@@ -236,39 +271,15 @@ class LocalGpuEvaluator(Evaluator):
     def evaluate_many(self, task_candidates: Sequence[tuple[Task, BuiltCandidate]]) -> list[GpuVerdict]:
         """Verdicts in input order, each candidate on a thread of its own.
 
-        So one candidate's proofs run while the next one holds the GPU (the queue serves them in order).
-        Copies of one artifact in the batch (a GRPO group often repeats a completion) go one after the
-        other on one thread, so a copy waits for its own first's verdict, which the verdict cache then
-        answers where it may (``verdict_cache.py``; with the cache off, every candidate is its own).
+        So one candidate's proofs run while the next one holds the GPU (the queue serves them in order);
+        copies of one artifact wait for the first one's verdict (``evaluate``).
         """
         pairs = list(task_candidates)
-        groups: dict[str, list[int]] = {}
-        for i, (task, cand) in enumerate(pairs):
-            groups.setdefault(self._copy_key(task, cand, i), []).append(i)
-        verdicts: dict[int, GpuVerdict] = {}
-
-        def run(indices: list[int]) -> None:
-            for i in indices:
-                verdicts[i] = self._evaluate_guarded(*pairs[i])
-
-        if len(groups) <= 1:
-            for indices in groups.values():
-                run(indices)
-        else:
-            workers = min(len(groups), self.queue.capacity)
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-gpu") as pool:
-                list(pool.map(run, groups.values()))
-        assert len(verdicts) == len(pairs), "every candidate of the batch has its verdict"
-        return [verdicts[i] for i in range(len(pairs))]
-
-    def _copy_key(self, task: Task, cand: BuiltCandidate, index: int) -> str:
-        """What makes two candidates of a batch copies (``evaluate_many``); unique where none can be."""
-        if self.verdicts.max_entries <= 0:
-            return f"#{index}"
-        try:
-            return verdict_key(task, cand)
-        except Exception:  # noqa: BLE001 - a malformed candidate is evaluated alone, its fault reported there
-            return f"#{index}"
+        if len(pairs) <= 1:
+            return [self._evaluate_guarded(t, c) for t, c in pairs]
+        workers = min(len(pairs), self.queue.capacity)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ptxgym-gpu") as pool:
+            return list(pool.map(lambda pair: self._evaluate_guarded(*pair), pairs))
 
     def baseline(self, task: Task) -> BaselineRecord:
         """The baseline record of a task's workload (measured on first use in this evaluator)."""

@@ -343,6 +343,7 @@ def _gated(
         part.write_text(gate.secret)
         part.replace(gate.dir / GATE_GO)
         timed_out = _end(proc, timeout_s, grace_s=GROUP_GRACE_S)
+        (gate.dir / GATE_GO).unlink(missing_ok=True)  # the secret is not left lying about
         got = read(proc.returncode, timed_out) if read is not None else None
         gate.gpu_s += time.perf_counter() - t2
     return timed_out, got
