@@ -133,6 +133,10 @@ def test_matched_calibration_runs_the_no_op_about_as_long_as_the_baseline(arena,
         assert matched is not None and matched.n == 5
         assert matched.busy_memsets == round((0.8 - 0.005) / 0.03)  # 26 memsets of 30 us
         assert matched.latency_ms == pytest.approx(0.8, abs=0.015)
+        # its overhead is a wall-clock measurement of the fake worker (noisy on a loaded CI host): set a
+        # plausible one, so what is under test is the choice and the allowance, not this host's load
+        matched = dataclasses.replace(matched, overhead_ms=trivial.overhead_ms, overhead_iqr_ms=0.01)
+        session.cal_matched = matched
         session.load(Load(kind="so", path="x.so", entry="run"))
         result = SessionResult()
         session.timing(result, crosscheck=True, strict=False)
