@@ -179,6 +179,7 @@ def test_a_caller_interrupted_while_waiting_does_not_block_the_line():
     victim = threading.Thread(target=caller, args=("victim",), name="victim")
     victim.start()
     victim.join(10)
+    assert queue.waiting == 0  # its abandoned ticket is nobody waiting, and takes no room
     after = threading.Thread(target=caller, args=("after",))
     after.start()
     _wait_until(lambda: queue._next == 3)

@@ -56,7 +56,7 @@ class GpuQueue:
     def waiting(self) -> int:
         """Callers waiting for the GPU: new callers holding a ticket, and resuming ones."""
         with self._cond:
-            return self._next - self._serving + self._resuming
+            return self._next - self._serving - len(self._abandoned) + self._resuming
 
     @property
     def last_wait_s(self) -> float:
@@ -80,7 +80,7 @@ class GpuQueue:
                     self._resuming -= 1
                     self._cond.notify_all()  # a ticket holder may have gone back to sleep behind it
             else:
-                while self._next - self._serving >= self.capacity:  # admission
+                while self._next - self._serving - len(self._abandoned) >= self.capacity:  # admission
                     self._cond.wait()
                 ticket = self._next
                 self._next += 1
