@@ -173,3 +173,15 @@ def test_copies_from_two_threads_wait_for_the_first_verdict(tmp_path):
         thread.join(60)
     assert sorted(v.cache_hit for v in got) == [False, True]
     assert len(workers.made) == 2 and ev._inflight == {}
+
+
+def test_with_gated_proofs_off_the_proofs_run_inside_the_turn(tmp_path, tools, monkeypatch):
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), MEMCHECK.model_copy(update={"gated_proofs": False}))
+    seen = _watch_proofs(monkeypatch, ev)
+    task = gemm_task()
+    verdict = ev.evaluate(task, built(task))
+    assert verdict.status is Status.PASSED and verdict.memcheck.clean is True, verdict.message
+    assert seen and seen[0]["busy"] is True  # the turn still held the GPU
+    walls = verdict.stage_wall_s
+    assert "proof_boot" not in walls and walls["gpu_total"] == walls["gpu_turn"] >= walls["memcheck"]
+    assert ev.queue.served == 1

@@ -169,6 +169,13 @@ class EvalSettings(BaseModel):
         "Nsight Compute (drawn in secret per candidate); a disagreement is PROOF_FAILED. It bounds how long "
         "a forged in-band count can go unnoticed at ~7 s of GPU per cross-checked candidate.",
     )
+    gated_proofs: bool = Field(
+        True,
+        description="Run memcheck and Nsight Compute after the candidate's GPU turn, each tool's start-up "
+        "and read-back beside other candidates' turns and only its GPU phase holding the GPU "
+        "(``tools.Gate``). Off: inside the turn, the GPU held throughout (the way before; a fall-back "
+        "should a tool not tolerate a driver that waits before initialising CUDA).",
+    )
     hw_counters: bool = Field(
         True,
         description="TargetMode.EXECUTED in the native runner: a second verified call at another secret slot "

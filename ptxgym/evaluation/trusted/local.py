@@ -35,6 +35,7 @@ the evaluator drops guard pages for the rest of its life and evaluates again. Ei
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import secrets
 import shutil
@@ -353,7 +354,9 @@ class LocalGpuEvaluator(Evaluator):
         verdict = self._run_candidate(turn)
         if verdict.status is Status.PASSED:
             self._stage_proofs(turn)
-            return verdict, turn
+            if self.settings.gated_proofs:
+                return verdict, turn
+            return self._finish(turn, verdict, gated=False), None
         return self._with_turn(turn, verdict), None
 
     def _with_turn(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
@@ -385,13 +388,18 @@ class LocalGpuEvaluator(Evaluator):
             }
         )
 
-    def _finish(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
-        """Run a PASSED turn's proofs outside the GPU turn; never raises (a fault is INFRA_ERROR)."""
+    def _finish(self, turn: Turn, verdict: GpuVerdict, gated: bool = True) -> GpuVerdict:
+        """Run a PASSED turn's proofs; never raises (a fault is INFRA_ERROR).
+
+        ``gated``: after the GPU turn, in a proof slot, each tool's GPU phase taking the GPU again. Not
+        gated (``EvalSettings.gated_proofs`` off): inside the turn, which holds the GPU throughout (and
+        takes no slot: a slot's holder may be waiting for this very turn to end).
+        """
         try:
             t = time.perf_counter()
-            with self.proof_slots:
+            with self.proof_slots if gated else contextlib.nullcontext():
                 turn.walls["proof_slot"] = round(time.perf_counter() - t, 4)
-                verdict = self._post_checks(turn, verdict)
+                verdict = self._post_checks(turn, verdict, gated)
         except Exception as exc:  # noqa: BLE001 - never raise into the episode
             verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
         finally:
@@ -997,11 +1005,12 @@ class LocalGpuEvaluator(Evaluator):
             return result.crosscheck.message
         return ""
 
-    def _post_checks(self, turn: Turn, verdict: GpuVerdict) -> GpuVerdict:
+    def _post_checks(self, turn: Turn, verdict: GpuVerdict, gated: bool = True) -> GpuVerdict:
         """Memory check, then the executed-instruction proof (``proofs.py``): they can only undo PASSED.
 
         Runs after the GPU turn (``_stage_proofs`` fixed their inputs and time limits); each tool run
         takes the GPU again for its GPU phase only, ahead of new callers (``GpuQueue.turn(resume=True)``).
+        Not ``gated``: inside the turn, nothing taken again.
         """
         assert turn.candidate is not None, "proofs run for candidates only"
         assert turn.proof_inputs is not None and turn.proof_settings is not None, "staged in the turn"
@@ -1012,7 +1021,7 @@ class LocalGpuEvaluator(Evaluator):
             *args,
             memcheck_due=turn.proof_memcheck,
             in_band=turn.in_band,
-            gpu=lambda: self.queue.turn(resume=True),
+            gpu=(lambda: self.queue.turn(resume=True)) if gated else None,
         )
         turn.walls.update(walls)
         return with_proofs(verdict, proofs)
