@@ -9,6 +9,7 @@
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh throughput $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh load $OUT
+#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh gate $OUT
 #
 # native:  the evaluator suite, the five experts and the runner's GPU tests with candidates in the native
 #          runner (the default flip waits on it), the hardware-counter tests.
@@ -25,9 +26,11 @@
 #          secret ncu draw.
 # load:    candidate-path parity of the five baselines with 12 nvcc build loops beside the timing (issue
 #          12: timing figures unchanged under load), then without (the same run, for the side by side).
+# gate:    the GPU cost of a candidate whose Nsight Compute cross-check is drawn, with the proofs gated
+#          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: native, python, benches, throughput or load}
+stage=${1:?stage: native, python, benches, throughput, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -69,6 +72,12 @@ case "$stage" in
   load)
     timeout 280 python3 bench/baseline_parity.py --out "$out/baseline_parity_load.txt" --load 12
     timeout 240 python3 bench/baseline_parity.py --out "$out/baseline_parity_quiet.txt"
+    ;;
+  gate)
+    for gated in true false; do
+      timeout 200 python3 bench/gpu_cost.py --out "$out/gpu_cost_gated_$gated.txt" --prepare-tasks \
+        --subjects gemm_expert mha_fwd_expert --turns 1 --set "gated_proofs=$gated"
+    done
     ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
