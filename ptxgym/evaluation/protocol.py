@@ -13,6 +13,7 @@ long, or answers another command is a protocol violation (the candidate wrote to
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -343,8 +344,19 @@ def is_secret_name(name: str) -> bool:
 
 
 def worker_environ(base: Mapping[str, str], scratch: Path) -> dict[str, str]:
-    """The environment of a sandboxed worker's spawn: no secrets; CUDA's JIT cache and TMPDIR in scratch."""
+    """The environment of a sandboxed worker's spawn: no secrets; CUDA's JIT cache and TMPDIR in scratch.
+
+    ``PYTHONPATH`` keeps only absolute entries: an empty or relative one (``export PYTHONPATH=$PYTHONPATH:/x``
+    leaves an empty first entry) names the working directory, which is the candidate's scratch, and
+    would put it on ``sys.path`` in spite of ``python -P``.
+    """
     env = {k: v for k, v in base.items() if not is_secret_name(k)}
+    if "PYTHONPATH" in env:
+        kept = [entry for entry in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(entry)]
+        if kept:
+            env["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            del env["PYTHONPATH"]
     env["CUDA_CACHE_PATH"] = str(Path(scratch) / "cuda-cache")
     env["TMPDIR"] = str(scratch)
     return env

@@ -257,7 +257,7 @@ def test_on_a_gpu_the_driver_has_not_touched_cuda_when_it_reaches_its_gate(gate_
     assert run.returncode == 0 and "driver: memcheck done" in run.output, run.output[-2000:]
 
 
-def test_a_module_left_in_the_drivers_working_directory_is_not_imported(tmp_path):
+def test_a_module_left_in_the_drivers_working_directory_is_not_imported(tmp_path, monkeypatch):
     """A module in the driver's working directory (the candidate's scratch) is never imported.
 
     An earlier run of the same candidate (Nsight Compute's retry) could leave a ``torch`` package there
@@ -267,5 +267,23 @@ def test_a_module_left_in_the_drivers_working_directory_is_not_imported(tmp_path
     planted.mkdir()
     (planted / "__init__.py").write_text("print('PLANTED torch imported'); raise SystemExit(7)\n")
     argv = driver_argv(_inputs(tmp_path / "i.pt"), tmp_path / "c.so", "run", 0, "profile")
-    run = run_tool(argv, 60, env=tool_environ(tmp_path), cwd=tmp_path)
+    # an empty PYTHONPATH entry (export PYTHONPATH=$PYTHONPATH:/x) also names the working directory
+    monkeypatch.setenv("PYTHONPATH", f":{ROOT}:relative/dir")
+    env = tool_environ(tmp_path)
+    assert env["PYTHONPATH"] == str(ROOT)
+    run = run_tool(argv, 60, env=env, cwd=tmp_path)
     assert "PLANTED" not in run.output and run.returncode != 7, run.output[-1500:]
+
+
+def test_a_scratch_with_locked_folders_is_renewed(tmp_path):
+    """The candidate may chmod 000 what it leaves in its scratch; the second attempt still gets it empty."""
+    from ptxgym.evaluation.trusted.tools import ProofDirs
+
+    dirs = ProofDirs.create(tmp_path)
+    locked = dirs.scratch / "a" / "b"
+    locked.mkdir(parents=True)
+    (locked / "torch.py").write_text("planted")
+    os.chmod(locked, 0)
+    os.chmod(locked.parent, 0)
+    assert dirs.renew_scratch() and list(dirs.scratch.iterdir()) == []
+    dirs.remove()

@@ -185,3 +185,21 @@ def test_with_gated_proofs_off_the_proofs_run_inside_the_turn(tmp_path, tools, m
     walls = verdict.stage_wall_s
     assert "proof_boot" not in walls and walls["gpu_total"] == walls["gpu_turn"] >= walls["memcheck"]
     assert ev.queue.served == 1
+
+
+def test_passing_copies_the_cache_cannot_answer_wait_for_the_first_then_run(tmp_path):
+    """A pass is reused only within its episode: a copy from another episode waits, then is evaluated."""
+    from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
+
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path))
+    ev.verdicts = VerdictCache(16)
+    task = gemm_task()
+    ev.evaluate(task, built(task, 0))  # the arena and baseline, once
+    copies = [
+        built(task, 1).model_copy(update={"episode_id": f"episode-{i}", "input_seed": i}) for i in (1, 2)
+    ]
+    verdicts = ev.evaluate_many([(task, c) for c in copies])
+    assert [v.status for v in verdicts] == [Status.PASSED] * 2 and not any(v.cache_hit for v in verdicts)
+    waits = sorted(v.stage_wall_s.get("copy_wait", 0.0) for v in verdicts)
+    assert waits[0] == 0.0 and waits[1] > 0.05  # one waited for the other's verdict
+    assert ev._inflight == {}

@@ -43,9 +43,8 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -184,8 +183,8 @@ class LocalGpuEvaluator(Evaluator):
         self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
         self.proof_slots = threading.BoundedSemaphore(PROOF_RUNS_AT_ONCE)
         """At most ``PROOF_RUNS_AT_ONCE`` candidates' proofs under way at once (``_finish``)."""
-        self._inflight: dict[str, list] = {}
-        """Per artifact being evaluated: its lock and how many evaluations want it (``_copies``)."""
+        self._inflight: dict[str, threading.Event] = {}
+        """Per artifact whose first evaluation is under way: set when it is done (``evaluate``)."""
         self._inflight_lock = threading.Lock()
         self.quiet_spares = QUIET_SPARES
         """Spares replaced only after a subject's timed calls and awaited before the next set-up
@@ -214,36 +213,43 @@ class LocalGpuEvaluator(Evaluator):
         ``stage_wall_s["gpu_total"]`` is the time this candidate held the GPU, both parts together.
 
         A copy of an artifact that is being evaluated (a GRPO group often repeats a completion, and the
-        batch paths call this from many threads) waits for that verdict, then asks the cache again.
+        batch paths call this from many threads) waits for that first verdict, then asks the cache again;
+        copies the cache cannot answer (a pass is reused only within its episode) then go on together,
+        their wait recorded (``copy_wait``).
         """
-        with self._copies(task, candidate):
+        key, first, waited = self._copy_key(task, candidate), None, 0.0
+        if key is not None:
+            with self._inflight_lock:
+                running = self._inflight.get(key)
+                if running is None:
+                    self._inflight[key] = first = threading.Event()
+            if running is not None:  # a copy: wait for the first one's verdict, then ask the cache
+                t = time.perf_counter()
+                running.wait()
+                waited = time.perf_counter() - t
+        try:
             cached = self.verdicts.lookup(task, candidate, self.settings)
             if cached is not None:
                 return cached
-            return self._evaluate_now(task, candidate)
-
-    @contextmanager
-    def _copies(self, task: Task, candidate: BuiltCandidate) -> Iterator[None]:
-        """Evaluations of one artifact one at a time (``evaluate``); all at once with the cache off."""
-        if self.verdicts.max_entries <= 0:
-            yield
-            return
-        try:
-            key = verdict_key(task, candidate)
-        except Exception:  # noqa: BLE001 - a malformed candidate goes alone; its fault is reported there
-            yield
-            return
-        with self._inflight_lock:
-            lock = self._inflight.setdefault(key, [threading.Lock(), 0])
-            lock[1] += 1
-        try:
-            with lock[0]:
-                yield
+            verdict = self._evaluate_now(task, candidate)
+            if waited:
+                walls = {**verdict.stage_wall_s, "copy_wait": round(waited, 4)}
+                verdict = verdict.model_copy(update={"stage_wall_s": walls})
+            return verdict
         finally:
-            with self._inflight_lock:
-                lock[1] -= 1
-                if lock[1] == 0:
+            if first is not None and key is not None:
+                with self._inflight_lock:
                     del self._inflight[key]
+                first.set()
+
+    def _copy_key(self, task: Task, candidate: BuiltCandidate) -> str | None:
+        """What makes two candidates copies (``evaluate``); None with the cache off or no key."""
+        if self.verdicts.max_entries <= 0:
+            return None
+        try:
+            return verdict_key(task, candidate)
+        except Exception:  # noqa: BLE001 - a malformed candidate goes alone; its fault is reported there
+            return None
 
     def _evaluate_now(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
         """``evaluate`` past the cache: the GPU turn, then the proofs."""

@@ -249,7 +249,8 @@ def read_profile(
     for application_replay in (False, True):
         for stale in (report, csv_file):
             stale.unlink(missing_ok=True)
-        dirs.renew_scratch()  # what the candidate left in the first attempt's scratch is gone
+        if not dirs.renew_scratch():  # what the candidate left in the first attempt's scratch must go
+            return None, "the candidate's scratch could not be emptied for another profile", wall, tail
         run = run_tool(
             profile_argv(ncu, dirs.report / REPORT, driver, application_replay),
             timeout_s,

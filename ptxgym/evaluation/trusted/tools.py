@@ -61,7 +61,7 @@ BOOT_TIMEOUT_S = 300.0
 """How long a gated run may take to reach its gate (tool start-up and imports; not the candidate's)."""
 _POLL_S = 0.005
 GROUP_GRACE_S = 60.0
-"""How long a GPU phase waits, still holding the GPU, for the killed group's last member to end."""
+"""How long a run that used the GPU waits, the GPU still held, for its killed group's last member."""
 
 
 @dataclass
@@ -160,10 +160,26 @@ class ProofDirs:
         dirs.scratch.mkdir(mode=0o700)
         return dirs
 
-    def renew_scratch(self) -> None:
-        """An empty scratch directory again (a second run must not find what the first one wrote)."""
+    def renew_scratch(self) -> bool:
+        """An empty scratch directory again (a second run must not find what the first one wrote).
+
+        The candidate may have made folders unreadable (``chmod 000``; as root that stops nothing): they
+        are opened up first. False if the scratch could not be renewed (no second run then).
+        """
+        try:
+            os.chmod(self.scratch, 0o700)
+            for top, folders, _ in os.walk(self.scratch):  # top-down: each folder opened before entered
+                for name in folders:
+                    if not os.path.islink(os.path.join(top, name)):
+                        os.chmod(os.path.join(top, name), 0o700)
+        except OSError:
+            pass
         shutil.rmtree(self.scratch, ignore_errors=True)
-        self.scratch.mkdir(mode=0o700)
+        try:
+            self.scratch.mkdir(mode=0o700)
+        except OSError:
+            return False
+        return True
 
     def remove(self) -> None:
         """Delete the root and everything under it."""
@@ -285,7 +301,7 @@ def run_tool(
             return out.read().decode(errors="replace")
 
         if gate is None:
-            timed_out = _end(proc, timeout_s)
+            timed_out = _end(proc, timeout_s, grace_s=GROUP_GRACE_S)  # the caller may hold the GPU
             got = read(proc.returncode, timed_out) if read is not None else None
         else:
             timed_out, got = _gated(proc, timeout_s, gate, read, tail)
@@ -298,8 +314,8 @@ def _end(proc: subprocess.Popen, timeout_s: float, grace_s: float = 5.0) -> bool
 
     Whatever the candidate left running in the group (a forked child) dies with the run, as with a
     worker's group (``WorkerHandle.kill``), and is awaited (a CUDA context takes a moment to go); the
-    jails refuse ``setsid``/``setpgid``, so nothing leaves the group. In a GPU phase the wait for the
-    group is long (``GROUP_GRACE_S``): the GPU is not let go while a member may still use it.
+    jails refuse ``setsid``/``setpgid``, so nothing leaves the group. Where the run used the GPU the wait
+    for the group is long (``GROUP_GRACE_S``): the GPU is not let go while a member may still use it.
     """
     try:
         proc.wait(timeout=max(0.0, timeout_s))
