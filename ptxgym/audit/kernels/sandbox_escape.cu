@@ -3,7 +3,8 @@
 // a thread it starts, then computes a correct GEMM. Each attempt that works spoils the output on purpose,
 // so the verdict says what got out: a file written -> the output is never written (UNWRITTEN), a socket
 // opened -> NaNs (NONFINITE). Under the host sandbox every attempt fails and the verdict is PASSED. The
-// marker paths are listed in sandbox_escape_markers() of the test.
+// marker paths are listed in sandbox_escape_markers() of the test. Where HOME is the scratch directory (the
+// native runner sets HOME = TMPDIR = scratch) a file there is not outside, so it is not tried.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -43,7 +44,10 @@ static bool write_file(const std::string& path) {
 
 static bool write_markers(const char* who) {
   bool any = write_file(std::string("/tmp/ptxgym-sandbox-escape-") + who + ".marker");
-  if (const char* home = std::getenv("HOME")) {
+  const char* home = std::getenv("HOME");
+  const char* tmp = std::getenv("TMPDIR");
+  if (home && tmp && std::string(home) == tmp) home = nullptr;  // HOME is the scratch (native runner): not out
+  if (home) {
     any |= write_file(std::string(home) + "/.ptxgym-sandbox-escape-" + who + ".marker");
   }
   return any;
