@@ -177,11 +177,14 @@ class EvalSettings(BaseModel):
         "should a tool not tolerate a driver that waits before initialising CUDA).",
     )
     hw_counters: bool = Field(
-        True,
+        False,
         description="TargetMode.EXECUTED in the native runner: a second verified call at another secret slot "
         "reads hardware counters (CUPTI's range profiler, unpatched: ``session.py``), whose MMA share can "
         "only lower the SASS-counted call's and whose TMA bytes join the work verdict "
-        "(``target_work.hw_share``). Off: one counted call, as before.",
+        "(``target_work.hw_share``). Off (the default): one counted call. Off because on the H200 the range "
+        "profiler fails inside the evaluator's jailed runner (cuptiProfilerGetCounterAvailability: "
+        "CUPTI_ERROR_UNKNOWN, 2026-12-05, gpu_tests_2026-12-05_native_rest.txt; it counts outside the "
+        "jail: test_runner_cupti_gpu.py), so the call would cost GPU time and prove nothing.",
     )
     hw_count_in_trial: bool = Field(
         False,
