@@ -33,15 +33,20 @@ from ptxgym.evaluation.trusted.tools import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _running(marker: str) -> bool:
-    """Whether a live process has ``marker`` on its command line (an exited one has an empty one)."""
+def _process(marker: str) -> Path | None:
+    """The /proc folder of a live process with ``marker`` on its command line (an exited one has none)."""
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                return True
+                return proc
         except OSError:
             continue
-    return False
+    return None
+
+
+def _running(marker: str) -> bool:
+    """Whether a live process has ``marker`` on its command line."""
+    return _process(marker) is not None
 
 
 class Holds:
@@ -223,14 +228,11 @@ def test_what_a_run_leaves_behind_in_its_group_is_killed(gate_root):
 
 def _nvidia_fds(marker: str) -> list[str]:
     """The /dev/nvidia* files the process with ``marker`` on its command line holds open."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
-                links = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
-                return [link for link in links if link.startswith("/dev/nvidia")]
-        except OSError:
-            continue
-    raise AssertionError(f"no live process with {marker} on its command line")
+    proc = _process(marker)
+    if proc is None:
+        raise AssertionError(f"no live process with {marker} on its command line")
+    links = [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+    return [link for link in links if link.startswith("/dev/nvidia")]
 
 
 @pytest.mark.gpu
