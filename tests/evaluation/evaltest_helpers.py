@@ -52,10 +52,13 @@ GQA_PARAMS = {
 """Small batches of the three GQA tasks (the definitions' heads, head_dim and page size unchanged)."""
 
 
-def small_gqa(name: str, arch: str = "sm90a", num_pages: int = 40, tiny: bool = False) -> Task:
+def small_gqa(
+    name: str, arch: str = "sm90a", num_pages: int = 40, tiny: bool = False, params: dict | None = None
+) -> Task:
     """A GQA catalog task playing a small batch of its definition (``GQA_PARAMS``), axes consistent.
 
     ``tiny``: also one KV head (and its query group) of head_dim 16, for whole CPU evaluations.
+    ``params``: another batch than ``GQA_PARAMS[name]`` (same keys; ``num_pages`` at least its pages).
     """
     task = get_task(f"{name}-{arch}")
     if tiny:
@@ -64,7 +67,7 @@ def small_gqa(name: str, arch: str = "sm90a", num_pages: int = 40, tiny: bool = 
         small = {"num_qo_heads": hq // hkv, "num_kv_heads": 1, "head_dim": 16}
         axes = {**defn.axes, **{n: defn.axes[n].model_copy(update={"value": v}) for n, v in small.items()}}
         task = task.model_copy(update={"definition": defn.model_copy(update={"axes": axes})})
-    params = GQA_PARAMS[name]
+    params = GQA_PARAMS[name] if params is None else params
     q, kv = params.get("q_lens"), params["kv_lens"]
     if name == "GqaRaggedPrefill":
         axes = {"total_q": sum(q), "total_kv": sum(kv), "len_indptr": len(q) + 1}

@@ -250,6 +250,25 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
     assert arena.build_s["inputs"] > 0 and arena.build_s["references"] > 0
 
 
+def test_an_arena_built_without_the_pool_is_not_reused_once_the_pool_is_usable(tmp_path):
+    """Turning ``verified_pool_partial_jail`` on between calls gets an arena with a pool, not the old one.
+
+    (On the H200 a long-lived evaluator's Gemm arena, built before the setting changed, served a runner
+    with the pool 'off'.)
+    """
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), SETTINGS.model_copy(update={"verified_pool": None}))
+    usable = [False]
+    ev._pool_usable = lambda: usable[0]  # type: ignore[method-assign] - as a jailed runner's settings flip
+    task = gemm_task()
+    without = ev._arena(task)
+    assert ev._arena(task) is without and not without.pool.active
+    usable[0] = True
+    pooled = ev._arena(task)
+    assert pooled is not without and pooled.pool.active, pooled.pool.describe()
+    usable[0] = False
+    assert ev._arena(task) is without  # each kept under its own key
+
+
 def test_native_candidates_fall_back_to_the_worker_with_the_reason_recorded(tmp_path):
     """``candidate_process`` native: where no runner serves, the Python worker does; the verdict says why."""
     task = gemm_task()

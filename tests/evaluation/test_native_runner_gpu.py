@@ -248,7 +248,7 @@ def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator, in_trial)
     import re
 
     before = native_evaluator.settings
-    native_evaluator.settings = before.model_copy(update={"hw_count_in_trial": in_trial})
+    native_evaluator.settings = before.model_copy(update={"hw_counters": True, "hw_count_in_trial": in_trial})
     try:
         native = _run(native_evaluator, GEMM.read_text() + f"\n// in trial {in_trial}\n")
     finally:
@@ -272,7 +272,7 @@ def test_hardware_counters_alone_credit_the_expert_without_a_patched_call(native
     The expert GEMM has one wgmma tile shape, so the lower bound is exact: MMA share ~1.0, credited.
     """
     before = native_evaluator.settings
-    native_evaluator.settings = before.model_copy(update={"sass_count_with_hw": False})
+    native_evaluator.settings = before.model_copy(update={"hw_counters": True, "sass_count_with_hw": False})
     try:
         fb = _run(native_evaluator, GEMM.read_text() + "\n// hw only\n")  # a new build: no cached verdict
     finally:

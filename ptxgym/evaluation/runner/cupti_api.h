@@ -41,4 +41,9 @@ std::string count_json(const std::function<void()>& run, int device, size_t max_
 std::string hw_count_json(const std::function<void()>& run, void* context, int device, std::string* json,
                           bool* ran);
 
+// Query `context`'s counter availability (the range profiler's first step) and keep it for every later
+// hw_count_json on that context; the runner calls this before its jail applies (on the H200 the query
+// fails inside the jail). "" on success, else CUPTI's error (the later calls then query it themselves).
+std::string hw_prepare(void* context, int device);
+
 }  // namespace ptxrunner::cupti

@@ -33,6 +33,33 @@ namespace range_detail {
 
 using detail::failed;  // "<call> failed: <CUPTI's message> (<code>)" (cupti_path.h)
 
+// The context's counter-availability image, queried once before the runner's jail (hw_prepare): on the
+// H200 the query fails inside it (CUPTI_ERROR_UNKNOWN) while the rest of the range profiler's steps are
+// meant to run there. Empty image: not prepared (or the query failed: `error`), so setup() queries it.
+struct Availability {
+  CUcontext ctx = nullptr;
+  std::vector<uint8_t> image;
+  std::string error;
+};
+
+inline Availability& availability() {
+  static Availability a;
+  return a;
+}
+
+// cuptiProfilerGetCounterAvailability for ctx (size, then image); "" and *image set, or the error.
+inline std::string query_availability(CUcontext ctx, std::vector<uint8_t>* image) {
+  CUpti_Profiler_GetCounterAvailability_Params avail{};
+  avail.structSize = CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE;
+  avail.ctx = ctx;
+  std::string err =
+      failed(cuptiProfilerGetCounterAvailability(&avail), "cuptiProfilerGetCounterAvailability (size)");
+  if (!err.empty()) return err;
+  image->assign(avail.counterAvailabilityImageSize, 0);
+  avail.pCounterAvailabilityImage = image->data();
+  return failed(cuptiProfilerGetCounterAvailability(&avail), "cuptiProfilerGetCounterAvailability");
+}
+
 // The host object and the config image of hw_metrics() for the context's chip; "" on success.
 struct Host {
   CUpti_Profiler_Host_Object* object = nullptr;
@@ -50,15 +77,15 @@ struct Host {
   std::string setup(CUcontext ctx, int device, const std::vector<const char*>& names) {
     std::string err = detail::profiler_chip(device, &chip);
     if (!err.empty()) return err;
-    CUpti_Profiler_GetCounterAvailability_Params avail{};
-    avail.structSize = CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE;
-    avail.ctx = ctx;
-    err = failed(cuptiProfilerGetCounterAvailability(&avail), "cuptiProfilerGetCounterAvailability (size)");
-    if (!err.empty()) return err;
-    std::vector<uint8_t> image(avail.counterAvailabilityImageSize);
-    avail.pCounterAvailabilityImage = image.data();
-    err = failed(cuptiProfilerGetCounterAvailability(&avail), "cuptiProfilerGetCounterAvailability");
-    if (!err.empty()) return err;
+    const Availability& prepared = availability();
+    std::vector<uint8_t> image;
+    if (prepared.ctx == ctx && !prepared.image.empty()) {
+      image = prepared.image;
+    } else {
+      err = query_availability(ctx, &image);
+      if (!err.empty() && !prepared.error.empty()) err += "; before the jail: " + prepared.error;
+      if (!err.empty()) return err;
+    }
     CUpti_Profiler_Host_Initialize_Params host{};
     host.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
     host.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
@@ -110,6 +137,23 @@ struct Profiler {
 };
 
 }  // namespace range_detail
+
+// Query the context's counter availability now, for every later hardware-counted call (cupti_api.h).
+inline std::string hw_prepare(void* context, int device) {
+  namespace d = range_detail;
+  d::Availability& a = d::availability();
+  a = d::Availability{};
+  std::string chip;
+  std::string err = detail::profiler_chip(device, &chip);
+  if (err.empty()) err = d::query_availability(static_cast<CUcontext>(context), &a.image);
+  if (err.empty()) {
+    a.ctx = static_cast<CUcontext>(context);
+  } else {
+    a.image.clear();
+    a.error = err;
+  }
+  return err;
+}
 
 // One call under the range profiler (cupti_api.h). `run` is called at most once; *ran says whether.
 inline std::string hw_count_json(const std::function<void()>& run, void* context, int device, std::string* json,

@@ -352,6 +352,7 @@ class Runner {
     close_fd_socket();
     bool every_thread = true;
     if (cmd.has("jail") && cmd.at("jail").kind == Json::kObject) {
+      prepare_hw_counters(cmd.at("jail"));
       std::string threads = status_field("Threads");  // Landlock below ABI 8 binds only this thread
       std::string error = confine::apply(cmd.at("jail"), &every_thread);
       if (!error.empty()) throw std::runtime_error("the runner could not confine itself: " + error);
@@ -368,6 +369,20 @@ class Runner {
           throw std::runtime_error("strict sandbox: layer " + l.name + " is not in force (" + l.detail + ")");
     sandboxed_ = true;
     return ok().json("sandbox", sandbox_report_json(mode, layers));
+  }
+
+  // The range profiler's counter-availability query, made before the jail (cupti::hw_prepare): inside it
+  // the query fails on the H200. Only in a runner tracing with CUPTI on a GPU, unless the jail says
+  // "hw_prepare": false (bench/runner_hw_probe.py's variants). A failure is kept for the hardware-counted
+  // call's error text, which then queries again itself.
+  void prepare_hw_counters(const Json& jail) {
+#if defined(PTXR_WITH_CUPTI)
+    if (!dev_ || host_ || !cupti_) return;
+    if (jail.has("hw_prepare") && !jail.at("hw_prepare").b) return;
+    cupti::hw_prepare(dev_->context(), o_.device);
+#else
+    (void)jail;
+#endif
   }
 
   // -------------------------------------------------------------------------------------- load

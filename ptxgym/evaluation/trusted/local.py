@@ -170,7 +170,7 @@ class LocalGpuEvaluator(Evaluator):
         """The native runners (``candidate_process`` 'native'), and why candidates do not use them."""
         self.backend: str | None = None
         self.cupti_error = ""
-        self._arenas: collections.OrderedDict[tuple[str, str, bool], Arena] = collections.OrderedDict()
+        self._arenas: collections.OrderedDict[tuple[str, str, bool, bool], Arena] = collections.OrderedDict()
         self._current: Arena | None = None
         self._held: WorkerHandle | None = None
         self.guard_pages_error = ""
@@ -440,7 +440,8 @@ class LocalGpuEvaluator(Evaluator):
         return (self.settings.seed * 1_000_003 + candidate.turn * 7919 + episode) % 2**31
 
     def _arena(self, task: Task) -> Arena:
-        key = (task.definition.name, task.workload.uuid, self.settings.guard_pages)
+        pooled = self._pool_usable()  # settings may change between calls: an arena is built for one
+        key = (task.definition.name, task.workload.uuid, self.settings.guard_pages, pooled)
         if key in self._arenas:
             self._arenas.move_to_end(key)
         else:
@@ -457,7 +458,7 @@ class LocalGpuEvaluator(Evaluator):
                 self.device,
                 self.scratch,
                 guard_pages=self.settings.guard_pages,
-                pool_size=self.settings.pool_entries if self._pool_usable() else 0,
+                pool_size=self.settings.pool_entries if pooled else 0,
                 pool_reserve=self.settings.pool_reserve_bytes,
                 pool_max_uses=self.settings.verified_pool_uses,
             )

@@ -43,6 +43,11 @@ from ptxgym.evaluation.runner.build import build_runner, plan
 from ptxgym.evaluation.runner.jail import GpuFiles, cupti_files, gpu_files, runner_jail
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 
+HW_PREPARE = True
+"""Whether a runner queries its context's hardware-counter availability before its jail applies (on the
+H200 the range profiler's query fails inside the jail: CUPTI_ERROR_UNKNOWN); False only for diagnostics
+(``bench/runner_hw_probe.py``)."""
+
 
 def jail_spec(jail: Jail) -> dict:
     """The jail as ``runner/confine.h`` applies it: rlimits, Landlock rules, assembled seccomp rows."""
@@ -204,6 +209,7 @@ class NativeHandle(WorkerHandle):
             return cmd.model_dump_json(exclude={"blob"}).encode()
         if isinstance(cmd, ApplySandbox) and self.jail is not None and cmd.mode != "off":
             spec = {**jail_spec(self.jail), "landlock_at_exec": self.landlock_at_exec}
+            spec["hw_prepare"] = HW_PREPARE
             return json.dumps({**cmd.model_dump(mode="json"), "jail": spec}).encode()
         if isinstance(cmd, Load) and cmd.kind == "so" and cmd.path:
             self.loaded += 1
