@@ -48,7 +48,19 @@ SUBJECTS = ("gemm_expert", "gemm_simt", "mha_fwd_expert")
 TASK = {"gemm_expert": "Gemm-sm90a", "gemm_simt": "Gemm-sm90a", "mha_fwd_expert": "MhaFwd-sm90a"}
 CPU_STAGES = ("extract", "screen", "build", "sass")
 ONE_TIME = ("prepare_arena", "prepare_baseline")
-SHOWN = ("prepare", "worker", "check", "time", "time_inputs", "time_verify", "time_guards", "time_count")
+SHOWN = (
+    "prepare",
+    "worker",
+    "check",
+    "time",
+    "time_inputs",
+    "time_inputs_wait",
+    "time_calls",
+    "time_verify",
+    "time_guards",
+    "time_count",
+    "time_hw_count",
+)
 SHOWN += ("memcheck", "execute", "proof_boot", "proof_queue", "proof_gpu", "gpu_turn")
 
 

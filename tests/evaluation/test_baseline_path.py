@@ -244,8 +244,10 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
         assert key in first.stage_wall_s and key in second.stage_wall_s
     assert second.stage_wall_s["prepare"] < 0.05 < first.stage_wall_s["prepare"]
     assert 0 <= second.stage_wall_s["queue"] < 0.05 and ev.queue.served == 2  # nobody else was waiting
-    for key in ("time_inputs", "time_verify", "time_guards"):  # the trusted side's own work while timing
+    parts = ("time_inputs", "time_inputs_wait", "time_calls", "time_verify", "time_guards")
+    for key in parts:  # the trusted side's own work while timing, and the calls' round trips
         assert 0 < second.stage_wall_s[key] < second.stage_wall_s["time"]
+    assert sum(second.stage_wall_s[k] for k in parts) <= second.stage_wall_s["time"]
     arena = next(iter(ev._arenas.values()))
     assert arena.build_s["inputs"] > 0 and arena.build_s["references"] > 0
 

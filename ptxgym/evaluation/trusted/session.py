@@ -175,8 +175,10 @@ class SessionResult:
     """This subject's draws from the arena's verified pool (None: its verified calls drew new values)."""
     trusted_s: dict[str, float] = field(default_factory=dict)
     """Wall seconds of the trusted side's own work inside the trials: ``inputs`` (fresh values and
-    poisoned outputs, ``Arena.prepare``), ``verify`` (reference runs and comparisons) and ``guards``; and
-    ``count``: the counted call's round trip (the worker's patched call, not the trusted side's work)."""
+    poisoned outputs, ``Arena.prepare``: launching them), ``inputs_wait`` (waiting for that GPU work before
+    a call is sent), ``verify`` (reference runs and comparisons) and ``guards``; and the worker's part:
+    ``calls`` (the round trips of the calls of the trials: the L2 flush, the call, the worker's syncs),
+    ``count`` (the counted call's round trip: the worker's patched call) and ``hw_count``."""
 
     def spend(self, what: str, since: float) -> None:
         """Add the wall seconds since ``since`` (a ``perf_counter`` reading) to ``trusted_s[what]``."""
@@ -367,7 +369,12 @@ class Session:
                 if not self._hw_counted(index, result, stage, segment) and strict:
                     return None
                 continue
+            t = time.perf_counter()
+            self._sync()
+            result.spend("inputs_wait", t)
+            t = time.perf_counter()
             record = self._call(index, is_timed)
+            result.spend("calls", t)
             if is_timed:
                 timed.append(record)
                 segment.append(record)
