@@ -58,6 +58,11 @@ case "$stage" in
     source bench/carried_flashinfer.sh
     timeout 120 bash bench/gpu_tests.sh "$out/flashinfer" --timeout 100 -q -s \
       tests/evaluation/test_flashinfer_baselines_gpu.py
+    # where MHA forward's per-call time goes (time_inputs_wait, time_calls), with the hardware counters
+    # alone (no SASS-patched call)
+    PTXGYM_CANDIDATE_PROCESS=native timeout 130 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_only.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 2 --set verified_pool_partial_jail=true \
+      --set hw_counters=true --set sass_count_with_hw=false --no-crosscheck-turn
     ;;
   python)
     # the jail probe ran on 2026-12-05 (runner_jail_probe_2026-12-05.txt: the split jail fails cuInit too);
