@@ -9,6 +9,7 @@
 #   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh python  $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh throughput $OUT
+#   run(carry=[".whl", ".raybundle"]): COMMIT=<sha> bash bench/gpu_session.sh ray_load $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh load $OUT
 #   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh gate $OUT
 #
@@ -31,7 +32,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: fixes, native, python, benches, throughput, load or gate}
+stage=${1:?stage: fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -89,6 +90,17 @@ case "$stage" in
   throughput)
     timeout 560 python3 bench/throughput.py --evaluator local --sizes 1,4,16,64 --candidates 16 \
       --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput.txt"
+    ;;
+  ray_load)
+    # the same 16-candidate mix at 16 envs through the Ray backend, then the local one (side by side),
+    # then candidate-path parity with 12 nvcc build loops beside the timing
+    # shellcheck disable=SC1091
+    source bench/carried_ray.sh
+    for ev in ray local; do
+      timeout 160 python3 bench/throughput.py --evaluator "$ev" --sizes 16 --candidates 16 \
+        --set ncu_crosscheck_fraction=0 --out "$out/throughput_16_$ev.txt"
+    done
+    timeout 230 python3 bench/baseline_parity.py --out "$out/baseline_parity_load.txt" --load 12
     ;;
   load)
     timeout 280 python3 bench/baseline_parity.py --out "$out/baseline_parity_load.txt" --load 12
