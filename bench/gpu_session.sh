@@ -59,6 +59,7 @@ case "$stage" in
     source bench/carried_flashinfer.sh
     timeout 120 bash bench/gpu_tests.sh "$out/flashinfer" --timeout 100 -q -s \
       tests/evaluation/test_flashinfer_baselines_gpu.py
+    timeout 90 python3 bench/prepare_cost.py --out "$out/prepare_cost.txt"
     # where MHA forward's per-call time goes (time_inputs_wait, time_calls), with the hardware counters
     # alone (no SASS-patched call)
     PTXGYM_CANDIDATE_PROCESS=native timeout 130 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_only.txt" \
