@@ -32,7 +32,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: fixes, round2, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -91,6 +91,25 @@ case "$stage" in
   throughput)
     timeout 560 python3 bench/throughput.py --evaluator local --sizes 1,4,16,64 --candidates 16 \
       --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput.txt"
+    ;;
+  round2)
+    # 2026-12-05 (seventh session), after the throughput stage (Python workers: 3.0x at 16 envs, 11.9
+    # verified correct/min at 64, each turn waiting for a worker to start): the same mix with candidates
+    # in the native runner; the GPU cost with the hardware counters off and on (both calls) in the runner
+    # (the availability query before the jail now); Ray vs local at 16 envs side by side.
+    # shellcheck disable=SC1091
+    source bench/carried_ray.sh
+    PTXGYM_CANDIDATE_PROCESS=native timeout 230 python3 bench/throughput.py --evaluator local --sizes 16,64 \
+      --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
+    for hw in false true; do
+      PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_$hw.txt" \
+        --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
+        --set "hw_counters=$hw" --no-crosscheck-turn
+    done
+    for ev in ray local; do
+      timeout 100 python3 bench/throughput.py --evaluator "$ev" --sizes 16 --candidates 16 \
+        --set ncu_crosscheck_fraction=0 --out "$out/throughput_16_$ev.txt"
+    done
     ;;
   ray_load)
     # the same 16-candidate mix at 16 envs through the Ray backend, then the local one (side by side),

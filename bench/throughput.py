@@ -113,6 +113,8 @@ def run_pass(evaluator, size: int, n: int, tag: str) -> dict:
         "correct": correct,
         "build_s": sum(walls(fb, BUILD_STAGES) for fb in feedbacks),
         "check_s": sum(walls(fb, ("check",)) for fb in feedbacks),
+        "worker_s": sum(walls(fb, ("worker",)) for fb in feedbacks),
+        "prepare_s": sum(walls(fb, ("prepare",)) for fb in feedbacks),
         "time_s": sum(walls(fb, ("time",)) for fb in feedbacks),
         "proofs_s": sum(walls(fb, PROOF_STAGES) for fb in feedbacks),
         "proofs_gpu_s": sum(walls(fb, ("proof_gpu",)) for fb in feedbacks),
@@ -175,6 +177,7 @@ def format_pass(r: dict) -> list[str]:
         f"{r['envs']:>3} envs: {r['candidates']} candidates in {r['wall_s']:.1f} s -> {r['per_min']:.2f} "
         f"candidates/min, {r['correct_per_min']:.2f} verified correct/min ({r['correct']} correct)",
         f"         time (s, summed over candidates): build {r['build_s']:.1f}, queue {r['queue_s']:.1f}, "
+        f"prepare {r.get('prepare_s', 0):.1f}, worker {r.get('worker_s', 0):.1f}, "
         f"check {r['check_s']:.1f}, time {r['time_s']:.1f}, proofs {r['proofs_s']:.1f} "
         f"(GPU {r['proofs_gpu_s']:.1f}), GPU total "
         f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}",

@@ -105,6 +105,12 @@ class ApplySandbox(_Cmd):
     op: Literal["sandbox"] = "sandbox"
     mode: Literal["on", "strict", "off"]
     scratch: str = Field(description="The worker's scratch directory (the only writable place).")
+    hw_prepare: bool = Field(
+        False,
+        description="A native runner queries its context's hardware-counter availability before its jail "
+        "applies (inside it the query fails on the H200), for a subject that will get the hardware-counted "
+        "call; ~0.2 s, so only then. The Python worker ignores it.",
+    )
 
 
 class Load(_Cmd):

@@ -117,7 +117,7 @@ class InProcessWorker:
             result = AttachResult(arena=cmd.arena, cupti=False, flush_bytes=cmd.flush_bytes)
             return Reply(seq=self.seq, ok=True, attach=result)
         if isinstance(cmd, ApplySandbox):
-            self.sandboxed = True
+            self.sandboxed, self.hw_prepare = True, cmd.hw_prepare
             return Reply(seq=self.seq, ok=True, sandbox=SandboxReport(mode=cmd.mode))
         if isinstance(cmd, Load):
             self.loaded, self.kind = cmd.kind in ("so", "baseline"), cmd.kind

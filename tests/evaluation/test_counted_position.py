@@ -267,3 +267,26 @@ def test_the_evaluator_counts_a_target_candidate_among_its_timed_calls(tmp_path)
     assert verdict.timing.candidate.n == settings.trials * settings.iterations
     if verdict.status is Status.PASSED:  # (the wall-clock cross-check may flag a loaded CPU)
         assert "SASS listing of the module failed" in verdict.details["in_band_target"]["error"]
+
+
+@pytest.mark.parametrize("hw", [False, True])
+def test_the_worker_is_asked_to_prepare_hw_counters_only_for_a_hw_counted_subject(tmp_path, hw):
+    """``ApplySandbox.hw_prepare`` (a runner's ~0.2 s query before its jail) only with ``hw_counters`` on."""
+    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
+
+    from ptxgym.evaluation.trusted.base import TargetMode
+    from ptxgym.evaluation.trusted.proofs import InBand
+    from ptxgym.evaluation.trusted.turn import Turn
+
+    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": hw}
+    workers = Workers(tmp_path, honest)
+    ev = cpu_evaluator(tmp_path, workers, SETTINGS.model_copy(update=update))
+    task = gemm_task()
+    arena, baseline, _ = ev._prepare(task)
+    for static_target in (False, True):  # only a subject with a target opcode is counted at all
+        cand = built(task).model_copy(update={"static_target": static_target})
+        turn = Turn(task, cand, arena, baseline, seed=17)
+        turn.in_band = InBand()
+        ev._run_candidate(turn)
+        worker = workers.made[-1]
+        assert worker.sandboxed and worker.hw_prepare is (hw and static_target)

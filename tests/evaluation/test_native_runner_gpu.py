@@ -242,8 +242,10 @@ def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator, in_trial)
 
     Its wgmma count equals the SASS-counted call's (HGMMA predicate-true threads / 128), and the bytes its
     TMA loads moved are at least the task's minimal traffic (a tiled GEMM reloads its inputs per tile).
-    ``in_trial``: the call inside the activity trial (``hw_count_in_trial``; the experiment that decides
-    that setting's default: CUPTI's SASS metrics read zero inside a trial).
+    ``in_trial``: the call inside the activity trial (``hw_count_in_trial``). On the H200 (2026-12-05) the
+    range profiler then launches a kernel of its own (``WaitNs``) inside the call's window, which the
+    census takes for a foreign kernel: the honest expert is FOREIGN_KERNEL, so the setting stays off, and
+    this case says so until CUPTI stops doing it.
     """
     import re
 
@@ -254,6 +256,10 @@ def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator, in_trial)
     finally:
         native_evaluator.settings = before
     assert (native.environment.sandbox or {}).get("process", "").startswith("native")
+    if in_trial:
+        assert native.status.value == "FOREIGN_KERNEL" and "WaitNs" in native.message, native.message
+        print(f"HW_COUNTERS in trial: {native.message}")
+        return
     assert native.status.value == "PASSED", native.message
     target = native.target
     assert target is not None and target.work.value == "yes", target

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ptxgym.confine import landlock
-from ptxgym.evaluation.protocol import Attach, Load, VmmBlob, VmmRun
+from ptxgym.evaluation.protocol import ApplySandbox, Attach, Load, VmmBlob, VmmRun
 from ptxgym.evaluation.runner import jail
 from ptxgym.evaluation.trusted import native_worker
 from ptxgym.evaluation.trusted.native_worker import (
@@ -193,3 +193,16 @@ def test_native_spec_refuses_a_runner_without_cupti_when_the_evaluator_needs_it(
     with pytest.raises(NativeUnavailable, match="times with CUPTI but the runner has no CUPTI path"):
         native_worker.native_spec(0, cupti_needed=True)
     assert native_worker.native_spec(0, cupti_needed=False).cupti is False
+
+
+def test_the_sandbox_command_asks_for_the_hw_prepare_only_when_the_subject_is_hw_counted(tmp_path):
+    """``ApplySandbox.hw_prepare`` reaches the runner's jail spec (the query costs ~0.2 s: only if asked)."""
+    from ptxgym.confine.launch import Jail
+
+    enc = _Encoder(tmp_path)
+    enc.jail, enc.landlock_at_exec = Jail(families=()), False
+    for asked in (False, True):
+        cmd = ApplySandbox(mode="on", scratch=str(tmp_path), hw_prepare=asked)
+        assert json.loads(enc._encode(cmd))["jail"]["hw_prepare"] is asked
+    off = json.loads(enc._encode(ApplySandbox(mode="off", scratch=str(tmp_path), hw_prepare=True)))
+    assert "jail" not in off  # no jail is applied, so nothing is queried before one

@@ -189,8 +189,10 @@ class EvalSettings(BaseModel):
     hw_count_in_trial: bool = Field(
         False,
         description="Make the hardware-counted call inside the CUPTI activity trial (its kernels then join "
-        "the census, and the call differs from a timed one only by the range profiler). Off until the H200 "
-        "shows the range profiler counts there (CUPTI's SASS metrics read zero inside a trial).",
+        "the census, and the call differs from a timed one only by the range profiler). Off: on the H200 the "
+        "range profiler launches a kernel of its own (WaitNs) inside the call's window, which the census "
+        "takes for a foreign kernel, so an honest candidate is FOREIGN_KERNEL (2026-12-05, "
+        "test_native_runner_gpu.py).",
     )
     sass_count_with_hw: bool = Field(
         True,

@@ -569,12 +569,15 @@ class LocalGpuEvaluator(Evaluator):
         sandboxed: bool = False,
         pool: WorkerPool | None = None,
         match_ms: float | None = None,
+        hw_prepare: bool = False,
     ) -> tuple[Session, WorkerHandle, int]:
         """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
 
         The sandbox comes before the calibration so that the harness overhead is measured under the same
         syscall filter as the candidate's calls. A sandbox that cannot be applied (strict mode) is an
         infrastructure error, not the candidate's. ``pool``: the native runners' (default: Python workers).
+        ``hw_prepare``: a runner queries its hardware-counter availability before its jail (the subject
+        will get the hardware-counted call; ``ApplySandbox.hw_prepare``).
         """
         arena.restore()  # an earlier candidate may have written to the shared inputs
         handle = self._take_worker(arena, pool)
@@ -589,7 +592,7 @@ class LocalGpuEvaluator(Evaluator):
                 error = WorkerSetupError if pool is not None else InfraError
                 raise error(f"CUPTI failed in a new worker: {attached.cupti_error}")
             if sandboxed:
-                session.sandbox(self.sandbox_mode)
+                session.sandbox(self.sandbox_mode, hw_prepare)
             session.calibrate(match_ms=match_ms)
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
@@ -680,10 +683,11 @@ class LocalGpuEvaluator(Evaluator):
             pool.primer = self._primer
         stats = turn.baseline.stats if candidate and turn.baseline is not None else None
         match_ms = stats.median_ms if stats is not None and self.settings.matched_calibration else None
+        hw_prepare = self.settings.hw_counters and self._counts(turn)
         with turn.timed("worker"):
             try:
                 turn.session, turn.handle, turn.free_before = self._session(
-                    turn.arena, turn.seed, sandboxed, pool, match_ms
+                    turn.arena, turn.seed, sandboxed, pool, match_ms, hw_prepare
                 )
             except WorkerSetupError as exc:
                 if pool is None:

@@ -44,8 +44,9 @@ from ptxgym.evaluation.runner.jail import GpuFiles, cupti_files, gpu_files, runn
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 
 HW_PREPARE = True
-"""Whether a runner queries its context's hardware-counter availability before its jail applies (on the
-H200 the range profiler's query fails inside the jail: CUPTI_ERROR_UNKNOWN); False only for diagnostics
+"""Whether a runner asked to (``ApplySandbox.hw_prepare``) queries its context's hardware-counter
+availability before its jail applies (on the H200 the range profiler's query fails inside the jail:
+CUPTI_ERROR_UNKNOWN; ``bench/results/runner_hw_probe_2026-12-05.txt``); False only for diagnostics
 (``bench/runner_hw_probe.py``)."""
 
 
@@ -209,7 +210,7 @@ class NativeHandle(WorkerHandle):
             return cmd.model_dump_json(exclude={"blob"}).encode()
         if isinstance(cmd, ApplySandbox) and self.jail is not None and cmd.mode != "off":
             spec = {**jail_spec(self.jail), "landlock_at_exec": self.landlock_at_exec}
-            spec["hw_prepare"] = HW_PREPARE
+            spec["hw_prepare"] = cmd.hw_prepare and HW_PREPARE
             return json.dumps({**cmd.model_dump(mode="json"), "jail": spec}).encode()
         if isinstance(cmd, Load) and cmd.kind == "so" and cmd.path:
             self.loaded += 1

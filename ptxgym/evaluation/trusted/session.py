@@ -269,14 +269,14 @@ class Session:
         self.flush_bytes = reply.attach.flush_bytes
         return reply.attach
 
-    def sandbox(self, mode: str) -> SandboxReport:
+    def sandbox(self, mode: str, hw_prepare: bool = False) -> SandboxReport:
         """Apply the host sandbox in the worker (mode on, strict or off); before the candidate is loaded.
 
         The report arrives before any candidate code runs in the worker, so it is the worker's own word.
+        ``hw_prepare``: ``ApplySandbox.hw_prepare``.
         """
-        reply = self._request(
-            ApplySandbox(mode=check_mode(mode), scratch=str(self.worker.scratch)), Stage.RUN
-        )
+        cmd = ApplySandbox(mode=check_mode(mode), scratch=str(self.worker.scratch), hw_prepare=hw_prepare)
+        reply = self._request(cmd, Stage.RUN)
         if reply.sandbox is None:
             raise CandidateFault(
                 "the worker acknowledged the sandbox command without a report", "", Stage.RUN
