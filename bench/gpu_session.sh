@@ -101,13 +101,12 @@ case "$stage" in
     source bench/carried_ray.sh
     PTXGYM_CANDIDATE_PROCESS=native timeout 230 python3 bench/throughput.py --evaluator local --sizes 16,64 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
-    for hw in false true; do
-      PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_$hw.txt" \
-        --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
-        --set "hw_counters=$hw" --no-crosscheck-turn
-    done
+    # (hardware counters off: gpu_cost_2026-12-05_pool_gated.txt, same settings otherwise)
+    PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_true.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
+      --set hw_counters=true --no-crosscheck-turn
     for ev in ray local; do
-      timeout 100 python3 bench/throughput.py --evaluator "$ev" --sizes 16 --candidates 16 \
+      timeout 95 python3 bench/throughput.py --evaluator "$ev" --sizes 16 --candidates 16 \
         --set ncu_crosscheck_fraction=0 --out "$out/throughput_16_$ev.txt"
     done
     ;;
