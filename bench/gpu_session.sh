@@ -96,19 +96,13 @@ case "$stage" in
     # 2026-12-05 (seventh session), after the throughput stage (Python workers: 3.0x at 16 envs, 11.9
     # verified correct/min at 64, each turn waiting for a worker to start): the same mix with candidates
     # in the native runner; the GPU cost with the hardware counters off and on (both calls) in the runner
-    # (the availability query before the jail now); Ray vs local at 16 envs side by side.
-    # shellcheck disable=SC1091
-    source bench/carried_ray.sh
+    # (the availability query before the jail now). (Ray vs local: the ray_load stage.)
     PTXGYM_CANDIDATE_PROCESS=native timeout 230 python3 bench/throughput.py --evaluator local --sizes 16,64 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     # (hardware counters off: gpu_cost_2026-12-05_pool_gated.txt, same settings otherwise)
     PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_true.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
       --set hw_counters=true --no-crosscheck-turn
-    for ev in ray local; do
-      timeout 95 python3 bench/throughput.py --evaluator "$ev" --sizes 16 --candidates 16 \
-        --set ncu_crosscheck_fraction=0 --out "$out/throughput_16_$ev.txt"
-    done
     ;;
   ray_load)
     # the same 16-candidate mix at 16 envs through the Ray backend, then the local one (side by side),
