@@ -16,6 +16,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_REFERENCE_TF32`` | ``on``: bf16/fp16-input matmuls of references on TF32 cores; ``off`` | ``on`` |
 | ``PTXGYM_CANDIDATE_PROCESS`` | where candidates run: ``python`` or ``native`` | ``python`` |
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
+| ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | the spares (2) |
 """
 
 from __future__ import annotations
@@ -61,6 +62,19 @@ def evaluator_choice() -> str:
 def device_index() -> int:
     """CUDA device index the local evaluator uses."""
     return int(_get("DEVICE") or 0)
+
+
+def max_spares() -> int | None:
+    """Most spare workers the local evaluator keeps warming while candidates wait for the GPU (None: unset).
+
+    Raises ``ValueError`` for a value that is not a non-negative integer.
+    """
+    value = _get("MAX_SPARES")
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise ValueError(f"PTXGYM_MAX_SPARES must be a non-negative integer, got {value!r}")
+    return int(value)
 
 
 def compile_timeout_s() -> float:

@@ -83,7 +83,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.scratch, ev.sandbox_mode, ev.pool = tmp_path, "on", _Pool()  # type: ignore[assignment]
     ev.backend, ev.cupti_error, ev.guard_pages_error, ev.count_outside = EVENTS, "", "", ""
     ev._arenas, ev._current, ev._held = collections.OrderedDict(), None, None
-    ev.quiet_spares, ev.spares_wait_s = True, 0.0
+    ev.quiet_spares, ev.spares_wait_s, ev.spares_range = True, 0.0, (2, 2)
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
     ev.queue = GpuQueue()
     ev.verdicts = VerdictCache(0)
@@ -366,3 +366,44 @@ def test_gqa_tasks_without_flashinfer_time_the_torch_reference_and_say_why(tmp_p
         assert record.name == "torch_reference" and record.correct is True, record.message
         assert "needs the Python module 'flashinfer'" in record.fallback
         assert "pip install 'ptxgym[flashinfer]'" in record.fallback
+
+
+def test_spares_follow_the_candidates_waiting_for_the_gpu_within_their_range(tmp_path):
+    """``_refill``: as many spares as candidates wait now, within ``spares_range``.
+
+    At least its first (the evaluator's ``spares``), at most its second (``max_spares``); each pool filled
+    to that.
+    """
+
+    class Pool(_Pool):
+        def __init__(self) -> None:
+            self.spares, self.fills = 2, []
+
+        def fill(self) -> None:
+            self.fills.append(self.spares)
+
+    class Queue:
+        waiting = 0
+
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path))
+    ev.pool, ev.queue, ev.spares_range = Pool(), Queue(), (2, 8)  # type: ignore[assignment]
+    for waiting in (0, 1, 5, 20, 0):
+        ev.queue.waiting = waiting
+        ev._refill()
+    assert ev.pool.fills == [2, 2, 5, 8, 2]
+    ev.spares_range = (2, 2)  # the default: max_spares unset
+    ev.queue.waiting = 20
+    ev._refill()
+    assert ev.pool.fills[-1] == 2
+
+
+def test_max_spares_comes_from_the_environment(monkeypatch):
+    from ptxgym.records import settings
+
+    monkeypatch.delenv("PTXGYM_MAX_SPARES", raising=False)
+    assert settings.max_spares() is None
+    monkeypatch.setenv("PTXGYM_MAX_SPARES", "8")
+    assert settings.max_spares() == 8
+    monkeypatch.setenv("PTXGYM_MAX_SPARES", "lots")
+    with pytest.raises(ValueError, match="PTXGYM_MAX_SPARES"):
+        settings.max_spares()

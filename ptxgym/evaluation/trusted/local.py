@@ -145,6 +145,7 @@ class LocalGpuEvaluator(Evaluator):
         sandbox_mode: str | None = None,
         queue_capacity: int = 64,
         candidate_process: str | None = None,
+        max_spares: int | None = None,
     ) -> None:
         import torch
 
@@ -163,6 +164,10 @@ class LocalGpuEvaluator(Evaluator):
         self.pool = WorkerPool(
             self.device, spares, log_dir=self.scratch, sandboxed=self.sandbox_mode != "off"
         )
+        most = user_settings.max_spares() if max_spares is None else max_spares
+        self.spares_range = (spares, max(spares, spares if most is None else most))
+        """Spares kept warming: the first when no candidate waits for the GPU, up to the second while
+        candidates queue (``_refill``; ``max_spares``, ``PTXGYM_MAX_SPARES``)."""
         process = user_settings.candidate_process() if candidate_process is None else candidate_process
         self.native = NativeRunners(
             process == "native", self.device, spares, self.scratch, self.sandbox_mode != "off"
@@ -558,8 +563,16 @@ class LocalGpuEvaluator(Evaluator):
         self.spares_wait_s = time.perf_counter() - t
 
     def _refill(self) -> None:
-        """Replace the spares handed out (after a subject's timed calls: see ``_settle_spares``)."""
+        """Replace the spares handed out (after a subject's timed calls: see ``_settle_spares``).
+
+        As many as candidates wait for the GPU now, within ``spares_range``: back-to-back candidates
+        otherwise each wait for a worker to start (a Python worker needs ~4 s; with 2 spares that bounded
+        the H200 at ~20 GPU candidates/min, ``bench/results/throughput_2026-12-05_python.txt``).
+        """
+        low, high = self.spares_range
+        want = min(high, max(low, self.queue.waiting))
         for pool in self._pools():
+            pool.spares = want
             pool.fill()
 
     def _session(
