@@ -32,7 +32,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: fixes, round2, spares, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: fixes, round2, native_tp, spares, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -103,6 +103,11 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_true.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
       --set hw_counters=true --no-crosscheck-turn
+    ;;
+  native_tp)
+    # the throughput stage's mix at 16 and 64 envs with candidates in the native runner (budget-sized)
+    PTXGYM_CANDIDATE_PROCESS=native timeout 200 python3 bench/throughput.py --evaluator local --sizes 16,64 \
+      --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     ;;
   spares)
     # the Python-worker path with up to 8 spares warming while candidates queue (PTXGYM_MAX_SPARES),
