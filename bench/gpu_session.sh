@@ -1,29 +1,31 @@
 #!/usr/bin/env bash
-# The GPU work the CPU-only session of 2026-12-04 (evening) left to confirm, as device runs of at most
-# ~9 minutes each (the device allows 10 per command, 30 per session: native, python and benches fit one
-# session, throughput the next unless time is left). Every log goes to OUTDIR with
-# the date, GPU and COMMIT in its header (the device copy's git metadata is stale: pass COMMIT).
+# GPU work as device runs of at most ~9 minutes each (the device allows 10 per command and 30 per
+# session; a refused start costs ~90 s of that). Every log goes to OUTDIR with the date, GPU and COMMIT in
+# its header (the device copy's git metadata is stale: pass COMMIT).
 #
-#   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh fixes   $OUT
-#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh native  $OUT
-#   run(carry=[".whl", ".fibundle"]): COMMIT=<sha> bash bench/gpu_session.sh python  $OUT
-#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
-#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh throughput $OUT
+# Next (after 2026-12-05, seventh session), in this order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh round2 $OUT   (native_tp: its first half)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh spares $OUT
 #   run(carry=[".whl", ".raybundle"]): COMMIT=<sha> bash bench/gpu_session.sh ray_load $OUT
-#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh load $OUT
-#   run(carry=[".whl"]):              COMMIT=<sha> bash bench/gpu_session.sh gate $OUT
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh gate $OUT
+# Done on 2026-12-05: fixes, throughput (Python workers); native and python before that.
 #
-# native:  the five experts and the runner's GPU tests with candidates in the native runner (the default
-#          flip waits on it), the hardware-counter tests.
-# python:  the evaluator suite in
-#          the Python worker (its sandbox no longer lets /dev/shm be written; the slow cut-off's probe;
-#          quiet spares; the matched calibration), the verified pool's GPU tests, FlashInfer's GQA
+# native_tp: the throughput mix at 16 and 64 envs with candidates in the native runner (issue 12's goals;
+#          the Python-worker figures wait for worker start-up).
+# round2:  native_tp, then the GPU cost with the hardware counters on in the runner (issue 11: their cost
+#          against the floor + 1.0 s goal, beside gpu_cost_2026-12-05_pool_gated.txt).
+# audit_native: the issue-11 audit with candidates in the native runner (the default flip waits on it).
+# spares:  the Python-worker path with up to 8 spares following the GPU queue (PTXGYM_MAX_SPARES).
+# ray_load: Ray vs local at 16 envs side by side, then candidate-path parity under 12 nvcc build loops.
+# fixes:   the runner's hardware-counter probe and GPU tests, FlashInfer's GQA tests, prepare cost.
+# native:  the five experts and the runner's GPU tests with candidates in the native runner.
+# python:  the evaluator suite in the Python worker, the verified pool's GPU tests, FlashInfer's GQA
 #          baselines.
 # benches: the wall allowance (quiet vs noisy spares, both processes), the GPU cost per verified
 #          candidate with the pool (native runner, partial jail accepted; one more turn per subject with
 #          Nsight Compute's cross-check drawn, its proofs gated), and with hardware counters alone.
-# (native and python also check the gated proofs: test_gpu_evaluator's _assert_gated, real ncu and
-#  compute-sanitizer passing --gate on to the driver.)
 # throughput: distinct cold candidates at 1, 4, 16 and 64 envs (16, 16, 16, 64 of them; issue 12), no
 #          secret ncu draw.
 # load:    candidate-path parity of the five baselines with 12 nvcc build loops beside the timing (issue
@@ -32,7 +34,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: fixes, round2, native_tp, spares, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -108,6 +110,10 @@ case "$stage" in
     # the throughput stage's mix at 16 and 64 envs with candidates in the native runner (budget-sized)
     PTXGYM_CANDIDATE_PROCESS=native timeout 200 python3 bench/throughput.py --evaluator local --sizes 16,64 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
+    ;;
+  audit_native)
+    PTXGYM_CANDIDATE_PROCESS=native timeout 560 bash bench/gpu_tests.sh "$out/audit_native" --timeout 540 -q -s \
+      tests/cli/test_audit.py
     ;;
   spares)
     # the Python-worker path with up to 8 spares warming while candidates queue (PTXGYM_MAX_SPARES),
