@@ -181,10 +181,11 @@ class EvalSettings(BaseModel):
         description="TargetMode.EXECUTED in the native runner: a second verified call at another secret slot "
         "reads hardware counters (CUPTI's range profiler, unpatched: ``session.py``), whose MMA share can "
         "only lower the SASS-counted call's and whose TMA bytes join the work verdict "
-        "(``target_work.hw_share``). Off (the default): one counted call. Off because on the H200 the range "
-        "profiler fails inside the evaluator's jailed runner (cuptiProfilerGetCounterAvailability: "
-        "CUPTI_ERROR_UNKNOWN, 2026-12-05, gpu_tests_2026-12-05_native_rest.txt; it counts outside the "
-        "jail: test_runner_cupti_gpu.py), so the call would cost GPU time and prove nothing.",
+        "(``target_work.hw_share``). Off (the default): one counted call. It counts in the jailed runner on "
+        "the H200 since the runner queries the counter availability before its jail (inside it Landlock's "
+        "read rules make that query fail: ``ApplySandbox.hw_prepare``, runner_hw_probe_2026-12-05.txt); off "
+        "until its cost per candidate (the call, ~0.2 s, and that query, ~0.2 s of the runner's set-up) is "
+        "measured against the floor + 1.0 s goal (bench/gpu_session.sh round2).",
     )
     hw_count_in_trial: bool = Field(
         False,

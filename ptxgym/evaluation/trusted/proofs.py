@@ -39,9 +39,10 @@ to find it:
   SM-clock probe). With ``EvalSettings.sass_count_with_hw`` off the patched call is not made at all
   where the hardware counters are read (``sass_join.hw_only_target``: FLOPs per MMA from the module's
   smallest static tile, a lower bound; Nsight Compute's cross-check then only refuses a bound above its
-  own count); not yet run on a GPU. What remains: the range profiler is also CUPTI in the
-  candidate's process (host code could ask whether it is enabled), and the Python worker reads no
-  hardware counters (there the hole stays as described).
+  own count); on the H200 it credits the expert GEMM (``test_native_runner_gpu.py``, 2026-12-05, with
+  ``hw_counters`` on: off by default until its cost is measured). What remains: the range profiler is
+  also CUPTI in the candidate's process (host code could ask whether it is enabled), and the Python
+  worker reads no hardware counters (there the hole stays as described).
 * The counts are the worker's word: the candidate's host code shares the process and could forge the
   rows (or break CUPTI to force a count error: the evaluator then counts outside the activity trial, or
   falls back to Nsight Compute). Rows must name instructions of the built module (``sass_join``), and the
