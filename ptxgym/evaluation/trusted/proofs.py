@@ -35,14 +35,15 @@ to find it:
   second verified call at another secret slot reads hardware counters (CUPTI's range profiler, one pass:
   nothing patched or replayed, the call runs at its own speed; ``session.py``, ``target_work.hw_share``),
   and the MMA share that decides is the smaller of the two calls', so a kernel switching on the slowdown
-  shows no wgmma there and loses the credit (``instrumented_wgmma`` in ``ptxgym audit`` plays it with an
-  SM-clock probe). With ``EvalSettings.sass_count_with_hw`` off the patched call is not made at all
-  where the hardware counters are read (``sass_join.hw_only_target``: FLOPs per MMA from the module's
-  smallest static tile, a lower bound; Nsight Compute's cross-check then only refuses a bound above its
-  own count); on the H200 it credits the expert GEMM (``test_native_runner_gpu.py``, 2026-12-05, with
-  ``hw_counters`` on: off by default until its cost is measured). What remains: the range profiler is
-  also CUPTI in the candidate's process (host code could ask whether it is enabled), and the Python
-  worker reads no hardware counters (there the hole stays as described).
+  shows no wgmma there and loses the credit (and one that breaks the profiler instead loses it too: no
+  usable counters is no credit, ``sass_join.with_hw``; ``instrumented_wgmma`` in ``ptxgym audit`` plays the
+  switcher with an SM-clock probe). With ``EvalSettings.sass_count_with_hw`` off the patched call is not
+  made at all where the hardware counters are read (``sass_join.hw_only_target``: FLOPs per MMA from the
+  module's smallest static tile, a lower bound; Nsight Compute's cross-check then only refuses a bound above
+  its own count); on the H200 it credits the expert GEMM (``test_native_runner_gpu.py``, 2026-12-05, with
+  ``hw_counters`` on: off by default until its cost is measured). What remains: the range profiler is also
+  CUPTI in the candidate's process (host code could ask whether it is enabled), and the Python worker reads
+  no hardware counters (there the hole stays as described).
 * The counts are the worker's word: the candidate's host code shares the process and could forge the
   rows (or break CUPTI to force a count error: the evaluator then counts outside the activity trial, or
   falls back to Nsight Compute). Rows must name instructions of the built module (``sass_join``), and the

@@ -196,14 +196,20 @@ def hw_record(result: SessionResult, sass: dict, flops: float, min_bytes: float)
 
 
 def with_hw(info: TargetInfo, record: dict, arch: ArchSpec) -> TargetInfo:
-    """The in-band TargetInfo with the hardware counters' shares; only the message changes without them.
+    """The in-band TargetInfo with the hardware counters' shares.
 
     The MMA share becomes the smaller of the SASS-counted and the hardware-counted call's (``mma_flops``
     stays the SASS call's, the figure Nsight Compute is compared with); ``tma_share`` is reported, and
     required (``work_verdict``) where the target family holds TMA copies (``UTMALDG``).
+
+    Without usable counters (``record["error"]``) the work is UNKNOWN, never the SASS call's yes: the
+    range profiler runs in the candidate's process, so a kernel that switches on the patched call's
+    slowdown could otherwise break the profiler and be credited on the patched call alone.
     """
     if record.get("error"):
-        return info.model_copy(update={"message": f"{info.message}; no hardware counters: {record['error']}"})
+        work = Verdict.UNKNOWN if info.work is Verdict.YES else info.work
+        message = f"{info.message}; no hardware counters ({record['error']}): target credit withheld"
+        return info.model_copy(update={"work": work, "message": message})
     mma = combined(info.mma_share, record["mma_share"])
     tma = record["tma_share"]
     required = tma if arch.is_target_opcode("UTMALDG") else None
