@@ -79,9 +79,10 @@ to come from outside the process.
 
 Not done
 --------
-* The default stays ``python``: on the H200 only ``test_native_runner_gpu.py`` (the GEMM expert, three
-  hostile kernels, the jail) ran with the runner; next, the whole evaluator GPU suite, the MHA experts
-  and ``ptxgym audit`` with ``PTXGYM_CANDIDATE_PROCESS=native``, then flip the default.
+* The default stays ``python``. On the H200 the evaluator's GPU suite, the five experts, the runner's own
+  GPU tests (verified pool, hardware counters in the jail) pass with the runner (bench/results/
+  gpu_tests_2026-12-05_*); left before the flip: ``ptxgym audit`` with ``PTXGYM_CANDIDATE_PROCESS=native``
+  (``bench/gpu_session.sh audit_native``) and the throughput with the runner (``native_tp``).
 * The library baselines still run in the Python worker (a bridge ``.so`` with the same TVM-FFI entry,
   like ``bench/parity_bridge.cc``, would time them through the runner too).
 * Timing: the runner did not make the trusted wall clock tighter (calibration IQR 0.23-0.57 ms per call
