@@ -207,9 +207,9 @@ def with_hw(info: TargetInfo, record: dict, arch: ArchSpec) -> TargetInfo:
     slowdown could otherwise break the profiler and be credited on the patched call alone.
     """
     if record.get("error"):
-        work = Verdict.UNKNOWN if info.work is Verdict.YES else info.work
+        withheld: Verdict = Verdict.UNKNOWN if info.work is Verdict.YES else info.work
         message = f"{info.message}; no hardware counters ({record['error']}): target credit withheld"
-        return info.model_copy(update={"work": work, "message": message})
+        return info.model_copy(update={"work": withheld, "message": message})
     mma = combined(info.mma_share, record["mma_share"])
     tma = record["tma_share"]
     required = tma if arch.is_target_opcode("UTMALDG") else None
