@@ -64,17 +64,25 @@ def device_index() -> int:
     return int(_get("DEVICE") or 0)
 
 
+MAX_SPARES_LIMIT = 32
+"""The most ``PTXGYM_MAX_SPARES`` may ask for (each spare is a process with its own CUDA context)."""
+
+
 def max_spares() -> int | None:
     """Most spare workers the local evaluator keeps warming while candidates wait for the GPU (None: unset).
 
-    Raises ``ValueError`` for a value that is not a non-negative integer.
+    Raises ``ValueError`` for a value that is not an integer from 0 to ``MAX_SPARES_LIMIT``.
     """
     value = _get("MAX_SPARES")
     if value is None:
         return None
-    if not value.isdigit():
-        raise ValueError(f"PTXGYM_MAX_SPARES must be a non-negative integer, got {value!r}")
-    return int(value)
+    try:
+        number = int(value, 10) if value.isascii() else -1
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_SPARES_LIMIT:
+        raise ValueError(f"PTXGYM_MAX_SPARES must be an integer from 0 to {MAX_SPARES_LIMIT}, got {value!r}")
+    return number
 
 
 def compile_timeout_s() -> float:

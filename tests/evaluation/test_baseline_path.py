@@ -395,6 +395,11 @@ def test_spares_follow_the_candidates_waiting_for_the_gpu_within_their_range(tmp
     ev.queue.waiting = 20
     ev._refill()
     assert ev.pool.fills[-1] == 2
+    # candidates in native runners: only the runners' pool grows, the Python workers' stays at its least
+    runners = Pool()
+    ev.native.wanted, ev.native.pool, ev.spares_range = True, runners, (2, 8)  # type: ignore[assignment]
+    ev._refill()
+    assert runners.fills[-1] == 8 and ev.pool.fills[-1] == 2
 
 
 def test_max_spares_comes_from_the_environment(monkeypatch):
@@ -404,6 +409,7 @@ def test_max_spares_comes_from_the_environment(monkeypatch):
     assert settings.max_spares() is None
     monkeypatch.setenv("PTXGYM_MAX_SPARES", "8")
     assert settings.max_spares() == 8
-    monkeypatch.setenv("PTXGYM_MAX_SPARES", "lots")
-    with pytest.raises(ValueError, match="PTXGYM_MAX_SPARES"):
-        settings.max_spares()
+    for bad in ("lots", "-1", "\u00b2", str(settings.MAX_SPARES_LIMIT + 1)):
+        monkeypatch.setenv("PTXGYM_MAX_SPARES", bad)
+        with pytest.raises(ValueError, match="PTXGYM_MAX_SPARES"):
+            settings.max_spares()

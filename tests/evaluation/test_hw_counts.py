@@ -167,6 +167,12 @@ def test_with_hw_closes_the_patched_call_hole() -> None:
     assert failed.executed is Verdict.YES and failed.work is Verdict.UNKNOWN and not failed.credited
     assert failed.tma_share is None and "cuptiRangeProfilerEnable" in failed.message
     assert "credit withheld" in failed.message
+    # a drawn Nsight Compute cross-check that sees the work neither restores the credit nor calls the
+    # withheld verdict a disagreement (PROOF_FAILED would punish an honest kernel for a profiler failure)
+    from ptxgym.evaluation.trusted.sass_join import counts_agree
+
+    assert counts_agree(failed, _info()) == ""
+    assert "executed" in counts_agree(failed, _info().model_copy(update={"executed": Verdict.NO}))
 
 
 def test_extra_calls_never_share_a_place() -> None:

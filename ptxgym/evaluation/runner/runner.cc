@@ -372,13 +372,14 @@ class Runner {
   }
 
   // The range profiler's counter-availability query, made before the jail (cupti::hw_prepare): inside it
-  // the query fails on the H200. Only in a runner tracing with CUPTI on a GPU, unless the jail says
-  // "hw_prepare": false (bench/runner_hw_probe.py's variants). A failure is kept for the hardware-counted
-  // call's error text, which then queries again itself.
+  // the query fails on the H200. Only in a runner built with CUPTI on a GPU (with or without activity
+  // tracing: the hardware-counted call does not need it), and only when the jail says "hw_prepare": true
+  // (the subject will be hardware-counted; ApplySandbox.hw_prepare). A failure is kept for the
+  // hardware-counted call's error text, which then queries again itself.
   void prepare_hw_counters(const Json& jail) {
 #if defined(PTXR_WITH_CUPTI)
-    if (!dev_ || host_ || !cupti_) return;
-    if (jail.has("hw_prepare") && !jail.at("hw_prepare").b) return;
+    if (!dev_ || host_) return;
+    if (!jail.has("hw_prepare") || !jail.at("hw_prepare").b) return;
     cupti::hw_prepare(dev_->context(), o_.device);
 #else
     (void)jail;

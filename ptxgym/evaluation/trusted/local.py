@@ -570,9 +570,9 @@ class LocalGpuEvaluator(Evaluator):
         the H200 at ~20 GPU candidates/min, ``bench/results/throughput_2026-12-05_python.txt``).
         """
         low, high = self.spares_range
-        want = min(high, max(low, self.queue.waiting))
-        for pool in self._pools():
-            pool.spares = want
+        busy = self.native.pool if self.native.wanted and self.native.pool is not None else self.pool
+        for pool in self._pools():  # only the pool the waiting candidates will take from grows
+            pool.spares = min(high, max(low, self.queue.waiting)) if pool is busy else low
             pool.fill()
 
     def _session(
