@@ -3,7 +3,8 @@
     python bench/prepare_cost.py --out bench/results/prepare_cost.txt [--tasks Gemm-sm90a MhaFwd-sm90a]
 
 Every call of a timing trial, warm-up included, gets fresh values (``arena.py``): the previous draw is
-compared with the shared buffers (the input-mutation check), a new draw is made on the device, copied
+compared with the shared buffers (the input-mutation check: ``compare.same_bits`` since 2026-12-05,
+``torch.equal`` before; both are timed), a new draw is made on the device, copied
 into the shared buffers, and the outputs are poisoned. This times, with CUDA events on the trusted
 side's stream (median of ``--repeats`` calls after 3 unmeasured), ``Arena.prepare(set, fresh=True)``
 whole (its host wall time too: it syncs once for the comparison), then each part alone on tensors of
@@ -43,7 +44,7 @@ def _events(torch, fn, repeats: int) -> tuple[float, float]:
 def measure(task_id: str, repeats: int) -> list[str]:
     import torch
 
-    from ptxgym.evaluation.compare import poison_
+    from ptxgym.evaluation.compare import poison_, same_bits
     from ptxgym.evaluation.trusted.arena import Arena
     from ptxgym.evaluation.trusted.inputs import draw_fresh
     from ptxgym.records.tasks import get_task
@@ -61,6 +62,9 @@ def measure(task_id: str, repeats: int) -> list[str]:
             parts = {
                 "compare (torch.equal, host sync)": lambda: [
                     torch.equal(s.shared_in[n], drawn[n]) for n in arena.fresh
+                ],
+                "compare (same_bits: 8-byte words, host sync)": lambda: [
+                    same_bits(s.shared_in[n], drawn[n]) for n in arena.fresh
                 ],
                 "draw (draw_fresh)": lambda: draw_fresh(task, arena.fresh, gen, arena.device),
                 "copy into the shared buffers": lambda: [s.shared_in[n].copy_(drawn[n]) for n in arena.fresh],
@@ -96,7 +100,7 @@ def main() -> int:
     )
     for task_id in args.tasks:
         lines += measure(task_id, args.repeats)
-        print("\n".join(lines[-6:]), flush=True)
+        print("\n".join(lines[-7:]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     return 0

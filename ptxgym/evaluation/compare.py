@@ -34,6 +34,27 @@ def _dtype_name(tensor) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
 
+def same_bits(a, b) -> bool:
+    """Whether two tensors of one shape and dtype hold identical bits (a write of -0.0 over 0.0 differs).
+
+    Compared as 8-byte words where both are contiguous and their bytes allow it (a quarter of the
+    elements of a bf16 comparison to materialise and reduce), else as bytes.
+    """
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    words = a.numel() * a.element_size() % 8 == 0
+    if words and a.is_contiguous() and b.is_contiguous() and a.data_ptr() % 8 == 0 == b.data_ptr() % 8:
+        try:
+            return torch.equal(a.reshape(-1).view(torch.int64), b.reshape(-1).view(torch.int64))
+        except RuntimeError:  # a view the dtype change refuses (storage offset): compare bytes
+            pass
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
 def poison_spec(tensor) -> tuple[str, int] | None:
     """(integer view dtype, bit pattern) used to poison a tensor of this dtype, or None (bool)."""
     return _POISON_BITS.get(_dtype_name(tensor))

@@ -6,7 +6,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptxgym.evaluation.compare import check_call, compare_output, poison_, unwritten_mask  # noqa: E402
+from ptxgym.evaluation.compare import (  # noqa: E402
+    check_call,
+    compare_output,
+    poison_,
+    same_bits,
+    unwritten_mask,
+)
 from ptxgym.records.feedback import Status  # noqa: E402
 from ptxgym.records.tasks import Tolerance  # noqa: E402
 
@@ -94,3 +100,20 @@ def test_worst_output_decides():
     poison_(out_l[3:5])
     check = check_call({"O": out_o, "LSE": out_l}, {"O": ref_o, "LSE": ref_l}, {}, {}, TOL)
     assert check.status is Status.UNWRITTEN and "LSE" in check.message
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "int8"])
+def test_same_bits_compares_bits_in_words_and_bytes(dtype):
+    dt = getattr(torch, dtype)
+    a = (torch.arange(24) - 5).to(dt)
+    assert same_bits(a, a.clone()) and same_bits(a[:0], a[:0].clone())
+    b = a.clone()
+    b[-1] = b[-1] + 1
+    assert not same_bits(a, b)
+    assert not same_bits(a, a.clone().reshape(4, 6)) and not same_bits(a, a.to(torch.float64))
+    odd = a[1:]  # 23 elements at an offset: not 8-byte words, compared as bytes
+    assert same_bits(odd, odd.clone()) and not same_bits(odd, b[1:])
+    if dt.is_floating_point:
+        z, nz = torch.zeros(8, dtype=dt), torch.zeros(8, dtype=dt)
+        nz[5] = -0.0
+        assert torch.equal(z, nz) and not same_bits(z, nz)  # equal numbers, different bits

@@ -213,6 +213,23 @@ def test_an_input_written_during_an_unverified_call_is_still_found(tmp_path):
     arena.sets[0].shared_in["B"][0, 0] += 1  # the candidate writes into an input
     arena.prepare(0, gen, fresh=True)
     assert arena.mutated_inputs() == ["B"]
+
+
+def test_a_write_that_keeps_every_value_equal_is_still_a_write(tmp_path):
+    """The check compares bits (``compare.same_bits``): -0.0 written over 0.0 is found, as any write."""
+    arena = Arena(gemm_task(), [1], "cpu", tmp_path)
+    gen = torch.Generator().manual_seed(0)
+    arena.prepare(0, gen, fresh=True)
+    a = arena.sets[0].shared_in["A"]
+    a.view(-1)[7] = 0.0
+    arena.sets[0].fresh["A"].view(-1)[7] = 0.0  # as if the draw had made this exact zero
+    arena.prepare(0, gen, fresh=True)
+    assert arena.mutated_inputs() == []
+    arena.prepare(0, gen, fresh=True)
+    arena.sets[0].fresh["A"].view(-1)[3] = 0.0
+    a.view(-1)[3] = -0.0  # equal as a number, another bit pattern
+    arena.prepare(0, gen, fresh=True)
+    assert arena.mutated_inputs() == ["A"]
     assert arena.restore() == [] and arena.mutated_inputs() == []  # the next session starts clean
 
 

@@ -26,7 +26,8 @@ give a call new values at the same addresses:
 
 Cost of fresh values, per call of a trial (warm-up included), on the trusted side's GPU and outside
 the timed window: one device draw of the fresh inputs, one device copy into the shared buffers and one
-comparison with the previous draw (the input-mutation check), about five passes over the fresh
+comparison with the previous draw (the input-mutation check, bit for bit on 8-byte words:
+``compare.same_bits``), about five passes over the fresh
 inputs' bytes: GEMM 8192x7168x5120 157 MB, MHA forward 604 MB, MHA backward 201 MB (dO only). At H200
 bandwidth that is roughly 0.2 ms, 0.8 ms and 0.3 ms per call, 0.04-0.15 s per evaluation at the
 default 3 x 60 calls (estimates from bytes, not measurements). Per *verified* timed call, one fp32
@@ -66,7 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ptxgym.evaluation.compare import SetCheck, check_call, poison_
+from ptxgym.evaluation.compare import SetCheck, check_call, poison_, same_bits
 from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg, VmmBlob, VmmRun
 from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout, vmm_layout
 from ptxgym.evaluation.trusted.inputs import (
@@ -372,11 +373,9 @@ class Arena:
 
     def _retire_fresh(self, s: InputSet, rewrite: bool) -> None:
         """Forget a set's fresh values, noting any the candidate overwrote; ``rewrite``: back to seeded."""
-        import torch
-
         if s.fresh is None:
             return
-        self._mutated.update(n for n, v in s.fresh.items() if not torch.equal(s.shared_in[n], v))
+        self._mutated.update(n for n, v in s.fresh.items() if not same_bits(s.shared_in[n], v))
         s.fresh, s.fresh_reference, s.pool_reference = None, None, None
         if rewrite:
             others = tuple(n for n in s.base_in if n not in self.fresh)
