@@ -37,22 +37,18 @@ def _dtype_name(tensor) -> str:
 def same_bits(a, b) -> bool:
     """Whether two tensors of one shape and dtype hold identical bits (a write of -0.0 over 0.0 differs).
 
-    Compared as 8-byte words where both are contiguous and their bytes allow it (a quarter of the
-    elements of a bf16 comparison to materialise and reduce), else as bytes.
+    Compared as 8-byte words where their size and offset allow that view (a quarter of the elements of a
+    bf16 comparison to materialise and reduce), else as bytes.
     """
     import torch
 
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.numel() == 0:
-        return True
-    words = a.numel() * a.element_size() % 8 == 0
-    if words and a.is_contiguous() and b.is_contiguous() and a.data_ptr() % 8 == 0 == b.data_ptr() % 8:
-        try:
-            return torch.equal(a.reshape(-1).view(torch.int64), b.reshape(-1).view(torch.int64))
-        except RuntimeError:  # a view the dtype change refuses (storage offset): compare bytes
-            pass
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    try:
+        return torch.equal(flat_a.view(torch.int64), flat_b.view(torch.int64))
+    except RuntimeError:  # a size or storage offset the 8-byte view refuses
+        return torch.equal(flat_a.view(torch.uint8), flat_b.view(torch.uint8))
 
 
 def poison_spec(tensor) -> tuple[str, int] | None:

@@ -236,10 +236,11 @@ def test_a_cut_short_step_still_counts_among_its_verified_calls(arena, tmp_path)
     pytest.fail("no seed put the counted call in a cut-short trial")
 
 
-def test_the_evaluator_counts_a_target_candidate_among_its_timed_calls(tmp_path):
-    """A target candidate's counted call comes during the timing, in ``details["counted_call"]``.
+def _target_runs(tmp_path, **update):
+    """(run, workers, settings) of one CPU evaluator in executed mode, ``update`` on top.
 
-    ``LocalGpuEvaluator``'s own stages on the CPU (``test_baseline_path.cpu_evaluator``).
+    ``run(static_target)`` plays one GEMM candidate through ``LocalGpuEvaluator``'s own stages on the CPU
+    (``test_baseline_path.cpu_evaluator``); ``workers.made`` keeps the in-process workers it used.
     """
     from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
 
@@ -248,16 +249,29 @@ def test_the_evaluator_counts_a_target_candidate_among_its_timed_calls(tmp_path)
     from ptxgym.evaluation.trusted.turn import Turn
 
     # no slow cut-off: on a loaded CPU the fake candidate can trail the fake baseline by 10x and lose calls
-    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0}
-    settings = SETTINGS.model_copy(update=update)
+    base = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0}
+    settings = SETTINGS.model_copy(update={**base, **update})
     workers = Workers(tmp_path, honest)
     ev = cpu_evaluator(tmp_path, workers, settings)
     task = gemm_task()
-    cand = built(task).model_copy(update={"static_target": True})
     arena, baseline, _ = ev._prepare(task)
-    turn = Turn(task, cand, arena, baseline, seed=17)
-    turn.in_band = InBand()
-    verdict = ev._run_candidate(turn)
+
+    def run(static_target: bool):
+        cand = built(task).model_copy(update={"static_target": static_target})
+        turn = Turn(task, cand, arena, baseline, seed=17)
+        turn.in_band = InBand()
+        return ev._run_candidate(turn)
+
+    return run, workers, settings
+
+
+def test_the_evaluator_counts_a_target_candidate_among_its_timed_calls(tmp_path):
+    """A target candidate's counted call comes during the timing, in ``details["counted_call"]``.
+
+    ``LocalGpuEvaluator``'s own stages on the CPU (``test_baseline_path.cpu_evaluator``).
+    """
+    run, workers, settings = _target_runs(tmp_path)
+    verdict = run(True)
     worker = workers.made[-1]
     where = verdict.details["counted_call"]
     counted = [c for c in worker.transcript if c.startswith("count:")]
@@ -272,21 +286,8 @@ def test_the_evaluator_counts_a_target_candidate_among_its_timed_calls(tmp_path)
 @pytest.mark.parametrize("hw", [False, True])
 def test_the_worker_is_asked_to_prepare_hw_counters_only_for_a_hw_counted_subject(tmp_path, hw):
     """``ApplySandbox.hw_prepare`` (a runner's ~0.2 s query before its jail) only with ``hw_counters`` on."""
-    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
-
-    from ptxgym.evaluation.trusted.base import TargetMode
-    from ptxgym.evaluation.trusted.proofs import InBand
-    from ptxgym.evaluation.trusted.turn import Turn
-
-    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": hw}
-    workers = Workers(tmp_path, honest)
-    ev = cpu_evaluator(tmp_path, workers, SETTINGS.model_copy(update=update))
-    task = gemm_task()
-    arena, baseline, _ = ev._prepare(task)
+    run, workers, _ = _target_runs(tmp_path, hw_counters=hw)
     for static_target in (False, True):  # only a subject with a target opcode is counted at all
-        cand = built(task).model_copy(update={"static_target": static_target})
-        turn = Turn(task, cand, arena, baseline, seed=17)
-        turn.in_band = InBand()
-        ev._run_candidate(turn)
+        run(static_target)
         worker = workers.made[-1]
         assert worker.sandboxed and worker.hw_prepare is (hw and static_target)

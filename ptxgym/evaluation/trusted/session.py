@@ -324,10 +324,19 @@ class Session:
         if self.arena.device.type == "cuda":
             self.torch.cuda.synchronize(self.arena.device)
 
-    def _call(self, index: int, timed: bool) -> TimedCall:
+    def _call(self, index: int, timed: bool, result: SessionResult | None = None) -> TimedCall:
+        """One call on set ``index``, once the trusted side's own GPU work is done.
+
+        ``result``: that wait and the call's round trip go to its ``trusted_s`` (``inputs_wait``, ``calls``).
+        """
+        t = time.perf_counter()
         self._sync()
+        if result is not None:
+            result.spend("inputs_wait", t)
         t0 = time.perf_counter()
         reply = self._request(Call(set=index, timed=timed, flush=True), Stage.RUN)
+        if result is not None:
+            result.spend("calls", t0)
         wall = (time.perf_counter() - t0) * 1e3
         self.calls += 1
         if reply.call is None:
@@ -369,12 +378,7 @@ class Session:
                 if not self._hw_counted(index, result, stage, segment) and strict:
                     return None
                 continue
-            t = time.perf_counter()
-            self._sync()
-            result.spend("inputs_wait", t)
-            t = time.perf_counter()
-            record = self._call(index, is_timed)
-            result.spend("calls", t)
+            record = self._call(index, is_timed, result)
             if is_timed:
                 timed.append(record)
                 segment.append(record)
