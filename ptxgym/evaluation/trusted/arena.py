@@ -47,9 +47,12 @@ sessions allowed to use it: once per arena, K = 10 draws and references (per set
 i.e. the 9 + 1 verified calls' reference work of one evaluation done once (``build_s["pool"]``; an
 estimate from the figures above: ~0.2 s GEMM, ~1 s MHA forward, more for the backward's 30), held on
 the device (2.7 GB, 8.1 GB, 24 GB: ``verified_pool.py``), and again for an entry after
-``verified_pool_uses`` sessions (amortised ~K/32 references per session). Per verified call it costs
-one copy of the entry's fresh inputs times the set's signs (one more pass over them than a draw) and,
-at verification, the stored outputs times the output signs (one pass): no reference run.
+``verified_pool_uses`` sessions (amortised ~K/32 references per session). Before the call a verified
+call does exactly the work of any other timed call (a draw, the set's signs on the redrawn inputs of
+a sign group, a copy), the entry taking the draw's place: a shorter preparation before verified calls
+was a gap the candidate could time (0.6 ms of 1.7 on the MHA forward) to know which calls are checked.
+Every draw-path call so pays one pass for the signs (GEMM A and B, MHA forward V). At verification an
+entry costs the stored outputs times the output signs (one pass): no reference run.
 After every call the guard regions are compared with their private copy: one copy and one comparison of
 their bytes (64 KiB around each buffer plus the blob's rounding tail: 2 MiB for the GEMM's three
 sets; 18 MiB with guard pages, whose first page of each run is guard) and one host sync, outside the timed
@@ -360,12 +363,14 @@ class Arena:
             self.perturb.apply_inputs({n: s.shared_in[n] for n in flip}, signs)
             s.state = self.perturb.compose(s.state, signs)
         if redraw:
-            if entry is not None:
-                kept = tuple(n for n in self.perturb.changed_inputs if n not in entry.fresh)
-                s.fresh = self.perturb.expected_inputs(entry.fresh, s.state, skip=kept)
-                s.pool_reference = entry.reference
-            else:
-                s.fresh = draw_fresh(self.task, self.fresh, generator, self.device)
+            # The same GPU work before every timed call, pool entry or not (a draw, the set's signs on
+            # the redrawn inputs of a sign group, a copy): a shorter preparation would tell the
+            # candidate, from the gap before its call, that this call will be verified.
+            drawn = draw_fresh(self.task, self.fresh, generator, self.device)
+            source = entry.fresh if entry is not None else drawn
+            kept = tuple(n for n in self.perturb.changed_inputs if n not in self.fresh)
+            s.fresh = self.perturb.expected_inputs(source, s.state, skip=kept)
+            s.pool_reference = entry.reference if entry is not None else None
             for name, value in s.fresh.items():
                 s.shared_in[name].copy_(value)
         for out in s.shared_out.values():
