@@ -51,6 +51,11 @@ ONE_TIME = ("prepare_arena", "prepare_baseline")
 SHOWN = (
     "prepare",
     "worker",
+    "worker_restore",
+    "worker_take",
+    "worker_attach",
+    "worker_sandbox",
+    "worker_calibrate",
     "check",
     "time",
     "time_inputs",

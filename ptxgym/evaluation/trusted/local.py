@@ -583,6 +583,7 @@ class LocalGpuEvaluator(Evaluator):
         pool: WorkerPool | None = None,
         match_ms: float | None = None,
         hw_prepare: bool = False,
+        walls: dict[str, float] | None = None,
     ) -> tuple[Session, WorkerHandle, int]:
         """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
 
@@ -590,23 +591,39 @@ class LocalGpuEvaluator(Evaluator):
         syscall filter as the candidate's calls. A sandbox that cannot be applied (strict mode) is an
         infrastructure error, not the candidate's. ``pool``: the native runners' (default: Python workers).
         ``hw_prepare``: a runner queries its hardware-counter availability before its jail (the subject
-        will get the hardware-counted call; ``ApplySandbox.hw_prepare``).
+        will get the hardware-counted call; ``ApplySandbox.hw_prepare``). ``walls``: the parts' wall
+        seconds (``worker_restore``, ``worker_take``, ``worker_attach``, ``worker_sandbox``,
+        ``worker_calibrate``).
         """
+        walls = {} if walls is None else walls
+        t = time.perf_counter()
+
+        def part(name: str) -> None:
+            nonlocal t
+            now = time.perf_counter()
+            walls[f"worker_{name}"] = round(now - t, 4)
+            t = now
+
         arena.restore()  # an earlier candidate may have written to the shared inputs
+        part("restore")
         handle = self._take_worker(arena, pool)
+        part("take")
         backend = self.backend or EVENTS
         session = Session(handle, arena, self.settings, backend, seed, self.settings.call_timeout_s)
         try:
             attached = session.attach(
                 self.flush_bytes, self.backend == CUPTI, self.settings.module_census and self.backend == CUPTI
             )
+            part("attach")
             if self.backend == CUPTI and not attached.cupti:
                 handle.discard()
                 error = WorkerSetupError if pool is not None else InfraError
                 raise error(f"CUPTI failed in a new worker: {attached.cupti_error}")
             if sandboxed:
                 session.sandbox(self.sandbox_mode, hw_prepare)
+            part("sandbox")
             session.calibrate(match_ms=match_ms)
+            part("calibrate")
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
             raise WorkerSetupError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
@@ -700,7 +717,7 @@ class LocalGpuEvaluator(Evaluator):
         with turn.timed("worker"):
             try:
                 turn.session, turn.handle, turn.free_before = self._session(
-                    turn.arena, turn.seed, sandboxed, pool, match_ms, hw_prepare
+                    turn.arena, turn.seed, sandboxed, pool, match_ms, hw_prepare, turn.walls
                 )
             except WorkerSetupError as exc:
                 if pool is None:
@@ -708,7 +725,7 @@ class LocalGpuEvaluator(Evaluator):
                 self.native.drop(f"a native runner could not be set up: {exc}")
                 pool = None
                 turn.session, turn.handle, turn.free_before = self._session(
-                    turn.arena, turn.seed, sandboxed, match_ms=match_ms
+                    turn.arena, turn.seed, sandboxed, match_ms=match_ms, walls=turn.walls
                 )
         turn.details["candidate_process"] = process = self.native.note(pool is not None, guard, candidate)
         self._pool_for(turn, turn.session, native=pool is not None)
