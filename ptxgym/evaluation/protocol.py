@@ -298,6 +298,11 @@ class HwCounts(_Msg):
     )
     passes: int = Field(description="Passes the metrics needed (1: the call ran once, unreplayed).")
     ranges: int = Field(description="Profiled ranges in the counter data (1: the call).")
+    host_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="The worker's host wall milliseconds of the call's phases (setup, enable, run, read): "
+        "where the call's time goes; diagnostic, never used by a verdict.",
+    )
 
 
 MAX_SASS_ROWS = 200_000

@@ -54,6 +54,7 @@ int main() {
                                                                : std::numeric_limits<double>::infinity());
     else r.values.push_back(v.kind == Json::kInt ? double(v.i) : v.f);
   }
+  r.host_ms = {{"setup", 12.5}, {"run", 2.0}};
   std::string json;
   std::string err = hw_counts_json(r, &json);
   std::cout << (err.empty() ? json : "ERROR " + hw_count_error(err)) << "\n";
@@ -85,6 +86,7 @@ def test_a_one_pass_reading_is_hw_counts_json(driver: Path) -> None:
         TMA_BYTES_METRIC: 1.5e9,
         "smsp__inst_executed_op_tma_ld.sum": 0.0,
     }
+    assert counts.host_ms == {"setup": 12.5, "run": 2.0}  # the phases' walls, diagnostic only
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@
 #include <cupti_range_profiler.h>
 #include <cupti_target.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -163,12 +164,19 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
   CUcontext ctx = static_cast<CUcontext>(context);
   std::vector<const char*> names;
   for (const std::string& n : hw_metrics()) names.push_back(n.c_str());
+  HwReading reading;
+  auto t = std::chrono::steady_clock::now();
+  auto phase = [&](const char* name) {  // the wall of the phase just ended (HwReading::host_ms)
+    auto now = std::chrono::steady_clock::now();
+    reading.host_ms.emplace_back(name, std::chrono::duration<double, std::milli>(now - t).count());
+    t = now;
+  };
   std::string err = detail::sass_unset(detail::state(), device);
   if (!err.empty()) return hw_count_error(err);
   d::Host host;
   err = host.setup(ctx, device, names);
   if (!err.empty()) return hw_count_error(err);
-  HwReading reading;
+  phase("setup");
   reading.passes = host.passes;
   if (host.passes != 1) return hw_count_error(hw_counts_json(reading, json));
   d::Profiler prof;
@@ -221,6 +229,7 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
   push.pRangeProfilerObject = prof.object;
   push.pRangeName = "call";
   err = d::failed(cuptiRangeProfilerPushRange(&push), "cuptiRangeProfilerPushRange");
+  phase("enable");
   CUpti_RangeProfiler_PopRange_Params pop{};
   pop.structSize = CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE;
   pop.pRangeProfilerObject = prof.object;
@@ -235,6 +244,7 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
     cuptiRangeProfilerStop(&stop);
     throw;  // after the profiler is disabled (Profiler's destructor)
   }
+  phase("run");
   if (err.empty()) err = d::failed(cuptiRangeProfilerPopRange(&pop), "cuptiRangeProfilerPopRange");
   std::string stopped = d::failed(cuptiRangeProfilerStop(&stop), "cuptiRangeProfilerStop");
   if (err.empty()) err = stopped;
@@ -267,6 +277,7 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
     err = d::failed(cuptiProfilerHostEvaluateToGpuValues(&eval), "cuptiProfilerHostEvaluateToGpuValues");
     if (!err.empty()) return hw_count_error(err);
   }
+  phase("read");
   err = hw_counts_json(reading, json);
   return err.empty() ? "" : hw_count_error(err);
 }

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cupti_logic.h"
@@ -39,6 +40,9 @@ struct HwReading {
   size_t ranges = 0;              // ranges in the counter data (cuptiRangeProfilerGetCounterDataInfo)
   size_t dropped = 0;             // ranges dropped (cuptiRangeProfilerDecodeData)
   std::vector<double> values;     // one per hw_metrics() name, in order
+  // Host wall milliseconds of the call's phases (setup, enable, run, read), in order: where the call's
+  // time goes, reported beside the counters and never used by a verdict.
+  std::vector<std::pair<std::string, double>> host_ms;
 };
 
 inline std::string hw_count_error(const std::string& message) {
@@ -62,7 +66,10 @@ inline std::string hw_counts_json(const HwReading& r, std::string* json) {
       return names[i] + " evaluated to " + (std::isfinite(v) ? json_float(v) : std::string("a non-finite value"));
     metrics += (metrics.empty() ? "" : ",") + json_string(names[i]) + ":" + json_float(v);
   }
-  *json = "{\"metrics\":{" + metrics + "},\"passes\":1,\"ranges\":1}";
+  std::string phases;
+  for (const auto& [name, ms] : r.host_ms)
+    if (std::isfinite(ms) && ms >= 0) phases += (phases.empty() ? "" : ",") + json_string(name) + ":" + json_float(ms);
+  *json = "{\"metrics\":{" + metrics + "},\"passes\":1,\"ranges\":1,\"host_ms\":{" + phases + "}}";
   return "";
 }
 
