@@ -65,6 +65,10 @@ SHOWN = (
     "time_guards",
     "time_count",
     "time_hw_count",
+    "runner_hw_setup",
+    "runner_hw_enable",
+    "runner_hw_run",
+    "runner_hw_read",
 )
 SHOWN += ("memcheck", "execute", "proof_boot", "proof_queue", "proof_gpu", "gpu_turn")
 

@@ -105,6 +105,10 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_true.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
       --set hw_counters=true --no-crosscheck-turn
+    # the counters alone, with the worker stage by part and the runner's phases of the counted call
+    PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_only.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 2 --set verified_pool_partial_jail=true \
+      --set hw_counters=true --set sass_count_with_hw=false --no-crosscheck-turn
     ;;
   native_tp)
     # the throughput stage's mix at 16 and 64 envs with candidates in the native runner (budget-sized)

@@ -815,6 +815,9 @@ class LocalGpuEvaluator(Evaluator):
             turn.details["verified_pool"] = session.pool_record()
             turn.clocks.append(sm_clock_mhz(self.device))
             turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
+            if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only
+                phases = list(result.hw_counts.host_ms.items())[:8]
+                turn.walls.update({f"runner_hw_{k[:16]}": round(v / 1e3, 4) for k, v in phases})
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
