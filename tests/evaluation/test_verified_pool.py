@@ -231,6 +231,25 @@ def test_a_verified_pool_call_is_prepared_with_the_same_work_as_any_timed_call(t
     assert torch.equal(arena.sets[0].shared_in[arena.fresh[0]], arena.expected_inputs(0)[arena.fresh[0]])
 
 
+def test_nothing_a_session_left_in_any_set_s_outputs_reaches_the_next_session(tmp_path):
+    """A candidate can write every set's outputs (one blob); the next session must not read that back.
+
+    A set is poisoned again only when a call is prepared on it, so before ``restore`` poisoned them all,
+    the next candidate's first calls could read what the last one left in another set's outputs (e.g.
+    the pool entries it recognised).
+    """
+    from ptxgym.evaluation.compare import unwritten_mask
+
+    arena = Arena(task_of("gemm"), [1, 2, 3], "cpu", tmp_path, pool_size=2)
+    run = load_reference(arena.task)["run"]
+    judge(ByReference(run, 2), arena, tmp_path)
+    for s in arena.sets:  # what a candidate could leave behind, in every set
+        s.shared_out["C"].fill_(1.25)
+    arena.restore()  # the evaluator's step before every session (LocalGpuEvaluator._session)
+    for s in arena.sets:
+        assert bool(unwritten_mask(s.shared_out["C"]).all())
+
+
 def test_pool_size_zero_is_the_path_without_a_pool(tmp_path, monkeypatch):
     """Same calls, same values, a reference run per verified call, as before the pool existed."""
     task = task_of("gemm")

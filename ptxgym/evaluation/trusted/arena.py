@@ -445,7 +445,10 @@ class Arena:
         every later worker of this arena: without this, the next candidates would inherit the damage (and
         be judged INPUT_MUTATED or compared against a reference of other inputs). Called before each
         worker session; costs one comparison pass over the inputs when nothing was touched. Guard regions
-        an earlier worker wrote are re-filled too.
+        an earlier worker wrote are re-filled too, and every set's outputs are poisoned: a set is poisoned
+        again only when a call is prepared on it, so without this the first calls of the next session
+        could read what the last one left in another set's outputs (a message from one candidate to the
+        next, such as the verified pool's entries it recognised: ``verified_pool.py``, Reuse).
         """
         import torch
 
@@ -455,7 +458,10 @@ class Arena:
         for tensor, want, name in list(self._damaged()):
             tensor.copy_(want)
             fixed.add(name)
-        if fixed and self.device.type == "cuda":
+        for s in self.sets:
+            for out in s.shared_out.values():
+                poison_(out)
+        if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return sorted(fixed)
 

@@ -32,8 +32,9 @@ skip the work of every other call. Where this holds (``persistence``):
 * the trusted library baseline: no candidate code;
 * the native runner under its jail (``runner/jail.py``): it writes only its scratch directory, which
   ``WorkerHandle.kill`` deletes with it, and reads no other runner's scratch; the blob it shares is
-  poisoned (outputs, before every call), restored (inputs, ``Arena.restore`` before every session) and
-  guarded (the padding, re-filled), so nothing of a session survives there. Assumed, not checked here:
+  poisoned (outputs: a set's before every call on it, every set's before every session), restored
+  (inputs, ``Arena.restore`` before every session) and guarded (the padding, re-filled), so nothing of
+  a session survives there. Assumed, not checked here:
   the driver hands a new process no device memory an earlier one left behind. Its jail must be in
   force on every thread (filesystem layer ``active``); below Landlock ABI 8 (the H200 measured ABI 7)
   it is ``partial``: code run on a CUDA driver thread started before the jail could write anywhere,
