@@ -63,6 +63,7 @@ SHOWN = (
     "time_calls",
     "time_verify",
     "time_guards",
+    "time_hold",
     "time_count",
     "time_hw_count",
     "runner_hw_setup",

@@ -183,6 +183,55 @@ def test_the_reference_runs_only_for_verified_timed_calls(tmp_path):
     assert len(runs) == SETTINGS.trials * VERIFIED_PER_TRIAL
 
 
+class Logged(Honest):
+    """An honest candidate whose calls go into a log shared with the trusted side's checks."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def __call__(self, A, B, C):
+        self.log.append("call")
+        super().__call__(A, B, C)
+
+
+def test_no_timed_call_is_checked_before_its_trial_ends(tmp_path, monkeypatch):
+    """A check right after a verified call would lengthen the gap before the next call.
+
+    The candidate could time that gap: after the last of a trial's verified calls (exactly
+    ``verified_per_trial``), the rest of the trial would be known unchecked. Timed calls are checked
+    after their trial; the correctness calls (all checked, known to come first) right after each.
+    """
+    log: list[str] = []
+    arena = Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path)
+    for name in ("verify", "check_held"):
+        real = getattr(Arena, name)
+        monkeypatch.setattr(Arena, name, lambda self, x, real=real: log.append("check") or real(self, x))
+    real_close = Session._close
+    monkeypatch.setattr(Session, "_close", lambda self, *a: log.append("end") or real_close(self, *a))
+    result, _ = run_in_session(Logged(log), arena, SETTINGS, tmp_path)
+    assert result.failure is None
+    timing = "".join("c" if x == "call" else "v" if x == "check" else "|" for x in log)
+    checked = "cv" * SETTINGS.correctness_sets  # after the calibration's trial ("|": no candidate call)
+    assert timing.startswith("|" + checked), timing
+    timing = timing[len(checked) + 1 :]
+    trials = [SETTINGS.warmup + SETTINGS.iterations] * SETTINGS.trials
+    assert timing == "".join("c" * n + "|" + "v" * VERIFIED_PER_TRIAL for n in trials), timing
+
+
+def test_every_timed_call_of_a_checked_trial_gets_the_same_work_after_it(tmp_path):
+    """Kept (verified) or not, the outputs are copied alike: the gap after a call tells nothing."""
+    from torch.profiler import ProfilerActivity, profile
+
+    arena = Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path)
+    arena.prepare(0, torch.Generator().manual_seed(1), fresh=True)
+    ops = []
+    for keep in (True, False):
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            arena.hold(0, keep=keep)
+        ops.append([(e.name, str(e.input_shapes)) for e in prof.events()])
+    assert ops[0] == ops[1] and any("clone" in name for name, _ in ops[0])
+
+
 def test_a_verified_timed_call_computes_its_expected_inputs_once_and_no_signs_for_fresh_ones(tmp_path):
     """One expected-inputs build per verified call, with no sign products for the fresh inputs.
 

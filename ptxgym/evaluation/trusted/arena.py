@@ -109,6 +109,21 @@ class InputSet:
     """The stored reference of the pool entry ``fresh`` came from (None: a new draw), signs not applied."""
 
 
+@dataclass
+class Held:
+    """A verified timed call's outputs and what decides them, kept for its check at the trial's end."""
+
+    index: int
+    outputs: dict[str, Any]
+    """Private copies of the set's outputs right after the call."""
+    state: list
+    """The set's sign state for that call."""
+    fresh: dict[str, Any] | None
+    """The fresh values the call ran on (None: the seeded values x ``state``)."""
+    pool_reference: dict[str, Any] | None
+    """The pool entry's stored reference (None: a new draw, or no fresh values)."""
+
+
 def torch_zeros_on(device) -> None:
     """Run one tiny CUDA op on ``device`` from this thread, so its primary context is current here."""
     import torch
@@ -419,6 +434,35 @@ class Arena:
         return check_call(
             s.shared_out, self.expected_outputs(index, want), s.shared_in, want, self.task.tolerance
         )
+
+    def hold(self, index: int, keep: bool) -> Held | None:
+        """Copy set ``index``'s outputs after a timed call; ``keep``: a verified call (``check_held``).
+
+        Every call of a trial that verifies some of its calls takes the copy, kept or not, and none is
+        checked before the trial ends: a check right after a verified call would lengthen the gap before
+        the next one, telling the candidate which calls were verified (after the last of a trial's
+        verified calls, the rest of the trial could not be checked).
+        """
+        s = self.sets[index]
+        outputs = {name: t.clone() for name, t in s.shared_out.items()}
+        return Held(index, outputs, s.state, s.fresh, s.pool_reference) if keep else None
+
+    def check_held(self, held: Held) -> SetCheck:
+        """The outputs a verified call left (``hold``) against the reference for what it ran on.
+
+        Its inputs are checked where every call's are: the fresh ones bit for bit before the set's next
+        values (``_retire_fresh``), the others at the timing's end (``mutated_inputs``).
+        """
+        s = self.sets[held.index]
+        if held.fresh is None:
+            expected = self.perturb.expected(s.reference, held.state)
+        elif held.pool_reference is not None:
+            expected = self.perturb.expected(held.pool_reference, held.state)
+        else:
+            want = self.perturb.expected_inputs(s.base_in, held.state, skip=tuple(held.fresh))
+            want.update(held.fresh)
+            expected = run_reference(self.task, self.namespace, want)
+        return check_call(held.outputs, expected, {}, {}, self.task.tolerance)
 
     def check_guards(self) -> GuardBreach | None:
         """Whether the last call wrote outside its buffers (``guards.py``); a breach re-fills the guards."""

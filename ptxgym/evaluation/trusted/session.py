@@ -5,7 +5,9 @@ context, synchronised), sends the call, measures the wall time until the reply, 
 around every buffer (``guards.py``: a write outside the buffers is MEMORY_ERROR), and verifies the
 outputs itself. Correctness calls are all verified (sign flips of the seeded sets, references known);
 timed calls rotate through the input sets, each with fresh values (a new draw in the same buffers), and
-a random subset (unknown to the worker) is verified against the reference run for those values; in a
+a random subset (unknown to the worker) is verified against the reference run for those values, after
+the trial (every timed call's outputs are copied alike, ``Arena.hold``: a check between calls would
+lengthen the gap before the next call and tell the worker which calls were verified); in a
 session given the arena's verified pool (``use_pool``), each verified call takes a pool entry instead
 (a secret draw whose reference was run with the arena, never two calls of the session on one entry,
 ``verified_pool.py``), the counted call included.
@@ -66,7 +68,7 @@ from ptxgym.evaluation.protocol import (
     TrialEnd,
     check_mode,
 )
-from ptxgym.evaluation.trusted.arena import Arena, ipc_pickle
+from ptxgym.evaluation.trusted.arena import Arena, Held, ipc_pickle
 from ptxgym.evaluation.trusted.base import PROBE_WARMUP, EvalSettings
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, StepClock
 from ptxgym.evaluation.trusted.pool import WorkerHandle
@@ -178,7 +180,8 @@ class SessionResult:
     poisoned outputs, ``Arena.prepare``: launching them), ``inputs_wait`` (waiting for that GPU work before
     a call is sent), ``verify`` (reference runs and comparisons) and ``guards``; and the worker's part:
     ``calls`` (the round trips of the calls of the trials: the L2 flush, the call, the worker's syncs),
-    ``count`` (the counted call's round trip: the worker's patched call) and ``hw_count``."""
+    ``count`` (the counted call's round trip: the worker's patched call) and ``hw_count``; ``hold``: the
+    copies of the outputs of a checked trial's calls (``Arena.hold``)."""
 
     def spend(self, what: str, since: float) -> None:
         """Add the wall seconds since ``since`` (a ``perf_counter`` reading) to ``trusted_s[what]``."""
@@ -364,6 +367,8 @@ class Session:
         self._request(TrialBegin(cupti=cupti), stage)
         timed: list[TimedCall] = []
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
+        defer = fresh and 0 < len(verify) < len(calls)  # checked at the trial's end (Arena.hold)
+        held: list[Held] = []
         for pos, (index, is_timed) in enumerate(calls):
             t = time.perf_counter()
             checked = fresh and (pos in verify or pos == counted)
@@ -387,9 +392,18 @@ class Session:
             result.spend("guards", t)
             if breached and strict:
                 return None
-            if pos in verify and not self._verified(index, result, stage) and strict:
+            if defer:
+                t = time.perf_counter()
+                kept = self.arena.hold(index, keep=pos in verify)
+                result.spend("hold", t)
+                if kept is not None:
+                    held.append(kept)
+            elif pos in verify and not self._verified(index, result, stage) and strict:
                 return None
         self._close(stage, segment, result)
+        for kept in held:
+            if not self._verified(kept.index, result, stage, kept) and strict:
+                return None
         return timed
 
     def _split(self, stage: Stage, segment: list[TimedCall], result: SessionResult) -> None:
@@ -412,10 +426,13 @@ class Session:
         ):
             _add_counted_names(result, windowed[1])  # CUPTI recorded nothing in its window: its rows tell
 
-    def _verified(self, index: int, result: SessionResult, stage: Stage) -> bool:
-        """Verify set ``index`` after a call; a failure is recorded (the first one) and False returned."""
+    def _verified(self, index: int, result: SessionResult, stage: Stage, held: Held | None = None) -> bool:
+        """Verify set ``index`` after a call, or ``held``; a failure is recorded (the first), False returned.
+
+        ``held``: a call of the trial that just ended (``Arena.hold``).
+        """
         t = time.perf_counter()
-        check = self.arena.verify(index)
+        check = self.arena.verify(index) if held is None else self.arena.check_held(held)
         result.spend("verify", t)
         result.calls_checked += 1
         if not check.passed and result.failure is None:
