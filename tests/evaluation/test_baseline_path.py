@@ -235,8 +235,8 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
     verified = SETTINGS.trials * SETTINGS.verified_per_trial
     if pool == 0:
         assert after_first == seeded + 2 * verified  # seeded sets once; fresh draws of baseline and turn 1
-    else:  # the baseline's verified calls: pool entries; turn 1 (Python worker): fresh draws
-        assert after_first == seeded + verified
+    else:  # the baseline's verified calls: pool entries (but one new draw a trial); turn 1: fresh draws
+        assert after_first == seeded + verified + SETTINGS.trials * SETTINGS.pool_new_draws_per_trial
         assert first.details["verified_pool"]["session"].startswith("new draws: the Python worker")
         assert ev._arenas[next(iter(ev._arenas))].build_s["pool"] > 0
     assert len(references) - after_first == verified  # turn 2: only its own verified fresh calls

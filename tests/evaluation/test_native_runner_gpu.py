@@ -336,4 +336,6 @@ def test_a_jailed_runner_serves_its_verified_calls_from_the_pool(native_evaluato
     assert verdict.status.value == "PASSED", verdict.message
     assert process.startswith("native"), process
     assert pool["arena"].startswith("on:") and pool["session"] == "pool", pool
-    assert pool["entries"] == before.trials * before.verified_per_trial and pool["fallbacks"] == 0, pool
+    new = before.pool_new_draws_per_trial  # verified calls per trial that draw new values regardless
+    assert pool["entries"] == before.trials * (before.verified_per_trial - new), pool
+    assert pool["fallbacks"] == 0 and pool["new_draws"] == before.trials * new, pool

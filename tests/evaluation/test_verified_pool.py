@@ -22,7 +22,10 @@ from ptxgym.evaluation.trusted.inputs import load_reference, run_reference  # no
 from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
 from ptxgym.records.feedback import Stage, Status  # noqa: E402
 
-SETTINGS = EvalSettings(warmup=2, iterations=12, trials=2, correctness_sets=3, rotate_sets=3)
+# the pool's mechanics: every verified call may take an entry (test_new_draws_... below: the default)
+SETTINGS = EvalSettings(
+    warmup=2, iterations=12, trials=2, correctness_sets=3, rotate_sets=3, pool_new_draws_per_trial=0
+)
 VERIFIED = SETTINGS.trials * SETTINGS.verified_per_trial  # 6: no counted call in these sessions
 TASKS = {
     "gemm": ("Gemm-sm90a", {"M": 64, "N": 48, "K": 32}),
@@ -248,6 +251,49 @@ def test_nothing_a_session_left_in_any_set_s_outputs_reaches_the_next_session(tm
     arena.restore()  # the evaluator's step before every session (LocalGpuEvaluator._session)
     for s in arena.sets:
         assert bool(unwritten_mask(s.shared_out["C"]).all())
+
+
+class KnowsEntries:
+    """Computes only the correctness calls and the calls that bring one of the pool's entries.
+
+    It knows the entries: their fingerprints leaked (printed by an earlier candidate into the observation).
+    """
+
+    def __init__(self, entries, honest_calls: int) -> None:
+        self.keys = {self._key(e.fresh["A"]) for e in entries}
+        self.honest_calls, self.calls, self.skipped = honest_calls, 0, 0
+
+    @staticmethod
+    def _key(A) -> tuple:
+        return tuple(A[:, 0].float().abs().tolist())  # the set's signs leave magnitudes alone
+
+    def __call__(self, A, B, C):
+        self.calls += 1
+        if self.calls <= self.honest_calls or self._key(A) in self.keys:
+            C.copy_((A.float() @ B.float().T).to(C.dtype))
+        else:
+            C.zero_()
+            self.skipped += 1
+
+
+def test_new_draws_among_the_verified_calls_make_knowing_the_entries_worthless(tmp_path):
+    """With every verified call served by the pool, a cheat that knows the entries computes only them."""
+    arena = Arena(task_of("gemm"), [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
+    entries = arena.pool.entries[None]
+    cheat = KnowsEntries(entries, SETTINGS.correctness_sets)
+    result, _ = judge(cheat, arena, tmp_path)  # pool_new_draws_per_trial=0: the hole
+    assert result.failure is None and cheat.skipped > SETTINGS.trials * SETTINGS.iterations // 2
+    default = SETTINGS.model_copy(update={"pool_new_draws_per_trial": 1})
+    assert EvalSettings().pool_new_draws_per_trial == 1
+    cheat = KnowsEntries(entries, SETTINGS.correctness_sets)
+    result, session = run_in_session(cheat, arena, default, tmp_path, 11, pool=True)
+    assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
+    honest = run_in_session(
+        ByReference(load_reference(arena.task)["run"], 2), arena, default, tmp_path, 12, True
+    )
+    assert honest[0].failure is None and honest[1].draws is not None
+    assert honest[1].draws.fallbacks == 0 and len(honest[1].draws.taken) == VERIFIED - default.trials
+    assert honest[1].pool_record()["new_draws"] == default.trials
 
 
 def test_pool_size_zero_is_the_path_without_a_pool(tmp_path, monkeypatch):

@@ -110,6 +110,16 @@ class EvalSettings(BaseModel):
         description="Sessions a pool entry serves before it is redrawn with a new reference (0: never); "
         "bounds how long a fingerprint of an entry leaked through the feedback can name a verified call.",
     )
+    pool_new_draws_per_trial: int = Field(
+        1,
+        ge=0,
+        description="Verified timed calls per trial that draw new values and run their reference even in a "
+        "session served by the verified pool, at a secret place among the verified calls. A policy can "
+        "learn the pool's entries (a candidate's printed text reaches its observation) and compute only "
+        "on calls that bring one; with one such call per trial, garbage on unrecognised calls fails the "
+        "step (on a share f of them, with probability 1 - (1 - f)^trials). Costs that many reference runs "
+        "(``verified_pool.py``, Reuse).",
+    )
     verified_pool_partial_jail: bool = Field(
         False,
         description="Let a native runner whose filesystem jail is partial (Landlock ABI < 8, as on the H200 "

@@ -226,6 +226,8 @@ class Session:
         """Why verified calls draw new values ("" once ``use_pool`` gave this session the arena's pool)."""
         self.draws: PoolDraws | None = None
         """This session's draws from the pool (one per session: no entry serves two of its calls)."""
+        self.new_draws = 0
+        """Verified calls that drew new values although the pool served the session (``_new_draws``)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -312,7 +314,7 @@ class Session:
         if self.draws is None:
             record["session"] = f"new draws: {self.pool_off}"
         else:
-            record.update(self.draws.record(), session="pool")
+            record.update(self.draws.record(), session="pool", new_draws=self.new_draws)
         return record
 
     def _entry(self, index: int, result: SessionResult) -> PoolEntry | None:
@@ -321,6 +323,16 @@ class Session:
             return None
         result.pool = self.draws
         return self.draws.take(index)
+
+    def _new_draws(self, verify: set[int]) -> frozenset[int]:
+        """The verified positions of a trial that take no pool entry (``pool_new_draws_per_trial``).
+
+        Drawn from the pool's own secret RNG; before the call they are prepared like every other call.
+        """
+        if self.draws is None:
+            return frozenset()
+        k = min(self.settings.pool_new_draws_per_trial, len(verify))
+        return frozenset(self._pool_rng.sample(sorted(verify), k))
 
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
@@ -356,12 +368,14 @@ class Session:
         fresh: bool = True,
         counted: int | None = None,
         hw_counted: int | None = None,
+        new_draws: frozenset[int] = frozenset(),
     ) -> list[TimedCall] | None:
         """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
 
         ``fresh``: every call of the trial (warm-up included) gets fresh values (``Arena.prepare``).
         ``counted``: the position of the counted call in ``calls`` (``_counted``; module docstring).
         ``hw_counted``: the position of the hardware-counted call (``_hw_counted``).
+        ``new_draws``: verified positions that draw new values even with the pool (``_new_draws``).
         """
         cupti = self.backend == CUPTI
         self._request(TrialBegin(cupti=cupti), stage)
@@ -372,7 +386,8 @@ class Session:
         for pos, (index, is_timed) in enumerate(calls):
             t = time.perf_counter()
             checked = fresh and (pos in verify or pos == counted)
-            entry = self._entry(index, result) if checked else None
+            entry = self._entry(index, result) if checked and pos not in new_draws else None
+            self.new_draws += checked and pos in new_draws
             self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
             result.spend("inputs", t)
             if pos == counted:
@@ -657,7 +672,10 @@ class Session:
             calls = [(j % rotate, j >= s.warmup and j not in (at, hw_at)) for j in range(n)]
             timed_pos = [j for j in range(s.warmup, n) if j not in (at, hw_at)]
             verify = set(self.rng.sample(timed_pos, s.verified_per_trial))
-            timed = self._trial(calls, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at)
+            new = self._new_draws(verify)
+            timed = self._trial(
+                calls, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at, new_draws=new
+            )
             if timed is None:
                 return
             self._collect(timed, result)

@@ -49,7 +49,12 @@ interpreter and torch with the collectors), and with the sandbox off, anything. 
 cannot close remains everywhere: what the feedback shows the policy (a crash's log tail, up to 3000
 characters) could carry fingerprints of a session's inputs into a later candidate's source. So every
 entry is renewed (a new draw and reference) after serving ``max_uses`` sessions: an exported
-fingerprint names a verified call for at most that many later sessions.
+fingerprint names a verified call for at most that many later sessions. And a fingerprint is worth
+nothing while it holds: in each trial ``EvalSettings.pool_new_draws_per_trial`` of the verified calls
+(one by default, at a secret place among them, prepared like every other call) draw new values and run
+their reference, so a candidate that computes only the calls bringing a known entry fails the step
+(garbage on a share f of the others fails it with probability 1 - (1 - f)^trials). An entry so serves
+verified calls in place of references only for the other calls: K - trials of them by default.
 
 Memory (entry = the fresh inputs plus the reference outputs, in the definition's dtypes; K = 10, the
 default ``trials x verified_per_trial + 1``): GEMM 8192x7168x5120 A 84 MB + B 73 MB + C 117 MB = 275 MB,
