@@ -296,6 +296,26 @@ def test_new_draws_among_the_verified_calls_make_knowing_the_entries_worthless(t
     assert honest[1].pool_record()["new_draws"] == default.trials
 
 
+def test_both_counted_calls_take_entries_too(tmp_path, monkeypatch):
+    """The SASS-counted and the hardware-counted call are verified like the others: no reference run."""
+    from inprocess_worker import InProcessWorker
+
+    from ptxgym.evaluation.protocol import Load
+    from ptxgym.evaluation.trusted.timing import EVENTS
+
+    arena = Arena(task_of("gemm"), [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED + 2)
+    runs = count_references(monkeypatch)
+    worker = InProcessWorker(ByReference(load_reference(arena.task)["run"], 2), tmp_path)
+    session = Session(worker, arena, SETTINGS, EVENTS, 3, 10.0)
+    session.attach(1, cupti=False)
+    session.use_pool()
+    session.load(Load(kind="so", path="candidate.so", entry="run"))
+    result = SessionResult()
+    session.timing(result, crosscheck=False, count=True, hw_count=True)
+    assert result.failure is None and len(worker.hw_counted_calls) == len(worker.counted_calls) == 1
+    assert session.draws is not None and len(session.draws.taken) == VERIFIED + 2 and runs == []
+
+
 def test_pool_size_zero_is_the_path_without_a_pool(tmp_path, monkeypatch):
     """Same calls, same values, a reference run per verified call, as before the pool existed."""
     task = task_of("gemm")

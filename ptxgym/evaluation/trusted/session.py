@@ -10,7 +10,7 @@ the trial (every timed call's outputs are copied alike, ``Arena.hold``: a check 
 lengthen the gap before the next call and tell the worker which calls were verified); in a
 session given the arena's verified pool (``use_pool``), each verified call takes a pool entry instead
 (a secret draw whose reference was run with the arena, never two calls of the session on one entry,
-``verified_pool.py``), the counted call included.
+``verified_pool.py``), both counted calls included.
 
 The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
 ``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
@@ -385,7 +385,7 @@ class Session:
         held: list[Held] = []
         for pos, (index, is_timed) in enumerate(calls):
             t = time.perf_counter()
-            checked = fresh and (pos in verify or pos == counted)
+            checked = fresh and (pos in verify or pos in (counted, hw_counted))
             entry = self._entry(index, result) if checked and pos not in new_draws else None
             self.new_draws += checked and pos in new_draws
             self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
