@@ -10,7 +10,8 @@ the trial (every timed call's outputs are copied alike, ``Arena.hold``: a check 
 lengthen the gap before the next call and tell the worker which calls were verified); in a
 session given the arena's verified pool (``use_pool``), each verified call takes a pool entry instead
 (a secret draw whose reference was run with the arena, never two calls of the session on one entry,
-``verified_pool.py``), both counted calls included.
+``verified_pool.py``), both counted calls included, except ``pool_new_draws_per_trial`` of each trial's
+(secret places among them: ``_new_draws``).
 
 The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
 ``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
