@@ -3,15 +3,20 @@
 # session; a refused start costs ~90 s of that). Every log goes to OUTDIR with the date, GPU and COMMIT in
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
-# Next (after 2026-12-05, seventh session), in this order:
+# A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
+# Next (after 2026-12-05, eighth session: no device was lent, so none of these ran), in this order:
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh round2 $OUT   (native_tp: its first half)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh checks $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh spares $OUT
 #   run(carry=[".whl", ".raybundle"]): COMMIT=<sha> bash bench/gpu_session.sh ray_load $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh gate $OUT
 # Done on 2026-12-05: fixes, throughput (Python workers); native and python before that.
 #
+# checks:  the eighth session's changes on the GPU (timed calls checked after their trial, the
+#          pool's new draws and equal preparation, outputs poisoned before each session): the runner's
+#          GPU tests (its pool test), the pool's and the counted position's GPU tests, in the runner.
 # native_tp: the throughput mix at 16 and 64 envs with candidates in the native runner (issue 12's goals;
 #          the Python-worker figures wait for worker start-up).
 # round2:  native_tp, then the GPU cost with the hardware counters on in the runner (issue 11: their cost
@@ -34,7 +39,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -114,6 +119,11 @@ case "$stage" in
     # the throughput stage's mix at 16 and 64 envs with candidates in the native runner (budget-sized)
     PTXGYM_CANDIDATE_PROCESS=native timeout 200 python3 bench/throughput.py --evaluator local --sizes 16,64 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
+    ;;
+  checks)
+    PTXGYM_CANDIDATE_PROCESS=native timeout 420 bash bench/gpu_tests.sh "$out/checks" --timeout 200 -q \
+      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
+      tests/evaluation/test_counted_position_gpu.py
     ;;
   audit_native)
     PTXGYM_CANDIDATE_PROCESS=native timeout 560 bash bench/gpu_tests.sh "$out/audit_native" --timeout 540 -q -s \
