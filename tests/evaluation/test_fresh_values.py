@@ -232,6 +232,97 @@ def test_every_timed_call_of_a_checked_trial_gets_the_same_work_after_it(tmp_pat
     assert ops[0] == ops[1] and any("clone" in name for name, _ in ops[0])
 
 
+class WritesThenRestores(Honest):
+    """Zeroes an input after computing, and puts it back at its next call (which runs on another set)."""
+
+    def __init__(self, honest_calls: int, last: int) -> None:
+        self.honest_calls, self.last, self.calls, self.undo = honest_calls, last, 0, None
+
+    def __call__(self, A, B, C):
+        self.calls += 1
+        if self.undo is not None:
+            tensor, value = self.undo
+            tensor[0, 0] = value
+            self.undo = None
+        super().__call__(A, B, C)
+        if self.honest_calls < self.calls < self.last:  # the last call's write would stay: not this cheat
+            self.undo = (A, A[0, 0].clone())
+            A[0, 0] = 0.0
+
+
+def test_an_input_written_and_restored_by_the_next_call_is_still_found(tmp_path):
+    """Inputs are compared right after every call of a checked trial.
+
+    (Reviewer's find: deferring the verified calls' check had let such a write go unseen.)
+    """
+    arena = Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path)
+    last = SETTINGS.correctness_sets + TIMED_CALLS
+    result, _ = run_in_session(WritesThenRestores(SETTINGS.correctness_sets, last), arena, SETTINGS, tmp_path)
+    assert result.failure is not None and result.failure.status is Status.INPUT_MUTATED
+
+
+class WrongThenCrashes(Honest):
+    """Wrong outputs in the timed calls, then a crash in the trial's last call."""
+
+    def __init__(self, last: int) -> None:
+        self.last, self.calls = last, 0
+
+    def __call__(self, A, B, C):
+        from ptxgym.evaluation.trusted.session import CandidateFault
+
+        self.calls += 1
+        if self.calls == self.last:
+            raise CandidateFault("RuntimeError: boom", "", Stage.RUN)  # the worker's failed reply
+        super().__call__(A, B, C)
+        if self.calls > SETTINGS.correctness_sets:
+            C.mul_(2)
+
+
+def test_a_wrong_verified_call_before_a_crash_is_the_verdict(tmp_path):
+    """The checks held to the trial's end still come first: the wrong result happened before the crash."""
+    arena = Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path)
+    last = SETTINGS.correctness_sets + SETTINGS.warmup + SETTINGS.iterations
+    result, _ = run_in_session(WrongThenCrashes(last), arena, SETTINGS, tmp_path)
+    assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
+    assert result.failure.stage is Stage.TIME
+
+
+def test_before_a_session_every_set_holds_its_seeded_values_again(tmp_path):
+    """The last call on a set may have brought a pool entry: the next candidate must not find it there."""
+    arena = Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path)
+    run_in_session(Honest(), arena, SETTINGS, tmp_path)
+    assert any(s.fresh is not None for s in arena.sets)
+    arena.restore()
+    for i, s in enumerate(arena.sets):
+        assert s.fresh is None
+        want = arena.expected_inputs(i)
+        assert all(torch.equal(s.shared_in[n], want[n]) for n in s.shared_in)
+        assert torch.equal(s.shared_in["A"].abs(), s.base_in["A"].abs())  # the seeded values, signed
+
+
+@pytest.mark.gpu
+def test_held_calls_do_not_grow_the_allocator_within_a_trial(tmp_path, monkeypatch):
+    """The device's free memory must not show which calls were kept (``Arena.reserve_holds``).
+
+    A kept call's copies live to the trial's end.
+    """
+    arena = Arena(gemm_task(), [1, 2, 3], 0, tmp_path)
+    reserved: list[int] = []
+    real = Arena.hold
+
+    def hold(self, index, keep):
+        reserved.append(torch.cuda.memory_reserved())
+        return real(self, index, keep)
+
+    monkeypatch.setattr(Arena, "hold", hold)
+    result, _ = run_in_session(Honest(), arena, SETTINGS, tmp_path)
+    assert result.failure is None
+    per_trial = SETTINGS.warmup + SETTINGS.iterations
+    for t in range(SETTINGS.trials):
+        trial = reserved[t * per_trial : (t + 1) * per_trial]
+        assert len(set(trial)) == 1, trial
+
+
 def test_a_verified_timed_call_computes_its_expected_inputs_once_and_no_signs_for_fresh_ones(tmp_path):
     """One expected-inputs build per verified call, with no sign products for the fresh inputs.
 

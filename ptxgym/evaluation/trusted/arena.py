@@ -107,6 +107,8 @@ class InputSet:
     """The reference for ``fresh``, computed on first verification."""
     pool_reference: dict[str, Any] | None = None
     """The stored reference of the pool entry ``fresh`` came from (None: a new draw), signs not applied."""
+    inputs_checked: bool = False
+    """Whether the inputs were compared right after the call on ``fresh`` (``hold``): no second compare."""
 
 
 @dataclass
@@ -119,9 +121,11 @@ class Held:
     state: list
     """The set's sign state for that call."""
     fresh: dict[str, Any] | None
-    """The fresh values the call ran on (None: the seeded values x ``state``)."""
+    """The new draw the call ran on (None: a pool entry, or no fresh values)."""
     pool_reference: dict[str, Any] | None
     """The pool entry's stored reference (None: a new draw, or no fresh values)."""
+    redrawn: bool
+    """Whether the call ran on fresh values (False: the seeded values x ``state``)."""
 
 
 def torch_zeros_on(device) -> None:
@@ -174,6 +178,8 @@ class Arena:
         self.fresh = fresh_names(task, self.namespace)
         """Inputs a timed call redraws."""
         self._mutated: set[str] = set()
+        self._reserved = 0
+        """Held calls the allocator has room for (``reserve_holds``)."""
         self.reference_s = 0.0
         """Wall seconds of the slowest reference run of the seeded sets (the step budget uses it)."""
         self.build_s = {"inputs": 0.0, "references": 0.0, "pool": 0.0}
@@ -395,8 +401,9 @@ class Arena:
         """Forget a set's fresh values, noting any the candidate overwrote; ``rewrite``: back to seeded."""
         if s.fresh is None:
             return
-        self._mutated.update(n for n, v in s.fresh.items() if not same_bits(s.shared_in[n], v))
-        s.fresh, s.fresh_reference, s.pool_reference = None, None, None
+        if not s.inputs_checked:
+            self._mutated.update(n for n, v in s.fresh.items() if not same_bits(s.shared_in[n], v))
+        s.fresh, s.fresh_reference, s.pool_reference, s.inputs_checked = None, None, None, False
         if rewrite:
             others = tuple(n for n in s.base_in if n not in self.fresh)
             want = self.perturb.expected_inputs(s.base_in, s.state, skip=others)
@@ -442,23 +449,53 @@ class Arena:
         checked before the trial ends: a check right after a verified call would lengthen the gap before
         the next one, telling the candidate which calls were verified (after the last of a trial's
         verified calls, the rest of the trial could not be checked).
+        The inputs are compared with what they must hold then too (every input of the set, bit for bit;
+        a write is noted for ``mutated_inputs``), the check a verified call made before it was deferred:
+        a candidate that wrote into its inputs after computing would otherwise restore them unseen.
         """
         s = self.sets[index]
+        want = self.expected_inputs(index)
+        self._mutated.update(n for n, t in s.shared_in.items() if not same_bits(t, want[n]))
+        s.inputs_checked = s.fresh is not None
         outputs = {name: t.clone() for name, t in s.shared_out.items()}
-        return Held(index, outputs, s.state, s.fresh, s.pool_reference) if keep else None
+        if not keep:
+            return None
+        fresh = s.fresh if s.pool_reference is None else None  # an entry's outputs need only its reference
+        return Held(index, outputs, s.state, fresh, s.pool_reference, s.fresh is not None)
+
+    def reserve_holds(self, kept: int) -> None:
+        """Have the allocator hold room for ``kept`` held calls before the first trial that defers.
+
+        A kept call's copies stay allocated until its trial ends; the first time, the next allocations
+        would have to grow the allocator, which the worker can see in the device's free memory
+        (``cudaMemGetInfo``) right after a verified call. Allocated once per arena and freed at once:
+        the caching allocator keeps the blocks.
+        """
+        import torch
+
+        if kept <= self._reserved:
+            return
+        s = self.sets[0]
+        outputs = [{n: torch.empty_like(t) for n, t in s.shared_out.items()} for _ in range(kept + 2)]
+        fresh = [
+            {n: torch.empty_like(s.shared_in[n]) for n in self.fresh}
+            for _ in range(len(self.sets) + kept + 1)
+        ]
+        del outputs, fresh
+        self._reserved = kept
 
     def check_held(self, held: Held) -> SetCheck:
         """The outputs a verified call left (``hold``) against the reference for what it ran on.
 
-        Its inputs are checked where every call's are: the fresh ones bit for bit before the set's next
-        values (``_retire_fresh``), the others at the timing's end (``mutated_inputs``).
+        Its inputs were compared right after the call (``hold``); a write shows in ``mutated_inputs``.
         """
         s = self.sets[held.index]
-        if held.fresh is None:
+        if not held.redrawn:
             expected = self.perturb.expected(s.reference, held.state)
         elif held.pool_reference is not None:
             expected = self.perturb.expected(held.pool_reference, held.state)
         else:
+            assert held.fresh is not None, "a new draw keeps its values"
             want = self.perturb.expected_inputs(s.base_in, held.state, skip=tuple(held.fresh))
             want.update(held.fresh)
             expected = run_reference(self.task, self.namespace, want)
@@ -489,13 +526,17 @@ class Arena:
         every later worker of this arena: without this, the next candidates would inherit the damage (and
         be judged INPUT_MUTATED or compared against a reference of other inputs). Called before each
         worker session; costs one comparison pass over the inputs when nothing was touched. Guard regions
-        an earlier worker wrote are re-filled too, and every set's outputs are poisoned: a set is poisoned
+        an earlier worker wrote are re-filled too, the last fresh values of every set give way to its
+        seeded ones (the last call on a set may have brought a pool entry), and every set's outputs are
+        poisoned: a set is poisoned
         again only when a call is prepared on it, so without this the first calls of the next session
         could read what the last one left in another set's outputs (a message from one candidate to the
         next, such as the verified pool's entries it recognised: ``verified_pool.py``, Reuse).
         """
         import torch
 
+        for s in self.sets:  # the last fresh values (a verified call's may be a pool entry): back to seeded
+            self._retire_fresh(s, rewrite=True)
         self._mutated.clear()
         self.guards.check()  # re-fills any guard an earlier worker wrote
         fixed = set()

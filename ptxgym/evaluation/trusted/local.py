@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import os
 import secrets
 import shutil
@@ -816,8 +817,8 @@ class LocalGpuEvaluator(Evaluator):
             turn.clocks.append(sm_clock_mhz(self.device))
             turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
             if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only
-                phases = list(result.hw_counts.host_ms.items())[:8]
-                turn.walls.update({f"runner_hw_{k[:16]}": round(v / 1e3, 4) for k, v in phases})
+                phases = [(k, v) for k, v in result.hw_counts.host_ms.items() if math.isfinite(v) and v >= 0]
+                turn.walls.update({f"runner_hw_{k[:16]}": round(v / 1e3, 4) for k, v in phases[:8]})
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)

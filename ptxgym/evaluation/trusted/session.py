@@ -50,7 +50,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 
-from ptxgym.evaluation.child_errors import WorkerTimeout
+from ptxgym.evaluation.child_errors import WorkerError, WorkerTimeout
 from ptxgym.evaluation.compare import SetCheck
 from ptxgym.evaluation.protocol import (
     ApplySandbox,
@@ -384,43 +384,56 @@ class Session:
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         defer = fresh and 0 < len(verify) < len(calls)  # checked at the trial's end (Arena.hold)
         held: list[Held] = []
-        for pos, (index, is_timed) in enumerate(calls):
-            t = time.perf_counter()
-            checked = fresh and (pos in verify or pos in (counted, hw_counted))
-            entry = self._entry(index, result) if checked and pos not in new_draws else None
-            self.new_draws += checked and pos in new_draws
-            self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
-            result.spend("inputs", t)
-            if pos == counted:
-                if not self._counted(index, result, stage, segment) and strict:
-                    return None
-                continue
-            if pos == hw_counted:
-                if not self._hw_counted(index, result, stage, segment) and strict:
-                    return None
-                continue
-            record = self._call(index, is_timed, result)
-            if is_timed:
-                timed.append(record)
-                segment.append(record)
-            t = time.perf_counter()
-            breached = self._breached(result, stage)
-            result.spend("guards", t)
-            if breached and strict:
-                return None
-            if defer:
+        try:
+            for pos, (index, is_timed) in enumerate(calls):
                 t = time.perf_counter()
-                kept = self.arena.hold(index, keep=pos in verify)
-                result.spend("hold", t)
-                if kept is not None:
-                    held.append(kept)
-            elif pos in verify and not self._verified(index, result, stage) and strict:
+                checked = fresh and (pos in verify or pos in (counted, hw_counted))
+                entry = self._entry(index, result) if checked and pos not in new_draws else None
+                self.new_draws += checked and pos in new_draws
+                self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
+                result.spend("inputs", t)
+                if pos == counted:
+                    if not self._counted(index, result, stage, segment) and strict:
+                        return None
+                    continue
+                if pos == hw_counted:
+                    if not self._hw_counted(index, result, stage, segment) and strict:
+                        return None
+                    continue
+                record = self._call(index, is_timed, result)
+                if is_timed:
+                    timed.append(record)
+                    segment.append(record)
+                t = time.perf_counter()
+                breached = self._breached(result, stage)
+                result.spend("guards", t)
+                if breached and strict:
+                    return None
+                if defer:
+                    t = time.perf_counter()
+                    kept = self.arena.hold(index, keep=pos in verify)
+                    result.spend("hold", t)
+                    if kept is not None:
+                        held.append(kept)
+                elif pos in verify and not self._verified(index, result, stage) and strict:
+                    return None
+            self._close(stage, segment, result)
+        except (CandidateFault, WorkerError):
+            # a crash, hang or exhausted budget after a wrong verified call: the wrong result came first
+            if held and not self._check_held(held, result, stage) and strict:
                 return None
-        self._close(stage, segment, result)
-        for kept in held:
-            if not self._verified(kept.index, result, stage, kept) and strict:
-                return None
+            raise
+        if not self._check_held(held, result, stage) and strict:
+            return None
         return timed
+
+    def _check_held(self, held: list[Held], result: SessionResult, stage: Stage) -> bool:
+        """Check a trial's deferred verified calls in order (all of them); False if one failed."""
+        passed = True
+        for kept in held:
+            passed = self._verified(kept.index, result, stage, kept) and passed
+        held.clear()
+        return passed
 
     def _split(self, stage: Stage, segment: list[TimedCall], result: SessionResult) -> None:
         """Close the activity trial before an extra call made outside it (the caller begins it again)."""
@@ -655,6 +668,7 @@ class Session:
         probing = s.slow_probe_calls and cutoff_applies(baseline_ms, s.slow_cutoff_speedup, s.trials)
         if probing and not self._probe(result, baseline_ms, rotate, strict):
             return
+        self.arena.reserve_holds(s.verified_per_trial)
         for trial in range(s.trials):
             extras = [x for x in (result.counted, result.hw_counted) if x is not None and x.trial == trial]
             if result.shortened:
