@@ -16,7 +16,8 @@
 #
 # checks:  the eighth session's changes on the GPU (timed calls checked after their trial, the
 #          pool's new draws and equal preparation, outputs poisoned before each session): the runner's
-#          GPU tests (its pool test), the pool's and the counted position's GPU tests, in the runner.
+#          GPU tests (its pool test), the pool's, the counted position's and the held checks' (the
+#          allocator must not grow within a trial) GPU tests, in the runner.
 # native_tp: the throughput mix at 16 and 64 envs with candidates in the native runner (issue 12's goals;
 #          the Python-worker figures wait for worker start-up).
 # round2:  native_tp, then the GPU cost with the hardware counters on in the runner (issue 11: their cost
@@ -123,7 +124,7 @@ case "$stage" in
   checks)
     PTXGYM_CANDIDATE_PROCESS=native timeout 420 bash bench/gpu_tests.sh "$out/checks" --timeout 200 -q \
       tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
-      tests/evaluation/test_counted_position_gpu.py
+      tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
     ;;
   audit_native)
     PTXGYM_CANDIDATE_PROCESS=native timeout 560 bash bench/gpu_tests.sh "$out/audit_native" --timeout 540 -q -s \
