@@ -30,7 +30,10 @@ comparison with the previous draw (the input-mutation check, bit for bit on 8-by
 ``compare.same_bits``), about five passes over the fresh
 inputs' bytes: GEMM 8192x7168x5120 157 MB, MHA forward 604 MB, MHA backward 201 MB (dO only). At H200
 bandwidth that is roughly 0.2 ms, 0.8 ms and 0.3 ms per call, 0.04-0.15 s per evaluation at the
-default 3 x 60 calls (estimates from bytes, not measurements). Per *verified* timed call, one fp32
+default 3 x 60 calls (estimates from bytes, not measurements; measured: bench/prepare_cost.py). In a
+trial that verifies some calls (``hold``) the comparison runs right after each call, over every input
+of its set: for the MHA backward also its seeded Q, K, V, O and LSE (~0.6 GB more per call, an
+estimate of ~0.2 ms), and the outputs are copied (117 MB, 201 MB, 604 MB). Per *verified* timed call, one fp32
 reference run on the device for that call's values (about 0.6, 1.6 and 4 TFLOP of fp32 math for the
 three). Measured on the H200 (bench/results/gpu_cost_2026-12-04_in_band*.txt, ``time_verify``): 0.61 s
 (GEMM) and 4.1 s (MHA forward) for 39 verified calls, i.e. ~16 and ~105 ms each; 0.14 s and 0.95 s at
