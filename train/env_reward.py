@@ -87,13 +87,20 @@ def completion_text(completion: Any) -> str:
 
 
 def candidate_key(text: str) -> str:
-    """SHA-256 of the kernel the pipeline would extract from a response (of the text if none)."""
+    """SHA-256 of every file the pipeline would extract from a response (of the text if none).
+
+    All of them, named, as the pipeline builds them (``extract_sources``): two responses with the same
+    entry file but another header are two candidates.
+    """
     import hashlib
 
-    from ptxgym.cpu.extract import extract_code
+    from ptxgym.cpu.extract import extract_sources
 
-    code = extract_code(text).code
-    return hashlib.sha256((code if code is not None else "\x00" + text).encode()).hexdigest()
+    files = extract_sources(text).files
+    if files is None:
+        return hashlib.sha256(("\x00" + text).encode()).hexdigest()
+    joined = "\x00".join(f"{name}\x00{files[name]}" for name in sorted(files))
+    return hashlib.sha256(joined.encode()).hexdigest()
 
 
 class PipelinePool:
@@ -129,9 +136,9 @@ class PipelinePool:
         """Feedback for each ``(task_id, action text)``, the whole batch at once (``run_batch``).
 
         The builds run concurrently on up to ``max_workers`` threads and the built candidates go to the
-        evaluator in one ``evaluate_many`` call. Completions whose extracted kernel is byte-identical
+        evaluator in one ``evaluate_many`` call. Completions whose extracted files are byte-identical
         (GRPO samples often repeat one) are evaluated once per batch and share the Feedback: the
-        pipeline is a function of the source.
+        pipeline is a function of the sources.
         """
         from ptxgym.pipeline import Submission, run_batch
 

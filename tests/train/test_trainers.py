@@ -276,3 +276,20 @@ def test_cli_tiny_data_sft_grpo(tmp_path, trajectory_file, capsys):
         )
         == 2
     )
+
+
+def test_a_batch_shares_feedback_only_between_responses_with_the_same_files():
+    """Two responses with the same kernel.cu but another header are two candidates.
+
+    (Reviewer's find: keyed on the entry block alone, the second was paid the first one's result.)
+    """
+    from ptxgym.train.env_reward import candidate_key
+
+    kernel = '#include "helper.cuh"\n__global__ void k(float* x) { x[0] = N; }\n'
+
+    def response(helper: str, prose: str = "") -> str:
+        return f"{prose}```cuda kernel.cu\n{kernel}```\n```cuda helper.cuh\n{helper}\n```\n"
+
+    assert candidate_key(response("#define N 1")) != candidate_key(response("#define N 2"))
+    assert candidate_key(response("#define N 1")) == candidate_key(response("#define N 1", "Here it is.\n"))
+    assert candidate_key("no code at all") != candidate_key("no code either")
