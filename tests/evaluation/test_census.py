@@ -71,8 +71,31 @@ def test_a_kernel_not_in_the_module_is_foreign() -> None:
     assert "_Z12cublas_gemmv" in message
 
 
-def test_no_module_list_means_no_census() -> None:
-    assert census_failure({"anything": 1}, [], []) == ""
+def test_a_module_without_device_code_owns_no_kernel() -> None:
+    """A kernel that ran for a module with none is foreign (a library's, reached from host code)."""
+    message = census_failure({"_Z12cublas_gemmv": 60}, [], [])
+    assert "1 kernel(s) that are not in the candidate's built module" in message
+    assert census_failure({}, [], []) == ""  # host code alone (a copy, no kernel): nothing foreign
+
+
+def test_no_kernel_list_means_no_census_and_an_opaque_module_proves_nothing() -> None:
+    from ptxgym.evaluation.protocol import LoadedModule
+    from ptxgym.evaluation.trusted.base import BuiltCandidate
+    from ptxgym.evaluation.trusted.census import in_band_census
+
+    result = SessionResult()
+    _add_census(result, Spans(kernels={"_Z12cublas_gemmv": 3}, modules=[]))
+    bridge = BuiltCandidate(
+        task_id="t", so_path="x.so", source_sha256="", artifact_sha256="", static_target=False
+    )
+    assert bridge.kernels is None and in_band_census(result, bridge, True, {}) == ("", False)
+    own = bridge.model_copy(update={"kernels": [OWN]})
+    result = SessionResult()
+    opaque = LoadedModule(sha256="ab" * 32, size=64, functions=None)
+    _add_census(result, Spans(kernels={OWN: 3}, modules=[opaque]))
+    details: dict = {}
+    assert in_band_census(result, own, True, details) == ("", False)  # not failed, but not proved
+    assert details["census"]["opaque_modules"] == 1
 
 
 def test_kernels_are_counted_inside_windows_only() -> None:

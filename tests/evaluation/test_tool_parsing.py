@@ -141,4 +141,5 @@ def test_foreign_kernels_of_a_recorded_profile():
     mangled = ["_Z8gemm_tma14CUtensorMap_stS_P13__nv_bfloat16iii"]
     assert foreign_kernels(kernels, mangled) == ()
     assert foreign_kernels(kernels, ["_Z10wgmma_tilePK13__nv_bfloat16S1_Pf"])[0].startswith("gemm_tma(")
-    assert foreign_kernels(kernels, []) == ()  # no module list: no census
+    assert foreign_kernels(kernels, None) == ()  # no module list: no census
+    assert foreign_kernels(kernels, [])[0].startswith("gemm_tma(")  # a module with no kernels owns none

@@ -309,10 +309,11 @@ class BuiltCandidate(BaseModel):
     source_sha256: str
     artifact_sha256: str
     static_target: bool = Field(description="Whether the SASS holds a target-family opcode.")
-    kernels: list[str] = Field(
-        default_factory=list,
+    kernels: list[str] | None = Field(
+        None,
         description="Kernels of the built module as the SASS census names them (mangled); the kernel census "
-        "compares what ran during the candidate's calls with these (empty: no census).",
+        "compares what ran during the candidate's calls with these. Empty: a module without device code, "
+        "so any kernel that runs is foreign; None: no census (a trusted bridge, e.g. a library's).",
     )
     episode_id: str = ""
     turn: int = 0

@@ -64,11 +64,9 @@ def census_failure(
     """Why the in-band census rejects the run ('' when only the built module's kernels ran).
 
     ``kernels``: launches by name inside the timed windows; ``modules``: every module loaded in the worker
-    after tracing began; ``module_kernels``: the built module's kernels (mangled). No module list: no
-    census (a candidate whose SASS names no kernel).
+    after tracing began; ``module_kernels``: the built module's kernels (mangled). A module without device
+    code has none, so any kernel that ran is foreign (a library's, reached from host code).
     """
-    if not module_kernels:
-        return ""
     foreign = [n for n in kernels if not is_own_kernel(n, module_kernels)]
     if foreign:
         shown = ", ".join(foreign[:MAX_NAMES_SHOWN])[:600]
@@ -99,16 +97,20 @@ def in_band_census(
 
     ``proved``: the census ran and found only the built module's kernels, from one image. What it saw goes
     to ``details["census"]``. A census the worker could not take (no module records, no CUPTI backend, a
-    subject with no module of its own) proves nothing and fails nothing; one it overflowed fails.
+    subject with no kernel list: the baseline, a trusted bridge) proves nothing and fails nothing; one it
+    overflowed fails. A loaded module whose functions could not be read (not an ELF image) cannot be
+    tied to names: the census is then not proved (``details["census"]["opaque_modules"]``).
     """
-    if not cupti or not result.census_trials or candidate is None or not candidate.kernels:
+    if not cupti or not result.census_trials or candidate is None or candidate.kernels is None:
         return "", False
+    opaque = sum(1 for m in result.modules if m.functions is None)
     details["census"] = {
         "kernels": dict(list(result.kernels.items())[:20]),
         "modules_loaded": len(result.modules),
+        "opaque_modules": opaque,
         "error": result.census_error,
     }
     if result.census_error == CENSUS_OVERFLOW:
         return f"in-band kernel census: {CENSUS_OVERFLOW}", False
     failure = census_failure(result.kernels, result.modules, candidate.kernels)
-    return failure, not failure and not result.census_error
+    return failure, not failure and not result.census_error and not opaque

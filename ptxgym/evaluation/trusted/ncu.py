@@ -203,9 +203,9 @@ def _tool_failed(text: str) -> str | None:
 # ------------------------------------------------------------------------------------ kernel census
 
 
-def foreign_kernels(kernels: list[KernelProfile], module_kernels: Sequence[str]) -> tuple[str, ...]:
-    """Names of profiled kernels that are not the module's (none when the module's list is unknown)."""
-    if not module_kernels:
+def foreign_kernels(kernels: list[KernelProfile], module_kernels: Sequence[str] | None) -> tuple[str, ...]:
+    """Names of profiled kernels that are not the module's (none when there is no list: no census)."""
+    if module_kernels is None:
         return ()
     names = dict.fromkeys(k.name for k in kernels if not is_own_kernel(k.name, module_kernels))
     return tuple(names)
@@ -320,7 +320,7 @@ def check_executed(
     key: str,
     driver: list[str] | None = None,
     task_flops: float = 0.0,
-    module_kernels: Sequence[str] = (),
+    module_kernels: Sequence[str] | None = None,
     dirs: ProofDirs | None = None,
     sandbox: str = "on",
     gate: Gate | None = None,
@@ -353,7 +353,7 @@ def check_executed(
     outcome = ProfileOutcome(
         target_info(kernels, arch, task_flops),
         foreign_kernels(kernels, module_kernels),
-        bool(module_kernels),
+        module_kernels is not None,
         profiled=True,
         wall_s=wall,
         tail=tail,

@@ -66,7 +66,8 @@ def cache_key(task: Task, candidate: BuiltCandidate) -> str:
         candidate.artifact_sha256,
         candidate.entry_symbol,
         str(candidate.static_target),
-        *candidate.kernels,
+        "census" if candidate.kernels is not None else "no census",
+        *(candidate.kernels or ()),
     ]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
