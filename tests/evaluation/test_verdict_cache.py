@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerdict, MemcheckMode
@@ -100,3 +101,29 @@ def test_other_task_workload_or_entry_is_a_miss_and_the_cache_is_bounded() -> No
     disabled = VerdictCache(0)
     disabled.store(TASK, cand("w"), verdict(Status.NONFINITE))
     assert disabled.lookup(TASK, cand("w"), DEFAULT) is None
+
+
+def test_a_cached_pass_faces_the_secret_cross_check_draw_again(monkeypatch) -> None:
+    """Resubmitting an artifact must not dodge Nsight Compute: each reuse of a pass draws again.
+
+    (Reviewer's find: the draw was made only on a fresh evaluation, so a pass with forged in-band counts
+    was paid on every resubmission of its episode after surviving one draw.)
+    """
+    from ptxgym.evaluation.trusted import local
+    from ptxgym.records.feedback import Evidence, Proof
+
+    ev = local.LocalGpuEvaluator.__new__(local.LocalGpuEvaluator)  # no GPU here: only the cache path
+    ev.settings, ev.verdicts = DEFAULT, VerdictCache(8)
+    ev._inflight, ev._inflight_lock = {}, threading.Lock()
+    ev.verdicts.store(TASK, cand(turn=1), passed())
+    calls: list = []
+    fresh = passed().model_copy(update={"message": "evaluated again"})
+    monkeypatch.setattr(
+        ev, "_evaluate_now", lambda task, c, crosscheck=None: calls.append(crosscheck) or fresh
+    )
+    monkeypatch.setattr(ev, "_draw_crosscheck", lambda: False)
+    assert ev.evaluate(TASK, cand(turn=2, first=False)).cache_hit and calls == []
+    monkeypatch.setattr(ev, "_draw_crosscheck", lambda: True)
+    assert ev.evaluate(TASK, cand(turn=3, first=False)) is fresh and calls == [True]  # profiled for sure
+    checked = passed().model_copy(update={"evidence": Evidence(target_executed=[Proof.NCU_OFFLINE])})
+    assert not ev._redraw(checked) and not ev._redraw(verdict(Status.INCORRECT_NUMERICAL))

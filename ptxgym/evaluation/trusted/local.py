@@ -235,9 +235,10 @@ class LocalGpuEvaluator(Evaluator):
                 waited = time.perf_counter() - t
         try:
             cached = self.verdicts.lookup(task, candidate, self.settings)
-            if cached is not None:
+            redrawn = cached is not None and self._redraw(cached)
+            if cached is not None and not redrawn:
                 return cached
-            verdict = self._evaluate_now(task, candidate)
+            verdict = self._evaluate_now(task, candidate, crosscheck=True if redrawn else None)
             if waited:
                 walls = {**verdict.stage_wall_s, "copy_wait": round(waited, 4)}
                 verdict = verdict.model_copy(update={"stage_wall_s": walls})
@@ -257,13 +258,15 @@ class LocalGpuEvaluator(Evaluator):
         except Exception:  # noqa: BLE001 - a malformed candidate goes alone; its fault is reported there
             return None
 
-    def _evaluate_now(self, task: Task, candidate: BuiltCandidate) -> GpuVerdict:
-        """``evaluate`` past the cache: the GPU turn, then the proofs."""
+    def _evaluate_now(
+        self, task: Task, candidate: BuiltCandidate, crosscheck: bool | None = None
+    ) -> GpuVerdict:
+        """``evaluate`` past the cache: the GPU turn, then the proofs (``crosscheck``: ``_evaluate``)."""
         pending: Turn | None = None
         with self.queue.turn():
             t0 = time.perf_counter()
             try:
-                verdict, pending = self._evaluate_or_demote(task, candidate)
+                verdict, pending = self._evaluate_or_demote(task, candidate, crosscheck)
             except InfraError as exc:
                 verdict = self._infra(str(exc), traceback.format_exc())
             except Exception as exc:  # noqa: BLE001 - never raise into the episode
@@ -314,7 +317,9 @@ class LocalGpuEvaluator(Evaluator):
 
     # ------------------------------------------------------------------------------------ stages
 
-    def _evaluate_or_demote(self, task: Task, candidate: BuiltCandidate) -> tuple[GpuVerdict, Turn | None]:
+    def _evaluate_or_demote(
+        self, task: Task, candidate: BuiltCandidate, crosscheck: bool | None = None
+    ) -> tuple[GpuVerdict, Turn | None]:
         """Evaluate; if a guard-page arena fails to set up a worker, drop guard pages and evaluate again.
 
         Worker set-up (attach, sandbox, calibration) ends before any candidate code is loaded, so the
@@ -322,7 +327,7 @@ class LocalGpuEvaluator(Evaluator):
         verdicts' details carry the reason (``guard_pages``).
         """
         try:
-            return self._evaluate(task, candidate)
+            return self._evaluate(task, candidate, crosscheck)
         except WorkerSetupError as exc:
             arena = self._current
             if arena is None or not arena.guard_pages:
@@ -330,7 +335,7 @@ class LocalGpuEvaluator(Evaluator):
             self.guard_pages_error = f"worker set-up failed with the guard-page blob: {exc}"[:800]
             self.settings = self.settings.model_copy(update={"guard_pages": False})
             self._forget(arena)
-            return self._evaluate(task, candidate)
+            return self._evaluate(task, candidate, crosscheck)
 
     def _forget(self, arena: Arena) -> None:
         """Drop an arena (and a held worker attached to it) from this evaluator."""
@@ -343,8 +348,12 @@ class LocalGpuEvaluator(Evaluator):
         self._current = None
         arena.close()
 
-    def _evaluate(self, task: Task, candidate: BuiltCandidate) -> tuple[GpuVerdict, Turn | None]:
+    def _evaluate(
+        self, task: Task, candidate: BuiltCandidate, crosscheck: bool | None = None
+    ) -> tuple[GpuVerdict, Turn | None]:
         """The GPU turn's part of an evaluation: the verdict so far, and the turn if its proofs are due.
+
+        ``crosscheck``: whether Nsight Compute also profiles it (None: the secret draw, ``_draw_crosscheck``).
 
         A PASSED verdict still needs its proofs (``_finish``, after the turn); the turn then carries what
         they need, fixed now: the inputs they run on and their time limits (``_stage_proofs``).
@@ -361,7 +370,7 @@ class LocalGpuEvaluator(Evaluator):
             return verdict, None
         arena, baseline, walls = self._prepare(task)
         turn = Turn(task, candidate, arena, baseline, seed=self._turn_seed(candidate))
-        turn.in_band = InBand(crosscheck=self._draw_crosscheck())
+        turn.in_band = InBand(crosscheck=self._draw_crosscheck() if crosscheck is None else crosscheck)
         turn.walls.update(walls)
         verdict = self._run_candidate(turn)
         if verdict.status is Status.PASSED:
@@ -433,6 +442,18 @@ class LocalGpuEvaluator(Evaluator):
         total = time.perf_counter() - t
         walls = {"prepare_arena": t_arena, "prepare_baseline": total - t_arena, "prepare": total}
         return arena, baseline, {k: round(v, 4) for k, v in walls.items()}
+
+    def _redraw(self, cached: GpuVerdict) -> bool:
+        """Whether a cached pass is evaluated again: its turn's secret Nsight Compute draw fell on it.
+
+        A pass is reused within its episode; without this, a resubmitted artifact would face the
+        cross-check once (``ncu_crosscheck_fraction``) however often it is paid, and in-band counts forged
+        past the first draw would be paid on every resubmission. A pass the profiler already checked is
+        reused as it is.
+        """
+        if cached.status is not Status.PASSED or Proof.NCU_OFFLINE in cached.evidence.target_executed:
+            return False
+        return self._draw_crosscheck()
 
     def _draw_crosscheck(self) -> bool:
         """A secret draw: does Nsight Compute also profile this candidate (``ncu_crosscheck_fraction``)?"""
