@@ -452,6 +452,7 @@ class Arena:
         checked before the trial ends: a check right after a verified call would lengthen the gap before
         the next one, telling the candidate which calls were verified (after the last of a trial's
         verified calls, the rest of the trial could not be checked).
+
         The inputs are compared with what they must hold then too (every input of the set, bit for bit;
         a write is noted for ``mutated_inputs``), the check a verified call made before it was deferred:
         a candidate that wrote into its inputs after computing would otherwise restore them unseen.
