@@ -59,7 +59,12 @@ class KernelEnv(gymnasium.Env):
     components are in ``info["reward_components"]``.
 
     **Episode end.** Terminated when a PASSED turn reaches ``target_speedup``; truncated after
-    ``max_turns`` turns.
+    ``max_turns`` turns. A turn that ends the episode early is also paid, by default
+    (``pay_cut_off_turns``), what resubmitting it would earn in each turn it cuts off (the reward
+    function's own answer for a repeat: ``reward(feedback, history + [feedback] * k)``), so that reaching
+    the target never pays less than staying just below it and resubmitting (with a per-turn reward, a
+    1.19x kernel resubmitted for 8 turns out-earned a 2.0x one that ended the episode: reviewer's find).
+    ``info["reward_components"]`` then holds ``cut_off_turns`` and ``cut_off_reward``.
 
     **Info.** ``feedback`` (the Feedback record), ``feedback_json``, ``reward_components``, ``task_id``,
     ``turn``; after ``reset`` also ``prompt`` (TaskPrompt).
@@ -94,6 +99,8 @@ class KernelEnv(gymnasium.Env):
       pays no correctness or speed. With ``EvalSettings.guard_pages`` an unmapped page follows every
       buffer, so a read or write past one faults in the worker (``RUNTIME_ERROR``) even when the kernel
       behaves under a sanitizer; ``details["guard_pages"]`` of the verdict says which protection ran.
+    * Loophole closed under ``-v0``: a turn that ends the episode at ``target_speedup`` is paid for the
+      turns it cuts off (``pay_cut_off_turns``; ``False`` restores the old rule).
     * tasks as data: ``reset`` draws a workload of the task's family (the ten original tasks have one,
       so nothing changes for them); ``ptxgym/Trace-v0`` plays dataset folders; several-file actions.
       Feedback names the workload a turn played (``workload``: uuid and axes; absent in older records).
@@ -112,6 +119,7 @@ class KernelEnv(gymnasium.Env):
         variant: str | None = DEFAULT_VARIANT,
         render_mode: str | None = None,
         dataset: str | Path | None = None,
+        pay_cut_off_turns: bool = True,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -124,6 +132,7 @@ class KernelEnv(gymnasium.Env):
         self.task = self.base_task
         self.max_turns = max_turns
         self.target_speedup = target_speedup
+        self.pay_cut_off_turns = pay_cut_off_turns
         self.variant = pack_variant(variant)
         self.render_mode = render_mode
         self.reward_fn = resolve_reward(reward)
@@ -225,6 +234,12 @@ class KernelEnv(gymnasium.Env):
         speedup = fb.speedup or 0.0
         terminated = fb.status is Status.PASSED and speedup >= self.target_speedup
         truncated = not terminated and self._turn >= self.max_turns
+        total, components = float(result.total), dict(result.components)
+        cut_off = self.max_turns - self._turn if terminated and self.pay_cut_off_turns else 0
+        if cut_off:  # what resubmitting this turn would earn in each turn the episode no longer has
+            repeats = [self.reward_fn(fb, (*self._history, *(fb,) * k)).total for k in range(cut_off)]
+            components.update(cut_off_turns=float(cut_off), cut_off_reward=float(sum(repeats)))
+            total += float(sum(repeats))
         self._last_text = render_feedback(fb)
         obs = self._obs(
             self._last_text,
@@ -237,12 +252,12 @@ class KernelEnv(gymnasium.Env):
         info = {
             "feedback": fb,
             "feedback_json": fb.to_json(),
-            "reward_components": dict(result.components),
+            "reward_components": components,
             "task_id": self.task.id,
             "turn": self._turn,
             "episode_id": self._episode_id,
         }
-        return obs, float(result.total), terminated, truncated, info
+        return obs, total, terminated, truncated, info
 
     def render(self) -> str | None:
         """``ansi``: the last observation text."""

@@ -162,3 +162,38 @@ def test_shared_evaluator_survives_env_close() -> None:
     make_shared = gymnasium.make("ptxgym/Gemm-sm90a-v0", evaluator=shared)
     make_shared.close()
     assert Counting.closed == 0
+
+
+def _passed(speedup: float) -> Feedback:
+    from ptxgym.records.feedback import Stage, TimingInfo
+
+    timing = TimingInfo(backend="cupti", speedup=speedup)
+    return Feedback(task_id="Gemm-sm90a", status=Status.PASSED, stage=Stage.DONE, timing=timing)
+
+
+@pytest.mark.parametrize("pay", [True, False])
+def test_a_turn_that_ends_the_episode_is_paid_for_the_turns_it_cuts_off(pay: bool) -> None:
+    """Reaching the target must never pay less than staying just below it and resubmitting.
+
+    (Reviewer's find: with a per-turn reward a 1.19x kernel resubmitted for 8 turns out-earned a 2.0x
+    kernel that ended the episode.) Each cut-off turn pays the reward's own answer for a repeat.
+    """
+    from ptxgym.rewards import RewardResult
+
+    seen: list[int] = []
+
+    def per_turn(fb, history):  # 1 per PASSED turn; how often it saw this feedback before
+        seen.append(sum(1 for h in history if h is fb))
+        return RewardResult(total=1.0 if fb.status is Status.PASSED else 0.0, components={})
+
+    env = make(reward=per_turn, max_turns=8, target_speedup=1.2, pay_cut_off_turns=pay).unwrapped
+    env.reset(seed=0)
+    _, below, terminated, _, _ = env.end_step(_passed(1.19))  # turn 1: below the target, goes on
+    assert below == 1.0 and not terminated
+    _, reward, terminated, _, info = env.end_step(_passed(2.0))  # turn 2 of 8 ends the episode
+    assert terminated
+    if pay:
+        assert reward == 1.0 + 6 and info["reward_components"]["cut_off_turns"] == 6.0
+        assert seen[2:] == [1, 2, 3, 4, 5, 6]  # each repeat saw the turn once more in its history
+    else:
+        assert reward == 1.0 and "cut_off_turns" not in info["reward_components"]
