@@ -342,6 +342,10 @@ class Pipeline:
     def _merge(self, parts: dict, turn: int, v: GpuVerdict) -> Feedback:
         stage_wall = {**parts["stage_wall_s"], **v.stage_wall_s}
         target = v.target or self._static_target(parts.get("sass"))
+        if v.target is None and v.status is Status.PASSED:  # an evaluator that proved nothing: no credit
+            target = target.model_copy(
+                update={"mode": "executed", "message": "the evaluator gave no target record: not proven"}
+            )
         return Feedback(
             task_id=self.task.id,
             turn=turn,

@@ -186,3 +186,24 @@ def test_feedback_says_when_the_verdict_came_from_the_cache() -> None:
     fb = pipeline.run(fenced(variant(1)))
     assert fb.status is Status.CRASH and fb.cache_hit
     assert not Pipeline(get_task("Gemm-sm90a"), _Recording()).run(fenced(variant(1))).cache_hit
+
+
+def test_a_pass_without_a_target_record_earns_no_target_credit() -> None:
+    """A PASSED verdict that proved nothing about the target gets no target credit.
+
+    It must not fall back to the SASS's static presence, which the gate accepts in ``static`` mode.
+    """
+    from ptxgym.cpu.sass import SassInfo
+    from ptxgym.rewards import qualifies
+    from ptxgym.rewards.gate import target_proven
+
+    pipeline = Pipeline(get_task("Gemm-sm90a"), NullEvaluator())
+    parts = {
+        "stage_wall_s": {},
+        "sass": SassInfo(arch="sm_90a", kernels=[], histogram={}, static_target=True),
+    }
+    fb = pipeline._merge(parts, 0, GpuVerdict(status=Status.PASSED, stage=Stage.DONE, message="ok"))
+    assert fb.target is not None and fb.target.mode == "executed" and not target_proven(fb)
+    assert not qualifies(fb)
+    failed = pipeline._merge(parts, 0, GpuVerdict(status=Status.RUNTIME_ERROR, stage=Stage.RUN, message="x"))
+    assert failed.target is not None and failed.target.mode == "static"  # shown, never paid (not PASSED)
