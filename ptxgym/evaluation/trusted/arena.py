@@ -53,7 +53,8 @@ the device (2.7 GB, 8.1 GB, 24 GB: ``verified_pool.py``), and again for an entry
 ``verified_pool_uses`` sessions (amortised ~K/32 references per session). Before the call a verified
 call does exactly the work of any other timed call (a draw, the set's signs on the redrawn inputs of
 a sign group, a copy), the entry taking the draw's place: a shorter preparation before verified calls
-was a gap the candidate could time (0.6 ms of 1.7 on the MHA forward) to know which calls are checked.
+was a gap the candidate could time to know which calls are checked (on the MHA forward about 0.6 ms
+of 1.7: the draw's 0.72 less the signs on V, bench/results/prepare_cost_2026-12-05.txt).
 Every draw-path call so pays one pass for the signs (GEMM A and B, MHA forward V). At verification an
 entry costs the stored outputs times the output signs (one pass): no reference run.
 After every call the guard regions are compared with their private copy: one copy and one comparison of
