@@ -10,8 +10,7 @@ Formula (indicators 1[.], ``q`` = the turn qualifies, see ``rewards.gate``)::
 Defaults 0.05, 0.10, 0.10, 0.30, 0.15, 0.30 (``s_cap`` = 2), ``w_static`` = 0, so the total lies in
 [0, 1] and a correct, target-executing kernel at 2x the baseline earns 1. The target credit
 (``gate.target_credit``) is the family executed and doing at least ``MIN_MMA_SHARE`` of the task's FLOPs.
-FOREIGN_KERNEL, PROOF_FAILED and an INFRA_ERROR once the candidate's code may have run earn 0 in every
-part (``gate.forfeited``). The static-target part is
+FOREIGN_KERNEL and PROOF_FAILED turns earn 0 in every part (``gate.forfeited``). The static-target part is
 logged but unpaid by default: a never-launched wgmma puts the opcode in the SASS (FACTS.md), so paying it
 invites a hack; raise it only for CPU-only shaping.
 
