@@ -22,10 +22,6 @@ Forfeits. FOREIGN_KERNEL (a kernel not from the candidate's module ran during it
 (a proof tool failed or timed out on the candidate) pay nothing at all: ``extracted``, ``compiled`` and
 ``ran`` are false for them too, so every reward gives them its lowest value (0 for the staged, speed and
 bonus rewards; the failure penalty of the milestone rewards: -1 for cuda_agent, -0.5 for kernrl).
-An INFRA_ERROR at the run stage or later (the candidate's code may have run: ``LOADED``) earns no stage
-credit either: a candidate that breaks the evaluator's own code must not earn more than one its proofs
-caught (training drops such turns: ``env_reward``'s ``skip_infra``); before that (a build tool or the
-machine failing) it keeps its extraction and compile credit.
 
 ``speedup_of`` is the speedup a reward may use: a finite positive number for a qualifying turn, else None.
 """
@@ -34,18 +30,14 @@ from __future__ import annotations
 
 import math
 
-from ptxgym.records.feedback import Feedback, Stage, Status
+from ptxgym.records.feedback import Feedback, Status
 
 FORFEITS = frozenset({Status.FOREIGN_KERNEL, Status.PROOF_FAILED})
 """Statuses that pay nothing, not even stage credit (see the module docstring)."""
-LOADED = frozenset({Stage.RUN, Stage.CHECK, Stage.TIME, Stage.EXECUTE, Stage.DONE})
-"""Stages at which the candidate's code may have run (an INFRA_ERROR there forfeits too)."""
 
 
 def forfeited(feedback: Feedback) -> bool:
-    """Whether the turn forfeits every credit (FOREIGN_KERNEL, PROOF_FAILED; INFRA_ERROR once loaded)."""
-    if feedback.status is Status.INFRA_ERROR:
-        return feedback.stage in LOADED
+    """Whether the turn forfeits every credit (FOREIGN_KERNEL, PROOF_FAILED)."""
     return feedback.status in FORFEITS
 
 

@@ -11,10 +11,8 @@ It submits the whole batch at once to the pipeline's batch API (``ptxgym.pipelin
 policy, nvcc builds concurrently on a build pool, SASS census, then the built candidates in one
 ``evaluate_many`` call to the GPU evaluator when one is attached) and waits for it, scores each Feedback
 with a ptxgym reward (``ptxgym.rewards.resolve_reward``), logs every reward component, the compile and
-correct rates and the status of each completion, and returns ``None`` for INFRA_ERROR turns before the
-candidate's code ran (our fault, not the model's: TRL leaves a None out of the group baseline); one
-after it is scored like a broken proof (``rewards.gate.forfeited``), or a candidate could escape its
-group's lowest advantage by breaking the evaluator.
+correct rates and the status of each completion, and returns ``None`` for INFRA_ERROR turns (our fault,
+not the model's: TRL leaves a None out of the group baseline).
 """
 
 from __future__ import annotations
@@ -216,5 +214,7 @@ class EnvReward:
             log_extra("status", [fb.status.value for fb in feedbacks])
         if self.on_feedback is not None:
             self.on_feedback(feedbacks)
-        ours = [fb.status is Status.INFRA_ERROR and not gate.forfeited(fb) for fb in feedbacks]
-        return [None if self.skip_infra and skip else r.total for skip, r in zip(ours, results, strict=True)]
+        return [
+            None if self.skip_infra and fb.status is Status.INFRA_ERROR else r.total
+            for fb, r in zip(feedbacks, results, strict=True)
+        ]

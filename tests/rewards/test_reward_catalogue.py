@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ptxgym.records.feedback import Stage, Status, Verdict
+from ptxgym.records.feedback import Status, Verdict
 from ptxgym.rewards import (
     CudaAgentReward,
     DrKernelReward,
@@ -129,8 +129,7 @@ def test_cuda_agent_milestones(fb):
     assert r(fb(Status.TIMING_ANOMALY), []).total == -1.0
     assert r(fb(Status.PASSED, speedup=1.5, executed=Verdict.UNKNOWN), []).total == -1.0
     assert r(fb(Status.NOT_EVALUATED), []).total == 0.0
-    assert r(fb(Status.INFRA_ERROR).replace(stage=Stage.BUILD), []).total == 0.0  # the machine's fault
-    assert r(fb(Status.INFRA_ERROR), []).total == -1.0  # at the run stage: as low as a broken proof
+    assert r(fb(Status.INFRA_ERROR), []).total == 0.0
     assert r(fb(Status.PASSED, speedup=0.9), []).total == 1.0
     assert r(fb(Status.PASSED, speedup=1.1), []).total == 2.0
     assert r(fb(Status.FOREIGN_KERNEL, speedup=3.0), []).total == -1.0
