@@ -20,7 +20,7 @@ from ptxgym.records.feedback import Feedback, Status, Verdict
 from ptxgym.records.feedback_text import render_feedback
 from ptxgym.records.schema import Solution
 from ptxgym.records.tasks import Task, get_task
-from ptxgym.rewards import RewardFn, resolve_reward
+from ptxgym.rewards import RewardFn, gate, resolve_reward
 
 #: Order of the ``target_executed`` observation index.
 VERDICTS: tuple[Verdict, ...] = (Verdict.NOT_CHECKED, Verdict.UNKNOWN, Verdict.NO, Verdict.YES)
@@ -59,11 +59,13 @@ class KernelEnv(gymnasium.Env):
     components are in ``info["reward_components"]``.
 
     **Episode end.** Terminated when a PASSED turn reaches ``target_speedup``; truncated after
-    ``max_turns`` turns. A turn that ends the episode early is also paid, by default
-    (``pay_cut_off_turns``), what resubmitting it would earn in each turn it cuts off (the reward
-    function's own answer for a repeat: ``reward(feedback, history + [feedback] * k)``), so that reaching
-    the target never pays less than staying just below it and resubmitting (with a per-turn reward, a
-    1.19x kernel resubmitted for 8 turns out-earned a 2.0x one that ended the episode: reviewer's find).
+    ``max_turns`` turns. A turn that ends the episode early and qualifies (``rewards.gate.qualifies``: the
+    target proven where the reward requires it) is also paid, by default (``pay_cut_off_turns``), what
+    resubmitting it would earn in each turn it cuts off (the reward function's own answer for a repeat,
+    ``reward(feedback, history + [feedback] * k)``, discounted by ``cut_off_gamma`` ** k as a trainer
+    discounts later turns: pass its gamma; 1.0 by default), so that reaching the target never pays
+    less than staying just below it and resubmitting (with a per-turn reward, a 1.19x kernel
+    resubmitted for 8 turns out-earned a 2.0x one that ended the episode: reviewer's find).
     ``info["reward_components"]`` then holds ``cut_off_turns`` and ``cut_off_reward``.
 
     **Info.** ``feedback`` (the Feedback record), ``feedback_json``, ``reward_components``, ``task_id``,
@@ -120,6 +122,7 @@ class KernelEnv(gymnasium.Env):
         render_mode: str | None = None,
         dataset: str | Path | None = None,
         pay_cut_off_turns: bool = True,
+        cut_off_gamma: float = 1.0,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -133,6 +136,9 @@ class KernelEnv(gymnasium.Env):
         self.max_turns = max_turns
         self.target_speedup = target_speedup
         self.pay_cut_off_turns = pay_cut_off_turns
+        if not 0.0 <= cut_off_gamma <= 1.0:
+            raise ValueError(f"cut_off_gamma must lie in [0, 1], got {cut_off_gamma}")
+        self.cut_off_gamma = cut_off_gamma
         self.variant = pack_variant(variant)
         self.render_mode = render_mode
         self.reward_fn = resolve_reward(reward)
@@ -235,9 +241,14 @@ class KernelEnv(gymnasium.Env):
         terminated = fb.status is Status.PASSED and speedup >= self.target_speedup
         truncated = not terminated and self._turn >= self.max_turns
         total, components = float(result.total), dict(result.components)
-        cut_off = self.max_turns - self._turn if terminated and self.pay_cut_off_turns else 0
+        require = getattr(self.reward_fn, "require_target", True)
+        paid = terminated and self.pay_cut_off_turns and gate.qualifies(fb, require)
+        cut_off = self.max_turns - self._turn if paid else 0
         if cut_off:  # what resubmitting this turn would earn in each turn the episode no longer has
-            repeats = [self.reward_fn(fb, (*self._history, *(fb,) * k)).total for k in range(cut_off)]
+            repeats = [
+                self.cut_off_gamma ** (k + 1) * self.reward_fn(fb, (*self._history, *(fb,) * k)).total
+                for k in range(cut_off)
+            ]
             components.update(cut_off_turns=float(cut_off), cut_off_reward=float(sum(repeats)))
             total += float(sum(repeats))
         self._last_text = render_feedback(fb)

@@ -318,6 +318,7 @@ class MultiTurnRollout:
             max_turns=self.config.max_turns,
             target_speedup=self.target_speedup,
             variant=variant,
+            cut_off_gamma=self.config.gamma,  # the cut-off turns' pay, discounted as their returns would be
         )
 
     def _release(self, episodes: list[_Episode]) -> None:

@@ -171,29 +171,49 @@ def _passed(speedup: float) -> Feedback:
     return Feedback(task_id="Gemm-sm90a", status=Status.PASSED, stage=Stage.DONE, timing=timing)
 
 
-@pytest.mark.parametrize("pay", [True, False])
-def test_a_turn_that_ends_the_episode_is_paid_for_the_turns_it_cuts_off(pay: bool) -> None:
+class PerTurn:
+    """1 per PASSED turn; notes how often it saw the same feedback in its history."""
+
+    def __init__(self, require_target: bool) -> None:
+        self.require_target, self.seen = require_target, []
+
+    def __call__(self, fb, history):
+        from ptxgym.rewards import RewardResult
+
+        self.seen.append(sum(1 for h in history if h is fb))
+        return RewardResult(total=1.0 if fb.status is Status.PASSED else 0.0, components={})
+
+
+@pytest.mark.parametrize(("pay", "gamma"), [(True, 1.0), (True, 0.5), (False, 1.0)])
+def test_a_turn_that_ends_the_episode_is_paid_for_the_turns_it_cuts_off(pay: bool, gamma: float) -> None:
     """Reaching the target must never pay less than staying just below it and resubmitting.
 
     (Reviewer's find: with a per-turn reward a 1.19x kernel resubmitted for 8 turns out-earned a 2.0x
-    kernel that ended the episode.) Each cut-off turn pays the reward's own answer for a repeat.
+    kernel that ended the episode.) Each cut-off turn pays the reward's own answer for a repeat,
+    discounted as a trainer would (``cut_off_gamma``).
     """
-    from ptxgym.rewards import RewardResult
-
-    seen: list[int] = []
-
-    def per_turn(fb, history):  # 1 per PASSED turn; how often it saw this feedback before
-        seen.append(sum(1 for h in history if h is fb))
-        return RewardResult(total=1.0 if fb.status is Status.PASSED else 0.0, components={})
-
-    env = make(reward=per_turn, max_turns=8, target_speedup=1.2, pay_cut_off_turns=pay).unwrapped
+    reward = PerTurn(require_target=False)
+    env = make(reward=reward, max_turns=8, pay_cut_off_turns=pay, cut_off_gamma=gamma).unwrapped
     env.reset(seed=0)
     _, below, terminated, _, _ = env.end_step(_passed(1.19))  # turn 1: below the target, goes on
     assert below == 1.0 and not terminated
-    _, reward, terminated, _, info = env.end_step(_passed(2.0))  # turn 2 of 8 ends the episode
+    _, got, terminated, _, info = env.end_step(_passed(2.0))  # turn 2 of 8 ends the episode
     assert terminated
     if pay:
-        assert reward == 1.0 + 6 and info["reward_components"]["cut_off_turns"] == 6.0
-        assert seen[2:] == [1, 2, 3, 4, 5, 6]  # each repeat saw the turn once more in its history
+        assert got == pytest.approx(1.0 + sum(gamma ** (k + 1) for k in range(6)))
+        assert info["reward_components"]["cut_off_turns"] == 6.0
+        assert reward.seen[2:] == [1, 2, 3, 4, 5, 6]  # each repeat saw the turn once more in its history
     else:
-        assert reward == 1.0 and "cut_off_turns" not in info["reward_components"]
+        assert got == 1.0 and "cut_off_turns" not in info["reward_components"]
+
+
+def test_a_turn_that_ends_the_episode_without_qualifying_is_not_paid_for_the_cut_off_turns() -> None:
+    """A fast PASSED turn whose target is not proven still ends the episode, but earns nothing more.
+
+    (Second reviewer's find: multiplying its reward made a kernel without the target instruction out-earn
+    an honest qualifying one, and multiplied the milestone rewards' penalty for it.)
+    """
+    env = make(reward=PerTurn(require_target=True), max_turns=8).unwrapped
+    env.reset(seed=0)
+    _, got, terminated, _, info = env.end_step(_passed(2.0))  # no target record: not proven
+    assert terminated and got == 1.0 and "cut_off_turns" not in info["reward_components"]
