@@ -127,3 +127,22 @@ def test_a_cached_pass_faces_the_secret_cross_check_draw_again(monkeypatch) -> N
     assert ev.evaluate(TASK, cand(turn=3, first=False)) is fresh and calls == [True]  # profiled for sure
     checked = passed().model_copy(update={"evidence": Evidence(target_executed=[Proof.NCU_OFFLINE])})
     assert not ev._redraw(checked) and not ev._redraw(verdict(Status.INCORRECT_NUMERICAL))
+    ev.verdicts.store(TASK, cand(turn=4), checked)  # a pass Nsight Compute checked is reused first
+    monkeypatch.setattr(ev, "_draw_crosscheck", lambda: True)
+    again = ev.evaluate(TASK, cand(turn=5, first=False))
+    assert again.cache_hit and Proof.NCU_OFFLINE in again.evidence.target_executed and calls == [True]
+
+
+def test_a_reused_pass_that_fails_its_drawn_cross_check_is_forgotten(monkeypatch) -> None:
+    """A re-evaluation that catches a forgery must stick: the stored pass is not paid again."""
+    from ptxgym.evaluation.trusted import local
+
+    ev = local.LocalGpuEvaluator.__new__(local.LocalGpuEvaluator)  # no GPU here: only the cache path
+    ev.settings, ev.verdicts = DEFAULT, VerdictCache(8)
+    ev._inflight, ev._inflight_lock = {}, threading.Lock()
+    ev.verdicts.store(TASK, cand(turn=1), passed())
+    caught = GpuVerdict(status=Status.PROOF_FAILED, stage=Stage.EXECUTE, message="counts disagree")
+    monkeypatch.setattr(ev, "_evaluate_now", lambda task, c, crosscheck=None: caught)
+    monkeypatch.setattr(ev, "_draw_crosscheck", lambda: True)
+    assert ev.evaluate(TASK, cand(turn=2, first=False)) is caught
+    assert ev.verdicts.lookup(TASK, cand(turn=3, first=False), DEFAULT) is None

@@ -239,6 +239,8 @@ class LocalGpuEvaluator(Evaluator):
             if cached is not None and not redrawn:
                 return cached
             verdict = self._evaluate_now(task, candidate, crosscheck=True if redrawn else None)
+            if redrawn and verdict.status is not Status.PASSED:  # caught: the stored pass must not return
+                self.verdicts.forget(task, candidate)
             if waited:
                 walls = {**verdict.stage_wall_s, "copy_wait": round(waited, 4)}
                 verdict = verdict.model_copy(update={"stage_wall_s": walls})

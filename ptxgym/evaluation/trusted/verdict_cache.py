@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass
 
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerdict, memcheck_due
-from ptxgym.records.feedback import WRONG_RESULT, Status
+from ptxgym.records.feedback import WRONG_RESULT, Proof, Status
 from ptxgym.records.tasks import Task
 
 #: Failures that are facts about the artifact on the task, whatever the inputs or the machine's state: the
@@ -94,6 +94,11 @@ def reusable(entry: Entry, candidate: BuiltCandidate, settings: EvalSettings) ->
     return same_episode and (memcheck_ran or not due)
 
 
+def _profiled(entry: Entry) -> bool:
+    """Whether Nsight Compute checked the stored verdict's target (such a pass is reused first)."""
+    return Proof.NCU_OFFLINE in entry.verdict.evidence.target_executed
+
+
 class VerdictCache:
     """Bounded (least recently used) verdicts of one evaluator; thread-safe."""
 
@@ -110,13 +115,19 @@ class VerdictCache:
             return None
         key = cache_key(task, candidate)
         with self._lock:
-            found = next((e for e in self._entries.get(key, []) if reusable(e, candidate, settings)), None)
+            usable = [e for e in self._entries.get(key, []) if reusable(e, candidate, settings)]
+            found = next((e for e in usable if _profiled(e)), usable[0] if usable else None)
             if found is None:
                 self.misses += 1
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
         return mark_hit(found)
+
+    def forget(self, task: Task, candidate: BuiltCandidate) -> None:
+        """Drop every stored verdict of this artifact (a re-evaluation of a reused pass did not pass)."""
+        with self._lock:
+            self._entries.pop(cache_key(task, candidate), None)
 
     def store(self, task: Task, candidate: BuiltCandidate, verdict: GpuVerdict) -> None:
         """Keep a verdict that is a fact about the candidate (``storable``); the oldest key goes first."""
