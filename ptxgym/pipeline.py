@@ -366,6 +366,7 @@ class Pipeline:
             environment=self._environment(v.environment),
             log=v.log,
             cache_hit=v.cache_hit,
+            candidate_ran=v.candidate_ran,
         )
 
 

@@ -21,7 +21,11 @@ by the target: it is how a staged reward shapes the failures.
 Forfeits. FOREIGN_KERNEL (a kernel not from the candidate's module ran during its calls) and PROOF_FAILED
 (a proof tool failed or timed out on the candidate) pay nothing at all: ``extracted``, ``compiled`` and
 ``ran`` are false for them too, so every reward gives them its lowest value (0 for the staged, speed and
-bonus rewards; the failure penalty of the milestone rewards: -1 for cuda_agent, -0.5 for kernrl).
+bonus rewards; the failure penalty of the milestone rewards: -1 for cuda_agent, -0.5 for kernrl). So does
+an INFRA_ERROR after the candidate's code was loaded (``Feedback.candidate_ran``: an exception in the
+evaluator's proofs, a Ray actor that died running it twice): a candidate that breaks the evaluator's own
+code must not earn more than one its proofs caught. One before that (a worker that could not start, a
+build tool, the machine) keeps its build credit; training drops it (``skip_infra``).
 
 ``speedup_of`` is the speedup a reward may use: a finite positive number for a qualifying turn, else None.
 """
@@ -37,7 +41,9 @@ FORFEITS = frozenset({Status.FOREIGN_KERNEL, Status.PROOF_FAILED})
 
 
 def forfeited(feedback: Feedback) -> bool:
-    """Whether the turn forfeits every credit (FOREIGN_KERNEL, PROOF_FAILED)."""
+    """Whether the turn forfeits every credit (FOREIGN_KERNEL, PROOF_FAILED; INFRA_ERROR once it ran)."""
+    if feedback.status is Status.INFRA_ERROR:
+        return feedback.candidate_ran
     return feedback.status in FORFEITS
 
 

@@ -1,9 +1,10 @@
 """Discrete milestone rewards with penalties, as two published kernel-RL systems define them.
 
 Both treat a PASSED turn that does not qualify (target instruction not proven where required, see
-``rewards.gate``) and a TIMING_ANOMALY as incorrect. NOT_EVALUATED (no GPU) and INFRA_ERROR (the
-evaluator failed) carry no information about the candidate and pay 0. FOREIGN_KERNEL and PROOF_FAILED
-get the lowest value (``gate.forfeited``: -1 and -0.5), never more than an honest failure.
+``rewards.gate``) and a TIMING_ANOMALY as incorrect. NOT_EVALUATED (no GPU) and an INFRA_ERROR before
+the candidate's code was loaded (the evaluator failed) carry no information about the candidate and pay 0.
+FOREIGN_KERNEL, PROOF_FAILED and an INFRA_ERROR after it was loaded (``Feedback.candidate_ran``) get the
+lowest value (``gate.forfeited``: -1 and -0.5), never more than an honest failure.
 
 ``cuda_agent`` (CUDA Agent, arXiv 2602.24286; rlenv.md d.5)::
 
@@ -38,7 +39,7 @@ class CudaAgentReward:
 
     def __call__(self, feedback: Feedback, history: Sequence[Feedback] = ()) -> RewardResult:
         """Reward one turn."""
-        if feedback.status in _NEUTRAL:
+        if feedback.status in _NEUTRAL and not gate.forfeited(feedback):
             v = 0.0
         else:
             s = gate.speedup_of(feedback, self.require_target)
@@ -55,7 +56,7 @@ class KernrlReward:
 
     def __call__(self, feedback: Feedback, history: Sequence[Feedback] = ()) -> RewardResult:
         """Reward one turn."""
-        if feedback.status in _NEUTRAL:
+        if feedback.status in _NEUTRAL and not gate.forfeited(feedback):
             v = 0.0
         elif not gate.compiled(feedback):
             v = -0.5

@@ -12,7 +12,9 @@ policy, nvcc builds concurrently on a build pool, SASS census, then the built ca
 ``evaluate_many`` call to the GPU evaluator when one is attached) and waits for it, scores each Feedback
 with a ptxgym reward (``ptxgym.rewards.resolve_reward``), logs every reward component, the compile and
 correct rates and the status of each completion, and returns ``None`` for INFRA_ERROR turns (our fault,
-not the model's: TRL leaves a None out of the group baseline).
+not the model's: TRL leaves a None out of the group baseline) unless the candidate's code had been loaded
+(``Feedback.candidate_ran``): those are scored like a broken proof, or breaking the evaluator would
+escape the group's lowest advantage.
 """
 
 from __future__ import annotations
@@ -215,6 +217,6 @@ class EnvReward:
         if self.on_feedback is not None:
             self.on_feedback(feedbacks)
         return [
-            None if self.skip_infra and fb.status is Status.INFRA_ERROR else r.total
+            None if self.skip_infra and fb.status is Status.INFRA_ERROR and not fb.candidate_ran else r.total
             for fb, r in zip(feedbacks, results, strict=True)
         ]

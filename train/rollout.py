@@ -72,6 +72,14 @@ def _status(turn: _Turn) -> Status:
     return turn.feedback.status
 
 
+def _ours(turn: _Turn) -> bool:
+    """An infrastructure failure before the candidate's code was loaded (dropped with ``skip_infra``).
+
+    One after it may be the candidate's doing, and is scored like a broken proof (``rewards.gate``).
+    """
+    return _status(turn) is Status.INFRA_ERROR and not (turn.feedback and turn.feedback.candidate_ran)
+
+
 @dataclass
 class _Episode:
     group: int
@@ -235,6 +243,7 @@ class MultiTurnRollout:
             returns=[r[1] for r in rows],
             turn_index=[r[2] for r in rows],
             statuses=[_status(t) for t in turns],
+            ours=[_ours(t) for t in turns],
             turn_rewards=[r[3] for r in rows],
             env_mask=None,
             feedbacks=[t.feedback for t in turns],
@@ -261,6 +270,7 @@ class MultiTurnRollout:
             returns=[e.returns(self.config.gamma)[0] for e in episodes],
             turn_index=[len(e.turns) for e in episodes],
             statuses=[_status(e.turns[-1]) for e in episodes],
+            ours=[_ours(e.turns[-1]) for e in episodes],
             turn_rewards=[[t.reward for t in e.turns] for e in episodes],
             env_mask=masks,
             feedbacks=[t.feedback for t in all_turns],
@@ -276,6 +286,7 @@ class MultiTurnRollout:
         returns,
         turn_index,
         statuses,
+        ours,
         turn_rewards,
         env_mask,
         feedbacks,
@@ -283,10 +294,7 @@ class MultiTurnRollout:
     ) -> dict[str, Any]:
         if isinstance(logprobs, list) and any(lp is None for lp in logprobs):
             logprobs = None
-        rewards = [
-            None if self.config.skip_infra and s is Status.INFRA_ERROR else r
-            for r, s in zip(returns, statuses, strict=True)
-        ]
+        rewards = [None if self.config.skip_infra and o else r for r, o in zip(returns, ours, strict=True)]
         out = {
             "prompt_ids": prompt_ids,
             "completion_ids": completion_ids,

@@ -397,6 +397,11 @@ class Feedback(BaseModel):
         description="The GPU verdict was reused from the evaluator's verdict cache: the same built artifact "
         "on the same task was evaluated before (a pass only within the same episode).",
     )
+    candidate_ran: bool = Field(
+        False,
+        description="The candidate's code was loaded into a worker before the verdict (an INFRA_ERROR "
+        "after that may be its doing: the rewards forfeit it, ``rewards.gate.forfeited``).",
+    )
 
     @property
     def speedup(self) -> float | None:

@@ -413,3 +413,25 @@ def test_max_spares_comes_from_the_environment(monkeypatch):
         monkeypatch.setenv("PTXGYM_MAX_SPARES", bad)
         with pytest.raises(ValueError, match="PTXGYM_MAX_SPARES"):
             settings.max_spares()
+
+
+def test_an_infra_error_says_whether_the_candidate_had_been_loaded(tmp_path, monkeypatch):
+    """``candidate_ran``: a fault after the candidate's code was loaded may be its doing.
+
+    The rewards then forfeit it; one before (here the worker's calibration) is the evaluator's alone.
+    """
+    from ptxgym.evaluation.trusted.session import Session
+
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path, candidate=wrong))
+    task = gemm_task()
+    assert ev.evaluate(task, built(task, 0)).status is Status.INCORRECT_NUMERICAL  # the baseline, once
+
+    def broken(*a, **kw):
+        raise RuntimeError("an evaluator bug")
+
+    monkeypatch.setattr(Session, "correctness", broken)  # after the load
+    after = ev.evaluate(task, built(task, 1).model_copy(update={"artifact_sha256": "c" * 64}))
+    assert after.status is Status.INFRA_ERROR and after.candidate_ran
+    monkeypatch.setattr(Session, "calibrate", broken)  # before it
+    before = ev.evaluate(task, built(task, 2).model_copy(update={"artifact_sha256": "d" * 64}))
+    assert before.status is Status.INFRA_ERROR and not before.candidate_ran

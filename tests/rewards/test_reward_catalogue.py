@@ -130,6 +130,7 @@ def test_cuda_agent_milestones(fb):
     assert r(fb(Status.PASSED, speedup=1.5, executed=Verdict.UNKNOWN), []).total == -1.0
     assert r(fb(Status.NOT_EVALUATED), []).total == 0.0
     assert r(fb(Status.INFRA_ERROR), []).total == 0.0
+    assert r(fb(Status.INFRA_ERROR).replace(candidate_ran=True), []).total == -1.0  # as a broken proof
     assert r(fb(Status.PASSED, speedup=0.9), []).total == 1.0
     assert r(fb(Status.PASSED, speedup=1.1), []).total == 2.0
     assert r(fb(Status.FOREIGN_KERNEL, speedup=3.0), []).total == -1.0

@@ -52,6 +52,14 @@ def test_infra_error_without_a_build_pays_nothing(fb):
     assert StagedReward()(f, []).total == 0.0
 
 
+def test_an_infra_error_after_the_candidate_ran_forfeits_like_a_broken_proof(fb):
+    """Breaking the evaluator's own code once loaded must not pay more than a proof that caught it."""
+    before = fb(Status.INFRA_ERROR)
+    assert not before.candidate_ran and StagedReward()(before, []).total == pytest.approx(0.15)
+    after = before.replace(candidate_ran=True)
+    assert StagedReward()(after, []).total == StagedReward()(fb(Status.PROOF_FAILED), []).total == 0.0
+
+
 @pytest.mark.parametrize(
     ("speedup", "executed", "expected"),
     [

@@ -293,3 +293,37 @@ def test_a_batch_shares_feedback_only_between_responses_with_the_same_files():
     assert candidate_key(response("#define N 1")) != candidate_key(response("#define N 2"))
     assert candidate_key(response("#define N 1")) == candidate_key(response("#define N 1", "Here it is.\n"))
     assert candidate_key("no code at all") != candidate_key("no code either")
+
+
+def test_grpo_drops_only_infra_errors_from_before_the_candidate_ran():
+    """An INFRA_ERROR once the candidate's code was loaded is scored, not dropped.
+
+    Else breaking the evaluator would escape the group's lowest advantage.
+    """
+    from ptxgym.records.feedback import Feedback, Stage, Status
+    from ptxgym.train.env_reward import EnvReward
+
+    def turn(status: Status, ran: bool = False) -> Feedback:
+        return Feedback(task_id="Gemm-sm90a", status=status, stage=Stage.RUN, candidate_ran=ran)
+
+    feedbacks = [turn(Status.INFRA_ERROR), turn(Status.INFRA_ERROR, ran=True), turn(Status.PROOF_FAILED)]
+
+    class Pool:  # stands in for the pipeline: these feedbacks, in order
+        async def run_many(self, items):
+            return feedbacks[: len(items)]
+
+    reward = EnvReward("staged", pool=Pool())  # type: ignore[arg-type]
+    got = asyncio.run(reward([""] * 3, ["x"] * 3, task_id=["Gemm-sm90a"] * 3))
+    assert got == [None, 0.0, 0.0]
+
+
+def test_the_multi_turn_rollout_drops_the_same_infra_errors():
+    from ptxgym.records.feedback import Feedback, Stage, Status
+    from ptxgym.train.rollout import _ours, _Turn
+
+    def played(status: Status, ran: bool = False) -> _Turn:
+        fb = Feedback(task_id="Gemm-sm90a", status=status, stage=Stage.RUN, candidate_ran=ran)
+        return _Turn([], [], None, feedback=fb)
+
+    assert _ours(played(Status.INFRA_ERROR)) and not _ours(played(Status.INFRA_ERROR, ran=True))
+    assert not _ours(played(Status.PROOF_FAILED))

@@ -352,6 +352,11 @@ class GpuVerdict(BaseModel):
         False,
         description="Answered from the evaluator's verdict cache (the same artifact, evaluated before).",
     )
+    candidate_ran: bool = Field(
+        False,
+        description="The candidate's code was loaded into a worker before the verdict (an INFRA_ERROR "
+        "after that may be its doing: the rewards forfeit it, ``rewards.gate.forfeited``).",
+    )
 
 
 class Evaluator(ABC):

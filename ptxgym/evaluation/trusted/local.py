@@ -132,6 +132,9 @@ class WorkerSetupError(InfraError):
 class LocalGpuEvaluator(Evaluator):
     """Runs, checks, times and profiles candidates on one local GPU."""
 
+    _loaded = threading.local()
+    """``now``: whether this thread's evaluation loaded the candidate (``_infra``'s candidate_ran)."""
+
     name = "local"
     thread_safe = True
     """Many threads may call ``evaluate`` at once: the GPU queue orders them (first come, first served)."""
@@ -265,14 +268,17 @@ class LocalGpuEvaluator(Evaluator):
     ) -> GpuVerdict:
         """``evaluate`` past the cache: the GPU turn, then the proofs (``crosscheck``: ``_evaluate``)."""
         pending: Turn | None = None
+        self._loaded.now = False  # set when this thread loads the candidate (``_measure``)
         with self.queue.turn():
             t0 = time.perf_counter()
             try:
                 verdict, pending = self._evaluate_or_demote(task, candidate, crosscheck)
             except InfraError as exc:
-                verdict = self._infra(str(exc), traceback.format_exc())
+                verdict = self._infra(str(exc), traceback.format_exc(), self._loaded.now)
             except Exception as exc:  # noqa: BLE001 - never raise into the episode
-                verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                verdict = self._infra(
+                    f"{type(exc).__name__}: {exc}", traceback.format_exc(), self._loaded.now
+                )
             held, waited = time.perf_counter() - t0, self.queue.last_wait_s
         if pending is not None:
             verdict = self._finish(pending, verdict)
@@ -424,7 +430,7 @@ class LocalGpuEvaluator(Evaluator):
                 turn.walls["proof_slot"] = round(time.perf_counter() - t, 4)
                 verdict = self._post_checks(turn, verdict, gated)
         except Exception as exc:  # noqa: BLE001 - never raise into the episode
-            verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc(), candidate_ran=True)
         finally:
             if turn.proof_inputs is not None:
                 turn.proof_inputs.unlink(missing_ok=True)
@@ -816,6 +822,8 @@ class LocalGpuEvaluator(Evaluator):
         )
         session.start_clock(budget)
         try:
+            if turn.candidate is not None:
+                self._loaded.now = True
             session.load(turn.load)
             turn.stage = Stage.CHECK
             with turn.timed("check"):
@@ -1094,11 +1102,13 @@ class LocalGpuEvaluator(Evaluator):
         turn.walls.update(walls)
         return with_proofs(verdict, proofs)
 
-    def _infra(self, message: str, tb: str) -> GpuVerdict:
+    def _infra(self, message: str, tb: str, candidate_ran: bool = False) -> GpuVerdict:
+        """An evaluator fault; ``candidate_ran``: after the candidate's code was loaded (may be its doing)."""
         return GpuVerdict(
             status=Status.INFRA_ERROR,
             stage=Stage.RUN,
             environment=self.environment,
             message=f"evaluator fault (not the candidate's): {message}"[:1500],
             log=truncate(tb, 3000),
+            candidate_ran=candidate_ran,
         )

@@ -376,12 +376,13 @@ class RayEvaluator(Evaluator):
                 self._slots[slot] = fresh
             return None
 
-    def _infra(self, message: str, exc: BaseException) -> GpuVerdict:
+    def _infra(self, message: str, exc: BaseException, candidate_ran: bool = False) -> GpuVerdict:
         return GpuVerdict(
             status=Status.INFRA_ERROR,
             stage=Stage.RUN,
             message=message,
             environment=EnvironmentInfo(evaluator=self.name),
+            candidate_ran=candidate_ran,
             log="".join(traceback.format_exception(exc))[-3000:],
         )
 
@@ -467,6 +468,7 @@ class _Batch:
                     f"the evaluator actor died while evaluating this candidate, {ATTEMPTS} times (it was "
                     f"replaced each time): {_first_line(exc)}",
                     exc,
+                    candidate_ran=True,  # it was running this candidate each time
                 )
 
 
