@@ -28,6 +28,11 @@ class WeightedReward:
                 raise ValueError(f"term names may not contain '.', got {name!r}")
 
     @property
+    def require_target(self) -> bool:
+        """Whether every term requires the target proven (what an env asks of a reward: ``gate``)."""
+        return all(getattr(fn, "require_target", True) for fn, _ in self.terms.values())
+
+    @property
     def weights(self) -> dict[str, float]:
         """Term name -> weight."""
         return {name: w for name, (_, w) in self.terms.items()}

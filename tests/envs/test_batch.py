@@ -207,3 +207,11 @@ def test_a_pass_without_a_target_record_earns_no_target_credit() -> None:
     assert not qualifies(fb)
     failed = pipeline._merge(parts, 0, GpuVerdict(status=Status.RUNTIME_ERROR, stage=Stage.RUN, message="x"))
     assert failed.target is not None and failed.target.mode == "static"  # shown, never paid (not PASSED)
+
+
+def test_the_feedback_keeps_whether_the_candidate_ran() -> None:
+    """``candidate_ran`` decides whether an INFRA_ERROR forfeits: the pipeline must carry it over."""
+    pipeline = Pipeline(get_task("Gemm-sm90a"), NullEvaluator())
+    for ran in (True, False):
+        v = GpuVerdict(status=Status.INFRA_ERROR, stage=Stage.RUN, message="x", candidate_ran=ran)
+        assert pipeline._merge({"stage_wall_s": {}}, 0, v).candidate_ran is ran

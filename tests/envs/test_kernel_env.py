@@ -217,3 +217,21 @@ def test_a_turn_that_ends_the_episode_without_qualifying_is_not_paid_for_the_cut
     env.reset(seed=0)
     _, got, terminated, _, info = env.end_step(_passed(2.0))  # no target record: not proven
     assert terminated and got == 1.0 and "cut_off_turns" not in info["reward_components"]
+
+
+def test_a_proven_turn_is_paid_for_its_cut_off_turns_under_a_composite_reward() -> None:
+    """The target required and proven; a weighted reward answers ``require_target`` for its terms."""
+    from ptxgym.records.feedback import TargetInfo, Verdict
+    from ptxgym.rewards import resolve_reward
+
+    reward = resolve_reward("staged + 0.5*log_speedup")
+    assert reward.require_target is True
+    assert resolve_reward("staged + 0.5*log_speedup", require_target=False).require_target is False
+    proven = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, mma_share=1.0)
+    fb = _passed(2.0).replace(target=proven)
+    env = make(reward=reward, max_turns=4).unwrapped
+    env.reset(seed=0)
+    _, got, terminated, _, info = env.end_step(fb)
+    once = reward(fb, ()).total
+    assert terminated and info["reward_components"]["cut_off_turns"] == 3.0
+    assert got == pytest.approx(once + info["reward_components"]["cut_off_reward"]) and got > once

@@ -203,3 +203,20 @@ def test_passing_copies_the_cache_cannot_answer_wait_for_the_first_then_run(tmp_
     waits = sorted(v.stage_wall_s.get("copy_wait", 0.0) for v in verdicts)
     assert waits[0] == 0.0 and waits[1] > 0.05  # one waited for the other's verdict
     assert ev._inflight == {}
+
+
+def test_a_proof_driver_that_never_reached_its_gate_ran_no_candidate_code(tmp_path, monkeypatch):
+    """A ``GateError`` (another process deleted the gate's ``ready``) does not forfeit the victim."""
+    from ptxgym.evaluation.trusted.tools import GateError
+
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), MEMCHECK)
+    task = gemm_task()
+    for error, ran in ((GateError("the driver never reached its gate"), False), (RuntimeError("bug"), True)):
+
+        def failing(*a, error=error, **kw):
+            raise error
+
+        monkeypatch.setattr(local, "run_proofs", failing)
+        cand = built(task, 0).model_copy(update={"artifact_sha256": f"{int(ran)}" * 64})
+        verdict = ev.evaluate(task, cand)
+        assert verdict.status is Status.INFRA_ERROR and verdict.candidate_ran is ran, verdict.message

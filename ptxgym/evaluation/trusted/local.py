@@ -83,6 +83,7 @@ from ptxgym.evaluation.trusted.sass_join import (
 )
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
+from ptxgym.evaluation.trusted.tools import GateError
 from ptxgym.evaluation.trusted.turn import Turn
 from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
 from ptxgym.evaluation.trusted.verdict_cache import cache_key as verdict_key
@@ -430,7 +431,9 @@ class LocalGpuEvaluator(Evaluator):
                 turn.walls["proof_slot"] = round(time.perf_counter() - t, 4)
                 verdict = self._post_checks(turn, verdict, gated)
         except Exception as exc:  # noqa: BLE001 - never raise into the episode
-            verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc(), candidate_ran=True)
+            # a proof tool's driver that never reached its gate ran no candidate code (tools.GateError)
+            ran = not isinstance(exc, GateError)
+            verdict = self._infra(f"{type(exc).__name__}: {exc}", traceback.format_exc(), candidate_ran=ran)
         finally:
             if turn.proof_inputs is not None:
                 turn.proof_inputs.unlink(missing_ok=True)
@@ -1108,7 +1111,11 @@ class LocalGpuEvaluator(Evaluator):
             status=Status.INFRA_ERROR,
             stage=Stage.RUN,
             environment=self.environment,
-            message=f"evaluator fault (not the candidate's): {message}"[:1500],
+            message=(
+                f"evaluator fault after the candidate's code was loaded (it may be its doing): {message}"
+                if candidate_ran
+                else f"evaluator fault (not the candidate's): {message}"
+            )[:1500],
             log=truncate(tb, 3000),
             candidate_ran=candidate_ran,
         )

@@ -25,9 +25,10 @@ after it (and after the sandbox), so what runs beside another candidate's timing
 has not touched the GPU. The go is authenticated: the driver's command line carries the SHA-256 of a
 secret that only ``go`` holds, written under the hold, so another candidate's process (whose jail may be
 partial, ``sandbox.py``) cannot let a driver go early. What such a process could still do is delete or
-plant ``ready`` (the run then ends as the evaluator's INFRA_ERROR, which the trainers skip rather than
-score, ``train/env_reward.py``; or its GPU phase starts early): it costs the victim a sample, pays the
-attacker nothing, and needs the partial jail's hole.
+plant ``ready`` (the run then ends as the evaluator's INFRA_ERROR, ``GateError``: no candidate code ran,
+so ``candidate_ran`` stays False and the trainers skip it rather than score it, ``train/env_reward.py``;
+or its GPU phase starts early): it costs the victim a sample, pays the attacker nothing, and needs the
+partial jail's hole.
 """
 
 from __future__ import annotations
