@@ -40,6 +40,11 @@ FORFEITS = frozenset({Status.FOREIGN_KERNEL, Status.PROOF_FAILED})
 """Statuses that pay nothing, not even stage credit (see the module docstring)."""
 
 
+def evaluator_fault(feedback: Feedback) -> bool:
+    """An INFRA_ERROR from before the candidate's code was loaded: the evaluator's fault alone."""
+    return feedback.status is Status.INFRA_ERROR and not feedback.candidate_ran
+
+
 def forfeited(feedback: Feedback) -> bool:
     """Whether the turn forfeits every credit (FOREIGN_KERNEL, PROOF_FAILED; INFRA_ERROR once it ran)."""
     if feedback.status is Status.INFRA_ERROR:

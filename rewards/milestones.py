@@ -28,7 +28,10 @@ from ptxgym.records.feedback import Feedback, Status
 from ptxgym.rewards import gate
 from ptxgym.rewards.base import RewardResult, register_reward
 
-_NEUTRAL = {Status.NOT_EVALUATED, Status.INFRA_ERROR}
+
+def _neutral(feedback: Feedback) -> bool:
+    """No information about the candidate: no GPU, or the evaluator's own fault (``gate.evaluator_fault``)."""
+    return feedback.status is Status.NOT_EVALUATED or gate.evaluator_fault(feedback)
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class CudaAgentReward:
 
     def __call__(self, feedback: Feedback, history: Sequence[Feedback] = ()) -> RewardResult:
         """Reward one turn."""
-        if feedback.status in _NEUTRAL and not gate.forfeited(feedback):
+        if _neutral(feedback):
             v = 0.0
         else:
             s = gate.speedup_of(feedback, self.require_target)
@@ -56,7 +59,7 @@ class KernrlReward:
 
     def __call__(self, feedback: Feedback, history: Sequence[Feedback] = ()) -> RewardResult:
         """Reward one turn."""
-        if feedback.status in _NEUTRAL and not gate.forfeited(feedback):
+        if _neutral(feedback):
             v = 0.0
         elif not gate.compiled(feedback):
             v = -0.5

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator
-from ptxgym.records.feedback import Feedback, Status
+from ptxgym.records.feedback import Feedback
 from ptxgym.rewards import RewardFn, gate, resolve_reward
 
 
@@ -217,6 +217,6 @@ class EnvReward:
         if self.on_feedback is not None:
             self.on_feedback(feedbacks)
         return [
-            None if self.skip_infra and fb.status is Status.INFRA_ERROR and not fb.candidate_ran else r.total
+            None if self.skip_infra and gate.evaluator_fault(fb) else r.total
             for fb, r in zip(feedbacks, results, strict=True)
         ]

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ptxgym.envs.vector import step_many
 from ptxgym.records.feedback import Feedback, Status
-from ptxgym.rewards import discounted_returns, resolve_reward
+from ptxgym.rewards import discounted_returns, gate, resolve_reward
 from ptxgym.rewards.base import RewardSpec
 from ptxgym.train.env_reward import PipelinePool, PromptIndex, summarise
 
@@ -77,7 +77,9 @@ def _ours(turn: _Turn) -> bool:
 
     One after it may be the candidate's doing, and is scored like a broken proof (``rewards.gate``).
     """
-    return _status(turn) is Status.INFRA_ERROR and not (turn.feedback and turn.feedback.candidate_ran)
+    _status(turn)  # a turn without its feedback raises there
+    assert turn.feedback is not None
+    return gate.evaluator_fault(turn.feedback)
 
 
 @dataclass

@@ -125,11 +125,9 @@ class Held:
     state: list
     """The set's sign state for that call."""
     fresh: dict[str, Any] | None
-    """The new draw the call ran on (None: a pool entry, or no fresh values)."""
+    """The new draw the call ran on (None: a pool entry, or the seeded values x ``state``)."""
     pool_reference: dict[str, Any] | None
     """The pool entry's stored reference (None: a new draw, or no fresh values)."""
-    redrawn: bool
-    """Whether the call ran on fresh values (False: the seeded values x ``state``)."""
 
 
 def torch_zeros_on(device) -> None:
@@ -466,7 +464,7 @@ class Arena:
         if not keep:
             return None
         fresh = s.fresh if s.pool_reference is None else None  # an entry's outputs need only its reference
-        return Held(index, outputs, s.state, fresh, s.pool_reference, s.fresh is not None)
+        return Held(index, outputs, s.state, fresh, s.pool_reference)
 
     def reserve_holds(self, kept: int) -> None:
         """Have the allocator hold room for ``kept`` held calls before the first trial that defers.
@@ -495,12 +493,11 @@ class Arena:
         Its inputs were compared right after the call (``hold``); a write shows in ``mutated_inputs``.
         """
         s = self.sets[held.index]
-        if not held.redrawn:
-            expected = self.perturb.expected(s.reference, held.state)
-        elif held.pool_reference is not None:
+        if held.pool_reference is not None:
             expected = self.perturb.expected(held.pool_reference, held.state)
+        elif held.fresh is None:
+            expected = self.perturb.expected(s.reference, held.state)
         else:
-            assert held.fresh is not None, "a new draw keeps its values"
             want = self.perturb.expected_inputs(s.base_in, held.state, skip=tuple(held.fresh))
             want.update(held.fresh)
             expected = run_reference(self.task, self.namespace, want)

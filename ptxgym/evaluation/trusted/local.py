@@ -85,7 +85,7 @@ from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionRe
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.tools import GateError
 from ptxgym.evaluation.trusted.turn import Turn
-from ptxgym.evaluation.trusted.verdict_cache import VerdictCache
+from ptxgym.evaluation.trusted.verdict_cache import VerdictCache, profiled
 from ptxgym.evaluation.trusted.verdict_cache import cache_key as verdict_key
 from ptxgym.evaluation.trusted.verdicts import (
     correctness_info,
@@ -462,7 +462,7 @@ class LocalGpuEvaluator(Evaluator):
         past the first draw would be paid on every resubmission. A pass the profiler already checked is
         reused as it is.
         """
-        if cached.status is not Status.PASSED or Proof.NCU_OFFLINE in cached.evidence.target_executed:
+        if cached.status is not Status.PASSED or profiled(cached):
             return False
         return self._draw_crosscheck()
 

@@ -94,9 +94,9 @@ def reusable(entry: Entry, candidate: BuiltCandidate, settings: EvalSettings) ->
     return same_episode and (memcheck_ran or not due)
 
 
-def _profiled(entry: Entry) -> bool:
-    """Whether Nsight Compute checked the stored verdict's target (such a pass is reused first)."""
-    return Proof.NCU_OFFLINE in entry.verdict.evidence.target_executed
+def profiled(verdict: GpuVerdict) -> bool:
+    """Whether Nsight Compute checked the verdict's target (such a pass is reused first, never redrawn)."""
+    return Proof.NCU_OFFLINE in verdict.evidence.target_executed
 
 
 class VerdictCache:
@@ -116,7 +116,7 @@ class VerdictCache:
         key = cache_key(task, candidate)
         with self._lock:
             usable = [e for e in self._entries.get(key, []) if reusable(e, candidate, settings)]
-            found = next((e for e in usable if _profiled(e)), usable[0] if usable else None)
+            found = next((e for e in usable if profiled(e.verdict)), usable[0] if usable else None)
             if found is None:
                 self.misses += 1
                 return None
