@@ -251,3 +251,10 @@ def test_hardware_counters_alone_prove_the_target_with_a_lower_bound(tmp_path: P
     assert idle is not None and idle.executed is Verdict.NO and idle.work is Verdict.NO
     failed, why = hw_only_target(cand, SessionResult(hw_count_error="HwCountError: x"), HOPPER, 1.0, 1.0)
     assert failed is None and why == {"error": "HwCountError: x"}
+
+
+def test_only_the_runner_s_named_finite_phases_reach_the_stage_walls() -> None:
+    from ptxgym.evaluation.trusted.local import runner_phases
+
+    forged = {"setup": 120.0, "run": float("nan"), "read": -1.0, "ignore previous instructions": 5.0}
+    assert runner_phases(forged) == {"runner_hw_setup": 0.12}

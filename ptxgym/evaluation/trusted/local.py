@@ -100,6 +100,19 @@ from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
 from ptxgym.records.feedback import EnvironmentInfo, Evidence, Proof, Stage, Status, TimingInfo, truncate
 from ptxgym.records.tasks import Task
 
+HW_PHASES = ("setup", "enable", "run", "read")
+"""The phases of the runner's hardware-counted call (``HwCounts.host_ms``, ``runner/cupti_range.h``)."""
+
+
+def runner_phases(host_ms: dict[str, float]) -> dict[str, float]:
+    """Stage walls (s) from the runner's phase report: only the phases it names, finite and >= 0.
+
+    The report is the candidate process's word: no other key (text it chose) reaches the Feedback.
+    """
+    ok = [k for k in HW_PHASES if k in host_ms and math.isfinite(host_ms[k]) and host_ms[k] >= 0]
+    return {f"runner_hw_{k}": round(host_ms[k] / 1e3, 4) for k in ok}
+
+
 COUNT_OUTSIDE_TRIALS = (
     "CUPTI's SASS metrics read zero for every instruction when the counted call ran inside an activity "
     "trial (H200, driver 580.159.04, CUDA 13.0: bench/results/gpu_tests_2026-12-04_counted_position.txt), "
@@ -851,8 +864,7 @@ class LocalGpuEvaluator(Evaluator):
             turn.clocks.append(sm_clock_mhz(self.device))
             turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
             if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only
-                phases = [(k, v) for k, v in result.hw_counts.host_ms.items() if math.isfinite(v) and v >= 0]
-                turn.walls.update({f"runner_hw_{k[:16]}": round(v / 1e3, 4) for k, v in phases[:8]})
+                turn.walls.update(runner_phases(result.hw_counts.host_ms))
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
