@@ -16,7 +16,7 @@ from gymnasium import spaces
 from ptxgym.evaluation.trusted.base import EvalSettings, Evaluator
 from ptxgym.knowledge_packs.prompting import DEFAULT_VARIANT, TaskPrompt, build_task_prompt, pack_variant
 from ptxgym.pipeline import Submission, make_pipeline
-from ptxgym.records.feedback import Feedback, Status, Verdict
+from ptxgym.records.feedback import Feedback, Verdict
 from ptxgym.records.feedback_text import render_feedback
 from ptxgym.records.schema import Solution
 from ptxgym.records.tasks import Task, get_task
@@ -58,9 +58,10 @@ class KernelEnv(gymnasium.Env):
     **Reward.** ``reward(feedback, history)``: a registered name (default ``staged``) or a callable;
     components are in ``info["reward_components"]``.
 
-    **Episode end.** Terminated when a PASSED turn reaches ``target_speedup``; truncated after
-    ``max_turns`` turns. A turn that ends the episode early and qualifies (``rewards.gate.qualifies``: the
-    target proven where the reward requires it) is also paid, by default (``pay_cut_off_turns``), what
+    **Episode end.** Terminated when a turn that qualifies (``rewards.gate.qualifies``: PASSED, the target
+    proven where the reward requires it) reaches ``target_speedup``; truncated after ``max_turns`` turns;
+    a step after either raises ``ResetNeeded``. A turn that ends the episode early is also paid, by
+    default (``pay_cut_off_turns``), what
     resubmitting it would earn in each turn it cuts off (the reward function's own answer for a repeat,
     ``reward(feedback, history + [feedback] * k)``, discounted by ``cut_off_gamma`` ** k as a trainer
     discounts later turns: pass its gamma; 1.0 by default), so that reaching the target never pays
@@ -103,6 +104,10 @@ class KernelEnv(gymnasium.Env):
       behaves under a sanitizer; ``details["guard_pages"]`` of the verdict says which protection ran.
     * Loophole closed under ``-v0``: a turn that ends the episode at ``target_speedup`` is paid for the
       turns it cuts off (``pay_cut_off_turns``; ``False`` restores the old rule).
+    * Loopholes closed under ``-v0`` (review of 2026-12-05): a fast PASSED turn without the proven target
+      no longer ends the episode (it capped a policy's losses at one penalty and cut its returns), and a
+      step after the episode terminated raises ``ResetNeeded`` (it was paid again for the turns the end
+      had already paid).
     * tasks as data: ``reset`` draws a workload of the task's family (the ten original tasks have one,
       so nothing changes for them); ``ptxgym/Trace-v0`` plays dataset folders; several-file actions.
       Feedback names the workload a turn played (``workload``: uuid and axes; absent in older records).
@@ -163,6 +168,7 @@ class KernelEnv(gymnasium.Env):
         self._prompt: TaskPrompt | None = None
         self._last_text = ""
         self._input_seed: int | None = None
+        self._terminated = False
 
     # ---------------------------------------------------------------------------------- Gymnasium API
 
@@ -184,6 +190,7 @@ class KernelEnv(gymnasium.Env):
             raise TypeError("options['history'] must be a list of ptxgym.records.feedback.Feedback records")
         self._history = prior
         self._turn = len(prior)
+        self._terminated = False
         self._episode_id = uuid.uuid4().hex[:12]
         self._prompt = build_task_prompt(self.task, self.variant)
         self._last_text = self._prompt.text
@@ -227,6 +234,8 @@ class KernelEnv(gymnasium.Env):
         """
         if self._prompt is None:
             raise gymnasium.error.ResetNeeded("call reset() before step()")
+        if self._terminated:  # a step after it would be paid again for the turns its end already paid
+            raise gymnasium.error.ResetNeeded("the episode is over (terminated); call reset()")
         if self._turn >= self.max_turns:
             raise gymnasium.error.ResetNeeded("the episode is over (truncated); call reset()")
         first_correct = not any(f.correct for f in self._history)
@@ -238,12 +247,14 @@ class KernelEnv(gymnasium.Env):
         self._history.append(fb)
         self._turn += 1
         speedup = fb.speedup or 0.0
-        terminated = fb.status is Status.PASSED and speedup >= self.target_speedup
+        require = getattr(self.reward_fn, "require_target", True)
+        # only a turn that qualifies ends the episode: a fast one without the proven target would cap a
+        # policy's losses (the milestone rewards' penalty paid once) and stop its returns there
+        terminated = gate.qualifies(fb, require) and speedup >= self.target_speedup
+        self._terminated = terminated
         truncated = not terminated and self._turn >= self.max_turns
         total, components = float(result.total), dict(result.components)
-        require = getattr(self.reward_fn, "require_target", True)
-        paid = terminated and self.pay_cut_off_turns and gate.qualifies(fb, require)
-        cut_off = self.max_turns - self._turn if paid else 0
+        cut_off = self.max_turns - self._turn if terminated and self.pay_cut_off_turns else 0
         if cut_off:  # what resubmitting this turn would earn in each turn the episode no longer has
             repeats = [
                 self.cut_off_gamma ** (k + 1) * self.reward_fn(fb, (*self._history, *(fb,) * k)).total

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from pydantic import ValidationError
+
 from ptxgym.cpu.build import BuildOutcome, build_solution
 from ptxgym.cpu.extract import extract_sources
 from ptxgym.cpu.sass import sass_census
@@ -38,7 +40,7 @@ from ptxgym.cpu.signature import signature_problem
 from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.trusted.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
 from ptxgym.knowledge_packs.include_tree import pack_include_dirs
-from ptxgym.records.errors import ToolchainNotFoundError
+from ptxgym.records.errors import ToolchainNotFoundError, validation_summary
 from ptxgym.records.feedback import (
     EnvironmentInfo,
     Feedback,
@@ -152,8 +154,7 @@ class Pipeline:
                 if problem:
                     raise _StageFailed(Status.TASK_MISMATCH, Stage.EXTRACT, problem)
             else:
-                files = self._timed(parts, Stage.EXTRACT, lambda: self._extract(sub.action))  # type: ignore[arg-type]
-                solution = Solution.from_sources(files, self.task.definition.name, arch=self.task.arch)
+                solution = self._timed(parts, Stage.EXTRACT, lambda: self._extract(sub.action))  # type: ignore[arg-type]
             candidate = self._build_candidate(solution, parts, sub)
         except _StageFailed as fail:
             return Prepared(
@@ -229,7 +230,8 @@ class Pipeline:
             log=tail,
         )
 
-    def _extract(self, action: str) -> dict[str, str]:
+    def _extract(self, action: str) -> Solution:
+        """The action's files as a solution of this task; an unusable set of files is an EXTRACT_ERROR."""
         if not isinstance(action, str):
             raise _StageFailed(
                 Status.EXTRACT_ERROR, Stage.EXTRACT, f"the action must be text, got {type(action).__name__}"
@@ -237,7 +239,11 @@ class Pipeline:
         got = extract_sources(action)
         if got.files is None:
             raise _StageFailed(Status.EXTRACT_ERROR, Stage.EXTRACT, got.message)
-        return got.files
+        try:
+            return Solution.from_sources(got.files, self.task.definition.name, arch=self.task.arch)
+        except ValidationError as exc:  # e.g. a file named like the folder of another
+            why = f"the files do not form a solution: {validation_summary(exc)}"
+            raise _StageFailed(Status.EXTRACT_ERROR, Stage.EXTRACT, why) from exc
 
     def _mismatch(self, solution: Solution, definition: Definition | None) -> str:
         """Why a solution does not fit this task ("" when it does)."""

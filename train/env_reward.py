@@ -100,7 +100,7 @@ def candidate_key(text: str) -> str:
 
     files = extract_sources(text).files
     if files is None:
-        return hashlib.sha256(("\x00" + text).encode()).hexdigest()
+        return hashlib.sha256(("\x00" + text).encode("utf-8", "surrogatepass")).hexdigest()
     joined = "\x00".join(f"{name}\x00{files[name]}" for name in sorted(files))
     return hashlib.sha256(joined.encode()).hexdigest()
 

@@ -54,6 +54,7 @@ from ptxgym.cpu.jail import (
 from ptxgym.cpu.ptxas import parse_ptxas_report, ptxas_warnings
 from ptxgym.cpu.screen import (
     ScreenVerdict,
+    artifact_size_problem,
     check_artifact,
     check_solution_sources,
     policy_fingerprint,
@@ -65,7 +66,7 @@ from ptxgym.records.arch import ArchSpec
 from ptxgym.records.feedback import CompileInfo, Status, truncate
 from ptxgym.records.schema import Solution, SupportedLanguage
 
-BUILD_VERSION = "ptxgym-build-v3"
+BUILD_VERSION = "ptxgym-build-v4"
 """Part of every cache key: bump when the build procedure or the cache record format changes (flags,
 toolchain and policy rules enter the key by themselves)."""
 SO_NAME = "kernel.so"
@@ -233,6 +234,13 @@ def _unbuildable(solution: Solution) -> str | None:
     clash = [s.path for s in solution.sources if PurePosixPath(s.path).parts[:1] == (KEEP_DIR,)]
     if clash:
         return f"source path {clash[0]!r} is inside {KEEP_DIR}/, which the build keeps for itself"
+    stems: dict[str, str] = {}
+    for src in solution.sources:
+        if src.path.endswith(COMPILED_SUFFIXES):
+            stem = PurePosixPath(src.path).stem
+            if stem in stems:  # nvcc names its intermediates by the stem: one would overwrite another
+                return f"sources {stems[stem]!r} and {src.path!r} share a stem ({stem!r}): rename one"
+            stems[stem] = src.path
     return None
 
 
@@ -291,7 +299,9 @@ def _compile(
     timeout_s, memory_mb = limits
     inputs = _write_sources(solution, stage)
     flags = [*nvcc_flags(arch, toolchain, include_dirs), *KEEP_FLAGS]
-    argv = [str(toolchain.nvcc), *flags, "-o", SO_NAME, *inputs]
+    # every source as CUDA: a plain C++ file too goes through cudafe++, whose host translation the
+    # backstop reads (g++ alone would leave none)
+    argv = [str(toolchain.nvcc), *flags, "-o", SO_NAME, "-x", "cu", *inputs]
     start = time.perf_counter()
     jail = build_jail(toolchain, include_dirs, stage, limits, jailing)
     env = toolchain.subprocess_env(stage)
@@ -320,7 +330,7 @@ def _compile(
             limit_text = f"{memory_mb} MiB address space, {FSIZE_LIMIT_BYTES >> 20} MiB per file"
             message, deterministic = error_message(log, shown, returncode, limit_text)
             return _failure(Status.COMPILE_ERROR, message, info=info, key=key, cacheable=deterministic)
-        verdict = _host_asm_backstop(stage / KEEP_DIR, own)
+        verdict = _host_asm_backstop(stage / KEEP_DIR)
         if verdict is not None:
             so_path.unlink()
             info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
@@ -330,10 +340,10 @@ def _compile(
         shutil.rmtree(stage / KEEP_DIR, ignore_errors=True)
 
 
-def _host_asm_backstop(keep: Path, own: list[str]) -> ScreenVerdict | None:
+def _host_asm_backstop(keep: Path) -> ScreenVerdict | None:
     """A STATIC_REJECT verdict if nvcc's host translation holds inline assembly from the solution."""
     for path in sorted(keep.glob("*.cudafe1.cpp")):
-        found = host_asm_in_translation(path.read_text(errors="replace"), own)
+        found = host_asm_in_translation(path.read_text(errors="replace"))
         if found:
             file, line, text = found
             snippet = " ".join(text.split())[:120]
@@ -353,6 +363,11 @@ def _inspect(
     key: str,
 ) -> BuildOutcome:
     """Export check, artifact policy and ptxas report of a freshly built object."""
+    too_large = artifact_size_problem(so_path)
+    if too_large is not None:
+        so_path.unlink()
+        info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
+        return _failure(Status.STATIC_REJECT, too_large.message, screen_verdict=too_large, info=info, key=key)
     dynamic = read_dynamic(so_path)
     symbol = solution.spec.entry_symbol
     resources = parse_ptxas_report(log)

@@ -15,7 +15,8 @@ unreadable; this filter makes sure the log would not carry them anyway. ``shown_
   lines, ``N errors detected in the compilation of``);
 
 and drops everything else, saying how many lines it dropped. Diagnostics located in any other file are
-dropped whole.
+dropped whole. The allowed roots' paths are shown as ``<sys>/...`` (no host path reaches the model), and
+a file the jail refuses reads as missing.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ _CONTEXT = re.compile(r"^\s+(?:detected during|instantiation of|required from|In
 _INTERMEDIATE = re.compile(
     r"^(?:[\w.-]+\.(?:ptx|cubin|s|cudafe1\.\w+|ii|fatbin(?:\.c)?|module_id|o)|\{standard input\})$"
 )
+_DENIED = re.compile(r": Permission denied\b")
 _LOCATIONS = (_LOCATED, _IN_FILE, _FILE_CONTEXT, _LINKER_REF, _PTXAS_AT, _ASSEMBLER)
 
 
@@ -69,7 +71,7 @@ class _Filter:
 
     def __init__(self, own_files: Iterable[str], public_roots: Iterable[Path]) -> None:
         self.own = {posixpath.normpath(f) for f in own_files}
-        self.public = [str(Path(r)) for r in public_roots]
+        self.public = sorted({str(p) for r in public_roots for p in (Path(r), Path(r).resolve())})
         self.follow = "none"  # what may follow the last diagnostic: all (own), context (public), none
         self.dropped = 0
 
@@ -111,11 +113,22 @@ def shown_log(log: str, own_files: Iterable[str], public_roots: Iterable[Path]) 
                 kept.append(line.rstrip())
         else:
             state.dropped += 1
-    text = "\n".join(kept).strip("\n")
+    text = _masked("\n".join(kept).strip("\n"), state.public)
     if state.dropped:
         noun = "line" if state.dropped == 1 else "lines"
         text += f"\n[{state.dropped} {noun} of compiler output about files outside the solution not shown]"
     return text + "\n" if text else ""
+
+
+def _masked(text: str, public_roots: list[str]) -> str:
+    """Host paths out of the shown log (``<sys>/`` for every allowed root); a refused file reads as missing.
+
+    A ``Permission denied`` would tell the model that a path it named exists behind the jail.
+    """
+    for root in sorted(public_roots, key=len, reverse=True):
+        if root not in ("", "/"):
+            text = text.replace(root + "/", "<sys>/")
+    return _DENIED.sub(": No such file or directory", text)
 
 
 def error_message(log: str, shown: str, returncode: int, limits: str) -> tuple[str, bool]:

@@ -114,6 +114,10 @@ def _decode(text: object) -> tuple[str | None, str | None]:
             return None, f"the response is not valid UTF-8 text (bad byte at offset {exc.start}): binary junk"
     if not isinstance(text, str):
         return None, f"the response must be text, got {type(text).__name__}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no file, hash or log line can hold it
+        return None, f"the response is not valid Unicode (lone surrogate at offset {exc.start}): binary junk"
     return text, None
 
 

@@ -39,6 +39,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ASM = re.compile(r"\b(?:asm|__asm|__asm__)\b")
+ASM_STRING_ATTRIBUTE = re.compile(
+    r"\b(?:__)?(?:section|symver|alias|ifunc|weakref)(?:__)?\s*\(\s*(?:u8|[uUL])?\""
+)
+"""An attribute whose string the host compiler hands to the assembler (``section(".x\n.incbin ...")``
+writes assembler lines, and puts bytes in ``.text``); no candidate needs one."""
 PROTECTED = frozenset({"asm", "__asm", "__asm__", "__device__", "__global__", "__host__", "__CUDA_ARCH__"})
 """Names a solution may not #define or #undef."""
 HOST_ONLY_SUFFIXES = (".cpp", ".cc", ".cxx")
@@ -121,14 +126,16 @@ def _macro_kinds(texts: Iterable[str]) -> tuple[dict[str, str], set[str]]:
     """(macros that produce an asm token -> why, pasting macros whose uses must be looked at).
 
     A macro that pastes (``##``) can spell ``asm`` only from the pieces it pastes: its own tokens next to
-    ``##`` and its arguments. Its uses are checked where they appear (``_scan_file``); a macro that
-    passes its parameters on to a pasting macro is a pasting macro too. Each round is linear in the
+    ``##`` and its arguments. Its uses are checked where they appear (``_scan_file``), unless its own
+    pieces can spell asm (then every use is asm: ``#define H __as ## m__``); a macro that passes its
+    parameters on to a pasting macro is a pasting macro too. Each round is linear in the
     macros' text; when more than ``_PASTE_ROUNDS`` rounds would be needed, every pasting macro counts as
     producing asm.
     """
     defs = list(_definitions(texts))
     found: dict[str, str] = {}
     pasting: set[str] = set()
+    spelling: set[str] = set()
     users: dict[str, set[str]] = {}
     for name, _, body in defs:
         for ident in set(_IDENT.findall(body)):
@@ -146,16 +153,18 @@ def _macro_kinds(texts: Iterable[str]) -> tuple[dict[str, str], set[str]]:
             if name in found:
                 continue
             own = set(re.findall(r"(\w+)\s*##", body) + re.findall(r"##\s*(\w+)", body)) - params
-            if _could_spell_asm(own, targets) or any(
+            if _could_spell_asm(own, targets):
+                spelling.add(name)  # its own pieces: asm whatever it is given
+            if name in spelling or any(
                 _could_spell_asm(parens.arguments(m.end()), targets) for m in _uses(body, pasting)
             ):
                 found[name] = f"macro {name} (it pastes tokens that can spell asm)"
                 changed = True
         if not changed:
-            return found, pasting
+            return found, pasting - spelling
     for name in pasting - set(found):
         found[name] = f"macro {name} (it pastes tokens through more macros than this rule follows)"
-    return found, pasting
+    return found, pasting - spelling
 
 
 def _spread(found: dict[str, str], users: Mapping[str, set[str]]) -> bool:
@@ -394,15 +403,19 @@ def _scan_file(
 # ------------------------------------------------------------------------------- the build backstop
 
 _MARKER = re.compile(r'^#\s*(\d+)(?:\s+"((?:[^"\\]|\\.)*)")?')
-_LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
+_LITERAL = re.compile(r'(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
 
 
-def host_asm_in_translation(text: str, own_files: Iterable[str]) -> tuple[str, int, str] | None:
-    """The first host asm a solution file contributes to a ``*.cudafe1.cpp`` host translation, or None.
+def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
+    """The first host asm the solution contributes to a ``*.cudafe1.cpp`` host translation, or None.
 
-    Returns (file, line, source line); ``own_files`` are the solution's paths.
+    Returns (file, line, source line). Every line is the solution's that the line markers do not give to
+    a header by its absolute path (the toolkit's, the host compiler's, TVM-FFI's, the packs': all are
+    included through ``-I``/system paths) or to nvcc's own stub: a relative name that is not one of the
+    solution's files came from a line directive, which the source rule rejects, and still counts here.
+    An ``asm`` token outside the device bodies (``#if 0``) is host assembly, and so is an attribute whose
+    string reaches the assembler (``ASM_STRING_ATTRIBUTE``), however either was spelled.
     """
-    own = {posixpath.normpath(f) for f in own_files}
     current, line, skip = "", 0, 0
     for raw in text.split("\n"):
         stripped = raw.lstrip()
@@ -422,7 +435,14 @@ def host_asm_in_translation(text: str, own_files: Iterable[str]) -> tuple[str, i
                 skip -= 1
             line += 1
             continue
-        if not skip and current in own and ASM.search(_LITERAL.sub('""', raw)):
-            return current, line, raw.strip()
+        if not skip and _solution_line(current):
+            blanked = _LITERAL.sub('""', raw)
+            if ASM.search(blanked) or ASM_STRING_ATTRIBUTE.search(blanked):
+                return current, line, raw.strip()
         line += 1
     return None
+
+
+def _solution_line(current: str) -> bool:
+    """Whether a line the markers give to ``current`` is the solution's (``host_asm_in_translation``)."""
+    return bool(current) and not current.startswith(("/", "<")) and not current.endswith(".cudafe1.stub.c")

@@ -23,7 +23,8 @@ import hashlib
 import posixpath
 import re
 import subprocess
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,7 @@ class _Views:
 _TOKEN = re.compile(
     r"""(?P<cline>//[^\n]*)
       | (?P<cblock>/\*.*?(?:\*/|\Z))
-      | (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^ ()\\\t\n"]{0,16})\((?P<rawbody>.*?)\)(?P=delim)")
+      | (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^ ()\\\t\n"]{0,16})\()
       | (?P<str>(?:u8|[uUL])?"(?P<strbody>(?:[^"\\\n]|\\.)*)(?:"|$))
       | (?P<chr>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*(?:'|$))
       | (?P<num>\.?\d(?:[eEpP][+-]|[\w.'])*)
@@ -82,12 +83,18 @@ _TOKEN = re.compile(
     re.S | re.X | re.M,
 )
 _BLANK = re.compile(r"[^\n]")
+_SPACES = str.maketrans("\f\v", "  ")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 
 
 def _splice(text: str) -> tuple[str, list[int]]:
-    """Join backslash-newline continuations (translation phase 2); original line of each new line."""
-    physical = text.replace("\r\n", "\n").split("\n")
+    """Join backslash-newline continuations (translation phase 2); original line of each new line.
+
+    A lone carriage return ends a line, as it does for the compiler; a form feed or vertical tab is a
+    space (a directive may hold them between ``#`` and its name).
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_SPACES)
+    physical = text.split("\n")
     logical: list[str] = []
     line_map: list[int] = []
     pending: list[str] = []
@@ -105,19 +112,39 @@ def _splice(text: str) -> tuple[str, list[int]]:
     return "\n".join(logical), line_map
 
 
-def _inner_span(m: re.Match[str]) -> tuple[int, int] | None:
-    """Span of a literal's contents (between its quotes), or None for a non-literal token."""
-    kind = m.lastgroup
-    if kind == "raw":
-        return m.span("rawbody")
-    if kind == "str":
-        return m.span("strbody")
-    if kind == "chr":
-        token = m.group()
-        first = token.index("'") + 1
-        last = len(token) - 1 if len(token) > first and token.endswith("'") else len(token)
-        return m.start() + first, m.start() + max(first, last)
-    return None
+def _tokens(text: str) -> Iterator[tuple[str, int, int, tuple[int, int] | None]]:
+    """(kind, start, end, span of a literal's contents or None) of each token the views care about.
+
+    A raw string's end (``)delim"``) is found with ``str.find``, once per delimiter that has none left:
+    an opener with no end is the identifier before its quote (as nvcc would reject it anyway), so text
+    full of unterminated openers lexes in linear time.
+    """
+    unclosed: dict[str, int] = {}  # delimiter -> an offset after which its end does not occur
+    pos = 0
+    while m := _TOKEN.search(text, pos):
+        kind, start = m.lastgroup or "", m.start()
+        if kind == "raw":
+            delim, body = m.group("delim"), m.end()
+            close = -1 if unclosed.get(delim, len(text) + 1) <= body else text.find(f'){delim}"', body)
+            if close < 0:
+                unclosed[delim] = min(unclosed.get(delim, body), body)
+                quote = text.index('"', start)
+                yield "ident", start, quote, None
+                pos = quote
+                continue
+            pos = close + len(delim) + 2
+            yield kind, start, pos, (body, close)
+            continue
+        elif kind == "str":
+            yield kind, start, m.end(), m.span("strbody")
+        elif kind == "chr":
+            token = m.group()
+            first = token.index("'") + 1
+            last = len(token) - 1 if len(token) > first and token.endswith("'") else len(token)
+            yield kind, start, m.end(), (start + first, start + max(first, last))
+        else:
+            yield kind, start, m.end(), None
+        pos = m.end()
 
 
 def _lex(text: str) -> _Views:
@@ -125,28 +152,31 @@ def _lex(text: str) -> _Views:
     code, bare = [], []
     runs: list[tuple[int, int, str]] = []  # start, end, concatenated contents of adjacent literals
     pos = 0
-    for m in _TOKEN.finditer(spliced):
-        between = spliced[pos : m.start()]
+    for kind, start, end, span in _tokens(spliced):
+        between = spliced[pos:start]
         code.append(between)
         bare.append(between)
-        token = m.group()
-        if m.lastgroup in ("cline", "cblock"):
-            blank = _BLANK.sub(" ", token)
+        token = spliced[start:end]
+        if kind in ("cline", "cblock"):
+            # A comment is one space to the compiler, newlines and all: `#/*<newline>*/define` is a
+            # directive, so the views join its lines too (offsets stay aligned; line numbers come
+            # from the spliced text).
+            blank = " " * len(token)
             code.append(blank)
             bare.append(blank)
-        elif (span := _inner_span(m)) is not None:
+        elif span is not None:
             a, b = span
             code.append(token)
-            bare.append(spliced[m.start() : a] + _BLANK.sub(" ", spliced[a:b]) + spliced[b : m.end()])
-            if m.lastgroup in ("raw", "str"):
-                if runs and not spliced[runs[-1][1] : m.start()].strip():
-                    runs[-1] = (runs[-1][0], m.end(), runs[-1][2] + spliced[a:b])
+            bare.append(spliced[start:a] + _BLANK.sub(" ", spliced[a:b]) + spliced[b:end])
+            if kind in ("raw", "str"):
+                if runs and not spliced[runs[-1][1] : start].strip():
+                    runs[-1] = (runs[-1][0], end, runs[-1][2] + spliced[a:b])
                 else:
-                    runs.append((m.start(), m.end(), spliced[a:b]))
+                    runs.append((start, end, spliced[a:b]))
         else:
             code.append(token)
             bare.append(token)
-        pos = m.end()
+        pos = end
     code.append(spliced[pos:])
     bare.append(spliced[pos:])
     starts = [0] + [i + 1 for i, ch in enumerate(spliced) if ch == "\n"]
@@ -192,6 +222,14 @@ _SOURCE_RULES: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
         "dynamic loading",
     ),
     ("file-probe", "code", re.compile(r"\b__has_include(?:_next)?\b|\b__has_embed\b"), "file probe"),
+    ("file-probe", "code", re.compile(r"\bGCC\s+dependency\b"), "file probe (#pragma GCC dependency)"),
+    ("asm-injection", "code", host_asm.ASM_STRING_ATTRIBUTE, "an attribute whose string the assembler reads"),
+    (
+        "asm-injection",
+        "code",
+        re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?:ident|sccs)\b", re.M),
+        "#ident/#sccs (its string reaches the assembler)",
+    ),
     ("syscall", "code", re.compile(r"\b(?:syscall|sysenter)\b|\bint\s*\$?0x80\b|\bsvc\s+#?0"), "system call"),
 )
 _ASM_STRING_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -461,17 +499,40 @@ class DynamicInfo:
     """DT_NEEDED entries, in order."""
 
 
+_TOOL_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+MAX_ARTIFACT_BYTES = 64 << 20
+"""Largest built object inspected (the inspection tools' output grows with it; kernels need a few MiB)."""
+MAX_HOST_CODE_BYTES = 16 << 20
+"""Largest total of executable sections (host code) inspected; objdump prints a line per instruction."""
+_SECTION = re.compile(
+    r"^\s*\[\s*\d+\]\s+\S+\s+\S+\s+[0-9a-fA-F]+\s+[0-9a-fA-F]+\s+(?P<size>[0-9a-fA-F]+)\s+"
+    r"[0-9a-fA-F]+\s+(?P<flags>[A-Za-z]*)",
+    re.M,
+)
+
+
 def _tool(argv: list[str]) -> str:
-    proc = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        timeout=_TOOL_TIMEOUT_S,
-        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
-    )
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, env=_TOOL_ENV)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"{argv[0]} did not finish within {_TOOL_TIMEOUT_S:g} s") from exc
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
     return proc.stdout
+
+
+def artifact_size_problem(so_path: Path) -> ScreenVerdict | None:
+    """A STATIC_REJECT verdict for a built object too large to inspect (before any tool reads it)."""
+    size = Path(so_path).stat().st_size
+    if size > MAX_ARTIFACT_BYTES:
+        what = f"the built object is {size / 2**20:.1f} MiB (limit {MAX_ARTIFACT_BYTES >> 20} MiB)"
+        return ScreenVerdict(False, "artifact-size", f"artifact-size: {what}", file=Path(so_path).name)
+    out = _tool(["readelf", "-W", "-S", str(so_path)])
+    code = sum(int(m.group("size"), 16) for m in _SECTION.finditer(out) if "X" in m.group("flags"))
+    if code > MAX_HOST_CODE_BYTES:
+        what = f"its executable sections hold {code / 2**20:.1f} MiB (limit {MAX_HOST_CODE_BYTES >> 20} MiB)"
+        return ScreenVerdict(False, "artifact-size", f"artifact-size: {what}", file=Path(so_path).name)
+    return None
 
 
 def read_dynamic(so_path: Path) -> DynamicInfo:
@@ -491,9 +552,27 @@ def read_dynamic(so_path: Path) -> DynamicInfo:
 
 
 def host_syscall_sites(so_path: Path) -> list[str]:
-    """Disassembled system-call instructions in the host code (``objdump -d``), as text lines."""
-    out = _tool(["objdump", "-d", "--no-show-raw-insn", str(so_path)])
-    return [line.strip() for line in out.splitlines() if _HOST_SYSCALL.search(line)]
+    """Disassembled system-call instructions in the host code (``objdump -d``), as text lines.
+
+    The disassembly is read line by line as objdump writes it (never held whole), within the tools' time
+    limit.
+    """
+    argv = ["objdump", "-d", "--no-show-raw-insn", str(so_path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_TOOL_ENV)
+    timer = threading.Timer(_TOOL_TIMEOUT_S, proc.kill)
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        sites = [line.strip() for line in proc.stdout if _HOST_SYSCALL.search(line)]
+        code = proc.wait()
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
+    if code != 0:
+        why = f"did not finish within {_TOOL_TIMEOUT_S:g} s" if code < 0 else f"failed (exit {code})"
+        raise RuntimeError(f"objdump {why}")
+    return sites
 
 
 def check_artifact(

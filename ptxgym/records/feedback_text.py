@@ -142,7 +142,7 @@ def render_feedback(fb: Feedback) -> str:
     lines += _evidence_lines(fb)
     if fb.memcheck and fb.memcheck.ran and not fb.memcheck.clean and fb.memcheck.first_error:
         lines.append("compute-sanitizer memcheck: " + truncate(fb.memcheck.first_error, 1500))
-    if fb.log and not fb.status.ran:
+    if fb.log and not fb.status.ran and fb.status is not Status.INFRA_ERROR:  # ours: a traceback, host paths
         lines.append("Run log (tail):\n" + truncate(fb.log, 2000))
     lines.append(_NEXT_STEP.get(fb.status, "Fix the problem above and answer with the whole kernel again."))
     return "\n".join(lines)

@@ -291,8 +291,15 @@ class Solution(_Record):
     @model_validator(mode="after")
     def _check(self) -> Solution:
         paths = [s.path for s in self.sources]
-        if len(paths) != len(set(paths)):
+        parts = [PurePosixPath(p).parts for p in paths]
+        if len(set(parts)) != len(parts):
             raise ValueError(f"duplicate source paths: {paths}")
+        if () in parts:
+            raise ValueError(f"a source path names no file: {paths}")
+        folders = {p[:i] for p in parts for i in range(1, len(p))}
+        clash = [path for path, p in zip(paths, parts, strict=True) if p in folders]
+        if clash:
+            raise ValueError(f"source path {clash[0]!r} is both a file and the folder of another source")
         if self.spec.entry_file not in paths:
             raise ValueError(f"entry file {self.spec.entry_file!r} is not among the sources {paths}")
         return self

@@ -70,8 +70,14 @@ class TurnRecord(BaseModel):
         return Feedback.from_json(self.feedback_json)
 
     def to_line(self) -> str:
-        """One JSON line (no trailing newline)."""
-        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)
+        """One JSON line (no trailing newline); escaped to ASCII when the text holds a lone surrogate."""
+        data = self.model_dump(mode="json")
+        line = json.dumps(data, ensure_ascii=False)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a policy's raw response may hold one; UTF-8 files cannot
+            line = json.dumps(data, ensure_ascii=True)
+        return line
 
 
 def read_turns(path: str | Path, *, strict: bool = False) -> tuple[list[TurnRecord], list[str]]:

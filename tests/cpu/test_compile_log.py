@@ -52,6 +52,15 @@ def test_a_header_diagnostic_is_kept_without_the_header_text() -> None:
     assert "[4 lines of compiler output about files outside the solution not shown]" in shown
     # a header that is not one of the allowed roots counts as any other file: nothing of it is shown
     assert "common.cuh" not in _shown("header_error", public=())
+    # no host path: the allowed roots are shown as <sys>/
+    assert str(HEADER_TREE) not in shown and "<sys>/sm90a/headers/common.cuh(140): error" in shown
+
+
+def test_a_file_the_jail_refuses_reads_as_missing() -> None:
+    """`Permission denied` would tell the model that a path it named exists behind the jail."""
+    log = "cc1plus: fatal error: /srv/solutions/Gemm.cu: Permission denied\ncompilation terminated.\n"
+    shown = shown_log(log, ["kernel.cu"], ())
+    assert "Permission denied" not in shown and "/srv/solutions/Gemm.cu: No such file or directory" in shown
 
 
 def test_ptxas_errors_warnings_and_the_resource_report_stay() -> None:

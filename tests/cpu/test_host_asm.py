@@ -146,11 +146,29 @@ void run2() { __asm__ volatile("nop"); }
 
 
 def test_backstop_reads_the_host_translation() -> None:
-    found = host_asm_in_translation(TRANSLATION, ["kernel.cu"])
+    found = host_asm_in_translation(TRANSLATION)
     assert found == ("kernel.cu", 11, 'void run2() { __asm__ volatile("nop"); }')
     clean = TRANSLATION.replace('__asm__ volatile("nop")', "")
-    assert host_asm_in_translation(clean, ["kernel.cu"]) is None  # headers' asm labels, device bodies
-    assert host_asm_in_translation(TRANSLATION, ["other.cu"]) is None
+    assert host_asm_in_translation(clean) is None  # headers' asm labels, device bodies
+    stub = TRANSLATION.replace('# 9 "kernel.cu"', '# 9 "kernel.compute_90a.cudafe1.stub.c"')
+    assert host_asm_in_translation(stub.replace("# 11\n", "")) is None  # nvcc's own stub
+
+
+def test_backstop_counts_a_line_directives_file_and_assembler_strings() -> None:
+    """A relative name that is no solution file came from a `#line`: still the solution's lines."""
+    spoofed = TRANSLATION.replace('# 9 "kernel.cu"', '# 9 "zzz_not_mine.h"')
+    assert host_asm_in_translation(spoofed) == (
+        "zzz_not_mine.h",
+        11,
+        'void run2() { __asm__ volatile("nop"); }',
+    )
+    section = clean_section = TRANSLATION.replace('__asm__ volatile("nop")', "")
+    section += '__attribute((used, section(".rodata.x\\n.text\\n"))) const int marker = 1;\n'
+    assert host_asm_in_translation(clean_section) is None
+    found = host_asm_in_translation(section)
+    assert found is not None and found[0] == "kernel.cu" and "section(" in found[2]
+    header = '# 1 "/usr/include/x.h" 3\n__attribute__((section(".x"))) int y;\n'
+    assert host_asm_in_translation(header) is None
 
 
 def _solution(code: str) -> Solution:

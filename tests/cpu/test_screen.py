@@ -6,15 +6,20 @@ import platform
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from ptxgym.cpu.screen import (
+    MAX_ARTIFACT_BYTES,
+    MAX_HOST_CODE_BYTES,
     MAX_SOURCE_CHARS,
+    artifact_size_problem,
     check_artifact,
     check_solution_sources,
     check_source,
+    host_syscall_sites,
     import_allowed,
     read_dynamic,
 )
@@ -90,6 +95,29 @@ def test_no_false_positives(code: str) -> None:
         ("auto f = dlsym(RTLD_DEFAULT, n);", "dynamic-loading", "dlsym", 1),
         ("void* h = dlmopen(0, n, 2);", "dynamic-loading", "dlmopen", 1),
         ("int a;\x00int b;", "binary", "control byte", 1),
+        # a directive split by a comment or a form feed is still a directive to the compiler
+        ('#/*\n*/include "/etc/passwd"\n', "include-path", "/etc/passwd", 1),
+        ('#\x0cinclude "/etc/passwd"\n', "include-path", "/etc/passwd", 1),
+        ('int x;\r#include "/etc/passwd"\n', "include-path", "/etc/passwd", 2),  # a lone CR ends a line
+        ('#/*\n*/line 1 "zzz.h"\n', "host-asm", "#line", 1),
+        ('#/*\n*/define HOSTASM __as ## m__\nHOSTASM("nop");\n', "host-asm", "HOSTASM", 3),
+        # strings the host compiler hands to the assembler
+        (
+            '__attribute__((used, section(".rodata.x\\n.text"))) const int m = 1;',
+            "asm-injection",
+            "section",
+            1,
+        ),
+        (
+            '[[gnu::section(".text.x")]] const unsigned char g[] = {0x0f, 0x05};',
+            "asm-injection",
+            "section",
+            1,
+        ),
+        ('__attribute__((symver("f@V1\\n.globl x"))) int g() { return 2; }', "asm-injection", "symver", 1),
+        ('#ident "a\\n.incbin \\"/etc/hostname\\""\n', "asm-injection", "#ident", 1),
+        ('#pragma GCC dependency "/srv/solutions/Gemm.cu"\n', "file-probe", "dependency", 1),
+        ('_Pragma("GCC dependency \\"/srv/x.cu\\"")\n', "file-probe", "dependency", 1),
     ],
 )
 def test_rejections_name_rule_and_line(code: str, rule: str, needle: str, line: int) -> None:
@@ -124,6 +152,15 @@ def test_size_cap() -> None:
 def test_non_text_content() -> None:
     assert check_source(None).rule == "binary"  # type: ignore[arg-type]
     assert check_source("int x;", {"h.cuh": b"\x00"}).rule == "binary"  # type: ignore[dict-item]
+
+
+def test_unterminated_raw_strings_lex_in_linear_time() -> None:
+    """Each `R"(` without its end once rescanned the rest of the file: 250k characters took 45 s."""
+    start = time.perf_counter()
+    verdict = check_source("int run() { return 0; }\n" + 'R"(' * 80_000)
+    assert time.perf_counter() - start < 5.0 and verdict.ok, verdict.message
+    closed = 'const char* s = R"x(asm("nop") )" )x";\nint run() { return 0; }\n'
+    assert check_source(closed).ok  # a raw string's text is a literal, not code
 
 
 def test_random_text_never_raises() -> None:
@@ -320,3 +357,24 @@ def test_artifact_host_syscall_instruction(tmp_path: Path) -> None:
 def test_artifact_check_of_a_missing_file_is_an_infrastructure_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="readelf"):
         check_artifact(tmp_path / "absent.so")
+
+
+def test_an_object_too_large_to_inspect_is_rejected_before_any_tool_reads_it(tmp_path: Path) -> None:
+    so = tmp_path / "kernel.so"
+    with so.open("wb") as f:  # sparse: the size is what counts
+        f.truncate(MAX_ARTIFACT_BYTES + 1)
+    verdict = artifact_size_problem(so)
+    assert verdict is not None and verdict.rule == "artifact-size" and "limit 64 MiB" in verdict.message
+
+
+@needs_gcc
+def test_host_code_too_large_to_disassemble_is_rejected(tmp_path: Path) -> None:
+    """objdump prints a line per instruction: 16 MiB of one-byte instructions is ~0.7 GB of text."""
+    fill = MAX_HOST_CODE_BYTES + (1 << 20)
+    so = _shared_object(
+        tmp_path, "big", f'__asm__(".text\\n.fill {fill},1,0x90\\n");\nint f(void) {{ return 1; }}\n'
+    )
+    verdict = artifact_size_problem(so)
+    assert verdict is not None and "executable sections" in verdict.message, verdict
+    small = _shared_object(tmp_path, "small", "int f(void) { return 1; }\n")
+    assert artifact_size_problem(small) is None and host_syscall_sites(small) == []

@@ -72,6 +72,13 @@ BAD_ACTIONS = {
         Status.STATIC_REJECT,
     ),
     "cublas": ("```cuda\n#include <cublas_v2.h>\n__global__ void k(){}\n```", Status.STATIC_REJECT),
+    # a file named like the folder of another once failed in our own code (INFRA_ERROR: the evaluator's
+    # fault, unpaid penalty, dropped by GRPO) and showed a traceback with host paths
+    "file_and_folder": (
+        "```cuda kernel.cu\n__global__ void k(){}\n```\n```cuda kernel.cu/x.h\nint a;\n```",
+        Status.EXTRACT_ERROR,
+    ),
+    "lone_surrogate": ("```cuda\n__global__ void k(){} // \ud800\n```", Status.EXTRACT_ERROR),
 }
 
 
@@ -207,16 +214,33 @@ def test_a_turn_that_ends_the_episode_is_paid_for_the_turns_it_cuts_off(pay: boo
         assert got == 1.0 and "cut_off_turns" not in info["reward_components"]
 
 
-def test_a_turn_that_ends_the_episode_without_qualifying_is_not_paid_for_the_cut_off_turns() -> None:
-    """A fast PASSED turn whose target is not proven still ends the episode, but earns nothing more.
+def test_a_fast_turn_without_the_proven_target_neither_ends_the_episode_nor_is_paid_for_more() -> None:
+    """A fast PASSED turn whose target is not proven earns its own reward only, and the episode goes on.
 
-    (Second reviewer's find: multiplying its reward made a kernel without the target instruction out-earn
-    an honest qualifying one, and multiplied the milestone rewards' penalty for it.)
+    (Reviewers' finds: multiplying its reward made a kernel without the target instruction out-earn an
+    honest qualifying one; ending the episode on it capped a policy's losses at one milestone penalty.)
     """
     env = make(reward=PerTurn(require_target=True), max_turns=8).unwrapped
     env.reset(seed=0)
-    _, got, terminated, _, info = env.end_step(_passed(2.0))  # no target record: not proven
-    assert terminated and got == 1.0 and "cut_off_turns" not in info["reward_components"]
+    _, got, terminated, truncated, info = env.end_step(_passed(2.0))  # no target record: not proven
+    assert (
+        not terminated and not truncated and got == 1.0 and "cut_off_turns" not in info["reward_components"]
+    )
+    env.begin_step("next turn")  # still playable
+    _, _, terminated, _, _ = make(reward=PerTurn(require_target=False)).unwrapped.end_step(_passed(2.0))
+    assert terminated  # a reward that does not require the target: the same turn qualifies
+
+
+def test_a_step_after_the_episode_terminated_needs_a_reset() -> None:
+    """Once a turn ended the episode (and was paid for the turns it cut off), no further step is paid."""
+    env = make(reward=PerTurn(require_target=False), max_turns=4).unwrapped
+    env.reset(seed=0)
+    _, _, terminated, _, _ = env.end_step(_passed(2.0))
+    assert terminated
+    with pytest.raises(gymnasium.error.ResetNeeded, match="terminated"):
+        env.step("```cuda\n__global__ void k() {}\n```")
+    env.reset(seed=1)
+    env.begin_step("a new episode plays")
 
 
 def test_a_proven_turn_is_paid_for_its_cut_off_turns_under_a_composite_reward() -> None:

@@ -97,6 +97,17 @@ def test_render_compile_error_shows_log() -> None:
     assert "kernel.cu(3): error: x" in text and "Fix the compile errors" in text
 
 
+def test_render_keeps_our_own_traceback_out_of_the_model_s_view() -> None:
+    """An INFRA_ERROR's log is the evaluator's traceback (host paths): for the record, not the model."""
+    tb = 'Traceback (most recent call last):\n  File "/work/main/ptxgym/pipeline.py", line 1'
+    infra = Feedback(task_id="Gemm-sm90a", status=Status.INFRA_ERROR, stage=Stage.RUN, message="x", log=tb)
+    assert "/work/main" not in render_feedback(infra) and infra.log == tb
+    crash = Feedback(
+        task_id="Gemm-sm90a", status=Status.RUNTIME_ERROR, stage=Stage.RUN, message="x", log="boom"
+    )
+    assert "boom" in render_feedback(crash)  # the candidate's own run log still shows
+
+
 def test_status_helpers() -> None:
     assert not Status.COMPILE_ERROR.compiled and Status.RUNTIME_ERROR.compiled
     assert Status.INCORRECT_NUMERICAL.ran and not Status.CRASH.ran
