@@ -29,6 +29,12 @@ class _Msg(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+Measure = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+"""A time or count a worker reports: finite and non-negative, else the reply is a protocol violation (a NaN
+latency once sorted the median of the samples and the median of the wall overheads from different calls)."""
+Count = Annotated[int, Field(ge=0)]
+
+
 # ------------------------------------------------------------------------ commands (trusted -> worker)
 
 
@@ -225,16 +231,16 @@ class AttachResult(_Msg):
 class CallResult(_Msg):
     """GPU times of one call, measured inside the worker (so: untrusted, cross-checked)."""
 
-    ev_stream_ms: float = Field(description="Event time on the caller stream, start to return.")
-    ev_device_ms: float = Field(description="Event time from start to after a device-wide synchronisation.")
-    host_ms: float = Field(description="Worker host time of the call up to the device synchronisation.")
+    ev_stream_ms: Measure = Field(description="Event time on the caller stream, start to return.")
+    ev_device_ms: Measure = Field(description="Event time from start to after a device-wide synchronisation.")
+    host_ms: Measure = Field(description="Worker host time of the call up to the device synchronisation.")
 
 
 class LoadedModule(_Msg):
     """A module the CUDA driver loaded in the worker, as CUPTI reported it (so: untrusted, cross-checked)."""
 
     sha256: str = Field(description="SHA-256 of the module's cubin image.")
-    size: int = Field(description="Bytes of the cubin image.")
+    size: Count = Field(description="Bytes of the cubin image.")
     functions: list[str] | None = Field(
         description="STT_FUNC symbols of the image (``cpu/cubin_symbols``); None: the image was unreadable."
     )
@@ -243,11 +249,11 @@ class LoadedModule(_Msg):
 class Spans(_Msg):
     """CUPTI activity spans of the timed calls of one trial, by command sequence number."""
 
-    spans: dict[int, float | None] = Field(
+    spans: dict[int, Measure | None] = Field(
         default_factory=dict, description="seq -> max(end) - min(start) over GPU activities in the call, ms."
     )
-    activities: dict[int, int] = Field(default_factory=dict, description="seq -> GPU activities counted.")
-    kernels: dict[str, int] = Field(
+    activities: dict[int, Count] = Field(default_factory=dict, description="seq -> GPU activities counted.")
+    kernels: dict[str, Count] = Field(
         default_factory=dict,
         description="Kernel name (as CUPTI records it, mangled) -> launches that started inside the trial's "
         "timed windows: the in-band kernel census.",
@@ -284,21 +290,21 @@ class SassRow(_Msg):
     """Executions of one SASS instruction in a counted call, as the worker read them (untrusted)."""
 
     function: str = Field(description="The kernel's name as CUPTI gives it.")
-    pc: int = Field(description="Byte offset of the instruction in its function (cuobjdump's /*pc*/).")
-    inst: int = Field(description="Warp-level executions (inst_executed).")
-    threads: int = Field(description="Thread executions with a true predicate (0: not measured).")
+    pc: Count = Field(description="Byte offset of the instruction in its function (cuobjdump's /*pc*/).")
+    inst: Count = Field(description="Warp-level executions (inst_executed).")
+    threads: Count = Field(description="Thread executions with a true predicate (0: not measured).")
 
 
 class HwCounts(_Msg):
     """Hardware counters over one call, read by CUPTI's range profiler in the worker (untrusted)."""
 
-    metrics: dict[str, float] = Field(
+    metrics: dict[str, Measure] = Field(
         description="Metric name (with its rollup, e.g. ``smsp__inst_executed_pipe_tensor_op_gmma.sum``) -> "
         "its value over every kernel the call ran (``runner/hw_logic.h`` names them)."
     )
-    passes: int = Field(description="Passes the metrics needed (1: the call ran once, unreplayed).")
-    ranges: int = Field(description="Profiled ranges in the counter data (1: the call).")
-    host_ms: dict[str, float] = Field(
+    passes: Count = Field(description="Passes the metrics needed (1: the call ran once, unreplayed).")
+    ranges: Count = Field(description="Profiled ranges in the counter data (1: the call).")
+    host_ms: dict[str, Measure] = Field(
         default_factory=dict,
         description="The worker's host wall milliseconds of the call's phases (setup, enable, run, read): "
         "where the call's time goes; diagnostic, never used by a verdict.",

@@ -4,7 +4,8 @@ It speaks the real protocol (pickled ``protocol`` commands in, JSON ``Reply`` ou
 says hello, then misbehaves on its first command according to ``--mode``: ``echo`` answers properly (but,
 having no GPU, never writes an output), ``hang`` never answers, ``crash`` dies by SIGSEGV, ``exit`` exits
 with code 3, ``garbage`` writes bytes that are not a reply, ``wrong_seq`` answers another command,
-``oversize`` answers with 2 MiB, ``child`` forks a sleeping grandchild and then hangs (for the process-group
+``oversize`` answers with 2 MiB, ``stall`` starts a reply frame and never ends it,
+``child`` forks a sleeping grandchild and then hangs (for the process-group
 kill), ``slow`` answers every command properly but only after ``--delay`` seconds (a candidate whose calls
 each return slowly), ``flood`` prints ``--flood-mib`` MiB and a last line ``END OF FLOOD`` to stdout
 before each proper answer (a printf flood), ``fds`` receives one file descriptor from its stdin (the fd
@@ -110,6 +111,9 @@ def main() -> None:
             conn_out.send_bytes(_reply(seq + 5))
         elif args.mode == "oversize":
             conn_out.send_bytes(b" " * (2 << 20))
+        elif args.mode == "stall":  # a frame header promising 4096 bytes, 10 of them, then nothing
+            os.write(conn_out.fileno(), (4096).to_bytes(4, "big") + b"{" * 10)
+            time.sleep(600)
 
 
 if __name__ == "__main__":

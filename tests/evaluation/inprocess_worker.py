@@ -147,13 +147,14 @@ class InProcessWorker:
                     values = returned if isinstance(returned, tuple | list) else (returned,)
                     for dst, src in zip(self.outs[cmd.set], values, strict=True):
                         dst.copy_(src.reshape(dst.shape))
-            if not self.loaded:  # the no-op: 1 ms, and 30 us per memset of a busy one (matched calibration),
-                ms = 1.0 + 0.03 * self.busy  # which really takes that long, as the GPU's memsets would
-                until = t0 + 0.03e-3 * self.busy
-                while time.perf_counter() < until:
-                    pass
-            else:
-                ms = 1.0 + ((time.perf_counter() - t0) * 1e3 if self.measured else 0.0)
+            # Every call really takes the GPU time it reports, within the evaluator's wall for it (a GPU time
+            # beyond its wall is a forgery, ``timing.cross_check``): 1 ms of "kernel" after the work, and for
+            # the no-op 30 us more per memset of a busy one (matched calibration), as the GPU's would.
+            work = time.perf_counter() - t0
+            ms = 1.0 + 0.03 * self.busy if not self.loaded else 1.0 + (work * 1e3 if self.measured else 0.0)
+            until = time.perf_counter() + (ms if not self.loaded or self.measured else 1.0) * 1e-3 - work
+            while time.perf_counter() < until:
+                pass
             times = CallResult(ev_stream_ms=ms, ev_device_ms=ms + 0.02, host_ms=ms)
             return Reply(seq=self.seq, ok=True, call=times)
         elif isinstance(cmd, TrialEnd):

@@ -177,6 +177,21 @@ def test_with_hw_closes_the_patched_call_hole() -> None:
     assert "executed" in counts_agree(failed, _info().model_copy(update={"executed": Verdict.NO}))
 
 
+def test_with_hardware_counters_a_work_verdict_above_nsight_compute_s_still_disagrees() -> None:
+    """The counters' TMA share may lower the work verdict, never raise it past what Nsight Compute saw.
+
+    (A reviewer's find: with counters every work disagreement was let through, so forged TMA bytes beside
+    an MMA share Nsight Compute measured too low still paid.)
+    """
+    from ptxgym.evaluation.trusted.sass_join import counts_agree, with_hw
+
+    claimed = with_hw(_info(), _record(gmma=4 * 1000, tma_bytes=5e6), HOPPER)
+    assert claimed.work is Verdict.YES and claimed.tma_share is not None
+    assert "work" in counts_agree(claimed, _info().model_copy(update={"work": Verdict.NO}))
+    lowered = with_hw(_info(), _record(gmma=4 * 1000, tma_bytes=0.1e6), HOPPER)
+    assert lowered.work is Verdict.NO and counts_agree(lowered, _info()) == ""  # lower: consistent
+
+
 def test_extra_calls_never_share_a_place() -> None:
     for n in range(6):
         assert region_places([n]) == [n]

@@ -106,6 +106,18 @@ def test_protocol_violations(fake_worker_argv, tmp_path, mode, expected):
     handle.kill()
 
 
+def test_a_reply_frame_that_never_completes_times_out(fake_worker_argv, tmp_path):
+    """A header promising more bytes than follow held the evaluator (and its GPU turn) forever."""
+    handle = _handle(fake_worker_argv("stall"), tmp_path)
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerTimeout, match="stalled after 10 of its 4096 bytes"):
+            handle.request(Call(), 1.0)
+        assert time.monotonic() - start < 5.0
+    finally:
+        handle.kill()
+
+
 @pytest.mark.parametrize(
     ("mode", "status", "words"),
     [

@@ -166,3 +166,29 @@ def test_no_matched_calibration_without_a_baseline_or_a_flush_buffer(arena, fake
         assert session.cal_matched is None  # nothing to match
     finally:
         session.worker.kill()
+
+
+def test_a_call_s_wall_ends_after_the_trusted_copy_of_its_outputs(
+    arena, fake_worker_argv, tmp_path, monkeypatch
+):
+    """The wall ends after the trusted read of the outputs, not at the reply.
+
+    A reply can be sent before the work is done (another thread of the worker writes the channel); the
+    trusted read of the outputs cannot (a reviewer's find: pre-sent replies made the walls pipe latencies,
+    and the cross-check bounded nothing).
+    """
+    import time
+
+    session = _session(arena, fake_worker_argv, tmp_path, EvalSettings(warmup=1, iterations=4, trials=2))
+    copy = arena.copy_outputs
+
+    def slow_copy(index: int):  # stands for a copy that waits on the GPU for the candidate's kernel
+        time.sleep(0.02)
+        return copy(index)
+
+    monkeypatch.setattr(arena, "copy_outputs", slow_copy)
+    try:
+        record, outputs = session._call(0, timed=True)
+        assert record.wall_ms >= 20.0 and set(outputs) == set(arena.sets[0].shared_out)
+    finally:
+        session.worker.kill()

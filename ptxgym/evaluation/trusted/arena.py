@@ -444,8 +444,18 @@ class Arena:
             s.shared_out, self.expected_outputs(index, want), s.shared_in, want, self.task.tolerance
         )
 
-    def hold(self, index: int, keep: bool) -> Held | None:
-        """Copy set ``index``'s outputs after a timed call; ``keep``: a verified call (``check_held``).
+    def copy_outputs(self, index: int) -> dict[str, Any]:
+        """Private copies of set ``index``'s outputs (queued on the trusted side's stream).
+
+        Taken right after every call's reply, and the call's wall ends only once they are done
+        (``Session._call``): a reply the worker sends before its work has finished (another thread of its
+        process can write the reply channel) no longer shortens the wall, since this read of the outputs
+        runs after that work, or finds it unfinished.
+        """
+        return {name: t.clone() for name, t in self.sets[index].shared_out.items()}
+
+    def hold(self, index: int, keep: bool, outputs: dict[str, Any]) -> Held | None:
+        """Keep a timed call's output copies (``copy_outputs``) if ``keep``: a verified call (``check_held``).
 
         Every call of a trial that verifies some of its calls takes the copy, kept or not, and none is
         checked before the trial ends: a check right after a verified call would lengthen the gap before
@@ -460,7 +470,6 @@ class Arena:
         want = self.expected_inputs(index)
         self._mutated.update(n for n, t in s.shared_in.items() if not same_bits(t, want[n]))
         s.inputs_checked = s.fresh is not None
-        outputs = {name: t.clone() for name, t in s.shared_out.items()}
         if not keep:
             return None
         fresh = s.fresh if s.pool_reference is None else None  # an entry's outputs need only its reference

@@ -1082,8 +1082,8 @@ class LocalGpuEvaluator(Evaluator):
     def _anomaly(self, stats, floor: float, result: SessionResult) -> str:
         if result.missing_spans:
             return (
-                f"CUPTI recorded no GPU activity for {result.missing_spans} timed call(s): the GPU timer was "
-                "disabled or bypassed"
+                f"no GPU time for {result.missing_spans} timed call(s) (no activity recorded, or a figure "
+                "that is no latency): the GPU timer was disabled, bypassed or forged"
             )
         if stats is None:
             return "no timed call produced a latency"

@@ -28,8 +28,10 @@ from __future__ import annotations
 import collections
 import os
 import pickle
+import select
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -112,6 +114,10 @@ class OutputCapture:
             return ""
 
 
+FRAME_GRACE_S = 1.0
+"""Time a reply frame that began by a request's deadline still gets to complete."""
+
+
 class WorkerHandle:
     """The trusted side of one worker process."""
 
@@ -187,6 +193,7 @@ class WorkerHandle:
     def receive(self, timeout_s: float) -> Reply:
         """The reply to the oldest outstanding command."""
         expected = self.pending[0]
+        deadline = time.monotonic() + timeout_s
         try:
             ready = self._from.poll(timeout_s)
         except (OSError, EOFError) as exc:
@@ -196,7 +203,7 @@ class WorkerHandle:
                 raise self._died("the worker ended without replying")
             raise WorkerTimeout(f"no reply within {timeout_s:.1f} s", self.log_tail())
         try:
-            raw = self._from.recv_bytes(MAX_REPLY_BYTES)
+            raw = self._recv_frame(max(deadline, time.monotonic() + FRAME_GRACE_S))
         except EOFError as exc:
             raise self._died("the worker ended without replying") from exc
         except OSError as exc:
@@ -210,6 +217,35 @@ class WorkerHandle:
             )
         self.pending.popleft()
         return reply
+
+    def _recv_frame(self, deadline: float) -> bytes:
+        """One reply frame (``multiprocessing.connection``'s length-prefixed framing), read by ``deadline``.
+
+        ``Connection.recv_bytes`` blocks until the whole frame is in: a worker that wrote a header promising
+        more bytes than it sends held the evaluator (and the GPU turn) forever (a reviewer's find).
+        """
+        (size,) = struct.unpack("!i", self._read_exact(4, deadline))
+        if size == -1:
+            (size,) = struct.unpack("!Q", self._read_exact(8, deadline))
+        if not 0 <= size <= MAX_REPLY_BYTES:
+            raise OSError(f"bad reply length {size} (limit {MAX_REPLY_BYTES})")
+        return self._read_exact(size, deadline)
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        fd = self._from.fileno()
+        data = bytearray()
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise WorkerTimeout(
+                    f"a reply stalled after {len(data)} of its {n} bytes (the frame never completed)",
+                    self.log_tail(),
+                )
+            chunk = os.read(fd, n - len(data))
+            if not chunk:
+                raise EOFError("end of file during a reply")
+            data += chunk
+        return bytes(data)
 
     def request(self, cmd: Command, timeout_s: float, pickler=None, fds: Sequence[int] = ()) -> Reply:
         """Send a command and wait for its reply (earlier queued replies are consumed first)."""

@@ -152,11 +152,17 @@ def counts_agree(in_band: TargetInfo, ncu: TargetInfo, rel: float = 0.02, lower_
     """
     if ncu.executed not in (Verdict.YES, Verdict.NO):
         return ""  # nothing measured to compare (a failed profile is its own verdict)
-    hw = in_band.tma_share is not None  # the work verdict then holds what Nsight Compute does not measure
+    # with hardware counters the work verdict also holds the TMA share, which Nsight Compute does not
+    # measure: it may be lower than Nsight Compute's, never higher (a YES against its NO claims MMA work it
+    # did not see; a reviewer's find: any disagreement was let through, so forged TMA bytes paid)
+    hw = in_band.tma_share is not None
+    conflict = in_band.work is not ncu.work
+    if hw:
+        conflict = in_band.work is Verdict.YES and ncu.work is Verdict.NO
     # withheld (unusable hardware counters, ``with_hw``): Nsight Compute's replay cannot restore the credit
     # (a kernel switching on instrumentation shows wgmma to it too), nor does it contradict the withholding
     withheld = in_band.work is Verdict.UNKNOWN and in_band.executed is Verdict.YES
-    if in_band.executed is not ncu.executed or (in_band.work is not ncu.work and not hw and not withheld):
+    if in_band.executed is not ncu.executed or (conflict and not withheld):
         return (
             f"in-band counts say executed={in_band.executed.value}, work={in_band.work.value}; Nsight "
             f"Compute says executed={ncu.executed.value}, work={ncu.work.value}"

@@ -40,7 +40,11 @@ they never do). Being unpatched, it runs at the candidate's own speed: a kernel 
 work only when it notices the slow, patched counted call shows none in it. Outside any activity trial its
 kernels are not in the census; its counters can only lower the MMA share (``target_work.combined``), and
 its TMA bytes are the one figure a kernel launched there alone could raise (a library's kernel, which the
-jailed runner cannot load; the call is told apart from timed calls only by CUPTI's state in its process).
+jailed runner cannot load). Neither extra call is secret from the candidate: the command that asks for it
+says so (``Call.count``, ``Call.hw_count``) in the process the candidate shares, and so does CUPTI's state
+there. Their place is drawn so that a worker cannot prepare for them in advance; what they report is the
+candidate process's word, which the secret Nsight Compute draw checks from outside (MMA work; a TMA
+share from the counters can lower the work verdict there, never raise it: ``sass_join.counts_agree``).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import logging
 import random
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ptxgym.evaluation.child_errors import WorkerError, WorkerTimeout
 from ptxgym.evaluation.compare import SetCheck
@@ -340,9 +345,14 @@ class Session:
         if self.arena.device.type == "cuda":
             self.torch.cuda.synchronize(self.arena.device)
 
-    def _call(self, index: int, timed: bool, result: SessionResult | None = None) -> TimedCall:
-        """One call on set ``index``, once the trusted side's own GPU work is done.
+    def _call(
+        self, index: int, timed: bool, result: SessionResult | None = None
+    ) -> tuple[TimedCall, dict[str, Any]]:
+        """One call on set ``index``, once the trusted side's own GPU work is done; and its output copies.
 
+        The call's wall runs from the command to the end of the trusted side's copy of its outputs
+        (``Arena.copy_outputs``), not to the reply: a reply sent early by another thread of the worker
+        (a reviewer's find) would otherwise make the wall, and so the cross-check, bound nothing.
         ``result``: that wait and the call's round trip go to its ``trusted_s`` (``inputs_wait``, ``calls``).
         """
         t = time.perf_counter()
@@ -351,13 +361,15 @@ class Session:
             result.spend("inputs_wait", t)
         t0 = time.perf_counter()
         reply = self._request(Call(set=index, timed=timed, flush=True), Stage.RUN)
+        outputs = self.arena.copy_outputs(index)
+        self._sync()
         if result is not None:
             result.spend("calls", t0)
         wall = (time.perf_counter() - t0) * 1e3
         self.calls += 1
         if reply.call is None:
             raise CandidateFault("the worker acknowledged a call without its timings", "", Stage.RUN)
-        return TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call)
+        return TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call), outputs
 
     def _trial(
         self,
@@ -400,7 +412,7 @@ class Session:
                     if not self._hw_counted(index, result, stage, segment) and strict:
                         return None
                     continue
-                record = self._call(index, is_timed, result)
+                record, outputs = self._call(index, is_timed, result)
                 if is_timed:
                     timed.append(record)
                     segment.append(record)
@@ -411,12 +423,13 @@ class Session:
                     return None
                 if defer:
                     t = time.perf_counter()
-                    kept = self.arena.hold(index, keep=pos in verify)
+                    kept = self.arena.hold(index, pos in verify, outputs)
                     result.spend("hold", t)
                     if kept is not None:
                         held.append(kept)
                 elif pos in verify and not self._verified(index, result, stage) and strict:
                     return None
+                del outputs
             self._close(stage, segment, result)
         except (CandidateFault, WorkerError):
             # a crash, hang or exhausted budget after a wrong verified call: the wrong result came first
@@ -628,7 +641,7 @@ class Session:
         for i in range(self.settings.correctness_sets):
             index = i % n_sets
             self.arena.prepare(index, self.generator)
-            self._call(index, timed=False)
+            self._call(index, timed=False)  # its output copies go: the outputs are checked in place
             if self._breached(result, Stage.CHECK) and strict:
                 return
             check = self.arena.verify(index)

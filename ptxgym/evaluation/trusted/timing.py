@@ -80,9 +80,10 @@ def call_latency(
     events: the stream-event time, unless the device-wide synchronisation took longer than its
     calibrated cost (work on other streams), in which case the device-synchronised time minus that cost.
     """
-    if backend == CUPTI:
-        return span_ms
-    return max(ev_stream_ms, ev_device_ms - sync_gap_ms)
+    value = span_ms if backend == CUPTI else max(ev_stream_ms, ev_device_ms - sync_gap_ms)
+    if value is None or not math.isfinite(value) or value < 0:
+        return None  # not a latency (the protocol refuses such replies; this is the second guard)
+    return value
 
 
 def calibrate(
@@ -120,7 +121,19 @@ class CrossCheck:
 def cross_check(
     walls_ms: list[float], latencies_ms: list[float], cal: Calibration, slack_ms: float, slack_fraction: float
 ) -> CrossCheck:
-    """Whether the median per-call wall time is explained by GPU time plus calibrated overhead."""
+    """Whether the median per-call wall time is explained by GPU time plus calibrated overhead.
+
+    A call whose reported GPU time exceeds the evaluator's wall time for it (beyond
+    ``WALL_TOLERANCE_MS`` or ``WALL_TOLERANCE_FRACTION`` of it) fails at once: its GPU work ran inside
+    that wall, so such a figure is not a measurement.
+    """
+    for w, g in zip(walls_ms, latencies_ms, strict=True):
+        if g > w + max(WALL_TOLERANCE_MS, WALL_TOLERANCE_FRACTION * w):
+            message = (
+                f"a call's reported GPU time ({g:.3f} ms) exceeds the evaluator's wall time for the whole "
+                f"call ({w:.3f} ms): a forged timing"
+            )
+            return CrossCheck(False, w - g, 0.0, message)
     overheads = [w - g for w, g in zip(walls_ms, latencies_ms, strict=True)]
     median_overhead = statistics.median(overheads)
     median_latency = statistics.median(latencies_ms)
@@ -142,6 +155,10 @@ def cross_check(
     )
 
 
+WALL_TOLERANCE_MS = 0.05
+WALL_TOLERANCE_FRACTION = 0.02
+"""How far a call's reported GPU time may exceed its wall time before ``cross_check`` calls it forged
+(the two clocks differ; the GPU work of a call lies inside its wall)."""
 TIGHT_Z = 4.0
 """Standard errors of the difference of two medians a tight allowance admits."""
 TIGHT_FLOOR_MS = 0.01
