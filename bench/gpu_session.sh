@@ -4,20 +4,23 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (after 2026-12-05, eighth session: no device was lent, so none of these ran), in this order:
+# Next (after 2026-12-05, eighth and ninth sessions: no device was lent, so none of these ran), in this
+# order (checks first: the ninth session changed where a call's wall ends; honest runs must still pass):
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh checks $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh round2 $OUT   (native_tp: its first half)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh checks $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh spares $OUT
 #   run(carry=[".whl", ".raybundle"]): COMMIT=<sha> bash bench/gpu_session.sh ray_load $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh gate $OUT
 # Done on 2026-12-05: fixes, throughput (Python workers); native and python before that.
 #
-# checks:  the eighth session's changes on the GPU (timed calls checked after their trial, the
-#          pool's new draws and equal preparation, outputs poisoned before each session): the runner's
-#          GPU tests (its pool test), the pool's, the counted position's and the held checks' (the
-#          allocator must not grow within a trial) GPU tests, in the runner.
+# checks:  the ninth session's timing changes (the wall ends after the trusted output copy; a GPU time
+#          above its wall is forged): the experts GEMM and MHA forward in the default path; the runner's
+#          threads' signal masks (jail probe); then the eighth session's changes (timed calls checked
+#          after their trial, the pool's new draws and equal preparation, outputs poisoned before each
+#          session): the runner's GPU tests (its pool test), the pool's, the counted position's and the
+#          held checks' (the allocator must not grow within a trial) GPU tests, in the runner.
 # native_tp: the throughput mix at 16 and 64 envs with candidates in the native runner (issue 12's goals;
 #          the Python-worker figures wait for worker start-up).
 # round2:  native_tp, then the GPU cost with the hardware counters on in the runner (issue 11: their cost
@@ -122,7 +125,15 @@ case "$stage" in
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     ;;
   checks)
-    PTXGYM_CANDIDATE_PROCESS=native timeout 420 bash bench/gpu_tests.sh "$out/checks" --timeout 200 -q \
+    # ninth session: a call's wall now ends after the trusted copy of its outputs, and a GPU time above
+    # its wall fails the cross-check: the experts must still pass in the default (Python-worker) path
+    timeout 200 bash bench/gpu_tests.sh "$out/checks_experts" --timeout 190 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
+    # which threads of a jailed runner could take a signal (below Landlock ABI 8 the driver's pre-jail
+    # threads are outside the jail: the reviewer's signal-handler escape needs one that does not block)
+    { header "runner jail probe"; timeout 90 python3 bench/runner_jail_probe.py --out "$out/runner_jail_probe.txt"; } \
+      > "$out/runner_jail_probe.log" 2>&1
+    PTXGYM_CANDIDATE_PROCESS=native timeout 240 bash bench/gpu_tests.sh "$out/checks" --timeout 200 -q \
       tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
       tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
     ;;

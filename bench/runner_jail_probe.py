@@ -95,7 +95,8 @@ def _attach_and_sandbox(handle, sandbox: bool) -> str:
             return f"attach OK, sandbox FAILED: {done.error[:300]}"
         layers = {x.name: f"{x.state} ({x.detail[:90]})" for x in done.sandbox.layers}
         return (
-            f"attach OK, sandbox OK: filesystem {layers.get('filesystem')}; network {layers.get('network')}"
+            f"attach OK, sandbox OK: filesystem {layers.get('filesystem')}; network {layers.get('network')}; "
+            f"threads' blocked signals: {thread_signal_masks(handle.pid)}"
         )
     except Exception as exc:  # noqa: BLE001 - a diagnostic reports everything
         return f"{type(exc).__name__}: {exc}"[:500]
@@ -104,6 +105,20 @@ def _attach_and_sandbox(handle, sandbox: bool) -> str:
         for fd in fds:
             os.close(fd)
         vmm.release_handles(handles)
+
+
+def thread_signal_masks(pid: int) -> str:
+    """Each thread's name and blocked-signal mask (``SigBlk``), from /proc.
+
+    Below Landlock ABI 8 the threads the driver started before the jail stay outside it; a candidate could
+    run its code on one through a signal handler (a reviewer's suspicion) unless that thread blocks every
+    signal it could be sent. All ones (``fffffffe7fffffff`` or more) on those threads settles it.
+    """
+    out = []
+    for status in sorted(Path(f"/proc/{pid}/task").glob("*/status")):
+        fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        out.append(f"{fields.get('Name', '?').strip()}={fields.get('SigBlk', '?').strip()}")
+    return ", ".join(out) or "no threads read"
 
 
 def main() -> int:
