@@ -35,8 +35,8 @@ from ptxgym.records.turns import TurnRecord
 from ptxgym.rewards import gate
 from ptxgym.train.episodes import feedback_text_after, group_trajectories, task_messages
 from ptxgym.train.kernelgen import BuildResult
-from ptxgym.train.selection import balance, dedup, extract_kernel, kernel_hash
-from ptxgym.train.sft_examples import Message, SftExample, fenced, with_reasoning
+from ptxgym.train.selection import balance, dedup, extract_answer, kernel_hash
+from ptxgym.train.sft_examples import Message, SftExample, with_reasoning
 from ptxgym.train.teachers import Quality, ReasoningTeacher, RepairTeacher
 
 TARGET_FORMAT = "fixit_task_wrong_kernel_feedback_to_reasoned_fixed_kernel"
@@ -69,7 +69,8 @@ class FixitConfig:
 class _Failed:
     turns: tuple[TurnRecord, ...]
     index: int
-    code: str
+    answer: str
+    """The failed turn's files as a clean answer (``selection.extract_answer``)."""
 
     @property
     def record(self) -> TurnRecord:
@@ -78,7 +79,7 @@ class _Failed:
 
 @dataclass(frozen=True)
 class _Fix:
-    code: str
+    answer: str
     reasoning: str | None
     source: str
     status: str
@@ -95,11 +96,11 @@ def _failed_turns(records: Iterable[TurnRecord], cfg: FixitConfig, dropped: Coun
             if cfg.max_source_turn is not None and r.turn >= cfg.max_source_turn:
                 dropped["failed turn too late"] += 1
                 continue
-            code = extract_kernel(r.action)
-            if code is None:
+            answer = extract_answer(r.action)
+            if answer is None:
                 dropped["no extractable kernel"] += 1
                 continue
-            out.append(_Failed(tuple(turns), i, code))
+            out.append(_Failed(tuple(turns), i, answer))
     return out
 
 
@@ -110,19 +111,19 @@ def _accepts(record: TurnRecord, cfg: FixitConfig) -> bool:
 
 def _trajectory_fix(f: _Failed, cfg: FixitConfig) -> _Fix | None:
     for later in f.turns[f.index + 1 :]:
-        code = extract_kernel(later.action)
-        if code is not None and _accepts(later, cfg):
-            return _Fix(code, later.reasoning, f"trajectory turn {later.turn}", later.status, later.speedup)
+        answer = extract_answer(later.action)
+        if answer is not None and _accepts(later, cfg):
+            return _Fix(answer, later.reasoning, f"trajectory turn {later.turn}", later.status, later.speedup)
     return None
 
 
 def _teacher_fix(f: _Failed, teacher: RepairTeacher, feedback: str) -> _Fix | None:
     task = task_messages(f.turns)
-    got = teacher.repair(get_task(f.record.task_id), task.system, task.user, f.code, feedback)
-    if got is None or not got.code:
+    got = teacher.repair(get_task(f.record.task_id), task.system, task.user, f.answer, feedback)
+    if got is None or not got.answer:
         return None
     return _Fix(
-        got.code,
+        got.answer,
         got.reasoning,
         f"teacher attempt {got.attempts}",
         got.feedback.status.value,
@@ -140,7 +141,7 @@ def build_fixit(
     cfg = config or FixitConfig()
     dropped: Counter = Counter()
     failed = _failed_turns(records, cfg, dropped)
-    failed, n_dup = dedup(failed, key=lambda f: kernel_hash(fenced(f.code)))
+    failed, n_dup = dedup(failed, key=lambda f: kernel_hash(f.answer))
     dropped["duplicate failed kernel"] += n_dup
     failed, n_cap = balance(failed, group=lambda f: f.record.task_id, cap=cfg.cap_per_task, seed=cfg.seed)
     dropped["over per-task cap"] += n_cap
@@ -177,7 +178,7 @@ def _example(
 ) -> SftExample | None:
     task = task_messages(f.turns)
     if teacher is not None:
-        rationale, source = teacher.fixit(task.system, task.user, f.code, feedback, fix.code), "teacher"
+        rationale, source = teacher.fixit(task.system, task.user, f.answer, feedback, fix.answer), "teacher"
         if rationale is None:
             return None
     elif cfg.own_reasoning and fix.reasoning:
@@ -191,7 +192,7 @@ def _example(
         Message(role="user", content=task.user),
         Message(role="assistant", content=r.action),
         Message(role="user", content=feedback),
-        Message(role="assistant", content=with_reasoning(fenced(fix.code), rationale)),
+        Message(role="assistant", content=with_reasoning(fix.answer, rationale)),
     )
     meta = {
         "target_format": TARGET_FORMAT,
@@ -201,8 +202,8 @@ def _example(
         "wrong_status": r.status,
         "policy": r.policy,
         "variant": r.variant,
-        "wrong_kernel_hash": kernel_hash(fenced(f.code)),
-        "fixed_kernel_hash": kernel_hash(fenced(fix.code)),
+        "wrong_kernel_hash": kernel_hash(f.answer),
+        "fixed_kernel_hash": kernel_hash(fix.answer),
         "fix_source": fix.source,
         "fixed_status": fix.status,
         "fixed_speedup": fix.speedup,

@@ -26,7 +26,7 @@ from typing import Literal
 from ptxgym.records.turns import TurnRecord
 from ptxgym.rewards import gate
 from ptxgym.train.episodes import group_trajectories, task_messages
-from ptxgym.train.selection import balance, dedup, extract_kernel, kernel_hash
+from ptxgym.train.selection import balance, dedup, extract_answer, kernel_hash
 from ptxgym.train.sft_examples import Message, SftExample, fenced, with_reasoning
 from ptxgym.train.teachers import Quality, ReasoningTeacher
 
@@ -45,7 +45,7 @@ class KernelGenConfig:
     seed: int = 0
     own_reasoning: bool = True
     answer: Literal["response", "kernel"] = "response"
-    """``response``: the whole recorded response; ``kernel``: only its CUDA block, fenced."""
+    """``response``: the whole recorded response; ``kernel``: only its files, as a clean answer."""
 
 
 @dataclass
@@ -60,7 +60,8 @@ class BuildResult:
 class _Candidate:
     record: TurnRecord
     turns: tuple[TurnRecord, ...]
-    code: str
+    answer: str
+    """Its files as a clean answer (``selection.extract_answer``)."""
 
 
 def _passes(record: TurnRecord, cfg: KernelGenConfig) -> str | None:
@@ -79,13 +80,13 @@ def _candidates(records: Iterable[TurnRecord], cfg: KernelGenConfig, dropped: Co
     for turns in group_trajectories(records).values():
         for r in turns:
             why = _passes(r, cfg)
-            code = extract_kernel(r.action) if why is None else None
-            if why is None and code is None:
+            answer = extract_answer(r.action) if why is None else None
+            if why is None and answer is None:
                 why = "no extractable kernel"
-            if why is not None or code is None:
+            if why is not None or answer is None:
                 dropped[(why or "no extractable kernel").split(" (")[0]] += 1
                 continue
-            out.append(_Candidate(r, tuple(turns), code))
+            out.append(_Candidate(r, tuple(turns), answer))
     return out
 
 
@@ -117,9 +118,9 @@ def build_kernelgen(
 
 def _example(c: _Candidate, cfg: KernelGenConfig, teacher: ReasoningTeacher | None) -> SftExample | None:
     task = task_messages(c.turns)
-    answer = c.record.action if cfg.answer == "response" else fenced(c.code)
+    answer = c.record.action if cfg.answer == "response" else c.answer
     if teacher is not None:
-        reasoning, source = teacher.kernelgen(task.system, task.user, c.code), "teacher"
+        reasoning, source = teacher.kernelgen(task.system, task.user, c.answer), "teacher"
         if reasoning is None:
             return None
     elif cfg.own_reasoning and c.record.reasoning:

@@ -24,11 +24,17 @@ _LINE_COMMENT = re.compile(r"//[^\n]*")
 _SPACE = re.compile(r"\s+")
 
 
-def extract_kernel(text: str) -> str | None:
-    """The CUDA source the env would compile from a response, or None (same extractor as the pipeline)."""
-    from ptxgym.cpu.extract import extract_code
+def extract_answer(text: str) -> str | None:
+    """Every file the env would build from a response, as a clean answer (``sft_examples.answer_text``).
 
-    return extract_code(text).code
+    None when there is nothing to build. The same extractor as the pipeline's, so a several-file answer
+    keeps all its files (taking one of them alone once labelled an unbuilt fragment PASSED).
+    """
+    from ptxgym.cpu.extract import extract_sources
+    from ptxgym.train.sft_examples import answer_text
+
+    files = extract_sources(text).files
+    return None if files is None else answer_text(files)
 
 
 def normalise_kernel(code: str) -> str:
@@ -39,9 +45,21 @@ def normalise_kernel(code: str) -> str:
 
 
 def kernel_hash(text: str) -> str:
-    """SHA-256 (16 hex digits) of the normalised kernel of a response (of the whole text if no block)."""
-    code = extract_kernel(text)
-    return hashlib.sha256(normalise_kernel(code if code is not None else text).encode()).hexdigest()[:16]
+    """SHA-256 (16 hex digits) of the normalised files of a response (of the whole text if none).
+
+    Every file, named (a lone ``kernel.cu`` hashes as its normalised text alone): two answers that share
+    their entry file but not a header are two kernels.
+    """
+    from ptxgym.cpu.extract import ENTRY_FILE, extract_sources
+
+    files = extract_sources(text).files
+    if files is None:
+        body = normalise_kernel(text)
+    elif list(files) == [ENTRY_FILE]:
+        body = normalise_kernel(files[ENTRY_FILE])
+    else:
+        body = "\0".join(f"{name}\0{normalise_kernel(files[name])}" for name in sorted(files))
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def dedup(items: Iterable[T], key: Callable[[T], str]) -> tuple[list[T], int]:

@@ -101,6 +101,20 @@ def fenced(code: str, lang: str = "cpp") -> str:
     return f"```{lang}\n{code.rstrip()}\n```"
 
 
+def answer_text(files: Mapping[str, str]) -> str:
+    """Solution files as the answer the env reads.
+
+    One fenced block for a lone ``kernel.cu``, else a block named after each file (the entry file first),
+    as the env's several-file form asks.
+    """
+    from ptxgym.cpu.extract import ENTRY_FILE
+
+    if list(files) == [ENTRY_FILE]:
+        return fenced(files[ENTRY_FILE])
+    names = sorted(files, key=lambda n: (n != ENTRY_FILE, n))
+    return "\n\n".join(f"```cuda {name}\n{files[name].rstrip()}\n```" for name in names)
+
+
 def save_examples(
     examples: Sequence[SftExample],
     out_dir: str | Path,

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Literal
 from ptxgym.records.feedback import Feedback
 from ptxgym.records.feedback_text import render_feedback
 from ptxgym.rewards import gate
-from ptxgym.train.selection import extract_kernel, normalise_kernel
-from ptxgym.train.sft_examples import fenced
+from ptxgym.train.selection import extract_answer, normalise_kernel
 
 if TYPE_CHECKING:
     from ptxgym.evaluation.trusted.base import Evaluator
@@ -48,8 +47,8 @@ Evaluation feedback:
 {feedback}
 
 Fix the kernel with the smallest change that makes it correct. Keep its design and its use of the
-target instructions; do not rewrite it from scratch. Answer with the whole fixed kernel file in one
-```cpp fenced block."""
+target instructions; do not rewrite it from scratch. Answer with the whole fixed kernel in the form it
+was given: one ```cpp fenced block, or one named block per file."""
 
 REASONING_SYSTEM = """\
 You reconstruct the private reasoning of an expert GPU kernel engineer. Write in the first person, as
@@ -113,7 +112,8 @@ class RepairResult:
     """A repair the evaluator accepted."""
 
     text: str
-    code: str
+    answer: str
+    """The accepted response's files as a clean answer (``selection.extract_answer``)."""
     feedback: Feedback
     attempts: int
     reasoning: str | None = None
@@ -137,15 +137,16 @@ class RepairTeacher:
         return gate.qualifies(fb, self.require_target)
 
     def repair(
-        self, task: Task, system: str, task_user: str, failed_code: str, feedback_text: str
+        self, task: Task, system: str, task_user: str, failed_answer: str, feedback_text: str
     ) -> RepairResult | None:
-        """Up to ``max_attempts`` fix attempts; the first accepted one, or None."""
+        """Up to ``max_attempts`` fix attempts; the first accepted one, or None.
+
+        ``failed_answer``: the failed kernel's files as an answer (``selection.extract_answer``).
+        """
         from ptxgym.pipeline import Pipeline
 
         pipeline = Pipeline(task, self.evaluator)
-        user = REPAIR_REQUEST.format(
-            task=task_user.strip(), kernel=fenced(failed_code), feedback=feedback_text
-        )
+        user = REPAIR_REQUEST.format(task=task_user.strip(), kernel=failed_answer, feedback=feedback_text)
         conv = _conversation(system, user, task.id)
         for attempt in range(1, self.max_attempts + 1):
             action = _ask_or_none(self.policy, conv)
@@ -155,8 +156,8 @@ class RepairTeacher:
             fb = pipeline.run(action.text, turn=attempt - 1)
             self._count(fb.status.value)
             if self.accepts(fb):
-                code = extract_kernel(action.text) or ""
-                return RepairResult(action.text, code, fb, attempt, action.reasoning)
+                answer = extract_answer(action.text) or ""
+                return RepairResult(action.text, answer, fb, attempt, action.reasoning)
             conv = conv.add(action.text, render_feedback(fb), action.reasoning)
         return None
 
@@ -176,15 +177,14 @@ class ReasoningTeacher:
     rejected: dict[str, int] = field(default_factory=dict)
 
     def kernelgen(self, system: str, task_user: str, kernel: str) -> str | None:
-        """Reasoning from the task to ``kernel``, or None if every attempt was rejected."""
-        user = KERNELGEN_REASONING.format(task=task_user.strip(), kernel=fenced(kernel))
+        """Reasoning from the task to ``kernel`` (an answer's text), or None if every attempt was rejected."""
+        user = KERNELGEN_REASONING.format(task=task_user.strip(), kernel=kernel)
         return self._reason(user, kernel)
 
     def fixit(self, system: str, task_user: str, wrong: str, feedback_text: str, fixed: str) -> str | None:
-        """Reasoning from a failed kernel and its feedback to the repaired one, or None."""
-        user = FIXIT_REASONING.format(
-            task=task_user.strip(), wrong=fenced(wrong), feedback=feedback_text, fixed=fenced(fixed)
-        )
+        """Reasoning from a failed kernel and its feedback to the repaired one (answers' texts), or None."""
+        task = task_user.strip()
+        user = FIXIT_REASONING.format(task=task, wrong=wrong, feedback=feedback_text, fixed=fixed)
         return self._reason(user, fixed)
 
     def _reason(self, user: str, final_kernel: str) -> str | None:
@@ -209,7 +209,17 @@ class ReasoningTeacher:
             return None, "nested reasoning tags"
         if not self.min_chars <= len(text) <= self.max_chars:
             return None, f"length outside [{self.min_chars}, {self.max_chars}]"
-        norm = normalise_kernel(final_kernel)
-        if len(norm) > 200 and norm in normalise_kernel(text):
-            return None, "quotes the final kernel"
+        said = normalise_kernel(text)
+        for code in _files(final_kernel):
+            norm = normalise_kernel(code)
+            if len(norm) > 200 and norm in said:
+                return None, "quotes the final kernel"
         return text, ""
+
+
+def _files(answer: str) -> list[str]:
+    """The files of an answer's text (the text itself if it holds no code block)."""
+    from ptxgym.cpu.extract import extract_sources
+
+    files = extract_sources(answer).files
+    return list(files.values()) if files else [answer]

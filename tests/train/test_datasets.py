@@ -166,3 +166,26 @@ def test_cli_builds_a_kernelgen_dataset(trajectory_file, tmp_path, capsys):
         ]
     )
     assert rc == 2 and "not found" in capsys.readouterr().err
+
+
+def test_several_file_answers_keep_every_file(records, kernel_text):
+    """Both builders keep every file of a several-file answer, named.
+
+    A PASSED answer in two files once became a one-file target (the header alone, no `run`), labelled
+    PASSED: training data of code never built.
+    """
+    code = kernel_text("naive_gemm")
+    split = f'Two files.\n```cuda kernel.cu\n#include "impl.cuh"\n```\n```cuda impl.cuh\n{code}```\n'
+    fixed = [
+        r.model_copy(update={"action": split}) if (r.trajectory_id, r.turn) == ("Gemm-sm90a/none/0", 1) else r
+        for r in records
+    ]
+    gen = build_kernelgen(fixed, KernelGenConfig(answer="kernel"))
+    answer = next(e for e in gen.examples if e.metadata["trajectory_id"] == "Gemm-sm90a/none/0").messages[-1]
+    assert '```cuda kernel.cu\n#include "impl.cuh"\n```' in answer.content
+    assert f"```cuda impl.cuh\n{code.rstrip()}\n```" in answer.content
+    fix = build_fixit(fixed, FixitConfig(pairing=("trajectory",))).examples[0].messages[-1].content
+    assert "```cuda kernel.cu\n" in fix and "```cuda impl.cuh\n" in fix
+    one_file = kernel_hash(f"```cpp\n{code}```")
+    assert kernel_hash(split) != one_file  # the files, named, make the kernel
+    assert kernel_hash(split.replace("Two files.", "Both files:")) == kernel_hash(split)
