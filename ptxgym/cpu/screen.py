@@ -450,6 +450,12 @@ kernels are launched from the module it built (``<<<...>>>``, ``cudaLaunchKernel
 functions such as ``cuTensorMapEncodeTiled`` are imported by name (``-lcuda``)."""
 
 
+HOST_CALLBACKS = re.compile(r"cu(?:da)?LaunchHostFunc\w*|cu(?:da)?StreamAddCallback\w*")
+"""Runtime and driver functions that run a host function on a thread of the CUDA driver. Below Landlock ABI
+8 the driver's threads started before the jail are outside it, so such a callback could read what the
+candidate's own thread may not; no candidate needs one."""
+
+
 def policy_fingerprint() -> str:
     """Hash of the rules and allowlists; part of the build cache key, so no cached verdict outlives them."""
     parts = [
@@ -462,6 +468,7 @@ def policy_fingerprint() -> str:
         *sorted(_TVMFFI_DENIED),
         _HOST_SYSCALL.pattern,
         CODE_LOADING.pattern,
+        HOST_CALLBACKS.pattern,
         *(p.pattern for _, _, p, _ in _SOURCE_RULES),
         *(p.pattern for _, p, _ in _ASM_STRING_RULES),
         str(MAX_SOURCE_CHARS),
@@ -472,7 +479,7 @@ def policy_fingerprint() -> str:
 
 def import_allowed(name: str, driver_names: frozenset[str] | None = None) -> bool:
     """Whether a dynamic import (version suffix stripped) is on the allowlist."""
-    if CODE_LOADING.fullmatch(name):
+    if CODE_LOADING.fullmatch(name) or HOST_CALLBACKS.fullmatch(name):
         return False
     if name in _LIBC_ALLOWED or _MATH.fullmatch(name) or _CXX_RUNTIME.fullmatch(name):
         return True
