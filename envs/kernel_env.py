@@ -188,6 +188,8 @@ class KernelEnv(gymnasium.Env):
             raise ValueError(f"cannot resume: {len(prior)} recorded turns >= max_turns={self.max_turns}")
         if not all(isinstance(f, Feedback) for f in prior):
             raise TypeError("options['history'] must be a list of ptxgym.records.feedback.Feedback records")
+        if prior and self._ends(prior[-1]):
+            raise ValueError("cannot resume: the recorded episode ended (its last turn reached the target)")
         self._history = prior
         self._turn = len(prior)
         self._terminated = False
@@ -247,10 +249,7 @@ class KernelEnv(gymnasium.Env):
         self._history.append(fb)
         self._turn += 1
         speedup = fb.speedup or 0.0
-        require = getattr(self.reward_fn, "require_target", True)
-        # only a turn that qualifies ends the episode: a fast one without the proven target would cap a
-        # policy's losses (the milestone rewards' penalty paid once) and stop its returns there
-        terminated = gate.qualifies(fb, require) and speedup >= self.target_speedup
+        terminated = self._ends(fb)
         self._terminated = terminated
         truncated = not terminated and self._turn >= self.max_turns
         total, components = float(result.total), dict(result.components)
@@ -280,6 +279,16 @@ class KernelEnv(gymnasium.Env):
             "episode_id": self._episode_id,
         }
         return obs, total, terminated, truncated, info
+
+    def _ends(self, fb: Feedback) -> bool:
+        """Whether a turn ends the episode: it qualifies and reaches ``target_speedup``.
+
+        Qualifies: the target proven where the reward requires it. A fast turn without the proven target
+        would otherwise cap a policy's losses (the milestone rewards' penalty paid once) and stop its
+        returns there.
+        """
+        require = getattr(self.reward_fn, "require_target", True)
+        return gate.qualifies(fb, require) and (fb.speedup or 0.0) >= self.target_speedup
 
     def render(self) -> str | None:
         """``ansi``: the last observation text."""

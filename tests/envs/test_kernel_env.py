@@ -241,6 +241,8 @@ def test_a_step_after_the_episode_terminated_needs_a_reset() -> None:
         env.step("```cuda\n__global__ void k() {}\n```")
     env.reset(seed=1)
     env.begin_step("a new episode plays")
+    with pytest.raises(ValueError, match="cannot resume"):  # nor can the ended episode be resumed
+        env.reset(options={"history": [_passed(2.0)]})
 
 
 def test_a_proven_turn_is_paid_for_its_cut_off_turns_under_a_composite_reward() -> None:

@@ -5,6 +5,7 @@ says hello, then misbehaves on its first command according to ``--mode``: ``echo
 having no GPU, never writes an output), ``hang`` never answers, ``crash`` dies by SIGSEGV, ``exit`` exits
 with code 3, ``garbage`` writes bytes that are not a reply, ``wrong_seq`` answers another command,
 ``oversize`` answers with 2 MiB, ``stall`` starts a reply frame and never ends it,
+``ahead`` answers its first command and the next three before they are sent, then stops reading,
 ``child`` forks a sleeping grandchild and then hangs (for the process-group
 kill), ``slow`` answers every command properly but only after ``--delay`` seconds (a candidate whose calls
 each return slowly), ``flood`` prints ``--flood-mib`` MiB and a last line ``END OF FLOOD`` to stdout
@@ -78,6 +79,10 @@ def main() -> None:
             conn_out.send_bytes(_reply(seq, **payload))
         elif args.mode == "echo":
             conn_out.send_bytes(_reply(seq, **_payload(cmd)))
+        elif args.mode == "ahead":  # answers, then answers the next commands before they are sent
+            for k in range(4):
+                conn_out.send_bytes(_reply(seq + k, **_payload(cmd)))
+            time.sleep(600)
         elif args.mode == "slow":
             time.sleep(args.delay)
             conn_out.send_bytes(_reply(seq, **_payload(cmd)))

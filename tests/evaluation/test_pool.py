@@ -106,6 +106,55 @@ def test_protocol_violations(fake_worker_argv, tmp_path, mode, expected):
     handle.kill()
 
 
+def test_a_reply_sent_before_its_command_is_a_protocol_violation(fake_worker_argv, tmp_path):
+    """A worker that answers ahead (sequence numbers are predictable) is caught at the next command.
+
+    Answering ahead while no longer reading commands had the evaluator write into a full pipe, blocked
+    forever (a reviewer's find).
+    """
+    handle = _handle(fake_worker_argv("ahead"), tmp_path)
+    try:
+        assert handle.request(Call(), 5.0).ok
+        time.sleep(0.3)  # the trusted side's work between calls (prepare, checks)
+        with pytest.raises(ProtocolViolation, match="before its command was sent"):
+            handle.request(Call(), 5.0)
+    finally:
+        handle.kill()
+
+
+def test_a_worker_that_stops_reading_commands_times_the_sender_out(fake_worker_argv, tmp_path):
+    handle = _handle(fake_worker_argv("hang"), tmp_path)
+    start = time.monotonic()
+    try:
+        with pytest.raises(WorkerTimeout, match="took no command"):
+            for _ in range(5000):  # the command pipe (64 KiB) fills after a few hundred
+                handle.send(Call(), timeout_s=0.5)
+        assert time.monotonic() - start < 10.0
+    finally:
+        handle.kill()
+
+
+def test_replies_are_read_whatever_the_descriptor_number(fake_worker_argv, tmp_path):
+    """``select.select`` refuses descriptors >= 1024 (FD_SETSIZE): a busy evaluator's pipes get there."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        handle = _handle(fake_worker_argv("echo"), tmp_path)
+        try:
+            assert handle._from.fileno() >= 1024 and handle.request(Call(), 5.0).ok
+        finally:
+            handle.kill()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_reply_frame_that_never_completes_times_out(fake_worker_argv, tmp_path):
     """A header promising more bytes than follow held the evaluator (and its GPU turn) forever."""
     handle = _handle(fake_worker_argv("stall"), tmp_path)

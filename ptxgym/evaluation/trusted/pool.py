@@ -116,6 +116,22 @@ class OutputCapture:
 
 FRAME_GRACE_S = 1.0
 """Time a reply frame that began by a request's deadline still gets to complete."""
+SEND_TIMEOUT_S = 60.0
+"""Time a command queued without a request (a spare's attach) has to enter the worker's command pipe."""
+
+
+def _readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` has data (or its end) within ``timeout_s`` (``poll``: no FD_SETSIZE limit)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
+
+
+def _writable(fd: int, timeout_s: float) -> bool:
+    """Whether the pipe ``fd`` takes more bytes within ``timeout_s``."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
 
 
 class WorkerHandle:
@@ -151,6 +167,7 @@ class WorkerHandle:
     def _connected(self, cmd_w: int, rep_r: int, out_r: int) -> None:
         """The trusted side's ends of a started child: commands, replies, its output; no command sent."""
         self.output = OutputCapture(out_r, self.log_path)
+        os.set_blocking(cmd_w, False)  # commands are written under a deadline (``_write_frame``)
         self._to = Connection(cmd_w, readable=False, writable=True)
         self._from = Connection(rep_r, readable=True, writable=False)
         self.spawned_at = time.monotonic()
@@ -167,24 +184,51 @@ class WorkerHandle:
 
     # ---------------------------------------------------------------------------------------- I/O
 
-    def send(self, cmd: Command, pickler=None, fds: Sequence[int] = ()) -> int:
-        """Queue a command without waiting; returns its sequence number.
+    def send(
+        self, cmd: Command, pickler=None, fds: Sequence[int] = (), timeout_s: float = SEND_TIMEOUT_S
+    ) -> int:
+        """Queue a command without waiting for its reply; returns its sequence number.
 
         ``fds``: file descriptors the command needs (a guard-page blob's allocation), passed first on the
         worker's fd socket (its stdin, a Unix socket) with ``SCM_RIGHTS``; the worker reads them when it
-        handles the command.
+        handles the command. The command is written within ``timeout_s`` (``WorkerTimeout`` past it): a
+        worker that stops reading commands while answering ahead (a reviewer's find) had blocked the
+        evaluator's write, and its GPU turn, forever. With no command outstanding, a reply already waiting
+        is one sent before its command: a protocol violation.
         """
+        deadline = time.monotonic() + timeout_s
+        if not self.pending and _readable(self._from.fileno(), 0.0) and self.proc.poll() is None:
+            raise ProtocolViolation(
+                "a reply arrived before its command was sent: something writes the reply channel ahead",
+                self.log_tail(),
+            )
         self.seq += 1
         cmd = cmd.model_copy(update={"seq": self.seq})
         data = self._encode(cmd, pickler)
         try:
             if fds:
+                self._fds.settimeout(max(0.001, deadline - time.monotonic()))
                 socket.send_fds(self._fds, [b"F"], list(fds))
-            self._to.send_bytes(data)
-        except (BrokenPipeError, OSError) as exc:
+            self._write_frame(data, deadline)
+        except TimeoutError as exc:
+            raise WorkerTimeout(
+                f"the worker took no command within {timeout_s:.1f} s", self.log_tail()
+            ) from exc
+        except OSError as exc:
             raise self._died(f"the worker stopped reading commands ({exc})") from exc
         self.pending.append(self.seq)
         return self.seq
+
+    def _write_frame(self, data: bytes, deadline: float) -> None:
+        """One command frame (``multiprocessing.connection``'s framing), written by ``deadline``."""
+        fd, view = self._to.fileno(), memoryview(struct.pack("!i", len(data)) + data)
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not _writable(fd, left):
+                    raise TimeoutError("the command pipe stayed full") from None
 
     def _encode(self, cmd: Command, pickler=None) -> bytes:
         """One command as the bytes of its frame (the Python worker unpickles them)."""
@@ -236,7 +280,7 @@ class WorkerHandle:
         data = bytearray()
         while len(data) < n:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not _readable(fd, left):
                 raise WorkerTimeout(
                     f"a reply stalled after {len(data)} of its {n} bytes (the frame never completed)",
                     self.log_tail(),
@@ -250,7 +294,7 @@ class WorkerHandle:
     def request(self, cmd: Command, timeout_s: float, pickler=None, fds: Sequence[int] = ()) -> Reply:
         """Send a command and wait for its reply (earlier queued replies are consumed first)."""
         self.drain(timeout_s)
-        self.send(cmd, pickler, fds)
+        self.send(cmd, pickler, fds, timeout_s)
         return self.receive(timeout_s)
 
     def drain(self, timeout_s: float) -> list[Reply]:
