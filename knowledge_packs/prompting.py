@@ -41,8 +41,7 @@ How to answer:
   from <tvm/ffi/extra/c_env_api.h>. Do not create streams or launch work anywhere else.
 - Available headers: cuda_runtime.h, cuda.h (driver API, e.g. cuTensorMapEncodeTiled), cuda_bf16.h,
   cuda_fp16.h, tvm/ffi/*. Forbidden: cuBLAS, cuBLASLt, cuDNN, CUTLASS, CuTe, any dlopen/dlsym, file,
-  process or network calls, host callbacks (cudaLaunchHostFunc), host inline assembly. Do not modify
-  inputs.
+  process or network calls. Do not modify inputs.
 - The target instruction family for {arch} is {target}. The kernel counts as a target-instruction
   success only if such instructions actually execute during a checked call and its tensor-core MMAs do
   at least half of the task's FLOPs (counted per SASS instruction while the call runs).

@@ -219,14 +219,18 @@ class Pipeline:
         )
 
     def _internal(self, parts: dict, turn: int, exc: Exception) -> Feedback:
-        """An exception of ours as this turn's INFRA_ERROR Feedback (call inside the ``except``)."""
-        tail = truncate(traceback.format_exc(), 3000)
+        """An exception of ours as this turn's INFRA_ERROR Feedback (call inside the ``except``).
+
+        The message the model sees names the exception's type only; its text and the traceback (host
+        paths) go to the Feedback's log, which the rendered observation leaves out for an INFRA_ERROR.
+        """
+        tail = truncate(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", 3000)
         return self._finish(
             parts,
             turn,
             Status.INFRA_ERROR,
             Stage.RUN,
-            f"ptxgym internal error ({type(exc).__name__}: {exc})",
+            f"ptxgym internal error ({type(exc).__name__})",
             log=tail,
         )
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ptxgym.cpu.compile_log import clean_log, error_message, shown_log
-from ptxgym.cpu.host_asm import ALLOWED, host_asm_in_translation
+from ptxgym.cpu.host_asm import ALLOWED, host_asm_in_assembly, host_asm_in_translation
 from ptxgym.cpu.jail import (
     FSIZE_LIMIT_BYTES,
     Confinement,
@@ -66,15 +66,21 @@ from ptxgym.records.arch import ArchSpec
 from ptxgym.records.feedback import CompileInfo, Status, truncate
 from ptxgym.records.schema import Solution, SupportedLanguage
 
-BUILD_VERSION = "ptxgym-build-v4"
+BUILD_VERSION = "ptxgym-build-v5"
 """Part of every cache key: bump when the build procedure or the cache record format changes (flags,
 toolchain and policy rules enter the key by themselves)."""
+MAX_KEPT_BYTES = 128 << 20
+"""Largest host translation or assembly file the backstop reads (an honest kernel's: a few MiB)."""
 SO_NAME = "kernel.so"
 COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
 KEEP_DIR = ".ptxgym-keep"
 """Where nvcc keeps its intermediates (``-keep-dir``) until the backstop has read them."""
-KEEP_FLAGS = ("-keep", "-keep-dir", KEEP_DIR)
-"""Added to ``nvcc_flags`` by the build itself (the folder must exist first)."""
+RESERVED_NAMES = frozenset({KEEP_DIR, SO_NAME, "meta.json", ".nvcc.log"})
+"""Top-level names of the build folder that are the build's own: no source file or folder may take one
+(a folder named meta.json made the cache's write fail: an INFRA_ERROR on demand)."""
+KEEP_FLAGS = ("-keep", "-keep-dir", KEEP_DIR, "-Xcompiler", "-save-temps=obj")
+"""nvcc keeps its intermediates, and the host compiler its assembly (``*.s``), for the backstop; added to
+``nvcc_flags`` by the build itself (the folder must exist first)."""
 LOG_CHARS = 6000
 
 
@@ -231,9 +237,10 @@ def _unbuildable(solution: Solution) -> str | None:
         return f"entry file {spec.entry_file!r} is not a compilable source ({', '.join(COMPILED_SUFFIXES)})"
     if not re.fullmatch(r"[A-Za-z_]\w*", spec.entry_symbol):
         return f"entry symbol {spec.entry_symbol!r} is not a C identifier"
-    clash = [s.path for s in solution.sources if PurePosixPath(s.path).parts[:1] == (KEEP_DIR,)]
+    clash = [s.path for s in solution.sources if PurePosixPath(s.path).parts[0] in RESERVED_NAMES]
     if clash:
-        return f"source path {clash[0]!r} is inside {KEEP_DIR}/, which the build keeps for itself"
+        reserved = ", ".join(sorted(RESERVED_NAMES))
+        return f"source path {clash[0]!r} uses a name the build keeps for itself ({reserved})"
     stems: dict[str, str] = {}
     for src in solution.sources:
         if src.path.endswith(COMPILED_SUFFIXES):
@@ -309,7 +316,9 @@ def _compile(
         returncode, timed_out, raw_log = run_jailed(argv, stage, env, timeout_s, jail)
         log = clean_log(raw_log, stage, KEEP_DIR)
         own = [s.path for s in solution.sources]
-        public = [toolchain.cuda_home, *toolchain.include_dirs, *tool_paths(toolchain).read, *include_dirs]
+        # folders whose diagnostics the model may see (a readable file such as /etc/ld.so.cache is none)
+        tools = [p for p in tool_paths(toolchain).read if p.is_dir()]
+        public = [toolchain.cuda_home, *toolchain.include_dirs, *tools, *include_dirs]
         shown = shown_log(log, own, public)
         base = dict(
             command=_shorten_argv(argv, toolchain),
@@ -341,9 +350,24 @@ def _compile(
 
 
 def _host_asm_backstop(keep: Path) -> ScreenVerdict | None:
-    """A STATIC_REJECT verdict if nvcc's host translation holds inline assembly from the solution."""
-    for path in sorted(keep.glob("*.cudafe1.cpp")):
-        found = host_asm_in_translation(path.read_text(errors="replace"))
+    """A STATIC_REJECT verdict if nvcc's host translation, or the host assembly, holds inline assembly.
+
+    Both read what the compilers saw (``host_asm.host_asm_in_translation``, ``host_asm_in_assembly``), not
+    the source: no spelling the source screen misreads gets past them.
+    """
+    kept = sorted(keep.glob("*.cudafe1.cpp")) + sorted(keep.glob("*.s"))
+    if any(p.stat().st_size > MAX_KEPT_BYTES for p in kept):
+        message = f"host-asm: nvcc's host translation is over {MAX_KEPT_BYTES >> 20} MiB, too large to check"
+        return ScreenVerdict(False, "host-asm", message)
+    for path in kept:
+        text = path.read_text(errors="replace")
+        if path.suffix == ".s":
+            at = host_asm_in_assembly(text)
+            if at:
+                message = f"host-asm: inline assembly reached the host assembler: `{at[1]}`; {ALLOWED}"
+                return ScreenVerdict(False, "host-asm", message)
+            continue
+        found = host_asm_in_translation(text)
         if found:
             file, line, text = found
             snippet = " ".join(text.split())[:120]

@@ -60,6 +60,7 @@ ALLOWED = (
 _DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?P<name>[A-Za-z_]\w*|\d+)?(?P<rest>.*)$", re.M)
 _DEFINE = re.compile(r"(?P<name>[A-Za-z_]\w*)(?P<params>\([^)]*\))?(?P<body>.*)", re.S)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+_PASTE_TOKEN = re.compile(r"##|\w+|\S")
 _SCAN = re.compile(r"[{};]|[A-Za-z_]\w*")
 _CLASS_HEAD = re.compile(r"^(?:[\w:\s]*\s)?(?:class|struct|union|enum)\b")
 _TEMPLATE = re.compile(r"\btemplate\s*<")
@@ -152,7 +153,7 @@ def _macro_kinds(texts: Iterable[str]) -> tuple[dict[str, str], set[str]]:
         for name, body, params, parens in parsed:
             if name in found:
                 continue
-            own = set(re.findall(r"(\w+)\s*##", body) + re.findall(r"##\s*(\w+)", body)) - params
+            own = _pasted(body) - params
             if _could_spell_asm(own, targets):
                 spelling.add(name)  # its own pieces: asm whatever it is given
             if name in spelling or any(
@@ -200,6 +201,18 @@ def _spread_pasting(
                     pasting.add(user)
                     queue.append(user)
                     break
+
+
+def _pasted(body: str) -> set[str]:
+    """The identifiers next to a ``##`` of a macro body (one pass over its tokens)."""
+    tokens = _PASTE_TOKEN.findall(body)
+    return {
+        t
+        for i, t in enumerate(tokens)
+        if t != "##"
+        and ((i > 0 and tokens[i - 1] == "##") or (i + 1 < len(tokens) and tokens[i + 1] == "##"))
+        and _IDENT.fullmatch(t)
+    }
 
 
 def _targets(asm_macros: Mapping[str, str]) -> str:
@@ -303,7 +316,8 @@ def _is_device_guard(cond: str) -> bool:
     """Whether a #if condition is false whenever ``__CUDA_ARCH__`` is undefined (the host pass)."""
     for part in cond.split("&&"):
         m = _DEVICE_GUARD.match(part.strip())
-        if m and "||" not in cond and int(m.group("ge") or 1) > 0 and int(m.group("eq") or 1) != 0:
+        # N > 0 and N != 0 as digits (a 5000-digit number once overflowed int(): INFRA_ERROR)
+        if m and "||" not in cond and (m.group("ge") or "1").strip("0") and (m.group("eq") or "1").strip("0"):
             return True
     return False
 
@@ -406,15 +420,27 @@ _MARKER = re.compile(r'^#\s*(\d+)(?:\s+"((?:[^"\\]|\\.)*)")?')
 _LITERAL = re.compile(r'(?:u8|[uUL])?"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
 
 
-def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
-    """The first host asm the solution contributes to a ``*.cudafe1.cpp`` host translation, or None.
+_LABEL = re.compile(r'\b(?:asm|__asm|__asm__)\s*\(\s*"[A-Za-z_][A-Za-z0-9_]*"\s*\)')
+"""An asm label naming a symbol (``__asm__("memchr")``, as glibc's headers rename functions): no
+instruction, and what it names is still an import the artifact check judges. An asm *statement* with
+such a string (``__asm__("nop");``) is caught in the assembly instead (``host_asm_in_assembly``)."""
+_GAS_FILE_OR_MACRO = re.compile(r"^\s*\.(?:incbin|include|irp|irpc|rept|macro)\b", re.M)
+"""Assembler directives GCC never writes: reading a file, or building text from macros."""
+_FATBIN_HEAD = ['\t.section .nv_fatbin, "a"', ".align 8", "fatbinData:"]
+_QUAD = re.compile(r"\.quad 0x[0-9a-f]+(?:, ?0x[0-9a-f]+)*")
+_TRAILER = re.compile(r'\t\.ident\t"GCC: [^"\n]*"|\t\.section\t\.note\.GNU-stack,"",@progbits')
+"""What GCC writes after the last top-level asm of a file, which it then leaves without ``#NO_APP``."""
 
-    Returns (file, line, source line). Every line is the solution's that the line markers do not give to
-    a header by its absolute path (the toolkit's, the host compiler's, TVM-FFI's, the packs': all are
-    included through ``-I``/system paths) or to nvcc's own stub: a relative name that is not one of the
-    solution's files came from a line directive, which the source rule rejects, and still counts here.
-    An ``asm`` token outside the device bodies (``#if 0``) is host assembly, and so is an attribute whose
-    string reaches the assembler (``ASM_STRING_ATTRIBUTE``), however either was spelled.
+
+def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
+    """The first host asm of a ``*.cudafe1.cpp`` host translation, or None; (file, line, source line).
+
+    Every line outside the device bodies (``#if 0``) counts, whichever file the line markers give it to
+    (a ``#line`` the source screen missed once gave a candidate's asm to a header): an ``asm`` token that
+    is not a symbol label (``_LABEL``), an attribute whose string reaches the assembler
+    (``ASM_STRING_ATTRIBUTE``) and ``#ident``/``#sccs``. The markers only name the file in the message.
+    The headers a kernel may include have no such line in their host code (their asm is labels and
+    device code); one that had would be refused too.
     """
     current, line, skip = "", 0, 0
     for raw in text.split("\n"):
@@ -422,11 +448,13 @@ def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
         if stripped.startswith("#"):
             marker = _MARKER.match(stripped)
             if marker:
-                line = int(marker.group(1))
+                line = int(marker.group(1)[:9])
                 if marker.group(2) is not None:
                     current = posixpath.normpath(marker.group(2))
                 continue
             directive = stripped[1:].split()[0] if stripped[1:].split() else ""
+            if not skip and directive in ("ident", "sccs"):
+                return current, line, raw.strip()
             if skip and directive in ("if", "ifdef", "ifndef"):
                 skip += 1
             elif re.match(r"#\s*if\s+0\s*$", stripped):
@@ -435,14 +463,51 @@ def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
                 skip -= 1
             line += 1
             continue
-        if not skip and _solution_line(current):
-            blanked = _LITERAL.sub('""', raw)
-            if ASM.search(blanked) or ASM_STRING_ATTRIBUTE.search(blanked):
+        if not skip:
+            blanked = _LITERAL.sub('""', _LABEL.sub(" ", raw))
+            if ASM.search(blanked) or ASM_STRING_ATTRIBUTE.search(_LITERAL.sub('""', raw)):
                 return current, line, raw.strip()
         line += 1
     return None
 
 
-def _solution_line(current: str) -> bool:
-    """Whether a line the markers give to ``current`` is the solution's (``host_asm_in_translation``)."""
-    return bool(current) and not current.startswith(("/", "<")) and not current.endswith(".cudafe1.stub.c")
+def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
+    """The first inline asm or file directive of a host ``.s`` file (GCC's output), or None; (line, text).
+
+    GCC opens every inline asm with ``#APP`` (and closes it with ``#NO_APP``, but not after the last
+    top-level one of a file): any such block but nvcc's fatbinary data (``_is_fatbin``, once per file) is
+    host assembly however it was spelled; and no line may read a file or build text with assembler
+    macros (``_GAS_FILE_OR_MACRO``), wherever it came from (a string the compiler hands the assembler
+    verbatim: a section name, a symbol version, ``#ident``).
+    """
+    if m := _GAS_FILE_OR_MACRO.search(text):
+        return text.count("\n", 0, m.start()) + 1, m.group().strip()
+    lines = text.split("\n")
+    fatbins, i = 0, 0
+    while i < len(lines):
+        if lines[i] != "#APP":
+            i += 1
+            continue
+        start, block = i, []
+        i += 1
+        while i < len(lines) and lines[i] != "#NO_APP":
+            block.append(lines[i])
+            i += 1
+        if fatbins == 0 and _is_fatbin(block, closed=i < len(lines)):
+            fatbins += 1
+            continue
+        return start + 1, (block[0] if block else "#APP").strip()[:120]
+    return None
+
+
+def _is_fatbin(block: list[str], closed: bool) -> bool:
+    """Whether an ``#APP`` block is nvcc's fatbinary (``*.fatbin.c``'s top-level asm) and nothing more."""
+    if block[:3] != _FATBIN_HEAD:
+        return False
+    k = 3
+    while k < len(block) and _QUAD.fullmatch(block[k]):
+        k += 1
+    if k == 3 or k >= len(block) or block[k] != ".text":
+        return False
+    rest = [line for line in block[k + 1 :] if line.strip()]
+    return not rest if closed else all(_TRAILER.fullmatch(line) for line in rest)

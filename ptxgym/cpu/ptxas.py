@@ -16,16 +16,20 @@ import re
 
 from ptxgym.records.feedback import KernelResources
 
-_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>[^']+)'")
-_PROPS = re.compile(r"Function properties for (?P<name>\S+)")
+# ptxas's own lines only (``ptxas info``, and the indented frame line under a properties line): the log
+# also holds the compiler's diagnostics, whose text a candidate chooses (``#warning Used 9 registers``)
+_INFO = re.compile(r"^ptxas info\s*:\s*")
+_ENTRY = re.compile(r"^Compiling entry function '(?P<name>[^']+)' for '(?P<arch>[^']+)'")
+_PROPS = re.compile(r"^Function properties for (?P<name>\S+)")
 _FRAME = re.compile(
-    r"(?P<stack>\d+) bytes stack frame, (?P<st>\d+) bytes spill stores, (?P<ld>\d+) bytes spill loads"
+    r"^\s+(?P<stack>\d{1,12}) bytes stack frame, (?P<st>\d{1,12}) bytes spill stores, "
+    r"(?P<ld>\d{1,12}) bytes spill loads"
 )
-_USED = re.compile(r"\bUsed (?P<regs>\d+) registers")
+_USED = re.compile(r"^Used (?P<regs>\d{1,12}) registers")
 _FIELDS = {
-    "barriers": re.compile(r"\bused (\d+) barriers"),
-    "shared_bytes": re.compile(r"\b(\d+) bytes smem"),
-    "constant_bytes": re.compile(r"\b(\d+) bytes cmem\[0\]"),
+    "barriers": re.compile(r"\bused (\d{1,12}) barriers"),
+    "shared_bytes": re.compile(r"\b(\d{1,12}) bytes smem"),
+    "constant_bytes": re.compile(r"\b(\d{1,12}) bytes cmem\[0\]"),
 }
 _WARNING = re.compile(
     r"^ptxas (?:warning\s*:\s*(?P<warn>.*)|info\s*:\s*(?P<info>.*Potential Performance Loss.*))$"
@@ -37,21 +41,23 @@ def parse_ptxas_report(log: str) -> list[KernelResources]:
     kernels: dict[str, dict[str, int | None]] = {}
     current: str | None = None
     props_for: str | None = None
-    for line in log.splitlines():
-        if m := _ENTRY.search(line):
+    for raw in log.splitlines():
+        info = _INFO.match(raw)
+        line = raw[info.end() :] if info else ""
+        if m := _ENTRY.match(line):
             current = m.group("name")
             kernels.setdefault(current, {})
             props_for = None
-        elif m := _PROPS.search(line):
+        elif m := _PROPS.match(line):
             props_for = m.group("name")
-        elif (m := _FRAME.search(line)) and props_for in kernels:
+        elif (m := _FRAME.match(raw)) and props_for in kernels:
             kernels[props_for].update(
                 stack_bytes=int(m.group("stack")),
                 spill_stores=int(m.group("st")),
                 spill_loads=int(m.group("ld")),
             )
             props_for = None
-        elif (m := _USED.search(line)) and current is not None:
+        elif (m := _USED.match(line)) and current is not None:
             values = kernels[current]
             values["registers"] = int(m.group("regs"))
             values["shared_bytes"] = 0  # CUDA 13 prints "N bytes smem" only when N > 0

@@ -78,8 +78,8 @@ _TOKEN = re.compile(
       | (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^ ()\\\t\n"]{0,16})\()
       | (?P<str>(?:u8|[uUL])?"(?P<strbody>(?:[^"\\\n]|\\.)*)(?:"|$))
       | (?P<chr>(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*(?:'|$))
-      | (?P<num>\.?\d(?:[eEpP][+-]|[\w.'])*)
-      | (?P<ident>[A-Za-z_]\w*)""",
+      | (?P<num>\.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*)
+      | (?P<ident>[A-Za-z_$\u0080-\U0010ffff][\w$\u0080-\U0010ffff]*)""",
     re.S | re.X | re.M,
 )
 _BLANK = re.compile(r"[^\n]")
@@ -90,9 +90,10 @@ _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 def _splice(text: str) -> tuple[str, list[int]]:
     """Join backslash-newline continuations (translation phase 2); original line of each new line.
 
-    A lone carriage return ends a line, as it does for the compiler; a form feed or vertical tab is a
-    space (a directive may hold them between ``#`` and its name).
+    As the compiler reads it: a leading byte-order mark is dropped, a lone carriage return ends a line,
+    a form feed or vertical tab is a space (a directive may hold them between ``#`` and its name).
     """
+    text = text.removeprefix("\ufeff")  # a byte-order mark, which the compiler drops too
     text = text.replace("\r\n", "\n").replace("\r", "\n").translate(_SPACES)
     physical = text.split("\n")
     logical: list[str] = []
@@ -354,12 +355,50 @@ def check_source(
         verdict = _check_file(name, views[name], names)
         if verdict:
             return verdict
+    probe = _pasted_condition(views)
+    if probe is not None:
+        file, offset, macro = probe
+        what = f"a #if/#elif condition using {macro}, which pastes tokens (it could spell __has_include)"
+        return _reject("file-probe", what, file, views[file], offset)
     found = find_host_asm({n: v.bare for n, v in views.items()}, {n: v.code for n, v in views.items()})
     if found:
         v = views[found.file]
         line_text = v.code.splitlines()[v.code.count("\n", 0, found.offset)]
         return _reject("host-asm", f"{found.what}; {ALLOWED}", found.file, v, found.offset, line_text)
     return PASS
+
+
+_CONDITION = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?:if|elif)\b(?P<cond>.*)$", re.M)
+
+
+def _pasted_condition(views: dict[str, _Views]) -> tuple[str, int, str] | None:
+    """(file, offset, macro) of the first ``#if``/``#elif`` that uses a macro built by token pasting.
+
+    ``__has_include`` spelled by pasting (``CAT(__has_,include)``) escapes the file-probe rule's text,
+    and it tells a missing file (false) from one the jail refuses (a fatal error): a file-existence
+    oracle (a reviewer's find). No kernel needs a pasted preprocessor condition.
+    """
+    defs = list(host_asm._definitions(v.bare for v in views.values()))
+    pasting = {name for name, _, body in defs if "##" in body}
+    users: dict[str, set[str]] = {}
+    for name, _, body in defs:
+        for ident in set(_IDENT_WORD.findall(body)):
+            users.setdefault(ident, set()).add(name)
+    queue = list(pasting)
+    while queue:  # every macro that uses a pasting one, transitively
+        for user in users.get(queue.pop(), ()):
+            if user not in pasting:
+                pasting.add(user)
+                queue.append(user)
+    for file, v in views.items():
+        for m in _CONDITION.finditer(v.bare):
+            used = [w for w in _IDENT_WORD.findall(m.group("cond")) if w in pasting]
+            if used:
+                return file, m.start(), used[0]
+    return None
+
+
+_IDENT_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def check_solution_sources(sources: Iterable[tuple[str, str]], entry_name: str) -> ScreenVerdict:

@@ -370,3 +370,34 @@ def test_concurrent_builds_of_one_key(cache_dir: Path) -> None:
     assert all(o.ok for o in outcomes), [o.message for o in outcomes]
     assert len({o.so_path for o in outcomes}) == 1 and len({o.info.artifact_sha256 for o in outcomes}) == 1
     assert not any((builds_dir() / "tmp").iterdir())
+
+
+@pytest.mark.parametrize("path", ["meta.json/unused.cuh", "kernel.so", ".nvcc.log/x.h", ".ptxgym-keep/a.cuh"])
+def test_a_source_may_not_take_a_name_the_build_keeps(path: str) -> None:
+    """A folder named meta.json made the cache's own write fail: an INFRA_ERROR on demand (second review)."""
+    solution = Solution(
+        name="x",
+        definition="x",
+        author="t",
+        spec=BuildSpec(
+            language=SupportedLanguage.CUDA, target_hardware=["sm_90a"], entry_point="kernel.cu::run"
+        ),
+        sources=[
+            SourceFile(path="kernel.cu", content="int x;\n"),
+            SourceFile(path=path, content="// nothing\n"),
+        ],
+    )
+    outcome = build_solution(solution, HOPPER, use_cache=False)
+    assert outcome.status is Status.COMPILE_ERROR and "a name the build keeps for itself" in outcome.message
+
+
+def test_forged_resource_lines_in_the_compiler_s_diagnostics_are_not_read() -> None:
+    """Only ptxas's own lines count: a `#warning Used 9 registers` (5000 digits once: INFRA_ERROR)."""
+    log = (
+        "kernel.cu:1:2: warning: #warning Compiling entry function 'zz' for 'sm_90a'\n"
+        "kernel.cu:2:2: warning: #warning Used " + "1" * 5000 + " registers\n"
+        "ptxas info    : Compiling entry function '_Z1kv' for 'sm_90a'\n"
+        "ptxas info    : Used 32 registers, used 1 barriers\n"
+    )
+    got = parse_ptxas_report(log)
+    assert [(k.kernel, k.registers) for k in got] == [("_Z1kv", 32)]

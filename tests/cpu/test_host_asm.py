@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ptxgym.cpu.build import build_solution
-from ptxgym.cpu.host_asm import find_host_asm, host_asm_in_translation
+from ptxgym.cpu.host_asm import find_host_asm, host_asm_in_assembly, host_asm_in_translation
 from ptxgym.cpu.screen import _lex, check_source
 from ptxgym.knowledge_packs.variants import PACK_ROOT
 from ptxgym.records.arch import HOPPER
@@ -150,25 +150,42 @@ def test_backstop_reads_the_host_translation() -> None:
     assert found == ("kernel.cu", 11, 'void run2() { __asm__ volatile("nop"); }')
     clean = TRANSLATION.replace('__asm__ volatile("nop")', "")
     assert host_asm_in_translation(clean) is None  # headers' asm labels, device bodies
-    stub = TRANSLATION.replace('# 9 "kernel.cu"', '# 9 "kernel.compute_90a.cudafe1.stub.c"')
-    assert host_asm_in_translation(stub.replace("# 11\n", "")) is None  # nvcc's own stub
 
 
-def test_backstop_counts_a_line_directives_file_and_assembler_strings() -> None:
-    """A relative name that is no solution file came from a `#line`: still the solution's lines."""
-    spoofed = TRANSLATION.replace('# 9 "kernel.cu"', '# 9 "zzz_not_mine.h"')
-    assert host_asm_in_translation(spoofed) == (
-        "zzz_not_mine.h",
-        11,
-        'void run2() { __asm__ volatile("nop"); }',
-    )
-    section = clean_section = TRANSLATION.replace('__asm__ volatile("nop")', "")
-    section += '__attribute((used, section(".rodata.x\\n.text\\n"))) const int marker = 1;\n'
-    assert host_asm_in_translation(clean_section) is None
+@pytest.mark.parametrize("name", ["zzz_not_mine.h", "/usr/include/zz_not_a_header.h", "x.cudafe1.stub.c"])
+def test_backstop_counts_every_line_whichever_file_the_markers_name(name: str) -> None:
+    """A `#line` the screen misread once gave a candidate's asm to a header path: markers decide nothing."""
+    spoofed = TRANSLATION.replace('# 9 "kernel.cu"', f'# 9 "{name}"')
+    assert host_asm_in_translation(spoofed) == (name, 11, 'void run2() { __asm__ volatile("nop"); }')
+
+
+def test_backstop_counts_assembler_strings_and_ident() -> None:
+    clean = TRANSLATION.replace('__asm__ volatile("nop")', "")
+    section = clean + '__attribute((used, section(".rodata.x\\n.text\\n"))) const int marker = 1;\n'
     found = host_asm_in_translation(section)
     assert found is not None and found[0] == "kernel.cu" and "section(" in found[2]
     header = '# 1 "/usr/include/x.h" 3\n__attribute__((section(".x"))) int y;\n'
-    assert host_asm_in_translation(header) is None
+    assert host_asm_in_translation(header) is not None
+    ident = clean + '#ident "a\\n.incbin \\"/etc/passwd\\""\n'
+    assert host_asm_in_translation(ident) is not None
+
+
+FATBIN = '#APP\n\t.section .nv_fatbin, "a"\n.align 8\nfatbinData:\n.quad 0x1,0x2\n.quad 0x3, 0x4\n.text\n\n'
+TRAILER = '\t.ident\t"GCC: (Debian 12.2.0-14+deb12u1) 12.2.0"\n\t.section\t.note.GNU-stack,"",@progbits\n'
+
+
+def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
+    """GCC brackets every inline asm with #APP: what the compiler saw, whatever the spelling."""
+    assert host_asm_in_assembly("\t.text\n" + FATBIN + "#NO_APP\n\tmovl $1, %eax\n") is None
+    assert host_asm_in_assembly("\t.text\n" + FATBIN + TRAILER) is None  # the last block: no #NO_APP
+    found = host_asm_in_assembly(FATBIN + "#NO_APP\n#APP\n\tsyscall\n#NO_APP\n")
+    assert found is not None and found[1] == "syscall"
+    assert host_asm_in_assembly(FATBIN + "#NO_APP\n" + FATBIN + "#NO_APP\n") is not None  # a second one
+    assert host_asm_in_assembly(FATBIN + "\tnop\n" + TRAILER) is not None  # appended to the last block
+    unclosed = "\t.text\n#APP\n\tmovl $0x1337, %eax\n" + TRAILER
+    assert host_asm_in_assembly(unclosed) == (2, "movl $0x1337, %eax")
+    for directive in ('.incbin "/etc/passwd"', ".irp d,incbin", ".macro m", '.include "x"'):
+        assert host_asm_in_assembly(f"\t.section\t.rodata.x\n{directive}\n") is not None
 
 
 def _solution(code: str) -> Solution:
@@ -191,14 +208,19 @@ TAIL = "void run(tvm::ffi::TensorView a) {}\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(run, 
 
 
 @pytest.mark.nvcc
-def test_backstop_catches_asm_from_a_header_macro() -> None:
-    """glibc's __REDIRECT expands to an asm label: invisible to the source rule, not to the backstop."""
-    code = HEAD + '#include <sys/cdefs.h>\nextern "C" int __REDIRECT(my_puts, (const char*), puts);\n' + TAIL
-    assert check_source(code).ok
-    outcome = build_solution(_solution(code), HOPPER, use_cache=False)
-    assert outcome.status is Status.STATIC_REJECT and outcome.screen_verdict is not None
-    assert outcome.screen_verdict.rule == "host-asm" and outcome.screen_verdict.line == 4
-    assert "kernel.cu:4" in outcome.message and '__asm__("puts")' in outcome.message
+def test_an_asm_label_from_a_header_macro_is_judged_by_what_it_names() -> None:
+    """An asm label from a header macro builds or not by what it names.
+
+    glibc's __REDIRECT expands to an asm label (a symbol's name, no instruction): the import check judges
+    the name, so a label to an allowed function builds and one to dlopen does not.
+    """
+    allowed = HEAD + '#include <sys/cdefs.h>\nextern "C" int __REDIRECT(my_puts, (const char*), puts);\n'
+    allowed += 'void use() { my_puts("x"); }\n' + TAIL
+    built = build_solution(_solution(allowed), HOPPER, use_cache=False)
+    assert built.ok, built.message
+    banned = allowed.replace("puts);", "dlopen);").replace('my_puts("x")', 'my_puts("libcublas.so")')
+    outcome = build_solution(_solution(banned), HOPPER, use_cache=False)
+    assert outcome.status is Status.STATIC_REJECT and "dlopen" in outcome.message, outcome.message
 
 
 @pytest.mark.nvcc

@@ -118,6 +118,18 @@ def test_no_false_positives(code: str) -> None:
         ('#ident "a\\n.incbin \\"/etc/hostname\\""\n', "asm-injection", "#ident", 1),
         ('#pragma GCC dependency "/srv/solutions/Gemm.cu"\n', "file-probe", "dependency", 1),
         ('_Pragma("GCC dependency \\"/srv/x.cu\\"")\n', "file-probe", "dependency", 1),
+        # the lexer reads as the compiler does (second review): a trailing digit separator is no char
+        # literal, `$R"(` is an identifier and a string, a leading byte-order mark is dropped
+        ("#define EAT(...)\nEAT(1'/*')\n#line 1 \"/usr/include/zz.h\"\n// */\n", "host-asm", "#line", 3),
+        ('#define EAT(...)\nEAT($R"(")\n#line 1 "/usr/include/zz.h"\n// )"\n', "host-asm", "#line", 3),
+        ('#define EAT(...)\nEAT(\u00e9R"(")\n#line 1 "/usr/include/zz.h"\n// )"\n', "host-asm", "#line", 3),
+        ('\ufeff#line 1 "/usr/include/zz.h"\n', "host-asm", "#line", 1),
+        (
+            '#define CAT(a,b) a##b\n#define HI(x) CAT(__has_,include)(x)\n#if HI("/root/.ssh/a")\n#endif\n',
+            "file-probe",
+            "HI",
+            3,
+        ),
     ],
 )
 def test_rejections_name_rule_and_line(code: str, rule: str, needle: str, line: int) -> None:
@@ -161,6 +173,20 @@ def test_unterminated_raw_strings_lex_in_linear_time() -> None:
     assert time.perf_counter() - start < 5.0 and verdict.ok, verdict.message
     closed = 'const char* s = R"x(asm("nop") )" )x";\nint run() { return 0; }\n'
     assert check_source(closed).ok  # a raw string's text is a literal, not code
+
+
+def test_hostile_numbers_and_long_macros_stay_fast_and_never_raise() -> None:
+    """Numbers and bodies of any length are read in bounded time, never raising.
+
+    A 5000-digit arch guard overflowed int() (INFRA_ERROR); a long macro body made the paste analysis
+    quadratic (60k characters: 149 s).
+    """
+    guard = "#if __CUDA_ARCH__ >= " + "1" * 5000 + "\nint x;\n#endif\nint run() { return 0; }\n"
+    assert check_source(guard).ok
+    chain = "#define QQ0 __as ## m__\n" + "".join(f"#define QQ{k} QQ{k - 1} ## zz\n" for k in range(1, 8))
+    start = time.perf_counter()
+    verdict = check_source(chain + "#define X " + "a" * 200_000 + "\nint run() { return 0; }\n")
+    assert time.perf_counter() - start < 5.0 and verdict.ok, verdict.message
 
 
 def test_random_text_never_raises() -> None:
