@@ -66,7 +66,7 @@ from ptxgym.records.arch import ArchSpec
 from ptxgym.records.feedback import CompileInfo, Status, truncate
 from ptxgym.records.schema import Solution, SupportedLanguage
 
-BUILD_VERSION = "ptxgym-build-v5"
+BUILD_VERSION = "ptxgym-build-v6"
 """Part of every cache key: bump when the build procedure or the cache record format changes (flags,
 toolchain and policy rules enter the key by themselves)."""
 MAX_KEPT_BYTES = 128 << 20
@@ -75,9 +75,12 @@ SO_NAME = "kernel.so"
 COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
 KEEP_DIR = ".ptxgym-keep"
 """Where nvcc keeps its intermediates (``-keep-dir``) until the backstop has read them."""
-RESERVED_NAMES = frozenset({KEEP_DIR, SO_NAME, "meta.json", ".nvcc.log"})
-"""Top-level names of the build folder that are the build's own: no source file or folder may take one
-(a folder named meta.json made the cache's write fail: an INFRA_ERROR on demand)."""
+SOURCE_DIR = "src"
+"""Where the solution's files are written, below the build folder nvcc runs in: none of them may sit in
+its working directory, which nvcc's own steps search first (the device link's ``-I.``, the host pass's
+``-include cuda_runtime.h``): a candidate ``stddef.h`` there once replaced the toolkit's in the device
+link, where no source rule or host translation sees it (a reviewer's find). Nor can a source then take a
+name the build writes itself (``meta.json``, ``kernel.so``, the keep folder)."""
 KEEP_FLAGS = ("-keep", "-keep-dir", KEEP_DIR, "-Xcompiler", "-save-temps=obj")
 """nvcc keeps its intermediates, and the host compiler its assembly (``*.s``), for the backstop; added to
 ``nvcc_flags`` by the build itself (the folder must exist first)."""
@@ -237,10 +240,6 @@ def _unbuildable(solution: Solution) -> str | None:
         return f"entry file {spec.entry_file!r} is not a compilable source ({', '.join(COMPILED_SUFFIXES)})"
     if not re.fullmatch(r"[A-Za-z_]\w*", spec.entry_symbol):
         return f"entry symbol {spec.entry_symbol!r} is not a C identifier"
-    clash = [s.path for s in solution.sources if PurePosixPath(s.path).parts[0] in RESERVED_NAMES]
-    if clash:
-        reserved = ", ".join(sorted(RESERVED_NAMES))
-        return f"source path {clash[0]!r} uses a name the build keeps for itself ({reserved})"
     stems: dict[str, str] = {}
     for src in solution.sources:
         if src.path.endswith(COMPILED_SUFFIXES):
@@ -284,13 +283,13 @@ def _stage_dir(key: str, use_cache: bool) -> Path:
 def _write_sources(solution: Solution, stage: Path) -> list[str]:
     """Write every source file; return the relative paths nvcc compiles (entry file first)."""
     for src in solution.sources:
-        path = stage / PurePosixPath(src.path)
+        path = stage / SOURCE_DIR / PurePosixPath(src.path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(src.content, encoding="utf-8", errors="replace")
     (stage / KEEP_DIR).mkdir()
     entry = solution.spec.entry_file
     others = [s.path for s in solution.sources if s.path != entry and s.path.endswith(COMPILED_SUFFIXES)]
-    return [entry, *sorted(others)]
+    return [f"{SOURCE_DIR}/{p}" for p in (entry, *sorted(others))]
 
 
 def _compile(
@@ -314,7 +313,7 @@ def _compile(
     env = toolchain.subprocess_env(stage)
     try:
         returncode, timed_out, raw_log = run_jailed(argv, stage, env, timeout_s, jail)
-        log = clean_log(raw_log, stage, KEEP_DIR)
+        log = clean_log(raw_log, stage, KEEP_DIR, SOURCE_DIR)
         own = [s.path for s in solution.sources]
         # folders whose diagnostics the model may see (a readable file such as /etc/ld.so.cache is none)
         tools = [p for p in tool_paths(toolchain).read if p.is_dir()]
@@ -370,6 +369,7 @@ def _host_asm_backstop(keep: Path) -> ScreenVerdict | None:
         found = host_asm_in_translation(text)
         if found:
             file, line, text = found
+            file = file.removeprefix(f"{SOURCE_DIR}/")
             snippet = " ".join(text.split())[:120]
             message = f"host-asm: inline assembly in host code at {file}:{line}: `{snippet}`; {ALLOWED}"
             return ScreenVerdict(False, "host-asm", message, file=file, line=line)

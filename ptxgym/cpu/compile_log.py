@@ -59,10 +59,15 @@ _DENIED = re.compile(r": Permission denied\b")
 _LOCATIONS = (_LOCATED, _IN_FILE, _FILE_CONTEXT, _LINKER_REF, _PTXAS_AT, _ASSEMBLER)
 
 
-def clean_log(log: str, stage: Path, keep_dir: str) -> str:
-    """Scratch paths, nvcc's kept-files folder and temp-file prefixes out: ``kernel.cu(12): error``."""
+def clean_log(log: str, stage: Path, keep_dir: str, source_dir: str = "") -> str:
+    """Scratch paths, nvcc's kept-files folder, the sources' folder and temp-file prefixes out.
+
+    What remains names the solution's files as the model wrote them: ``kernel.cu(12): error``.
+    """
     for prefix in (f"{stage}/", str(stage), f"{keep_dir}/"):
         log = log.replace(prefix, "")
+    if source_dir:
+        log = re.sub(rf"(?<![\w./-]){re.escape(source_dir)}/", "", log)
     return _TMPXFT.sub("", log)
 
 

@@ -115,6 +115,32 @@ def find_host_asm(files: Mapping[str, str], code: Mapping[str, str] | None = Non
     return None
 
 
+_CONDITION = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?:if|elif)\b(?P<cond>.*)$", re.M)
+
+
+def pasted_condition(files: Mapping[str, str]) -> tuple[str, int, str] | None:
+    """(file, offset, macro) of the first ``#if``/``#elif`` using a macro built by token pasting, or None.
+
+    ``files`` as for ``find_host_asm``. ``__has_include`` spelled by pasting (``CAT(__has_,include)``)
+    escapes the source screen's file-probe rule, and it tells a missing file (false) from one the jail
+    refuses (a fatal error): a file-existence oracle (a reviewer's find). No kernel needs a pasted
+    preprocessor condition. A macro counts when its body pastes or it uses such a macro, transitively.
+    """
+    defs = list(_definitions(files.values()))
+    users: dict[str, set[str]] = {}
+    for name, _, body in defs:
+        for ident in set(_IDENT.findall(body)):
+            users.setdefault(ident, set()).add(name)
+    pasting = {name: "" for name, _, body in defs if "##" in body}
+    _spread(pasting, users)
+    for name, text in files.items():
+        for m in _CONDITION.finditer(text):
+            used = [w for w in _IDENT.findall(m.group("cond")) if w in pasting]
+            if used:
+                return name, m.start(), used[0]
+    return None
+
+
 def _definitions(texts: Iterable[str]) -> Iterable[tuple[str, str | None, str]]:
     """(name, parameter list or None, replacement list) of every #define."""
     for text in texts:
@@ -424,8 +450,10 @@ _LABEL = re.compile(r'\b(?:asm|__asm|__asm__)\s*\(\s*"[A-Za-z_][A-Za-z0-9_]*"\s*
 """An asm label naming a symbol (``__asm__("memchr")``, as glibc's headers rename functions): no
 instruction, and what it names is still an import the artifact check judges. An asm *statement* with
 such a string (``__asm__("nop");``) is caught in the assembly instead (``host_asm_in_assembly``)."""
-_GAS_FILE_OR_MACRO = re.compile(r"^\s*\.(?:incbin|include|irp|irpc|rept|macro)\b", re.M)
-"""Assembler directives GCC never writes: reading a file, or building text from macros."""
+_GAS_FILE_OR_MACRO = re.compile(r"(?:^|;)[ \t]*\.(?:incbin|include|irp|irpc|rept|macro)\b", re.M | re.I)
+"""Assembler directives GCC never writes: reading a file, or building text from macros (at any statement
+start: the assembler takes ``;`` as one, and directives in any case)."""
+_GAS_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _FATBIN_HEAD = ['\t.section .nv_fatbin, "a"', ".align 8", "fatbinData:"]
 _QUAD = re.compile(r"\.quad 0x[0-9a-f]+(?:, ?0x[0-9a-f]+)*")
 _TRAILER = re.compile(r'\t\.ident\t"GCC: [^"\n]*"|\t\.section\t\.note\.GNU-stack,"",@progbits')
@@ -481,8 +509,11 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
     verbatim: a section name, a symbol version, ``#ident``).
     """
     if m := _GAS_FILE_OR_MACRO.search(text):
-        return text.count("\n", 0, m.start()) + 1, m.group().strip()
+        return text.count("\n", 0, m.start()) + 1, m.group().strip(" \t;")
     lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):  # GCC writes one statement per line, never a `;`
+        if line != "#APP" and ";" in _GAS_STRING.sub('""', line):
+            return number, line.strip()[:120]
     fatbins, i = 0, 0
     while i < len(lines):
         if lines[i] != "#APP":

@@ -234,7 +234,7 @@ _SOURCE_RULES: tuple[tuple[str, str, re.Pattern[str], str], ...] = (
     ("syscall", "code", re.compile(r"\b(?:syscall|sysenter)\b|\bint\s*\$?0x80\b|\bsvc\s+#?0"), "system call"),
 )
 _ASM_STRING_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("asm-file-access", re.compile(r"\.(?:incbin|include)\b"), "assembler file inclusion"),
+    ("asm-file-access", re.compile(r"\.(?:incbin|include)\b", re.I), "assembler file inclusion"),
     ("syscall", re.compile(r"\b(?:syscall|sysenter)\b|\bint\s*\$?0x80\b|\bsvc\s+#?0"), "system call in asm"),
 )
 
@@ -355,7 +355,7 @@ def check_source(
         verdict = _check_file(name, views[name], names)
         if verdict:
             return verdict
-    probe = _pasted_condition(views)
+    probe = host_asm.pasted_condition({n: v.bare for n, v in views.items()})
     if probe is not None:
         file, offset, macro = probe
         what = f"a #if/#elif condition using {macro}, which pastes tokens (it could spell __has_include)"
@@ -366,39 +366,6 @@ def check_source(
         line_text = v.code.splitlines()[v.code.count("\n", 0, found.offset)]
         return _reject("host-asm", f"{found.what}; {ALLOWED}", found.file, v, found.offset, line_text)
     return PASS
-
-
-_CONDITION = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(?:if|elif)\b(?P<cond>.*)$", re.M)
-
-
-def _pasted_condition(views: dict[str, _Views]) -> tuple[str, int, str] | None:
-    """(file, offset, macro) of the first ``#if``/``#elif`` that uses a macro built by token pasting.
-
-    ``__has_include`` spelled by pasting (``CAT(__has_,include)``) escapes the file-probe rule's text,
-    and it tells a missing file (false) from one the jail refuses (a fatal error): a file-existence
-    oracle (a reviewer's find). No kernel needs a pasted preprocessor condition.
-    """
-    defs = list(host_asm._definitions(v.bare for v in views.values()))
-    pasting = {name for name, _, body in defs if "##" in body}
-    users: dict[str, set[str]] = {}
-    for name, _, body in defs:
-        for ident in set(_IDENT_WORD.findall(body)):
-            users.setdefault(ident, set()).add(name)
-    queue = list(pasting)
-    while queue:  # every macro that uses a pasting one, transitively
-        for user in users.get(queue.pop(), ()):
-            if user not in pasting:
-                pasting.add(user)
-                queue.append(user)
-    for file, v in views.items():
-        for m in _CONDITION.finditer(v.bare):
-            used = [w for w in _IDENT_WORD.findall(m.group("cond")) if w in pasting]
-            if used:
-                return file, m.start(), used[0]
-    return None
-
-
-_IDENT_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def check_solution_sources(sources: Iterable[tuple[str, str]], entry_name: str) -> ScreenVerdict:

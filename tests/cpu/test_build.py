@@ -206,7 +206,7 @@ def test_plain_two_file_build(plain_builds) -> None:
     ):
         assert flag in info.command
     assert info.command[0] == "nvcc" and "-cudart shared" in " ".join(info.command)
-    assert info.command[-2:] == ["kernel.so", "kernel.cu"] or info.command[-1] == "kernel.cu"
+    assert info.command[-3:] == ["-x", "cu", "src/kernel.cu"]  # sources below nvcc's working folder
 
 
 @pytest.mark.nvcc
@@ -372,9 +372,28 @@ def test_concurrent_builds_of_one_key(cache_dir: Path) -> None:
     assert not any((builds_dir() / "tmp").iterdir())
 
 
-@pytest.mark.parametrize("path", ["meta.json/unused.cuh", "kernel.so", ".nvcc.log/x.h", ".ptxgym-keep/a.cuh"])
-def test_a_source_may_not_take_a_name_the_build_keeps(path: str) -> None:
-    """A folder named meta.json made the cache's own write fail: an INFRA_ERROR on demand (second review)."""
+LEAK = "/etc/ld.so.cache"  # readable inside the build jail: the loader needs it
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow  # ~8 s of nvcc
+def test_a_solution_header_cannot_replace_a_toolkit_header_in_nvcc_s_own_steps() -> None:
+    """A solution's `stddef.h` stays its own: the sources sit in `src/`, below nvcc's working folder.
+
+    Beside kernel.cu it replaced the toolkit's in the device link (its `-I.`), where no source rule or
+    host translation looked; a section name there ran `.INCBIN` and put a file in the .so (a reviewer's
+    find).
+    """
+    shadow = (
+        "#include_next <stddef.h>\n#define CAT(a,b) a##b\n"
+        '__attribute__((used, CAT(sec,tion)(".rodata.leak,\\"a\\";.INCBIN \\"'
+        + LEAK
+        + '\\";#"))) static const char leak_marker[1] = {0};\n'
+    )
+    kernel = (
+        "#include <tvm/ffi/container/tensor.h>\n#include <tvm/ffi/function.h>\n"
+        "void run(tvm::ffi::TensorView a) {}\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);\n"
+    )
     solution = Solution(
         name="x",
         definition="x",
@@ -382,13 +401,33 @@ def test_a_source_may_not_take_a_name_the_build_keeps(path: str) -> None:
         spec=BuildSpec(
             language=SupportedLanguage.CUDA, target_hardware=["sm_90a"], entry_point="kernel.cu::run"
         ),
-        sources=[
-            SourceFile(path="kernel.cu", content="int x;\n"),
-            SourceFile(path=path, content="// nothing\n"),
-        ],
+        sources=[SourceFile(path="kernel.cu", content=kernel), SourceFile(path="stddef.h", content=shadow)],
     )
-    outcome = build_solution(solution, HOPPER, use_cache=False)
-    assert outcome.status is Status.COMPILE_ERROR and "a name the build keeps for itself" in outcome.message
+    outcome = build_solution(solution, HOPPER, use_cache=False, screen=False)  # the build's own defences
+    leaked = outcome.so_path is not None and Path(LEAK).read_bytes()[:4096] in outcome.so_path.read_bytes()
+    assert not leaked, outcome.message
+    assert outcome.status in (None, Status.STATIC_REJECT), outcome.message  # built clean, or refused
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("path", ["meta.json/unused.cuh", "kernel.so/x.cuh"])
+def test_a_source_may_take_any_name_the_build_uses_for_itself(path: str) -> None:
+    """A folder named meta.json is an ordinary header folder now that sources live in their own folder.
+
+    It once broke the cache's own write (INFRA_ERROR on demand).
+    """
+    kernel = "#include <tvm/ffi/function.h>\nint run() { return 0; }\n"
+    solution = Solution(
+        name="x",
+        definition="x",
+        author="t",
+        spec=BuildSpec(
+            language=SupportedLanguage.CUDA, target_hardware=["sm_90a"], entry_point="kernel.cu::run"
+        ),
+        sources=[SourceFile(path="kernel.cu", content=kernel), SourceFile(path=path, content="// nothing\n")],
+    )
+    outcome = build_solution(solution, HOPPER, use_cache=True)
+    assert outcome.status is Status.COMPILE_ERROR and "does not export the entry point" in outcome.message
 
 
 def test_forged_resource_lines_in_the_compiler_s_diagnostics_are_not_read() -> None:

@@ -44,6 +44,9 @@ SETTINGS = EvalSettings(
     memcheck=MemcheckMode.NEVER,
     target_mode=TargetMode.OFF,
     seed=5,
+    # the walls here are the host's (a busy 2-core machine): its scheduling noise, not what these tests
+    # check, must not fail the cross-check (test_timing and test_forged_latencies test that)
+    wall_slack_ms=25.0,
 )
 FACTS = GpuFacts(0, "NVIDIA H200", (9, 0), 132, 50 << 20, 140 << 30, "580", "13.0", "2.13")
 

@@ -427,8 +427,10 @@ class Session:
                     result.spend("hold", t)
                     if kept is not None:
                         held.append(kept)
-                elif pos in verify and not self._verified(index, result, stage) and strict:
-                    return None
+                elif pos in verify:  # checked now, on the copy that ended the call's wall like any other
+                    kept = self.arena.hold(index, True, outputs)
+                    if not self._verified(index, result, stage, kept) and strict:
+                        return None
                 del outputs
             self._close(stage, segment, result)
         except (CandidateFault, WorkerError):
