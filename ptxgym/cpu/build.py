@@ -338,7 +338,7 @@ def _compile(
             limit_text = f"{memory_mb} MiB address space, {FSIZE_LIMIT_BYTES >> 20} MiB per file"
             message, deterministic = error_message(log, shown, returncode, limit_text)
             return _failure(Status.COMPILE_ERROR, message, info=info, key=key, cacheable=deterministic)
-        verdict = _host_asm_backstop(stage / KEEP_DIR)
+        verdict = _host_asm_backstop(stage / KEEP_DIR, inputs)
         if verdict is not None:
             so_path.unlink()
             info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
@@ -348,13 +348,19 @@ def _compile(
         shutil.rmtree(stage / KEEP_DIR, ignore_errors=True)
 
 
-def _host_asm_backstop(keep: Path) -> ScreenVerdict | None:
+def _host_asm_backstop(keep: Path, inputs: Sequence[str]) -> ScreenVerdict | None:
     """A STATIC_REJECT verdict if nvcc's host translation, or the host assembly, holds inline assembly.
 
     Both read what the compilers saw (``host_asm.host_asm_in_translation``, ``host_asm_in_assembly``), not
     the source: no spelling the source screen misreads gets past them.
     """
     kept = sorted(keep.glob("*.cudafe1.cpp")) + sorted(keep.glob("*.s"))
+    stems = {PurePosixPath(p).stem for p in inputs}
+    missing = [f"{stem}{suffix}" for stem in sorted(stems) for suffix in (".cudafe1.cpp", ".s")]
+    missing = [name for name in missing if not (keep / name).is_file()]
+    if missing or not any(keep.glob("*_dlink.s")):  # checks that read nothing would pass anything
+        what = ", ".join(missing) or "the device link's assembly"
+        return ScreenVerdict(False, "host-asm", f"host-asm: nvcc left no {what} to check")
     if any(p.stat().st_size > MAX_KEPT_BYTES for p in kept):
         message = f"host-asm: nvcc's host translation is over {MAX_KEPT_BYTES >> 20} MiB, too large to check"
         return ScreenVerdict(False, "host-asm", message)

@@ -282,3 +282,13 @@ def test_hostile_shapes_stay_fast_and_conservative(code: str, ok: bool) -> None:
     verdict = check_source(code)
     assert time.perf_counter() - start < 5.0
     assert verdict.ok is ok, verdict.message
+
+
+def test_the_backstop_fails_closed_when_nvcc_left_nothing_to_read(tmp_path) -> None:
+    from ptxgym.cpu.build import _host_asm_backstop
+
+    verdict = _host_asm_backstop(tmp_path, ["src/kernel.cu"])
+    assert verdict is not None and "kernel.cudafe1.cpp" in verdict.message
+    for name in ("kernel.cudafe1.cpp", "kernel.s", "kernel_dlink.s"):
+        (tmp_path / name).write_text("\t.text\n")
+    assert _host_asm_backstop(tmp_path, ["src/kernel.cu"]) is None
