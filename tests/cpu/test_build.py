@@ -394,16 +394,9 @@ def test_a_solution_header_cannot_replace_a_toolkit_header_in_nvcc_s_own_steps()
         "#include <tvm/ffi/container/tensor.h>\n#include <tvm/ffi/function.h>\n"
         "void run(tvm::ffi::TensorView a) {}\nTVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);\n"
     )
-    solution = Solution(
-        name="x",
-        definition="x",
-        author="t",
-        spec=BuildSpec(
-            language=SupportedLanguage.CUDA, target_hardware=["sm_90a"], entry_point="kernel.cu::run"
-        ),
-        sources=[SourceFile(path="kernel.cu", content=kernel), SourceFile(path="stddef.h", content=shadow)],
+    outcome = build_solution(
+        solution({"kernel.cu": kernel, "stddef.h": shadow}), HOPPER, use_cache=False, screen=False
     )
-    outcome = build_solution(solution, HOPPER, use_cache=False, screen=False)  # the build's own defences
     leaked = outcome.so_path is not None and Path(LEAK).read_bytes()[:4096] in outcome.so_path.read_bytes()
     assert not leaked, outcome.message
     assert outcome.status in (None, Status.STATIC_REJECT), outcome.message  # built clean, or refused
@@ -417,16 +410,7 @@ def test_a_source_may_take_any_name_the_build_uses_for_itself(path: str) -> None
     It once broke the cache's own write (INFRA_ERROR on demand).
     """
     kernel = "#include <tvm/ffi/function.h>\nint run() { return 0; }\n"
-    solution = Solution(
-        name="x",
-        definition="x",
-        author="t",
-        spec=BuildSpec(
-            language=SupportedLanguage.CUDA, target_hardware=["sm_90a"], entry_point="kernel.cu::run"
-        ),
-        sources=[SourceFile(path="kernel.cu", content=kernel), SourceFile(path=path, content="// nothing\n")],
-    )
-    outcome = build_solution(solution, HOPPER, use_cache=True)
+    outcome = build_solution(solution({"kernel.cu": kernel, path: "// nothing\n"}), HOPPER, use_cache=True)
     assert outcome.status is Status.COMPILE_ERROR and "does not export the entry point" in outcome.message
 
 
