@@ -315,9 +315,10 @@ def _compile(
         returncode, timed_out, raw_log = run_jailed(argv, stage, env, timeout_s, jail)
         log = clean_log(raw_log, stage, KEEP_DIR, SOURCE_DIR)
         own = [s.path for s in solution.sources]
-        # folders whose diagnostics the model may see (a readable file such as /etc/ld.so.cache is none)
-        tools = [p for p in tool_paths(toolchain).read if p.is_dir()]
-        public = [toolchain.cuda_home, *toolchain.include_dirs, *tools, *include_dirs]
+        # header folders, whose diagnostics the model may see: not a readable file (/etc/ld.so.cache) nor a
+        # tool's own folder (the toolkit's bin/ holds nvcc.profile)
+        headers = [p for p in tool_paths(toolchain).read if p.is_dir() and "include" in p.name]
+        public = [*toolchain.include_dirs, *headers, *include_dirs]
         shown = shown_log(log, own, public)
         base = dict(
             command=_shorten_argv(argv, toolchain),
@@ -334,6 +335,14 @@ def _compile(
             return _failure(Status.COMPILE_TIMEOUT, message, info=info, key=key, cacheable=False)
         so_path = stage / SO_NAME
         if returncode != 0 or not so_path.is_file():
+            # a failed build's assembly is checked before its log is shown: assembler errors can quote a
+            # file an .include pulled in (a reviewer's find)
+            verdict = _host_asm_backstop(stage / KEEP_DIR, inputs, complete=False)
+            if verdict is not None:
+                info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, confinement=jailing.detail)
+                return _failure(
+                    Status.STATIC_REJECT, verdict.message, screen_verdict=verdict, info=info, key=key
+                )
             info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
             limit_text = f"{memory_mb} MiB address space, {FSIZE_LIMIT_BYTES >> 20} MiB per file"
             message, deterministic = error_message(log, shown, returncode, limit_text)
@@ -348,17 +357,19 @@ def _compile(
         shutil.rmtree(stage / KEEP_DIR, ignore_errors=True)
 
 
-def _host_asm_backstop(keep: Path, inputs: Sequence[str]) -> ScreenVerdict | None:
+def _host_asm_backstop(keep: Path, inputs: Sequence[str], complete: bool = True) -> ScreenVerdict | None:
     """A STATIC_REJECT verdict if nvcc's host translation, or the host assembly, holds inline assembly.
 
     Both read what the compilers saw (``host_asm.host_asm_in_translation``, ``host_asm_in_assembly``), not
-    the source: no spelling the source screen misreads gets past them.
+    the source: no spelling the source screen misreads gets past them. ``complete``: the build succeeded,
+    so every kept file must be there; a failed one is checked on what it left.
     """
-    kept = sorted(keep.glob("*.cudafe1.cpp")) + sorted(keep.glob("*.s"))
+    preprocessed = sorted(p for p in keep.glob("*.ii") if not p.name.endswith((".cpp1.ii", ".cpp4.ii")))
+    kept = sorted(keep.glob("*.cudafe1.cpp")) + preprocessed + sorted(keep.glob("*.s"))
     stems = {PurePosixPath(p).stem for p in inputs}
-    missing = [f"{stem}{suffix}" for stem in sorted(stems) for suffix in (".cudafe1.cpp", ".s")]
+    missing = [f"{stem}{suffix}" for stem in sorted(stems) for suffix in (".cudafe1.cpp", ".ii", ".s")]
     missing = [name for name in missing if not (keep / name).is_file()]
-    if missing or not any(keep.glob("*_dlink.s")):  # checks that read nothing would pass anything
+    if complete and (missing or not any(keep.glob("*_dlink.s"))):  # reading nothing would pass anything
         what = ", ".join(missing) or "the device link's assembly"
         return ScreenVerdict(False, "host-asm", f"host-asm: nvcc left no {what} to check")
     if any(p.stat().st_size > MAX_KEPT_BYTES for p in kept):
@@ -372,7 +383,7 @@ def _host_asm_backstop(keep: Path, inputs: Sequence[str]) -> ScreenVerdict | Non
                 message = f"host-asm: inline assembly reached the host assembler: `{at[1]}`; {ALLOWED}"
                 return ScreenVerdict(False, "host-asm", message)
             continue
-        found = host_asm_in_translation(text)
+        found = host_asm_in_translation(text, preprocessed=path.suffix == ".ii")
         if found:
             file, line, text = found
             file = file.removeprefix(f"{SOURCE_DIR}/")

@@ -93,6 +93,11 @@ class _Filter:
         located = next((m for rx in _LOCATIONS if (m := rx.match(line))), None)
         if located:
             origin = self.origin(located.group("file"))
+            assembler = located.re is _ASSEMBLER or (
+                located.re is _LOCATED and located.group("kind") in ("Error", "Warning", "Info")
+            )
+            if assembler and origin == "public":  # the assembler reads no header: a file .include'd
+                origin = "foreign"
             self.follow = {"own": "all", "public": "context"}.get(origin, "none")
             return origin != "foreign"
         if _TOOL.search(line) or _RESOURCES.match(line):

@@ -450,9 +450,11 @@ _LABEL = re.compile(r'\b(?:asm|__asm|__asm__)\s*\(\s*"[A-Za-z_][A-Za-z0-9_]*"\s*
 """An asm label naming a symbol (``__asm__("memchr")``, as glibc's headers rename functions): no
 instruction, and what it names is still an import the artifact check judges. An asm *statement* with
 such a string (``__asm__("nop");``) is caught in the assembly instead (``host_asm_in_assembly``)."""
-_GAS_FILE_OR_MACRO = re.compile(r"(?:^|;)[ \t]*\.(?:incbin|include|irp|irpc|rept|macro)\b", re.M | re.I)
-"""Assembler directives GCC never writes: reading a file, or building text from macros (at any statement
-start: the assembler takes ``;`` as one, and directives in any case)."""
+_GAS_FILE_OR_MACRO = re.compile(r"(?<![\w$@])\.(?:incbin|include|irp|irpc|rept|macro)\b", re.I)
+"""Assembler directives GCC never writes: reading a file, or building text from macros (anywhere outside a
+string: after a ``;`` or a label too, and in any case)."""
+_LABEL_AND_MORE = re.compile(r"^[^\s#][^\s:]*:[ \t]*[^\s#]")
+"""A label followed by more on its line: GCC writes each label alone."""
 _GAS_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _FATBIN_HEAD = ['\t.section .nv_fatbin, "a"', ".align 8", "fatbinData:"]
 _QUAD = re.compile(r"\.quad 0x[0-9a-f]+(?:, ?0x[0-9a-f]+)*")
@@ -460,7 +462,13 @@ _TRAILER = re.compile(r'\t\.ident\t"GCC: [^"\n]*"|\t\.section\t\.note\.GNU-stack
 """What GCC writes after the last top-level asm of a file, which it then leaves without ``#NO_APP``."""
 
 
-def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
+_NVCC_SECTIONS = re.compile(
+    r'__attribute__\s*\(\(\s*section\s*\(\s*"(?:__nv_module_id|\.nvFatBinSegment)"\s*\)\s*\)\)'
+)
+"""The two section attributes of nvcc's own stub (``*.cudafe1.stub.c``), in the host compiler's input."""
+
+
+def host_asm_in_translation(text: str, preprocessed: bool = False) -> tuple[str, int, str] | None:
     """The first host asm of a ``*.cudafe1.cpp`` host translation, or None; (file, line, source line).
 
     Every line outside the device bodies (``#if 0``) counts, whichever file the line markers give it to
@@ -469,6 +477,11 @@ def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
     (``ASM_STRING_ATTRIBUTE``) and ``#ident``/``#sccs``. The markers only name the file in the message.
     The headers a kernel may include have no such line in their host code (their asm is labels and
     device code); one that had would be refused too.
+
+    ``preprocessed``: ``text`` is the host compiler's own preprocessed input (``*.ii``): nvcc's second
+    host pass expands macros of ``crt/host_runtime.h`` that the translation never saw (a reviewer hid a
+    ``section`` attribute in ``__text_var``); there nvcc's stub adds two section attributes of its own
+    (``_NVCC_SECTIONS``) and its fatbinary's top-level ``asm(`` (checked in the assembly).
     """
     current, line, skip = "", 0, 0
     for raw in text.split("\n"):
@@ -492,8 +505,13 @@ def host_asm_in_translation(text: str) -> tuple[str, int, str] | None:
             line += 1
             continue
         if not skip:
-            blanked = _LITERAL.sub('""', _LABEL.sub(" ", raw))
-            if ASM.search(blanked) or ASM_STRING_ATTRIBUTE.search(_LITERAL.sub('""', raw)):
+            if preprocessed:  # asm statements show in the assembly (nvcc's fatbin is one); labels here
+                blanked = "" if raw.startswith("asm(") else _LITERAL.sub('""', _LABEL.sub(" ", raw))
+                attributes = _NVCC_SECTIONS.sub(" ", raw)
+            else:
+                blanked = _LITERAL.sub('""', _LABEL.sub(" ", raw))
+                attributes = raw
+            if ASM.search(blanked) or ASM_STRING_ATTRIBUTE.search(_LITERAL.sub('""', attributes)):
                 return current, line, raw.strip()
         line += 1
     return None
@@ -508,11 +526,11 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
     macros (``_GAS_FILE_OR_MACRO``), wherever it came from (a string the compiler hands the assembler
     verbatim: a section name, a symbol version, ``#ident``).
     """
-    if m := _GAS_FILE_OR_MACRO.search(text):
-        return text.count("\n", 0, m.start()) + 1, m.group().strip(" \t;")
     lines = text.split("\n")
-    for number, line in enumerate(lines, start=1):  # GCC writes one statement per line, never a `;`
-        if line != "#APP" and ";" in _GAS_STRING.sub('""', line):
+    for number, line in enumerate(lines, start=1):
+        bare = _GAS_STRING.sub('""', line)
+        # GCC writes one statement per line: never a `;`, a label with more after it, or these directives
+        if _GAS_FILE_OR_MACRO.search(bare) or ";" in bare or _LABEL_AND_MORE.match(bare):
             return number, line.strip()[:120]
     fatbins, i = 0, 0
     while i < len(lines):

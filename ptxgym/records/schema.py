@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from enum import Enum
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
@@ -263,6 +264,9 @@ class BuildSpec(_Record):
         return self.entry_point.split("::")[1]
 
 
+_PATH_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
 class SourceFile(_Record):
     """One file of a solution; the path is relative and stays inside the solution folder."""
 
@@ -275,6 +279,9 @@ class SourceFile(_Record):
         p = PurePosixPath(value)
         if not value or p.is_absolute() or ".." in p.parts or "\\" in value or "\x00" in value:
             raise ValueError(f"source path must be relative with no '..': {value!r}")
+        if not all(_PATH_PART.fullmatch(part) for part in p.parts):
+            # nvcc runs its steps through a shell: a name holding $(...) ran commands (a reviewer's find)
+            raise ValueError(f"source path parts may hold only letters, digits and _ . + -: {value!r}")
         return value
 
 

@@ -424,3 +424,45 @@ def test_forged_resource_lines_in_the_compiler_s_diagnostics_are_not_read() -> N
     )
     got = parse_ptxas_report(log)
     assert [(k.kernel, k.registers) for k in got] == [("_Z1kv", 32)]
+
+
+# the reviewer's line: ``__text_var(c, x)`` is ``x`` only in nvcc's second host pass (crt/host_runtime.h)
+TEXT_VAR = (
+    r"int leak_anchor __attribute__((__text_var(x, section(__text_var(y, "
+    r'".rodata.leak,\"a\"\nlbl: .inc" /**/ "bin \"/etc/ld.so.cache\"\n.section .rodata.x"))))) = 1;'
+    "\n"
+)
+
+
+def _plain_with(line: str) -> Solution:
+    kernel = (KERNELS / "plain.cu").read_text() + line
+    return solution({"kernel.cu": kernel, "plain_scale.cuh": (KERNELS / "plain_scale.cuh").read_text()})
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow  # ~10 s of nvcc
+@pytest.mark.parametrize("screen", [True, False])
+def test_a_section_hidden_in_nvcc_s_own_host_macros_puts_no_file_in_the_object(screen: bool) -> None:
+    """The backstop reads the host compiler's own preprocessed input and assembly.
+
+    nvcc's second host pass expands macros of crt/host_runtime.h that its translation never saw: a
+    `section` string there, with `lbl: .incbin` past the statement-start rule, put /etc/ld.so.cache in the
+    .so with the screen on (a reviewer's find).
+    """
+    outcome = build_solution(_plain_with(TEXT_VAR), HOPPER, use_cache=False, screen=screen)
+    leaked = outcome.so_path is not None and Path(LEAK).read_bytes()[:4096] in outcome.so_path.read_bytes()
+    assert not leaked and outcome.status is Status.STATIC_REJECT, outcome.message
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_a_failed_build_shows_no_file_an_assembler_include_read() -> None:
+    """Assembler errors quoted a non-header file line by line (nvcc.profile) through the shown log."""
+    from ptxgym.cpu.toolchain import find_toolchain
+
+    line = TEXT_VAR.replace('.inc" /**/ "bin', '.inc" /**/ "lude').replace(".rodata.", ".data.")
+    line = line.replace("/etc/ld.so.cache", str(find_toolchain().cuda_home / "bin" / "nvcc.profile"))
+    outcome = build_solution(_plain_with(line), HOPPER, use_cache=False, screen=False)
+    text = outcome.message + outcome.info.log
+    assert outcome.status in (Status.STATIC_REJECT, Status.COMPILE_ERROR) and outcome.so_path is None, text
+    assert "nvcc.profile:" not in text and "no such instruction" not in text, text

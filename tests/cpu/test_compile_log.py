@@ -56,6 +56,13 @@ def test_a_header_diagnostic_is_kept_without_the_header_text() -> None:
     assert str(HEADER_TREE) not in shown and "<sys>/sm90a/headers/common.cuh(140): error" in shown
 
 
+def test_assembler_messages_about_a_header_folder_s_file_are_not_shown() -> None:
+    """The assembler reads no header: its errors located in an allowed folder quote a file `.include`d."""
+    log = f"{HEADER_TREE}/x.profile:7: Error: no such instruction: `secret_token +=$(TOP)/lib:'\n"
+    shown = shown_log(log, ["kernel.cu"], (HEADER_TREE,))
+    assert "secret_token" not in shown and "not shown" in shown
+
+
 def test_a_file_the_jail_refuses_reads_as_missing() -> None:
     """`Permission denied` would tell the model that a path it named exists behind the jail."""
     log = "cc1plus: fatal error: /srv/solutions/Gemm.cu: Permission denied\ncompilation terminated.\n"

@@ -186,6 +186,10 @@ def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
     assert host_asm_in_assembly(unclosed) == (2, "movl $0x1337, %eax")
     for directive in ('.incbin "/etc/passwd"', ".irp d,incbin", ".macro m", '.include "x"'):
         assert host_asm_in_assembly(f"\t.section\t.rodata.x\n{directive}\n") is not None
+    # anywhere outside a string, in any case: after a label, after a `;` (GCC writes neither)
+    for line in ('lbl: .incbin "/etc/passwd"', '"odd sym": .INCBIN "x"', '\t.section\t.x,"a";.INCBIN "x"'):
+        assert host_asm_in_assembly(f"\t.text\n{line}\n") is not None, line
+    assert host_asm_in_assembly('\t.string\t"a .incbin; b"\n') is None  # inside a string: data
 
 
 def _solution(code: str) -> Solution:
@@ -289,6 +293,6 @@ def test_the_backstop_fails_closed_when_nvcc_left_nothing_to_read(tmp_path) -> N
 
     verdict = _host_asm_backstop(tmp_path, ["src/kernel.cu"])
     assert verdict is not None and "kernel.cudafe1.cpp" in verdict.message
-    for name in ("kernel.cudafe1.cpp", "kernel.s", "kernel_dlink.s"):
+    for name in ("kernel.cudafe1.cpp", "kernel.ii", "kernel.s", "kernel_dlink.s"):
         (tmp_path / name).write_text("\t.text\n")
     assert _host_asm_backstop(tmp_path, ["src/kernel.cu"]) is None

@@ -82,6 +82,26 @@ def test_solution_rejects_escaping_paths(path: str) -> None:
         Solution.from_json(raw)
 
 
+@pytest.mark.parametrize("path", ["$(cd src;sh p.sh).cu", "a b.cu", "`x`.cuh", "a/;b.h", "x.cu\n"])
+def test_solution_paths_hold_no_shell_or_odd_characters(path: str) -> None:
+    """Path parts are names only: nvcc runs its steps through a shell.
+
+    A file named `$(cd src;sh p.sh).cu` ran commands in the build jail and slipped a file past every
+    check (a reviewer's find, through a Solution record).
+    """
+    raw = json.loads((FIX / "solution_gemm_two_files.json").read_text())
+    raw["sources"][1]["path"] = path
+    with pytest.raises(SchemaError, match="letters, digits"):
+        Solution.from_json(raw)
+
+
+@pytest.mark.parametrize("path", ["a/b-c_d.cuh", "x+y.cu", "sub/v2.0/k.inl"])
+def test_solution_paths_of_ordinary_names_are_kept(path: str) -> None:
+    raw = json.loads((FIX / "solution_gemm_two_files.json").read_text())
+    raw["sources"][1]["path"] = path
+    assert Solution.from_json(raw).sources[1].path == path
+
+
 def test_workload_axes_must_be_positive() -> None:
     with pytest.raises(SchemaError):
         Workload.from_json({"uuid": "u", "axes": {"M": 0}, "inputs": {}})
