@@ -39,9 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ASM = re.compile(r"\b(?:asm|__asm|__asm__)\b")
-ASM_STRING_ATTRIBUTE = re.compile(
-    r"\b(?:__)?(?:section|symver|alias|ifunc|weakref)(?:__)?\s*\(\s*(?:u8|[uUL])?\""
-)
+ASM_STRING_ATTRIBUTE = re.compile(r"\b(?:__)?(?:section|symver|alias|ifunc|weakref)(?:__)?\s*\(")
 """An attribute whose string the host compiler hands to the assembler (``section(".x\n.incbin ...")``
 writes assembler lines, and puts bytes in ``.text``); no candidate needs one."""
 PROTECTED = frozenset({"asm", "__asm", "__asm__", "__device__", "__global__", "__host__", "__CUDA_ARCH__"})
@@ -455,7 +453,9 @@ _GAS_FILE_OR_MACRO = re.compile(r"(?<![\w$@])\.(?:incbin|include|irp|irpc|rept|m
 string: after a ``;`` or a label too, and in any case)."""
 _LABEL_AND_MORE = re.compile(r"^[^\s#][^\s:]*:[ \t]*[^\s#]")
 """A label followed by more on its line: GCC writes each label alone."""
-_GAS_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_GAS_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'')
+"""A string of the assembler, or a character constant's quote (the assembler reads ``'"`` as the
+character ``"``, not as a string's start): GCC writes the latter nowhere."""
 _FATBIN_HEAD = ['\t.section .nv_fatbin, "a"', ".align 8", "fatbinData:"]
 _QUAD = re.compile(r"\.quad 0x[0-9a-f]+(?:, ?0x[0-9a-f]+)*")
 _TRAILER = re.compile(r'\t\.ident\t"GCC: [^"\n]*"|\t\.section\t\.note\.GNU-stack,"",@progbits')
@@ -528,7 +528,9 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
     """
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
-        bare = _GAS_STRING.sub('""', line)
+        if "'" in line and any(m.group() == "'" for m in _GAS_TOKEN.finditer(line)):
+            return number, line.strip()[:120]
+        bare = _GAS_TOKEN.sub('""', line)
         # GCC writes one statement per line: never a `;`, a label with more after it, or these directives
         if _GAS_FILE_OR_MACRO.search(bare) or ";" in bare or _LABEL_AND_MORE.match(bare):
             return number, line.strip()[:120]

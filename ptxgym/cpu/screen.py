@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import posixpath
 import re
 import subprocess
@@ -327,6 +328,14 @@ def _check_file(file: str, views: _Views, files: set[str]) -> ScreenVerdict | No
                 return _reject(
                     rule, f"{what} (`{m.group()}` in a string literal)", file, views, offset, string
                 )
+    # the file's literals joined: a macro between two of them may expand to nothing (`".inc" E "bin"`)
+    decoded = [(offset, _unescape(string)) for offset, string in views.strings]
+    joined = "".join(text for _, text in decoded)
+    for rule, pattern, what in _ASM_STRING_RULES:
+        if m := pattern.search(joined):
+            ends = itertools.accumulate(len(text) for _, text in decoded)
+            at = next(offset for (offset, _), end in zip(decoded, ends, strict=True) if end > m.start())
+            return _reject(rule, f"{what} (`{m.group()}` across the string literals)", file, views, at)
     return None
 
 

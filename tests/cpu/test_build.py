@@ -466,3 +466,22 @@ def test_a_failed_build_shows_no_file_an_assembler_include_read() -> None:
     text = outcome.message + outcome.info.log
     assert outcome.status in (Status.STATIC_REJECT, Status.COMPILE_ERROR) and outcome.so_path is None, text
     assert "nvcc.profile:" not in text and "no such instruction" not in text, text
+
+
+# the fifth reviewer's line: section((0, "...")) escaped the quote-anchored rule, `__text__` (empty in
+# nvcc's second host pass) split ".inc" from "bin", and `'"` (a character constant to the assembler) opened
+# a "string" only our lexer saw
+CHAR_QUOTE = (
+    r'int leak_anchor __attribute__((__text_var(q, section((0, ".rodata.leak,\"a\"\n.byte \'\" ; .inc" '
+    r'__text__ "bin \"/etc/ld.so.cache\" # \""))))) = 1;'
+    "\n"
+)
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow  # ~10 s of nvcc
+@pytest.mark.parametrize("screen", [True, False])
+def test_a_character_constant_in_a_section_name_puts_no_file_in_the_object(screen: bool) -> None:
+    outcome = build_solution(_plain_with(CHAR_QUOTE), HOPPER, use_cache=False, screen=screen)
+    leaked = outcome.so_path is not None and Path(LEAK).read_bytes()[:4096] in outcome.so_path.read_bytes()
+    assert not leaked and outcome.status is Status.STATIC_REJECT, outcome.message

@@ -190,6 +190,10 @@ def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
     for line in ('lbl: .incbin "/etc/passwd"', '"odd sym": .INCBIN "x"', '\t.section\t.x,"a";.INCBIN "x"'):
         assert host_asm_in_assembly(f"\t.text\n{line}\n") is not None, line
     assert host_asm_in_assembly('\t.string\t"a .incbin; b"\n') is None  # inside a string: data
+    # the assembler reads '" as the character " (no string starts): what follows is statements
+    char = '\t.section\t.rodata.leak,"a"\n.byte \'" ; .incbin "/etc/x" # ","aw"\n'
+    assert host_asm_in_assembly(char) is not None
+    assert host_asm_in_assembly('\t.string\t"it\'s data"\n') is None
 
 
 def _solution(code: str) -> Solution:

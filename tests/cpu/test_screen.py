@@ -116,6 +116,8 @@ def test_no_false_positives(code: str) -> None:
         ),
         ('__attribute__((symver("f@V1\\n.globl x"))) int g() { return 2; }', "asm-injection", "symver", 1),
         ('#ident "a\\n.incbin \\"/etc/hostname\\""\n', "asm-injection", "#ident", 1),
+        ('int m __attribute__((section((0, ".rodata.x\\n.text"))));', "asm-injection", "section", 1),
+        ('#define E\nconst char* s = ".inc" E "bin /etc/x";\n', "asm-file-access", "across", 2),
         ('#pragma GCC dependency "/srv/solutions/Gemm.cu"\n', "file-probe", "dependency", 1),
         ('_Pragma("GCC dependency \\"/srv/x.cu\\"")\n', "file-probe", "dependency", 1),
         # the lexer reads as the compiler does (second review): a trailing digit separator is no char
