@@ -329,12 +329,12 @@ def _check_file(file: str, views: _Views, files: set[str]) -> ScreenVerdict | No
                     rule, f"{what} (`{m.group()}` in a string literal)", file, views, offset, string
                 )
     # the file's literals joined: a macro between two of them may expand to nothing (`".inc" E "bin"`)
-    decoded = [(offset, _unescape(string)) for offset, string in views.strings]
-    joined = "".join(text for _, text in decoded)
+    literals = [(offset, _unescape(string)) for offset, string in views.strings]
+    joined = "".join(text for _, text in literals)
     for rule, pattern, what in _ASM_STRING_RULES:
         if m := pattern.search(joined):
-            ends = itertools.accumulate(len(text) for _, text in decoded)
-            at = next(offset for (offset, _), end in zip(decoded, ends, strict=True) if end > m.start())
+            ends = itertools.accumulate(len(text) for _, text in literals)
+            at = next(offset for (offset, _), end in zip(literals, ends, strict=True) if end > m.start())
             return _reject(rule, f"{what} (`{m.group()}` across the string literals)", file, views, at)
     return None
 
