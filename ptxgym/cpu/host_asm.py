@@ -39,7 +39,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 ASM = re.compile(r"\b(?:asm|__asm|__asm__)\b")
-ASM_STRING_ATTRIBUTE = re.compile(r"\b(?:__)?(?:section|symver|alias|ifunc|weakref)(?:__)?\s*\(")
+ASM_STRING_ATTRIBUTE = re.compile(
+    r"\b(?:__)?(?:section|symver|alias|ifunc|weakref|fentry_name|fentry_section)(?:__)?\s*\("
+)
 """An attribute whose string the host compiler hands to the assembler (``section(".x\n.incbin ...")``
 writes assembler lines, and puts bytes in ``.text``); no candidate needs one."""
 PROTECTED = frozenset({"asm", "__asm", "__asm__", "__device__", "__global__", "__host__", "__CUDA_ARCH__"})
