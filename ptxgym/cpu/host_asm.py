@@ -24,10 +24,16 @@ names the rule relies on (the asm spellings, ``__device__``, ``__global__``, ``_
 ``__CUDA_ARCH__``) and line directives (``#line``, ``# 12 "file"``, which would re-attribute code to
 another file) are rejected. Macros of headers outside the solution are not expanded here.
 
-**The build backstop** (``host_asm_in_translation``): nvcc keeps its host translation (``-keep``), the
-``*.cudafe1.cpp`` files: preprocessed, every macro expanded, device function bodies moved into ``#if 0``
-blocks. An asm token outside those blocks, on a line the line markers attribute to a solution file, is
-host assembly, however it was spelled.
+**The build backstop** reads what the compilers saw, never the source, so no spelling the screen misreads
+gets past it, and it trusts no line marker (a ``#line`` can name any file):
+
+* ``host_asm_in_translation`` over nvcc's host translation (``-keep``: the ``*.cudafe1.cpp`` files, device
+  bodies in ``#if 0``) and over the host compiler's own preprocessed input (``-save-temps``: ``*.ii``,
+  after nvcc's second macro pass): no asm token but symbol labels, no attribute whose string reaches the
+  assembler, no ``#ident``;
+* ``host_asm_in_assembly`` over the host compiler's assembly (``*.s``): no inline asm block but nvcc's
+  fatbinary, no file or macro directive, nothing GCC itself never writes (``;``, character constants, a
+  label with more after it).
 """
 
 from __future__ import annotations
