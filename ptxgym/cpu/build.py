@@ -8,22 +8,25 @@
    nvcc flags, the arch, the toolchain fingerprint, the policy rules and ``BUILD_VERSION``. Successes,
    deterministic compile errors and artifact verdicts are cached; timeouts and out-of-memory failures
    are not;
-3. nvcc in a fresh scratch directory that holds only the solution files, inside the build jail
+3. nvcc in a fresh scratch directory whose ``src/`` holds the solution files (none in nvcc's own working
+   folder, which its steps search first), every source compiled as CUDA (``-x cu``), inside the build jail
    (``jail``: Landlock lets nvcc and its tools read only the toolkit, the host compiler, TVM-FFI and
    the allowed headers and write only the scratch directory; no sockets), in its own process group,
    with a wall-time limit (the whole group is killed on expiry -> COMPILE_TIMEOUT) and RLIMIT_AS /
    RLIMIT_FSIZE / RLIMIT_CPU / RLIMIT_CORE (and RLIMIT_NPROC for non-root users);
-4. the log cut to the compiler's own diagnostics about the solution's files (``compile_log``);
-5. on success: the host-assembly backstop over nvcc's kept host translation (``host_asm``), the
-   entry-point export check, the artifact policy (imports and DT_NEEDED against the allowlists, host
-   syscall scan) and the ptxas resource report;
+4. the log cut to the compiler's own diagnostics about the solution's files (``compile_log``), shown only
+   after a failed build's assembly passed the backstop;
+5. on success: the host-assembly backstop over nvcc's kept host translation, the host compiler's
+   preprocessed input and its assembly (``host_asm``), the size caps, the entry-point export check, the
+   artifact policy (imports and DT_NEEDED against the allowlists, host syscall scan) and the ptxas
+   resource report;
 6. an atomic rename of the scratch directory into the cache, so concurrent builds of one key are safe
    (the loser discards its copy and uses the winner's).
 
 Flags (DESIGN.md): ``-O3 -shared -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -std=c++17
 -gencode=<arch> -cudart shared -lineinfo -Xptxas -v -I<tvm-ffi> -L<tvm-ffi> -ltvm_ffi -L<libcuda> -lcuda``,
-plus ``-keep -keep-dir .ptxgym-keep`` (the intermediates, for the backstop; they change no machine code
-and are deleted after the build).
+plus ``-keep -keep-dir .ptxgym-keep -Xcompiler -save-temps=obj`` (the intermediates, for the backstop;
+they change no machine code and are deleted after the build).
 """
 
 from __future__ import annotations
