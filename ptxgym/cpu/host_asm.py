@@ -133,10 +133,7 @@ def pasted_condition(files: Mapping[str, str]) -> tuple[str, int, str] | None:
     preprocessor condition. A macro counts when its body pastes or it uses such a macro, transitively.
     """
     defs = list(_definitions(files.values()))
-    users: dict[str, set[str]] = {}
-    for name, _, body in defs:
-        for ident in set(_IDENT.findall(body)):
-            users.setdefault(ident, set()).add(name)
+    users = _users(defs)
     pasting = {name: "" for name, _, body in defs if "##" in body}
     _spread(pasting, users)
     for name, text in files.items():
@@ -145,6 +142,15 @@ def pasted_condition(files: Mapping[str, str]) -> tuple[str, int, str] | None:
             if used:
                 return name, m.start(), used[0]
     return None
+
+
+def _users(defs: list[tuple[str, str | None, str]]) -> dict[str, set[str]]:
+    """Identifier -> the macros whose replacement list uses it."""
+    users: dict[str, set[str]] = {}
+    for name, _, body in defs:
+        for ident in set(_IDENT.findall(body)):
+            users.setdefault(ident, set()).add(name)
+    return users
 
 
 def _definitions(texts: Iterable[str]) -> Iterable[tuple[str, str | None, str]]:
@@ -169,10 +175,8 @@ def _macro_kinds(texts: Iterable[str]) -> tuple[dict[str, str], set[str]]:
     found: dict[str, str] = {}
     pasting: set[str] = set()
     spelling: set[str] = set()
-    users: dict[str, set[str]] = {}
+    users = _users(defs)
     for name, _, body in defs:
-        for ident in set(_IDENT.findall(body)):
-            users.setdefault(ident, set()).add(name)
         if ASM.search(body):
             found[name] = f"macro {name} (it expands to inline assembly)"
         elif "##" in body:

@@ -120,17 +120,13 @@ SEND_TIMEOUT_S = 60.0
 """Time a command queued without a request (a spare's attach) has to enter the worker's command pipe."""
 
 
-def _readable(fd: int, timeout_s: float) -> bool:
-    """Whether ``fd`` has data (or its end) within ``timeout_s`` (``poll``: no FD_SETSIZE limit)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
+def _ready(fd: int, event: int, timeout_s: float) -> bool:
+    """Whether ``fd`` is ready for ``event`` within ``timeout_s`` (``poll``: no FD_SETSIZE limit).
 
-
-def _writable(fd: int, timeout_s: float) -> bool:
-    """Whether the pipe ``fd`` takes more bytes within ``timeout_s``."""
+    ``select.POLLIN``: data or its end; ``select.POLLOUT``: room to write.
+    """
     poller = select.poll()
-    poller.register(fd, select.POLLOUT)
+    poller.register(fd, event)
     return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
 
 
@@ -197,7 +193,7 @@ class WorkerHandle:
         is one sent before its command: a protocol violation.
         """
         deadline = time.monotonic() + timeout_s
-        if not self.pending and _readable(self._from.fileno(), 0.0) and self.proc.poll() is None:
+        if not self.pending and _ready(self._from.fileno(), select.POLLIN, 0.0) and self.proc.poll() is None:
             raise ProtocolViolation(
                 "a reply arrived before its command was sent: something writes the reply channel ahead",
                 self.log_tail(),
@@ -227,7 +223,7 @@ class WorkerHandle:
                 view = view[os.write(fd, view) :]
             except BlockingIOError:
                 left = deadline - time.monotonic()
-                if left <= 0 or not _writable(fd, left):
+                if left <= 0 or not _ready(fd, select.POLLOUT, left):
                     raise TimeoutError("the command pipe stayed full") from None
 
     def _encode(self, cmd: Command, pickler=None) -> bytes:
@@ -280,7 +276,7 @@ class WorkerHandle:
         data = bytearray()
         while len(data) < n:
             left = deadline - time.monotonic()
-            if left <= 0 or not _readable(fd, left):
+            if left <= 0 or not _ready(fd, select.POLLIN, left):
                 raise WorkerTimeout(
                     f"a reply stalled after {len(data)} of its {n} bytes (the frame never completed)",
                     self.log_tail(),
