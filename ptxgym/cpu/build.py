@@ -69,7 +69,7 @@ from ptxgym.records.arch import ArchSpec
 from ptxgym.records.feedback import CompileInfo, Status, truncate
 from ptxgym.records.schema import Solution, SupportedLanguage
 
-BUILD_VERSION = "ptxgym-build-v6"
+BUILD_VERSION = "ptxgym-build-v7"
 """Part of every cache key: bump when the build procedure or the cache record format changes (flags,
 toolchain and policy rules enter the key by themselves)."""
 MAX_KEPT_BYTES = 128 << 20

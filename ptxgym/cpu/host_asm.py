@@ -460,6 +460,12 @@ _LABEL = re.compile(r'\b(?:asm|__asm|__asm__)\s*\(\s*"[A-Za-z_][A-Za-z0-9_]*"\s*
 """An asm label naming a symbol (``__asm__("memchr")``, as glibc's headers rename functions): no
 instruction, and what it names is still an import the artifact check judges. An asm *statement* with
 such a string (``__asm__("nop");``) is caught in the assembly instead (``host_asm_in_assembly``)."""
+_GLOBL = re.compile(r'\b(?:asm|__asm|__asm__)\s*\(\s*"\.globl[ \t]+[A-Za-z_][A-Za-z0-9_]*"\s*\)')
+"""A top-level asm making one symbol global: libstdc++ 13's ``<iostream>`` writes
+``__asm (".globl _ZSt21ios_base_library_initv")`` to pull in the stream initialiser. It reads nothing
+and runs nothing (a symbol it names but does not define is an import, judged by the artifact check);
+in the assembly it is a line of its own (``_GLOBL_LINE``)."""
+_GLOBL_LINE = re.compile(r"\t?\.globl[ \t]+[A-Za-z_][A-Za-z0-9_]*")
 _GAS_FILE_OR_MACRO = re.compile(r"(?<![\w$@])\.(?:incbin|include|irp|irpc|rept|macro)\b", re.I)
 """Assembler directives GCC never writes: reading a file, or building text from macros (anywhere outside a
 string: after a ``;`` or a label too, and in any case)."""
@@ -487,8 +493,9 @@ def host_asm_in_translation(text: str, preprocessed: bool = False) -> tuple[str,
     (a ``#line`` the source screen missed once gave a candidate's asm to a header): an ``asm`` token that
     is not a symbol label (``_LABEL``), an attribute whose string reaches the assembler
     (``ASM_STRING_ATTRIBUTE``) and ``#ident``/``#sccs``. The markers only name the file in the message.
-    The headers a kernel may include have no such line in their host code (their asm is labels and
-    device code); one that had would be refused too.
+    The headers a kernel may include have no other such line in their host code (their asm is labels,
+    device code and libstdc++ 13's top-level symbol export, ``_GLOBL``); one that had would be refused
+    too.
 
     ``preprocessed``: ``text`` is the host compiler's own preprocessed input (``*.ii``): nvcc's second
     host pass expands macros of ``crt/host_runtime.h`` that the translation never saw (a reviewer hid a
@@ -518,10 +525,10 @@ def host_asm_in_translation(text: str, preprocessed: bool = False) -> tuple[str,
             continue
         if not skip:
             if preprocessed:  # asm statements show in the assembly (nvcc's fatbin is one); labels here
-                blanked = "" if raw.startswith("asm(") else _LITERAL.sub('""', _LABEL.sub(" ", raw))
+                blanked = "" if raw.startswith("asm(") else _LITERAL.sub('""', _allowed_asm(raw))
                 attributes = _NVCC_SECTIONS.sub(" ", raw)
             else:
-                blanked = _LITERAL.sub('""', _LABEL.sub(" ", raw))
+                blanked = _LITERAL.sub('""', _allowed_asm(raw))
                 attributes = raw
             if ASM.search(blanked) or ASM_STRING_ATTRIBUTE.search(_LITERAL.sub('""', attributes)):
                 return current, line, raw.strip()
@@ -529,12 +536,18 @@ def host_asm_in_translation(text: str, preprocessed: bool = False) -> tuple[str,
     return None
 
 
+def _allowed_asm(line: str) -> str:
+    """``line`` without its symbol labels (``_LABEL``) and symbol exports (``_GLOBL``)."""
+    return _LABEL.sub(" ", _GLOBL.sub(" ", line))
+
+
 def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
     """The first inline asm or file directive of a host ``.s`` file (GCC's output), or None; (line, text).
 
     GCC opens every inline asm with ``#APP`` (and closes it with ``#NO_APP``, but not after the last
-    top-level one of a file): any such block but nvcc's fatbinary data (``_is_fatbin``, once per file) is
-    host assembly however it was spelled; and no line may read a file or build text with assembler
+    top-level one of a file): any such block but nvcc's fatbinary data (``_is_fatbin``, once per file) and
+    symbol exports (``_GLOBL_LINE``: GCC merges top-level asm into one block) is host assembly however it
+    was spelled; and no line may read a file or build text with assembler
     macros (``_GAS_FILE_OR_MACRO``), wherever it came from (a string the compiler hands the assembler
     verbatim: a section name, a symbol version, ``#ident``).
     """
@@ -556,6 +569,9 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
         while i < len(lines) and lines[i] != "#NO_APP":
             block.append(lines[i])
             i += 1
+        block = [line for line in block if not _GLOBL_LINE.fullmatch(line)]  # top-level asm merges
+        if not any(line.strip() for line in block):
+            continue
         if fatbins == 0 and _is_fatbin(block, closed=i < len(lines)):
             fatbins += 1
             continue

@@ -170,6 +170,22 @@ def test_backstop_counts_assembler_strings_and_ident() -> None:
     assert host_asm_in_translation(ident) is not None
 
 
+def test_backstop_allows_a_top_level_symbol_export_and_nothing_more() -> None:
+    """A top-level symbol export passes; one more word in its string is host asm again.
+
+    libstdc++ 13's <iostream> writes one (found on the device host, whose GCC is 13: every expert was
+    refused there before).
+    """
+    clean = TRANSLATION.replace('__asm__ volatile("nop")', "")
+    export = '  __extension__ __asm (".globl _ZSt21ios_base_library_initv");\n'
+    iostream = '# 82 "/usr/include/c++/13/iostream" 3\n' + export
+    assert host_asm_in_translation(clean + iostream) is None
+    assert host_asm_in_translation(clean + iostream, preprocessed=True) is None
+    for string in ('.globl x\\n.incbin \\"/etc/passwd\\"', ".globl x; nop", ".globl x y", ".weak x"):
+        found = host_asm_in_translation(clean + f'__asm ("{string}");\n')
+        assert found is not None, string
+
+
 FATBIN = '#APP\n\t.section .nv_fatbin, "a"\n.align 8\nfatbinData:\n.quad 0x1,0x2\n.quad 0x3, 0x4\n.text\n\n'
 TRAILER = '\t.ident\t"GCC: (Debian 12.2.0-14+deb12u1) 12.2.0"\n\t.section\t.note.GNU-stack,"",@progbits\n'
 
@@ -194,6 +210,14 @@ def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
     char = '\t.section\t.rodata.leak,"a"\n.byte \'" ; .incbin "/etc/x" # ","aw"\n'
     assert host_asm_in_assembly(char) is not None
     assert host_asm_in_assembly('\t.string\t"it\'s data"\n') is None
+    # GCC merges top-level asm into one block: libstdc++ 13's symbol export lands before the fatbinary
+    export = "#APP\n\t.globl _ZSt21ios_base_library_initv\n"
+    assert host_asm_in_assembly(export + FATBIN[5:] + "#NO_APP\n") is None
+    assert host_asm_in_assembly(export + "#NO_APP\n" + FATBIN + TRAILER) is None
+    assert host_asm_in_assembly(export + "\tnop\n#NO_APP\n" + FATBIN + TRAILER) is not None
+    assert host_asm_in_assembly(export + FATBIN[5:] + "#NO_APP\n" + export + "#NO_APP\n") is None
+    in_body = '#APP\n# 3 "kernel.cu" 1\n\t.globl x\n# 0 "" 2\n#NO_APP\n'  # an asm statement, not top level
+    assert host_asm_in_assembly(FATBIN + "#NO_APP\n" + in_body) is not None
 
 
 def _solution(code: str) -> Solution:
@@ -229,6 +253,18 @@ def test_an_asm_label_from_a_header_macro_is_judged_by_what_it_names() -> None:
     banned = allowed.replace("puts);", "dlopen);").replace('my_puts("x")', 'my_puts("libcublas.so")')
     outcome = build_solution(_solution(banned), HOPPER, use_cache=False)
     assert outcome.status is Status.STATIC_REJECT and "dlopen" in outcome.message, outcome.message
+
+
+@pytest.mark.nvcc
+def test_a_top_level_symbol_export_builds_as_libstdcxx_13_writes_it() -> None:
+    """<iostream> of GCC 13 holds ``__asm (".globl _ZSt21ios_base_library_initv")``: the build passes it.
+
+    This host's GCC 12 lacks the line, so the source carries it (the screen, which reads only the
+    candidate's files, is off).
+    """
+    export = '__extension__ __asm (".globl _ZSt21ios_base_library_initv");\n'
+    built = build_solution(_solution(HEAD + export + TAIL), HOPPER, screen=False, use_cache=False)
+    assert built.ok, built.message
 
 
 @pytest.mark.nvcc

@@ -232,10 +232,13 @@ def _describe(cmd) -> str:
     return cmd.op
 
 
-def run_in_session(candidate, arena, settings, scratch, seed: int = 7, pool: bool = False):
+def run_in_session(
+    candidate, arena, settings, scratch, seed: int = 7, pool: bool = False, baseline_ms: float | None = None
+):
     """Correctness, then timing (if correct), of ``candidate`` in a CPU session: ``(result, session)``.
 
-    As the evaluator runs a subject; ``pool``: the session may use the arena's verified pool.
+    As the evaluator runs a subject; ``pool``: the session may use the arena's verified pool;
+    ``baseline_ms``: the baseline the slow cut-off compares with (None: no cut-off).
     """
     from ptxgym.evaluation.protocol import Load
     from ptxgym.evaluation.trusted.session import Session, SessionResult
@@ -250,7 +253,7 @@ def run_in_session(candidate, arena, settings, scratch, seed: int = 7, pool: boo
     result = SessionResult()
     session.correctness(result)
     if result.failure is None:
-        session.timing(result, crosscheck=False)
+        session.timing(result, crosscheck=False, baseline_ms=baseline_ms)
     return result, session
 
 

@@ -296,6 +296,23 @@ def test_new_draws_among_the_verified_calls_make_knowing_the_entries_worthless(t
     assert honest[1].pool_record()["new_draws"] == default.trials
 
 
+def test_a_shortened_session_draws_new_values_too(tmp_path):
+    """A candidate far below the baseline is timed by its probe and all-verified trials.
+
+    Those keep one new draw per trial too (the runner's GPU test found none there).
+    """
+    arena = Arena(task_of("gemm"), [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
+    default = SETTINGS.model_copy(update={"pool_new_draws_per_trial": 1, "slow_probe_calls": 4})
+    tiny = 1e-6  # any candidate is far below 0.1x of this baseline
+    cheat = KnowsEntries(arena.pool.entries[None], SETTINGS.correctness_sets)
+    result, _ = run_in_session(cheat, arena, default, tmp_path, 11, pool=True, baseline_ms=tiny)
+    assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
+    honest = ByReference(load_reference(arena.task)["run"], 2)
+    result, session = run_in_session(honest, arena, default, tmp_path, 12, pool=True, baseline_ms=tiny)
+    assert result.failure is None and result.shortened, result.shortened
+    assert session.pool_record()["new_draws"] == default.trials
+
+
 def test_both_counted_calls_take_entries_too(tmp_path, monkeypatch):
     """The SASS-counted and the hardware-counted call are verified like the others: no reference run."""
     from inprocess_worker import InProcessWorker

@@ -692,7 +692,10 @@ class Session:
                 at, hw_at = _extra_places(result, extras, draw)
                 checks = [(j % rotate, False) for j in range(n)]
                 verify = set(range(n)) - {at, hw_at}
-                done = self._trial(checks, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at)
+                new = self._new_draws(verify)
+                done = self._trial(
+                    checks, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at, new_draws=new
+                )
                 if done is None:
                     return
                 continue
