@@ -66,6 +66,16 @@ def split_once(spec, log_dir: Path) -> str:
     return _attach_and_sandbox(NativeHandle(spec, log_dir, sandboxed=True, at_exec="landlock"), sandbox=True)
 
 
+def shipped_once(spec, log_dir: Path) -> str:
+    """The jail as candidates get it, with every thread's blocked signals.
+
+    ``NativeHandle``'s default: the runner jails itself at the sandbox command, after cuInit.
+    """
+    from ptxgym.evaluation.trusted.native_worker import NativeHandle
+
+    return _attach_and_sandbox(NativeHandle(spec, log_dir, sandboxed=True), sandbox=True)
+
+
 def _attach_and_sandbox(handle, sandbox: bool) -> str:
     """Attach a one-page guard-page blob (the driver starts there); then, if asked, the sandbox command."""
     import os
@@ -149,6 +159,9 @@ def main() -> int:
             lines.append(f"    dmesg: {ln[:300]}")
         subprocess.run(["dmesg", "-C"], capture_output=True, check=False)
     lines.append(f"split (Landlock at exec, the rest at the sandbox command): {split_once(spec, scratch)}")
+    print(lines[-1], flush=True)
+    shipped = shipped_once(spec, scratch)
+    lines.append(f"as shipped (the runner jails itself at the sandbox command): {shipped}")
     print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
