@@ -21,7 +21,8 @@
    artifact policy (imports and DT_NEEDED against the allowlists, host syscall scan) and the ptxas
    resource report;
 6. an atomic rename of the scratch directory into the cache, so concurrent builds of one key are safe
-   (the loser discards its copy and uses the winner's).
+   (the loser discards its copy and uses the winner's); the cache's disk use is bounded, least recently
+   used entries going first (``cache_size``, ``PTXGYM_BUILD_CACHE_MB``).
 
 Flags (DESIGN.md): ``-O3 -shared -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -std=c++17
 -gencode=<arch> -cudart shared -lineinfo -Xptxas -v -I<tvm-ffi> -L<tvm-ffi> -ltvm_ffi -L<libcuda> -lcuda``,
@@ -44,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ptxgym.cpu.cache_size import Pruner, evict, touch
 from ptxgym.cpu.compile_log import clean_log, error_message, shown_log
 from ptxgym.cpu.host_asm import ALLOWED, host_asm_in_assembly, host_asm_in_translation
 from ptxgym.cpu.jail import (
@@ -485,6 +487,10 @@ def _record(outcome: BuildOutcome) -> dict:
     }
 
 
+_PRUNER = Pruner()
+"""This process's trigger of the cache's size bound (``cache_size``)."""
+
+
 def _commit(stage: Path, entry: Path, outcome: BuildOutcome) -> BuildOutcome:
     """Move the staged build into the cache atomically; a concurrent winner's entry is used instead."""
     record = _record(outcome)
@@ -498,6 +504,7 @@ def _commit(stage: Path, entry: Path, outcome: BuildOutcome) -> BuildOutcome:
         if winner is not None:
             return winner
         return outcome  # the entry is unreadable (being repaired); our result is still valid
+    _PRUNER.added_entry(builds_dir(), entry, settings.build_cache_mb() << 20)
     so_path = entry / SO_NAME if outcome.so_path is not None else None
     return BuildOutcome(
         status=outcome.status,
@@ -523,8 +530,9 @@ def _load(entry: Path, key: str) -> BuildOutcome | None:
         if status is None and (not so_path.is_file() or _sha256(so_path) != info.artifact_sha256):
             raise ValueError("artifact missing or changed")
     except (OSError, ValueError, KeyError, TypeError):
-        _evict(entry)
+        evict(entry)
         return None
+    touch(entry)  # recently used: the last to be pruned (cache_size)
     screen_verdict = ScreenVerdict(**record["screen"]) if record.get("screen") else None
     info = info.model_copy(update={"cache_hit": True, "wall_s": 0.0})
     message = record["message"] if status else f"{record['message']} (cached)"
@@ -537,12 +545,3 @@ def _load(entry: Path, key: str) -> BuildOutcome | None:
         warnings=record.get("warnings", []),
         key=key,
     )
-
-
-def _evict(entry: Path) -> None:
-    trash = entry.with_name(f"{entry.name}.evict-{uuid.uuid4().hex[:8]}")
-    try:
-        os.rename(entry, trash)
-    except OSError:
-        return
-    shutil.rmtree(trash, ignore_errors=True)

@@ -6,6 +6,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | variable | meaning | default |
 | --- | --- | --- |
 | ``PTXGYM_CACHE_DIR`` | root of the content-addressed caches (builds, baselines, ncu) | ``~/.cache/ptxgym`` |
+| ``PTXGYM_BUILD_CACHE_MB`` | disk the build cache may use; least recently used entries go | ``20480`` |
 | ``PTXGYM_NVCC`` | path of the nvcc to use (overrides discovery) | discovered |
 | ``PTXGYM_CUDA_HOME`` | CUDA toolkit root to use (overrides discovery) | discovered |
 | ``PTXGYM_EVALUATOR`` | ``auto``, ``none``, ``local`` or ``ray``: the evaluator an env attaches | ``auto`` |
@@ -82,6 +83,18 @@ def max_spares() -> int | None:
         number = -1
     if not 0 <= number <= MAX_SPARES_LIMIT:
         raise ValueError(f"PTXGYM_MAX_SPARES must be an integer from 0 to {MAX_SPARES_LIMIT}, got {value!r}")
+    return number
+
+
+def build_cache_mb() -> int:
+    """Disk the build cache may hold, in MiB (``cpu/cache_size.py``); raises ``ValueError`` below 1."""
+    value = _get("BUILD_CACHE_MB") or "20480"
+    try:
+        number = int(value, 10) if value.isascii() else 0
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"PTXGYM_BUILD_CACHE_MB must be a positive integer (MiB), got {value!r}")
     return number
 
 
