@@ -78,6 +78,11 @@ MAX_KEPT_BYTES = 128 << 20
 """Largest host translation or assembly file the backstop reads (an honest kernel's: a few MiB)."""
 SO_NAME = "kernel.so"
 COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
+COMPILED_STEM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A compiled source's name before its suffix: nvcc's intermediates are ``<stem>.cpp1.ii``,
+``<stem>.cudafe1.cpp``, ``<stem>.ii``, ``<output>_dlink.s``...; a stem with a dot could pass for one
+(``leak.cpp1.cu``'s host compiler input is ``leak.cpp1.ii``, which a reviewer got the backstop to skip as
+nvcc's own)."""
 KEEP_DIR = ".ptxgym-keep"
 """Where nvcc keeps its intermediates (``-keep-dir``) until the backstop has read them."""
 SOURCE_DIR = "src"
@@ -249,6 +254,11 @@ def _unbuildable(solution: Solution) -> str | None:
     for src in solution.sources:
         if src.path.endswith(COMPILED_SUFFIXES):
             stem = PurePosixPath(src.path).stem
+            if not COMPILED_STEM.fullmatch(stem) or stem.endswith("_dlink"):
+                return (
+                    f"compiled source {src.path!r}: its name before the suffix must be letters, digits and _ "
+                    "(no dots), not ending in _dlink: nvcc names its intermediate files after it"
+                )
             if stem in stems:  # nvcc names its intermediates by the stem: one would overwrite another
                 return f"sources {stems[stem]!r} and {src.path!r} share a stem ({stem!r}): rename one"
             stems[stem] = src.path
@@ -369,9 +379,13 @@ def _host_asm_backstop(keep: Path, inputs: Sequence[str], complete: bool = True)
     the source: no spelling the source screen misreads gets past them. ``complete``: the build succeeded,
     so every kept file must be there; a failed one is checked on what it left.
     """
-    preprocessed = sorted(p for p in keep.glob("*.ii") if not p.name.endswith((".cpp1.ii", ".cpp4.ii")))
-    kept = sorted(keep.glob("*.cudafe1.cpp")) + preprocessed + sorted(keep.glob("*.s"))
-    stems = {PurePosixPath(p).stem for p in inputs}
+    stems = {PurePosixPath(p).stem for p in inputs}  # COMPILED_STEM: none can pass for nvcc's own files
+    preprocessed = sorted({keep / f"{stem}.ii" for stem in stems} | set(keep.glob("*_dlink.ii")))
+    kept = (
+        sorted(keep.glob("*.cudafe1.cpp"))
+        + [p for p in preprocessed if p.is_file()]
+        + sorted(keep.glob("*.s"))
+    )
     missing = [f"{stem}{suffix}" for stem in sorted(stems) for suffix in (".cudafe1.cpp", ".ii", ".s")]
     missing = [name for name in missing if not (keep / name).is_file()]
     if complete and (missing or not any(keep.glob("*_dlink.s"))):  # reading nothing would pass anything

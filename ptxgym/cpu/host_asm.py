@@ -553,7 +553,7 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
     """
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
-        if "'" in line and any(m.group() == "'" for m in _GAS_TOKEN.finditer(line)):
+        if ("'" in line or '"' in line) and any(_unclosed(m.group()) for m in _GAS_TOKEN.finditer(line)):
             return number, line.strip()[:120]
         bare = _GAS_TOKEN.sub('""', line)
         # GCC writes one statement per line: never a `;`, a label with more after it, or these directives
@@ -577,6 +577,19 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
             continue
         return start + 1, (block[0] if block else "#APP").strip()[:120]
     return None
+
+
+def _unclosed(token: str) -> bool:
+    r"""A character constant's quote, or a string that the line ends inside.
+
+    GCC writes neither, and the assembler carries such a string over the newline (a section name
+    ``"abc\ndef"`` hid a ``.incbin`` in what a line-by-line reading took for the next string).
+    """
+    return token == "'" or not _GAS_STRING.fullmatch(token)
+
+
+_GAS_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+"""An assembler string closed on its line."""
 
 
 def _is_fatbin(block: list[str], closed: bool) -> bool:

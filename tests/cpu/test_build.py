@@ -485,3 +485,35 @@ def test_a_character_constant_in_a_section_name_puts_no_file_in_the_object(scree
     outcome = build_solution(_plain_with(CHAR_QUOTE), HOPPER, use_cache=False, screen=screen)
     leaked = outcome.so_path is not None and Path(LEAK).read_bytes()[:4096] in outcome.so_path.read_bytes()
     assert not leaked and outcome.status is Status.STATIC_REJECT, outcome.message
+
+
+# the sixth reviewer's file: a `section)` the rules did not read as an attribute until nvcc's second host
+# pass, a name the backstop skipped as nvcc's own preprocessed file (`leak.cpp1.ii`), and a section name
+# whose newline the assembler carries inside its string (the `.incbin` looked quoted line by line)
+NEWLINE_SECTION = (
+    "#define STR(x) #x\n"
+    r'int leak_anchor __attribute__((__text_var(a, __text_var(q, section) ("\"abc\ndef\";" STR(.incbin) '
+    r'" \"/etc/ld.so.cache\";.section .rodata.y")))) = 1;'
+    "\n"
+)
+
+
+def test_a_compiled_source_name_that_could_pass_for_nvcc_s_own_files_is_refused() -> None:
+    base = {"kernel.cu": (KERNELS / "plain.cu").read_text()}
+    base["plain_scale.cuh"] = (KERNELS / "plain_scale.cuh").read_text()
+    for name in ("leak.cpp1.cu", "leak.cpp4.cu", "x.cudafe1.cu", "kernel_dlink.cu", "a.b.cpp"):
+        outcome = build_solution(solution({**base, name: "int x = 1;\n"}), HOPPER, use_cache=False)
+        assert outcome.status is Status.COMPILE_ERROR and "no dots" in outcome.message, name
+    header = solution({**base, "notes.v2.cuh": "// ok\n"}, entry="kernel.cu::scale_add")
+    assert build_solution(header, HOPPER, use_cache=False).ok  # a header's name is free
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow  # ~10 s of nvcc
+@pytest.mark.parametrize("screen", [True, False])
+def test_a_section_name_with_a_newline_puts_no_file_in_the_object(screen: bool) -> None:
+    files = {"kernel.cu": (KERNELS / "plain.cu").read_text(), "leak_x.cu": NEWLINE_SECTION}
+    files["plain_scale.cuh"] = (KERNELS / "plain_scale.cuh").read_text()
+    outcome = build_solution(solution(files), HOPPER, use_cache=False, screen=screen)
+    leaked = outcome.so_path is not None and Path(LEAK).read_bytes()[:4096] in outcome.so_path.read_bytes()
+    assert not leaked and outcome.status is Status.STATIC_REJECT, outcome.message

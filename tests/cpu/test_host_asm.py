@@ -210,6 +210,11 @@ def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
     char = '\t.section\t.rodata.leak,"a"\n.byte \'" ; .incbin "/etc/x" # ","aw"\n'
     assert host_asm_in_assembly(char) is not None
     assert host_asm_in_assembly('\t.string\t"it\'s data"\n') is None
+    # a string the line ends inside: the assembler carries it over the newline, so what follows is code
+    newline = '\t.section\t"abc\ndef";.incbin "/etc/ld.so.cache";.section .rodata.y,"aw"\n'
+    assert host_asm_in_assembly(newline) == (1, '.section\t"abc')
+    assert host_asm_in_assembly('\t.string\t"a\\"\n') is not None  # its closing quote escaped
+    assert host_asm_in_assembly('\t.string\t"a\\\\"\n') is None  # an escaped backslash, then the quote
     # GCC merges top-level asm into one block: libstdc++ 13's symbol export lands before the fatbinary
     export = "#APP\n\t.globl _ZSt21ios_base_library_initv\n"
     assert host_asm_in_assembly(export + FATBIN[5:] + "#NO_APP\n") is None

@@ -284,7 +284,7 @@ def test_new_draws_among_the_verified_calls_make_knowing_the_entries_worthless(t
     result, _ = judge(cheat, arena, tmp_path)  # pool_new_draws_per_trial=0: the hole
     assert result.failure is None and cheat.skipped > SETTINGS.trials * SETTINGS.iterations // 2
     default = SETTINGS.model_copy(update={"pool_new_draws_per_trial": 1})
-    assert EvalSettings().pool_new_draws_per_trial == 1
+    assert EvalSettings().pool_new_draws_per_trial == 2  # the default: stronger than this one
     cheat = KnowsEntries(entries, SETTINGS.correctness_sets)
     result, session = run_in_session(cheat, arena, default, tmp_path, 11, pool=True)
     assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL

@@ -111,14 +111,15 @@ class EvalSettings(BaseModel):
         "bounds how long a fingerprint of an entry leaked through the feedback can name a verified call.",
     )
     pool_new_draws_per_trial: int = Field(
-        1,
+        2,
         ge=0,
         description="Verified timed calls per trial that draw new values and run their reference even in a "
         "session served by the verified pool, at a secret place among the verified calls. A policy can "
         "learn the pool's entries (a candidate's printed text reaches its observation) and compute only "
-        "on calls that bring one; with one such call per trial, garbage on unrecognised calls fails the "
-        "step (on a share f of them, with probability 1 - (1 - f)^trials). Costs that many reference runs "
-        "(``verified_pool.py``, Reuse).",
+        "on calls that bring one; with k such calls per trial, garbage on unrecognised calls fails the "
+        "step (on a share f of them, with probability 1 - (1 - f)^(k x trials): with 2, a cheat skipping "
+        "half passes 1.6% of its steps, against 12.5% with 1, as a reviewer measured, and 0.2% without "
+        "the entries known). Costs that many reference runs (``verified_pool.py``, Reuse).",
     )
     verified_pool_partial_jail: bool = Field(
         False,
@@ -244,17 +245,18 @@ class EvalSettings(BaseModel):
         0.1,
         ge=0,
         description="A candidate whose first trial's median is slower than the baseline by more than this "
-        "speedup (baseline / candidate < it) is timed with that one trial, its verified calls kept; "
-        "``TimingInfo.shortened`` says so. 0 turns the cut-off off.",
+        "speedup (baseline / candidate < it) is timed with that one trial and the other trials' verified "
+        "calls (made and timed); ``TimingInfo.shortened`` says so. 0 turns the cut-off off.",
     )
     slow_probe_calls: int = Field(
         8,
         ge=0,
         le=1000,
         description="Timed calls of a short probe trial (after 2 warm-up calls) made before the trials "
-        "when the slow cut-off applies: a candidate the probe finds below the cut-off is timed with the "
-        "probe alone (its trials' verified calls kept), so a kernel 25x slower than the baseline does not "
-        "run a full first trial (~1 s for the naive GEMM). 0: decide after the first full trial.",
+        "when the slow cut-off applies: a candidate the probe finds below the cut-off is timed with its "
+        "trials' verified calls alone (the probe's calls are not verified: they only decide), so a kernel "
+        "25x slower than the baseline does not run a full first trial (~1 s for the naive GEMM). 0: decide "
+        "after the first full trial.",
     )
 
     @property

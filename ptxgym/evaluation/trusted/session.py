@@ -669,7 +669,9 @@ class Session:
         seed (the evaluator's secret), so the candidate cannot tell a verified call from another.
         With ``baseline_ms``, a candidate whose first trial is far slower than the baseline
         (``timing.slow_cutoff``) is not timed further: each remaining trial is replaced by its verified
-        calls alone, so the correctness evidence is the same as a full timing's.
+        calls alone, so the correctness evidence is the same as a full timing's, and those calls are
+        timed (every latency of such a trial comes from a verified call; a probe's unverified calls only
+        decide, their latencies are dropped: a candidate could be fast and wrong on exactly them).
         ``count``: one counted call at a secret slot among the timed calls (module docstring); in a trial
         that the cut-off replaced by its verified calls, at a secret place among those.
         ``hw_count``: one hardware-counted call likewise, at another place (module docstring).
@@ -690,7 +692,7 @@ class Session:
                 n = s.verified_per_trial + len(extras)
                 draw = [self.rng.randrange(n)] if len(extras) == 1 else self.rng.sample(range(n), len(extras))
                 at, hw_at = _extra_places(result, extras, draw)
-                checks = [(j % rotate, False) for j in range(n)]
+                checks = [(j % rotate, j not in (at, hw_at)) for j in range(n)]
                 verify = set(range(n)) - {at, hw_at}
                 new = self._new_draws(verify)
                 done = self._trial(
@@ -698,6 +700,7 @@ class Session:
                 )
                 if done is None:
                     return
+                self._collect(done, result)
                 continue
             places = [s.warmup + p for p in region_places([x.slot for x in extras])]
             at, hw_at = _extra_places(result, extras, places)
@@ -732,9 +735,10 @@ class Session:
         """A short trial before the others; a candidate it finds below the slow cut-off is timed by it.
 
         ``PROBE_WARMUP`` + ``slow_probe_calls`` calls on fresh values, none verified (the trials that
-        follow keep every verified call). Below the cut-off its latencies are the candidate's timing and
-        ``result.shortened`` says so; otherwise they are dropped and the trials time it in full. False:
-        the probe failed (``strict``).
+        follow keep every verified call). Its latencies only decide: below the cut-off
+        ``result.shortened`` says so and the trials' verified calls alone time the candidate; otherwise
+        the trials time it in full. Either way the probe's latencies are dropped. False: the probe failed
+        (``strict``).
         """
         s = self.settings
         n = PROBE_WARMUP + s.slow_probe_calls
@@ -746,11 +750,9 @@ class Session:
         self._collect(timed, probe)
         if probe.trials:
             what = f"a probe of {len(probe.trials[0])} calls"
-            why = slow_cutoff(probe.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials, what)
-            if why:
-                result.trials.append(probe.trials[0])
-                result.walls += probe.walls
-                result.shortened = why
+            result.shortened = slow_cutoff(
+                probe.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials, what
+            )
         result.missing_spans += probe.missing_spans
         return True
 

@@ -198,8 +198,8 @@ def slow_cutoff(
 
     When the median latency of ``first_ms`` makes the candidate slower than ``cutoff`` x the baseline
     (``baseline / median < cutoff``), more trials would only refine a number far from any reward that
-    matters; the trials' verified calls are still made (``Session.timing``). Nothing to cut with one
-    trial, no baseline latency, no latency or ``cutoff <= 0``.
+    matters; the trials' verified calls are still made, and timed (``Session.timing``). Nothing to cut
+    with one trial, no baseline latency, no latency or ``cutoff <= 0``.
     """
     if not cutoff_applies(baseline_ms, cutoff, trials) or not first_ms:
         return ""
@@ -207,9 +207,11 @@ def slow_cutoff(
     median = statistics.median(first_ms)
     if median <= 0 or baseline_ms / median >= cutoff:
         return ""
-    shown = f"1 of {trials} trials" if what == "the first trial" else what
+    if what == "the first trial":
+        shown = f"1 of {trials} trials and the other trials' verified calls"
+    else:
+        shown = "the trials' verified calls alone"
     return (
         f"timed with {shown}: {what}'s median {median:.4f} ms is "
-        f"{baseline_ms / median:.3f}x the baseline's {baseline_ms:.4f} ms, under the {cutoff:g}x cut-off; "
-        "the trials' verified calls were still made"
+        f"{baseline_ms / median:.3f}x the baseline's {baseline_ms:.4f} ms, under the {cutoff:g}x cut-off"
     )

@@ -51,10 +51,12 @@ characters) could carry fingerprints of a session's inputs into a later candidat
 entry is renewed (a new draw and reference) after serving ``max_uses`` sessions: an exported
 fingerprint names a verified call for at most that many later sessions. And a fingerprint is worth
 nothing while it holds: in each trial ``EvalSettings.pool_new_draws_per_trial`` of the verified calls
-(one by default, at a secret place among them, prepared like every other call) draw new values and run
+(two by default, at secret places among them, prepared like every other call) draw new values and run
 their reference, so a candidate that computes only the calls bringing a known entry fails the step
-(garbage on a share f of the others fails it with probability 1 - (1 - f)^trials). An entry so serves
-verified calls in place of references only for the other calls: K - trials of them by default.
+(garbage on a share f of the others passes with probability (1 - f)^(2 x trials): 1.6% at f = 0.5;
+with one new draw per trial a reviewer's cheat passed 8% of its sessions at f ~ 0.55, as (1 - f)^3
+predicts). An entry so serves verified calls in place of references only for the other calls: one per
+trial by default (``verified_per_trial`` - 2).
 
 Memory (entry = the fresh inputs plus the reference outputs, in the definition's dtypes; K = 10, the
 default ``trials x verified_per_trial + 1``): GEMM 8192x7168x5120 A 84 MB + B 73 MB + C 117 MB = 275 MB,
