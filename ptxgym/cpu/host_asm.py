@@ -469,6 +469,8 @@ _GLOBL_LINE = re.compile(r"\t?\.globl[ \t]+[A-Za-z_][A-Za-z0-9_]*")
 _GAS_FILE_OR_MACRO = re.compile(r"(?<![\w$@])\.(?:incbin|include|irp|irpc|rept|macro)\b", re.I)
 """Assembler directives GCC never writes: reading a file, or building text from macros (anywhere outside a
 string: after a ``;`` or a label too, and in any case)."""
+_GAS_NEVER = re.compile(r";|/\*|\*/")
+"""What GCC never writes outside a string of its assembly: a statement separator, a block comment."""
 _LABEL_AND_MORE = re.compile(r"^[^\s#][^\s:]*:[ \t]*[^\s#]")
 """A label followed by more on its line: GCC writes each label alone."""
 _GAS_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'')
@@ -556,8 +558,9 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
         if ("'" in line or '"' in line) and any(_unclosed(m.group()) for m in _GAS_TOKEN.finditer(line)):
             return number, line.strip()[:120]
         bare = _GAS_TOKEN.sub('""', line)
-        # GCC writes one statement per line: never a `;`, a label with more after it, or these directives
-        if _GAS_FILE_OR_MACRO.search(bare) or ";" in bare or _LABEL_AND_MORE.match(bare):
+        # GCC writes one statement per line: never a `;`, a label with more after it, these directives, or
+        # a block comment (the assembler deletes it, joining `.inc/**/bin`, and reads no quote inside it)
+        if _GAS_FILE_OR_MACRO.search(bare) or _GAS_NEVER.search(bare) or _LABEL_AND_MORE.match(bare):
             return number, line.strip()[:120]
     fatbins, i = 0, 0
     while i < len(lines):

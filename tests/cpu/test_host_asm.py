@@ -210,6 +210,11 @@ def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
     char = '\t.section\t.rodata.leak,"a"\n.byte \'" ; .incbin "/etc/x" # ","aw"\n'
     assert host_asm_in_assembly(char) is not None
     assert host_asm_in_assembly('\t.string\t"it\'s data"\n') is None
+    # block comments: the assembler deletes them (joining what they split) and reads no quote inside
+    quoted = '/* " */ .incbin "/etc/ld.so.cache" /* " */'
+    for line in ('.inc/**/bin "/etc/ld.so.cache"', quoted, "x /*", "*/"):
+        assert host_asm_in_assembly(f"\t.section\t.rodata.x\n{line}\n") is not None, line
+    assert host_asm_in_assembly('\t.string\t"a /* b */ c"\n') is None  # inside a string: data
     # a string the line ends inside: the assembler carries it over the newline, so what follows is code
     newline = '\t.section\t"abc\ndef";.incbin "/etc/ld.so.cache";.section .rodata.y,"aw"\n'
     assert host_asm_in_assembly(newline) == (1, '.section\t"abc')
