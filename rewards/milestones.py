@@ -17,6 +17,10 @@ one library baseline.
 
     r = -0.5 (did not compile) | -0.25 (compiled, not correct)
       | 0.5 (s - 1) (correct, s <= 1) | min(s - 1, 2) (correct, s > 1)
+
+As published, it pays a correct kernel slower than 0.5x less than a compiled wrong one (-0.25), so on a
+hard task a policy trained on it gains by failing; kept for comparison with that system (the rewards of
+our own design order every correct turn above every failed one: tests/rewards/test_reward_catalogue.py).
 """
 
 from __future__ import annotations

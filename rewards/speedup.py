@@ -5,11 +5,12 @@ any other turn pays 0.
 
 - ``speedup``: ``r = min(s, cap)`` (cap 3 by default). Source: Dr. Kernel's ``calculate_reward_speedup``
   clips the speedup to [0, 3] (rlenv.md d.3); the cap bounds what an undetected timing hack can earn.
-- ``log_speedup``: ``r = clip(log2(s), -clip, +clip)`` (clip 2, i.e. 0.25x..4x). Symmetric in slowdowns
-  and speedups, so halving the time is worth as much at 0.1x as at 1x. Source: the community
-  log-speedup variant ``min(0.5 log2 s, 1)`` (rlenv.md d.10); here the slow side is kept (negative) so a
-  correct but slow kernel is told how slow it is, and ``correct_offset`` (default 0) may be added to
-  keep every correct kernel above the incorrect ones.
+- ``log_speedup``: ``r = correct_offset + clip(log2(s), -clip, +clip)`` (clip 2, i.e. 0.25x..4x; the
+  offset ``clip`` by default, so 0..4). Symmetric in slowdowns and speedups, so halving the time is worth
+  as much at 0.1x as at 1x. Source: the community log-speedup variant ``min(0.5 log2 s, 1)`` (rlenv.md
+  d.10); here the slow side is kept so a correct but slow kernel is told how slow it is, and the offset
+  keeps every correct kernel at or above a turn that does not qualify (0): with no offset a correct
+  0.25x kernel got -2, less than a wrong answer or a caught timing hack (a reviewer's find).
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ class LogSpeedupReward:
     """``correct_offset + clip(log2 s, -clip, clip)`` on a qualifying turn, else 0."""
 
     clip: float = 2.0
-    correct_offset: float = 0.0
+    correct_offset: float | None = None
+    """Added to a qualifying turn's clipped log; None: ``clip`` (no correct turn below a failed one)."""
     require_target: bool = True
 
     def __post_init__(self) -> None:
         if self.clip <= 0:
             raise ValueError(f"clip must be > 0, got {self.clip}")
+        if self.correct_offset is None:
+            object.__setattr__(self, "correct_offset", self.clip)
 
     def __call__(self, feedback: Feedback, history: Sequence[Feedback] = ()) -> RewardResult:
         """Reward one turn."""
@@ -54,10 +58,8 @@ class LogSpeedupReward:
         if s is None:
             return RewardResult(total=0.0, components={"log_speedup": 0.0, "offset": 0.0})
         log_s = gate.clipped_log2(s, self.clip)
-        return RewardResult(
-            total=self.correct_offset + log_s,
-            components={"log_speedup": log_s, "offset": self.correct_offset},
-        )
+        offset = self.correct_offset or 0.0
+        return RewardResult(total=offset + log_s, components={"log_speedup": log_s, "offset": offset})
 
 
 @register_reward("speedup")
@@ -67,6 +69,6 @@ def _speedup(require_target: bool = True, speedup_cap: float = 3.0) -> SpeedupRe
 
 @register_reward("log_speedup")
 def _log_speedup(
-    require_target: bool = True, log_clip: float = 2.0, correct_offset: float = 0.0
+    require_target: bool = True, log_clip: float = 2.0, correct_offset: float | None = None
 ) -> LogSpeedupReward:
     return LogSpeedupReward(clip=log_clip, correct_offset=correct_offset, require_target=require_target)

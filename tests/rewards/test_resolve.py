@@ -52,9 +52,9 @@ def test_weighted_sum_logs_every_term_even_at_weight_zero(fb):
     reward = resolve_reward("staged + 0.5*log_speedup + 0*fast_p")
     assert isinstance(reward, WeightedReward)
     res = reward(fb(Status.PASSED, speedup=2.0), [])
-    assert res.total == pytest.approx(1.0 + 0.5 * 1.0 + 0.0)
+    assert res.total == pytest.approx(1.0 + 0.5 * 3.0 + 0.0)  # log_speedup: offset 2 + log2(2)
     assert res.components["fast_p"] == 1.0  # computed and logged, weight 0
-    assert res.components["log_speedup"] == pytest.approx(1.0)
+    assert res.components["log_speedup"] == pytest.approx(3.0)
     assert res.components["staged.correct"] == pytest.approx(0.30)
     assert res.components["fast_p.fast_p"] == 1.0
 
