@@ -288,7 +288,8 @@ class KernelEnv(gymnasium.Env):
         returns there.
         """
         require = getattr(self.reward_fn, "require_target", True)
-        return gate.qualifies(fb, require) and (fb.speedup or 0.0) >= self.target_speedup
+        speedup = gate.speedup_of(fb, require)  # None unless it qualifies with a finite speedup
+        return speedup is not None and speedup >= self.target_speedup
 
     def render(self) -> str | None:
         """``ansi``: the last observation text."""

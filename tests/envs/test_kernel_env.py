@@ -231,6 +231,14 @@ def test_a_fast_turn_without_the_proven_target_neither_ends_the_episode_nor_is_p
     assert terminated  # a reward that does not require the target: the same turn qualifies
 
 
+def test_a_speedup_no_reward_credits_does_not_end_the_episode() -> None:
+    """An infinite speedup is credited by no reward (``gate.speedup_of``): it must not end the episode."""
+    env = make(reward=PerTurn(require_target=False), max_turns=4).unwrapped
+    env.reset(seed=0)
+    _, _, terminated, _, _ = env.end_step(_passed(float("inf")))
+    assert not terminated
+
+
 def test_a_step_after_the_episode_terminated_needs_a_reset() -> None:
     """Once a turn ended the episode (and was paid for the turns it cut off), no further step is paid."""
     env = make(reward=PerTurn(require_target=False), max_turns=4).unwrapped
