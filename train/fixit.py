@@ -32,12 +32,11 @@ from typing import Literal
 from ptxgym.records.feedback import WRONG_RESULT, Status
 from ptxgym.records.tasks import get_task
 from ptxgym.records.turns import TurnRecord
-from ptxgym.rewards import gate
 from ptxgym.train.episodes import feedback_text_after, group_trajectories, task_messages
 from ptxgym.train.kernelgen import BuildResult
 from ptxgym.train.selection import balance, dedup, extract_answer, kernel_hash
 from ptxgym.train.sft_examples import Message, SftExample, with_reasoning
-from ptxgym.train.teachers import Quality, ReasoningTeacher, RepairTeacher
+from ptxgym.train.teachers import Quality, ReasoningTeacher, RepairTeacher, shortfall
 
 TARGET_FORMAT = "fixit_task_wrong_kernel_feedback_to_reasoned_fixed_kernel"
 
@@ -59,6 +58,8 @@ class FixitConfig:
     max_source_turn: int | None = 5
     quality: Quality = "correct"
     require_target: bool = True
+    legacy_records: bool = False
+    """Accept records of an older Feedback schema for the target credit (``teachers.shortfall``)."""
     cap_per_task: int | None = None
     seed: int = 0
     pairing: tuple[Literal["trajectory", "teacher"], ...] = ("trajectory", "teacher")
@@ -105,8 +106,7 @@ def _failed_turns(records: Iterable[TurnRecord], cfg: FixitConfig, dropped: Coun
 
 
 def _accepts(record: TurnRecord, cfg: FixitConfig) -> bool:
-    fb = record.feedback
-    return gate.compiled(fb) if cfg.quality == "compiled" else gate.qualifies(fb, cfg.require_target)
+    return shortfall(record.feedback, cfg.quality, cfg.require_target, cfg.legacy_records) is None
 
 
 def _trajectory_fix(f: _Failed, cfg: FixitConfig) -> _Fix | None:

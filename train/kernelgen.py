@@ -28,7 +28,7 @@ from ptxgym.rewards import gate
 from ptxgym.train.episodes import group_trajectories, task_messages
 from ptxgym.train.selection import balance, dedup, extract_answer, kernel_hash
 from ptxgym.train.sft_examples import Message, SftExample, fenced, with_reasoning
-from ptxgym.train.teachers import Quality, ReasoningTeacher
+from ptxgym.train.teachers import Quality, ReasoningTeacher, shortfall
 
 TARGET_FORMAT = "kernelgen_task_to_reasoned_kernel"
 
@@ -39,6 +39,8 @@ class KernelGenConfig:
 
     quality: Quality = "correct"
     require_target: bool = True
+    legacy_records: bool = False
+    """Accept records of an older Feedback schema for the target credit (``teachers.shortfall``)."""
     min_speedup: float = 0.0
     cap_per_task: int | None = None
     order: Literal["random", "best"] = "random"
@@ -67,10 +69,9 @@ class _Candidate:
 def _passes(record: TurnRecord, cfg: KernelGenConfig) -> str | None:
     """None when the turn is good enough, else why not."""
     fb = record.feedback
-    if cfg.quality == "compiled":
-        return None if gate.compiled(fb) else f"not compiled ({fb.status.value})"
-    if not gate.qualifies(fb, cfg.require_target):
-        return f"not correct ({fb.status.value}, target {fb.target_executed.value})"
+    why = shortfall(fb, cfg.quality, cfg.require_target, cfg.legacy_records)
+    if why is not None or cfg.quality == "compiled":
+        return why
     s = gate.speedup_of(fb, cfg.require_target) or 0.0
     return None if s >= cfg.min_speedup else "below min_speedup"
 

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ptxgym.records.feedback import Feedback
+from ptxgym.records.feedback import LEGACY_VERSIONS, Feedback
 from ptxgym.records.feedback_text import render_feedback
 from ptxgym.rewards import gate
 from ptxgym.train.selection import extract_answer, normalise_kernel
@@ -35,6 +35,23 @@ if TYPE_CHECKING:
     from ptxgym.records.tasks import Task
 
 Quality = Literal["correct", "compiled"]
+
+
+def shortfall(fb: Feedback, quality: Quality, require_target: bool, legacy: bool = False) -> str | None:
+    """Why a turn is not good enough to teach from, or None: one rule for every SFT data builder.
+
+    ``legacy``: accept a record of an older Feedback schema for the target credit; by default such a
+    record cannot qualify where the target is required, since its rule predates the work share (a v1
+    record credited a SIMT kernel with one token wgmma: the loophole issue 11 closed).
+    """
+    if quality == "compiled":
+        return None if gate.compiled(fb) else f"not compiled ({fb.status.value})"
+    if require_target and not legacy and fb.schema_version in LEGACY_VERSIONS:
+        return f"an old record ({fb.schema_version}: its target credit predates the work share)"
+    if not gate.qualifies(fb, require_target):
+        return f"not correct ({fb.status.value}, target {fb.target_executed.value})"
+    return None
+
 
 REPAIR_REQUEST = """\
 {task}
@@ -132,9 +149,7 @@ class RepairTeacher:
 
     def accepts(self, fb: Feedback) -> bool:
         """Whether a repaired kernel's feedback is good enough to keep."""
-        if self.quality == "compiled":
-            return gate.compiled(fb)
-        return gate.qualifies(fb, self.require_target)
+        return shortfall(fb, self.quality, self.require_target) is None
 
     def repair(
         self, task: Task, system: str, task_user: str, failed_answer: str, feedback_text: str

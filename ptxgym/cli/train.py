@@ -66,6 +66,12 @@ def _register_data(tsub: argparse._SubParsersAction) -> None:
             action="store_true",
             help="accept correct kernels whose target instruction was not proven",
         )
+        k.add_argument(
+            "--legacy-records",
+            action="store_true",
+            help="accept records of an older Feedback schema for the target credit (its rule predates "
+            "the work share: a token instruction was enough)",
+        )
         k.add_argument("--cap", type=int, default=None, help="at most this many rows per task")
         k.add_argument("--seed", type=int, default=0)
         k.add_argument("--reasoning-teacher", default=None, metavar="POLICY")
@@ -227,6 +233,7 @@ def _build_from_trajectories(args: argparse.Namespace) -> Any:
         cfg = KernelGenConfig(
             quality=args.quality,
             require_target=not args.no_require_target,
+            legacy_records=args.legacy_records,
             min_speedup=args.min_speedup,
             cap_per_task=args.cap,
             seed=args.seed,
@@ -250,6 +257,7 @@ def _build_from_trajectories(args: argparse.Namespace) -> Any:
         max_source_turn=args.max_source_turn,
         quality=args.quality,
         require_target=not args.no_require_target,
+        legacy_records=args.legacy_records,
         cap_per_task=args.cap,
         seed=args.seed,
         pairing=tuple(p.strip() for p in args.pairing.split(",") if p.strip()),

@@ -189,3 +189,32 @@ def test_several_file_answers_keep_every_file(records, kernel_text):
     one_file = kernel_hash(f"```cpp\n{code}```")
     assert kernel_hash(split) != one_file  # the files, named, make the kernel
     assert kernel_hash(split.replace("Two files.", "Both files:")) == kernel_hash(split)
+
+
+def test_an_old_record_cannot_teach_a_target_it_was_credited_by_the_old_rule(kernel_text):
+    """The data builders refuse a v1 record's target credit unless asked (a reviewer's find).
+
+    A v1 Feedback credited the target for one executed instruction (no work share): a SIMT kernel with a
+    token wgmma.
+    """
+    from ptxgym.records.feedback import Feedback, Stage, Status, TargetInfo, TimingInfo, Verdict
+    from ptxgym.records.turns import TurnRecord
+
+    old = Feedback(
+        schema_version="ptxgym.feedback.v1",
+        task_id="Gemm-sm90a",
+        status=Status.PASSED,
+        stage=Stage.DONE,
+        target=TargetInfo(family="wgmma", executed=Verdict.YES),
+        timing=TimingInfo(backend="cupti", speedup=1.3),
+    )
+    record = TurnRecord(
+        run_id="old", trajectory_id="t0", task_id="Gemm-sm90a", variant="full", policy="m", turn=0,
+        action=f"```cuda\n{kernel_text('naive_gemm')}\n```", status="PASSED", correct=True,
+        target_executed="yes", speedup=1.3, feedback_json=old.to_json(),
+    )  # fmt: skip
+    assert old.target_credited  # the old rule, kept for recomputing old rewards
+    refused = build_kernelgen([record])
+    assert not refused.examples and any("old record" in why for why in refused.dropped), refused.dropped
+    assert len(build_kernelgen([record], KernelGenConfig(legacy_records=True)).examples) == 1
+    assert len(build_kernelgen([record], KernelGenConfig(require_target=False)).examples) == 1

@@ -75,6 +75,8 @@ def gpu_outcome(
                 static=True,
                 executed=verdict,
                 counts={"HGMMA": 4096} if verdict is Verdict.YES else {},
+                mma_share=1.0 if verdict is Verdict.YES else None,
+                work=Verdict.YES if verdict is Verdict.YES else Verdict.NOT_CHECKED,
             ),
         )
     if status is Status.INCORRECT_NUMERICAL:
