@@ -154,7 +154,12 @@ class EvalSettings(BaseModel):
     memcheck: MemcheckMode = MemcheckMode.AUTO
     profile_timeout_s: float = Field(120.0, gt=0, description="Wall limit for the Nsight Compute check.")
     memcheck_timeout_s: float = Field(180.0, gt=0, description="Wall limit for compute-sanitizer.")
-    seed: int | None = Field(None, description="Base seed; None draws one per turn (and records it).")
+    seed: int | None = Field(
+        None,
+        description="Base seed; None (the default) draws a secret one per turn. A fixed seed makes every "
+        "evaluation of a turn the same (perturbations, which timed calls are verified, the arena's inputs): "
+        "for reproducing a verdict, never for training, where a policy could learn which calls go unchecked.",
+    )
     max_candidate_gpu_gb: float = Field(
         16.0, gt=0, description="GPU memory a candidate process may hold beyond its CUDA context, GiB."
     )
