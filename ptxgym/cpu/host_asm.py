@@ -427,7 +427,13 @@ def _scan_file(
     parens = _Parens(code)
     stack: list[_Scope] = [("namespace", False, "file or namespace scope")]
     head_start = 0
+    events = [
+        (d.start(), d.group("name")) for d in _DIRECTIVE.finditer(text) if d.group("name") in _CONDITIONAL
+    ]
+    groups: list[list[_Scope]] = []  # per open conditional group: the scopes at its #if
     for m in _SCAN.finditer(code):
+        while events and events[0][0] < m.start():
+            _conditional(events.pop(0)[1], stack, groups)
         token = m.group()
         if token == "{":
             stack.append(_open_scope(code[head_start : m.start()], stack[-1], object_macros))
@@ -448,6 +454,25 @@ def _scan_file(
             where = "a file compiled as host C++" if host_only else stack[-1][2]
             return HostAsm(name, m.start(), f"{what} in {where}")
     return None
+
+
+_CONDITIONAL = frozenset({"if", "ifdef", "ifndef", "elif", "else", "endif"})
+
+
+def _conditional(name: str, stack: list[_Scope], groups: list[list[_Scope]]) -> None:
+    """Keep the scopes honest across a conditional group.
+
+    Each branch starts from the scopes at its ``#if``, and the code after ``#endif`` is back in them: a
+    candidate's ``#if 0`` holding ``__device__ void f() {`` made the code after it look like a device
+    body (the compiler never sees that brace). A group whose branches balance their braces changes
+    nothing.
+    """
+    if name in ("if", "ifdef", "ifndef"):
+        groups.append(list(stack))
+    elif groups:
+        stack[:] = groups[-1]
+        if name == "endif":
+            groups.pop()
 
 
 # ------------------------------------------------------------------------------- the build backstop

@@ -346,3 +346,17 @@ def test_the_backstop_fails_closed_when_nvcc_left_nothing_to_read(tmp_path) -> N
     for name in ("kernel.cudafe1.cpp", "kernel.ii", "kernel.s", "kernel_dlink.s"):
         (tmp_path / name).write_text("\t.text\n")
     assert _host_asm_backstop(tmp_path, ["src/kernel.cu"]) is None
+
+
+def test_a_brace_in_a_dead_branch_does_not_make_host_code_device_code() -> None:
+    """Each conditional group leaves the scopes as they were at its #if.
+
+    A reviewer's `#if 0` holding `__device__ void fake() {` put the top-level asm after it in a "device body".
+    """
+    dead = '#if 0\n__device__ void fake() {\n#endif\nasm(".globl x");\n#if 0\n}\n#endif\n'
+    found = find_host_asm({"kernel.cu": dead})
+    assert found is not None and "file or namespace scope" in found.what
+    branches = (
+        '__global__ void k(int* a) {\n#if 1\n  asm("membar.gl;");\n#else\n  asm("membar.cta;");\n#endif\n}\n'
+    )
+    assert find_host_asm({"kernel.cu": branches}) is None  # balanced groups change nothing
