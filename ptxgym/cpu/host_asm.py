@@ -491,9 +491,15 @@ _GLOBL = re.compile(r'\b(?:asm|__asm|__asm__)\s*\(\s*"\.globl[ \t]+[A-Za-z_][A-Z
 and runs nothing (a symbol it names but does not define is an import, judged by the artifact check);
 in the assembly it is a line of its own (``_GLOBL_LINE``)."""
 _GLOBL_LINE = re.compile(r"\t?\.globl[ \t]+[A-Za-z_][A-Za-z0-9_]*")
-_GAS_FILE_OR_MACRO = re.compile(r"(?<![\w$@])\.(?:incbin|include|irp|irpc|rept|macro)\b", re.I)
-"""Assembler directives GCC never writes: reading a file, or building text from macros (anywhere outside a
-string: after a ``;`` or a label too, and in any case)."""
+_GAS_FILE_OR_MACRO = re.compile(
+    r"(?<![\w$@])\.(?:incbin|include|irpc?|irepc?|rept?|macro|altmacro|noaltmacro|purgem|exitm|endm|endr|"
+    r"mri|if\w*|elseif|else|endif|print|warning|error|err|fail|abort)\b",
+    re.I,
+)
+"""Assembler directives GCC never writes: reading a file; building text (macros, repetitions under every
+spelling: a reviewer's ``.irep`` is ``.irp``, ``.rep`` is ``.rept``); choosing text (conditional
+assembly); writing to the log; leaving the standard syntax (``.mri``). Anywhere outside a string (after a
+``;`` or a label too) and in any case."""
 _GAS_NEVER = re.compile(r";|/\*|\*/")
 """What GCC never writes outside a string of its assembly: a statement separator, a block comment."""
 _LABEL_AND_MORE = re.compile(r"^[^\s#][^\s:]*:[ \t]*[^\s#]")

@@ -200,7 +200,11 @@ def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
     assert host_asm_in_assembly(FATBIN + "\tnop\n" + TRAILER) is not None  # appended to the last block
     unclosed = "\t.text\n#APP\n\tmovl $0x1337, %eax\n" + TRAILER
     assert host_asm_in_assembly(unclosed) == (2, "movl $0x1337, %eax")
-    for directive in ('.incbin "/etc/passwd"', ".irp d,incbin", ".macro m", '.include "x"'):
+    directives = ('.incbin "/etc/passwd"', ".irp d,incbin", ".macro m", '.include "x"', ".mri 1")
+    # GAS's other spellings of the loops (a reviewer's `.irep q,incbin` / `.\q "/etc/ld.so.cache"`)
+    directives += (".irep q,incbin", ".irepc q,ab", ".rep 2", ".IREP q,x", ".altmacro", ".ifdef x")
+    directives += ('.print "x"', '.warning "x"', '.error "x"', ".endr")
+    for directive in directives:
         assert host_asm_in_assembly(f"\t.section\t.rodata.x\n{directive}\n") is not None
     # anywhere outside a string, in any case: after a label, after a `;` (GCC writes neither)
     for line in ('lbl: .incbin "/etc/passwd"', '"odd sym": .INCBIN "x"', '\t.section\t.x,"a";.INCBIN "x"'):
