@@ -138,7 +138,7 @@ case "$stage" in
       tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
     ;;
   s10)
-    # tenth session, one command (~8 min): the checks stage's tests (the device's GCC 13 <iostream>
+    # tenth session, one command (~6 min): the checks stage's tests (the device's GCC 13 <iostream>
     # refused every expert at the build before the fix), then native_tp (cut to what is left), then the
     # jail probe
     timeout 130 bash bench/gpu_tests.sh "$out/checks_experts" --timeout 120 -q \
@@ -146,7 +146,7 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 160 bash bench/gpu_tests.sh "$out/checks" --timeout 150 -q \
       tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
       tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
-    PTXGYM_CANDIDATE_PROCESS=native timeout 180 python3 bench/throughput.py --evaluator local --sizes 16,64 \
+    PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     { header "runner jail probe"; timeout 60 python3 bench/runner_jail_probe.py --out "$out/runner_jail_probe.txt"; } \
       > "$out/runner_jail_probe.log" 2>&1
