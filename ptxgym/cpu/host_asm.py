@@ -502,6 +502,25 @@ assembly); writing to the log; leaving the standard syntax (``.mri``). Anywhere 
 ``;`` or a label too) and in any case."""
 _GAS_NEVER = re.compile(r";|/\*|\*/")
 """What GCC never writes outside a string of its assembly: a statement separator, a block comment."""
+_GAS_FIRST = re.compile(r"[ \t]*(?P<name>\.[A-Za-z_.$][\w.$]*)(?P<colon>[ \t]*:)?")
+"""A line's leading directive (or, with the colon, a label whose name starts with a dot)."""
+GCC_DIRECTIVES = frozenset(
+    ".text .data .bss .section .previous .pushsection .popsection .globl .weak .hidden .protected .internal "
+    ".local .comm .lcomm .type .size .align .p2align .balign .file .loc .ident .string .ascii .asciz .byte "
+    ".short .value .long .int .quad .octa .zero .skip .space .uleb128 .sleb128 .set .2byte .4byte .8byte "
+    ".base64 .nops .tls_common".split()
+)
+"""The directives the host assembly may begin a line with (and ``.cfi_*``): those GCC writes for host
+C++ (the experts, the test kernels and a host-heavy file with streams, containers, exceptions, statics
+and thread-locals wrote a subset) and nvcc's fatbinary and registration code. Any other directive came
+from a string the compiler copied verbatim: refused, whatever GAS does with it (a list of what to block
+had missed ``.irep``)."""
+
+
+def _gcc_directive(name: str) -> bool:
+    return name in GCC_DIRECTIVES or name.startswith(".cfi_")
+
+
 _LABEL_AND_MORE = re.compile(r"^[^\s#][^\s:]*:[ \t]*[^\s#]")
 """A label followed by more on its line: GCC writes each label alone."""
 _GAS_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'')
@@ -580,9 +599,10 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
     GCC opens every inline asm with ``#APP`` (and closes it with ``#NO_APP``, but not after the last
     top-level one of a file): any such block but nvcc's fatbinary data (``_is_fatbin``, once per file) and
     symbol exports (``_GLOBL_LINE``: GCC merges top-level asm into one block) is host assembly however it
-    was spelled; and no line may read a file or build text with assembler
-    macros (``_GAS_FILE_OR_MACRO``), wherever it came from (a string the compiler hands the assembler
-    verbatim: a section name, a symbol version, ``#ident``).
+    was spelled; no line may read a file or build text with assembler macros (``_GAS_FILE_OR_MACRO``),
+    wherever it came from (a string the compiler hands the assembler verbatim: a section name, a symbol
+    version, ``#ident``); and a line that begins with a directive begins with one GCC writes
+    (``GCC_DIRECTIVES``).
     """
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
@@ -592,6 +612,9 @@ def host_asm_in_assembly(text: str) -> tuple[int, str] | None:
         # GCC writes one statement per line: never a `;`, a label with more after it, these directives, or
         # a block comment (the assembler deletes it, joining `.inc/**/bin`, and reads no quote inside it)
         if _GAS_FILE_OR_MACRO.search(bare) or _GAS_NEVER.search(bare) or _LABEL_AND_MORE.match(bare):
+            return number, line.strip()[:120]
+        first = _GAS_FIRST.match(bare)
+        if first and not first.group("colon") and not _gcc_directive(first.group("name")):
             return number, line.strip()[:120]
     fatbins, i = 0, 0
     while i < len(lines):
