@@ -43,7 +43,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s10, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s10, s10min, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -150,6 +150,14 @@ case "$stage" in
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     { header "runner jail probe"; timeout 60 python3 bench/runner_jail_probe.py --out "$out/runner_jail_probe.txt"; } \
       > "$out/runner_jail_probe.log" 2>&1
+    ;;
+  s10min)
+    # s10's tests only (the experts on the device host, the runner's): for a nearly spent device budget
+    timeout 120 bash bench/gpu_tests.sh "$out/checks_experts" --timeout 110 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
+    PTXGYM_CANDIDATE_PROCESS=native timeout 150 bash bench/gpu_tests.sh "$out/checks" --timeout 140 -q \
+      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
+      tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
     ;;
   audit_native)
     PTXGYM_CANDIDATE_PROCESS=native timeout 560 bash bench/gpu_tests.sh "$out/audit_native" --timeout 540 -q -s \
