@@ -329,7 +329,7 @@ def _compile(
     try:
         returncode, timed_out, raw_log = run_jailed(argv, stage, env, timeout_s, jail)
         log = clean_log(raw_log, stage, KEEP_DIR, SOURCE_DIR)
-        own = [s.path for s in solution.sources]
+        own = {s.path: s.content for s in solution.sources}
         # header folders, whose diagnostics the model may see: not a readable file (/etc/ld.so.cache) nor a
         # tool's own folder (the toolkit's bin/ holds nvcc.profile)
         headers = [p for p in tool_paths(toolchain).read if p.is_dir() and "include" in p.name]

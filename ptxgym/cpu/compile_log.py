@@ -7,7 +7,10 @@ unreadable; this filter makes sure the log would not carry them anyway. ``shown_
 
 * diagnostics located in the solution's own files or in nvcc's intermediates of them (``kernel.cu(12):
   error: ...``, ``kernel.cu:12:5: error: ...``, ``ptxas kernel.ptx, line 9; error ...``), with the source
-  line and caret the compiler prints under them and their instantiation context;
+  line and caret the compiler prints under them and their instantiation context; GCC's quoted line
+  (``   12 | text``) only where it is that line of the solution's file: GCC reads the quote from disk,
+  and a ``#line`` naming another file plus a message with a newline that forges an own header once
+  showed a line of ``/etc/ld.so.cache`` (screen off);
 * diagnostics located in the allowed headers (the toolkit, the host compiler's, TVM-FFI's, the packs'),
   without the quoted source line;
 * the tools' own messages that name no file (``ptxas info``/``warning``/``error``, the resource report
@@ -24,7 +27,7 @@ from __future__ import annotations
 import posixpath
 import re
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ptxgym.records.feedback import truncate
@@ -71,14 +74,30 @@ def clean_log(log: str, stage: Path, keep_dir: str, source_dir: str = "") -> str
     return _TMPXFT.sub("", log)
 
 
+_QUOTE = re.compile(r"^\s*(?P<line>\d+) \| ?(?P<text>.*)$")
+"""GCC's quote of a source line under a diagnostic."""
+
+
 class _Filter:
     """The line-by-line state of ``shown_log``."""
 
-    def __init__(self, own_files: Iterable[str], public_roots: Iterable[Path]) -> None:
+    def __init__(self, own_files: Mapping[str, str] | Iterable[str], public_roots: Iterable[Path]) -> None:
+        contents = own_files if isinstance(own_files, Mapping) else {}
         self.own = {posixpath.normpath(f) for f in own_files}
+        self.lines = {posixpath.normpath(f): text.splitlines() for f, text in contents.items()}
         self.public = sorted({str(p) for r in public_roots for p in (Path(r), Path(r).resolve())})
         self.follow = "none"  # what may follow the last diagnostic: all (own), context (public), none
+        self.file = ""  # the file of the last own diagnostic
         self.dropped = 0
+
+    def quoted(self, quote: re.Match[str]) -> bool:
+        """Whether GCC's quote is the line it names of the last diagnostic's own file."""
+        lines = self.lines.get(self.file)
+        number = int(quote.group("line")[:9])
+        if not lines or not 1 <= number <= len(lines):
+            return False
+        text, source = quote.group("text").rstrip(), lines[number - 1].rstrip()
+        return text in (source, source.expandtabs(8), source.expandtabs(1))
 
     def origin(self, file: str) -> str:
         """own, public or foreign."""
@@ -99,6 +118,7 @@ class _Filter:
             if assembler and origin == "public":  # the assembler reads no header: a file .include'd
                 origin = "foreign"
             self.follow = {"own": "all", "public": "context"}.get(origin, "none")
+            self.file = posixpath.normpath(located.group("file").strip()) if origin == "own" else ""
             return origin != "foreign"
         if _TOOL.search(line) or _RESOURCES.match(line):
             self.follow = "none"
@@ -106,6 +126,8 @@ class _Filter:
         if not line.strip():
             return True
         indented = line[:1].isspace()
+        if indented and self.follow == "all" and (quote := _QUOTE.match(line)):
+            return self.quoted(quote)
         if indented and (self.follow == "all" or (self.follow == "context" and _CONTEXT.match(line))):
             return True
         if not indented:
@@ -113,8 +135,12 @@ class _Filter:
         return False
 
 
-def shown_log(log: str, own_files: Iterable[str], public_roots: Iterable[Path]) -> str:
-    """The part of a cleaned nvcc log the model may see (see the module docstring)."""
+def shown_log(log: str, own_files: Mapping[str, str] | Iterable[str], public_roots: Iterable[Path]) -> str:
+    """The part of a cleaned nvcc log the model may see (see the module docstring).
+
+    ``own_files``: the solution's files, path to text (their names alone: GCC's quoted lines go, since
+    none can be checked).
+    """
     state = _Filter(own_files, public_roots)
     kept: list[str] = []
     for line in log.splitlines():

@@ -517,3 +517,17 @@ def test_a_section_name_with_a_newline_puts_no_file_in_the_object(screen: bool) 
     outcome = build_solution(solution(files), HOPPER, use_cache=False, screen=screen)
     leaked = outcome.so_path is not None and Path(LEAK).read_bytes()[:4096] in outcome.so_path.read_bytes()
     assert not leaked and outcome.status is Status.STATIC_REJECT, outcome.message
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("pragma", ["warning", "error"])
+def test_a_forged_own_header_shows_no_line_of_another_file(pragma: str) -> None:
+    """A ninth review's log leak (screen off): GCC quoted another file's line under a forged own header.
+
+    `#line` to a readable file, then a pragma whose message forges the header.
+    """
+    line = f'#line 1 "{LEAK}"\n#pragma GCC {pragma} "zz\\nkernel.cu:1:1: {pragma}: x"\nint after_line = 1;\n'
+    outcome = build_solution(_plain_with(line), HOPPER, use_cache=False, screen=False)
+    head = Path(LEAK).read_bytes()[:16].decode("latin-1")
+    text = outcome.message + outcome.info.log
+    assert head not in text and "glibc-ld.so" not in text, text

@@ -92,7 +92,28 @@ def test_intermediates_and_tool_lines_count_as_the_solution() -> None:
         "nvlink error   : Undefined reference to '_Z3foov' in 'kernel.o'\n"
         "nvcc fatal   : Unsupported gpu architecture 'compute_1'\n"
     )
-    assert shown_log(log, ["kernel.cu"], []) == log
+    assert shown_log(log, {"kernel.cu": "void run() {\n\n  x = 1;\n}\n"}, []) == log
+    assert "    3 |   x = 1;" not in shown_log(log, ["kernel.cu"], [])  # its text unknown: no quote shown
+
+
+def test_a_quoted_line_is_shown_only_where_it_is_the_solution_s_own() -> None:
+    """GCC reads its quote from disk: under a forged own header it quoted another file (a review's find).
+
+    `#line 1 "/etc/ld.so.cache"` located a `#pragma GCC warning` there, and the message's newline forged
+    `kernel.cu:1:1:` under which GCC's quote of the cache's first line was kept (screen off).
+    """
+    source = {"kernel.cu": 'int a;\n#pragma GCC warning "zz"\n'}
+    log = (
+        "/etc/ld.so.cache:1:21: warning: zz\n"
+        "kernel.cu:1:1: warning: x\n"
+        "    1 | glibc-ld.so.cache1.1\n"
+        "      |                     ^~~~\n"
+        "kernel.cu:1:5: warning: unused\n"
+        "    1 | int a;\n"
+    )
+    shown = shown_log(log, source, [])
+    assert "glibc" not in shown and "ld.so.cache" not in shown, shown
+    assert "    1 | int a;" in shown  # the solution's own line, quoted
 
 
 def test_relative_paths_that_leave_the_build_directory_are_foreign() -> None:
