@@ -43,7 +43,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s10, s10min, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -158,6 +158,11 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 150 bash bench/gpu_tests.sh "$out/checks" --timeout 140 -q \
       tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
       tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
+    ;;
+  s10gemm)
+    # the GEMM expert alone on the device host (its GCC 13 build): for a device budget of ~2 minutes
+    timeout 100 bash bench/gpu_tests.sh "$out/checks_experts" --timeout 95 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and Gemm"
     ;;
   audit_native)
     PTXGYM_CANDIDATE_PROCESS=native timeout 560 bash bench/gpu_tests.sh "$out/audit_native" --timeout 540 -q -s \
