@@ -331,8 +331,10 @@ def _compile(
         log = clean_log(raw_log, stage, KEEP_DIR, SOURCE_DIR)
         own = {s.path: s.content for s in solution.sources}
         # header folders, whose diagnostics the model may see: not a readable file (/etc/ld.so.cache) nor a
-        # tool's own folder (the toolkit's bin/ holds nvcc.profile)
-        headers = [p for p in tool_paths(toolchain).read if p.is_dir() and "include" in p.name]
+        # tool's own folder (the toolkit's bin/ holds nvcc.profile); the host compiler's are named by it
+        # (its include/ sat inside a readable folder whose name has none: its path showed unmasked)
+        tools = tool_paths(toolchain)
+        headers = [p for p in tools.read if p.is_dir() and "include" in p.name] + list(tools.headers)
         public = [*toolchain.include_dirs, *headers, *include_dirs]
         shown = shown_log(log, own, public)
         base = dict(

@@ -74,6 +74,8 @@ def clean_log(log: str, stage: Path, keep_dir: str, source_dir: str = "") -> str
     return _TMPXFT.sub("", log)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
+"""Characters no diagnostic of ours needs (tabs stay): shown as ``?``."""
 _QUOTE = re.compile(r"^\s*(?P<line>\d+) \| ?(?P<text>.*)$")
 """GCC's quote of a source line under a diagnostic."""
 
@@ -143,7 +145,10 @@ def shown_log(log: str, own_files: Mapping[str, str] | Iterable[str], public_roo
     """
     state = _Filter(own_files, public_roots)
     kept: list[str] = []
-    for line in log.splitlines():
+    # lines end at "\n" only, as the compilers write them: str.splitlines() also ends one at a form feed,
+    # \x1c-\x1e or U+2028, which split a binary file's line that GCC quoted into indented pieces (a review)
+    for line in log.split("\n"):
+        line = _CONTROL.sub("?", line.removesuffix("\r"))
         if state.keep(line):
             if line.strip() or (kept and kept[-1].strip()):
                 kept.append(line.rstrip())

@@ -140,6 +140,8 @@ class ToolPaths:
 
     execute: tuple[Path, ...]
     read: tuple[Path, ...]
+    headers: tuple[Path, ...] = ()
+    """The host compiler's system header folders (within ``read``): their paths are masked in logs."""
 
 
 def _probe(argv: list[str]) -> str:
@@ -197,14 +199,15 @@ def tool_paths(toolchain: Toolchain) -> ToolPaths:
         Path("/dev/urandom"),
         Path("/dev/zero"),
     ]
-    read += _host_include_dirs(shutil.which("g++", path=search) or "g++")
+    headers = _host_include_dirs(shutil.which("g++", path=search) or "g++")
+    read += headers
     read += _link_input_dirs(gcc)
     for program in programs:
         if program.is_file() and os.access(program, os.X_OK):
             out = _probe(["ldd", str(program)])
             read += [Path(p).parent for p in _LDD_LINE.findall(out)]
             execute += [Path(p) for p in _INTERPRETER.findall(out)]
-    return ToolPaths(execute=_compact(execute), read=_compact(read))
+    return ToolPaths(execute=_compact(execute), read=_compact(read), headers=tuple(headers))
 
 
 def _host_include_dirs(gxx: str) -> list[Path]:
@@ -305,8 +308,9 @@ def _read_capped(path: Path) -> str:
         if size <= LOG_HEAD_BYTES + LOG_TAIL_BYTES:
             data = f.read()
         else:
-            head = f.read(LOG_HEAD_BYTES)
-            f.seek(size - LOG_TAIL_BYTES)
-            cut = f"\n[... {size - LOG_HEAD_BYTES - LOG_TAIL_BYTES} bytes cut ...]\n".encode()
-            data = head + cut + f.read()
+            head = f.read(LOG_HEAD_BYTES).rpartition(b"\n")[0]  # whole lines only: a line's remainder
+            f.seek(size - LOG_TAIL_BYTES)  # could start with what the log filter keeps (`nvcc ...`)
+            tail = f.read().partition(b"\n")[2]
+            cut = f"\n[... {size - len(head) - len(tail)} bytes cut ...]\n".encode()
+            data = head + cut + tail
     return data.decode("utf-8", errors="replace")

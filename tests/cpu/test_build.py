@@ -531,3 +531,16 @@ def test_a_forged_own_header_shows_no_line_of_another_file(pragma: str) -> None:
     head = Path(LEAK).read_bytes()[:16].decode("latin-1")
     text = outcome.message + outcome.info.log
     assert head not in text and "glibc-ld.so" not in text, text
+
+
+@pytest.mark.nvcc
+def test_a_host_compiler_header_s_path_is_masked_in_the_log() -> None:
+    """The host compiler's header folders are shown as <sys>/ like the toolkit's.
+
+    EDG named GCC's own stddef.h by its host path (a tenth review).
+    """
+    line = "#include <stddef.h>\ntypedef int max_align_t;\n"
+    outcome = build_solution(_plain_with(line), HOPPER, use_cache=False)
+    text = outcome.message + outcome.info.log
+    assert outcome.status is Status.COMPILE_ERROR and "max_align_t" in text, text
+    assert "/usr/lib/gcc" not in text and "<sys>/" in text, text

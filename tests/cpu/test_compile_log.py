@@ -120,3 +120,20 @@ def test_relative_paths_that_leave_the_build_directory_are_foreign() -> None:
     log = "../../etc/passwd(1): error: identifier root is undefined\n  root:x:0:0\n  ^\n"
     shown = shown_log(log, ["kernel.cu"], [])
     assert "root" not in shown and "passwd" not in shown
+
+
+def test_a_quoted_binary_line_is_not_split_into_kept_pieces() -> None:
+    """Lines end at newlines only (a tenth review, screen off: a line of cudafe++).
+
+    A form feed or a file separator in a quoted binary line split it, and its indented pieces were kept
+    under a forged own header.
+    """
+    log = (
+        "/usr/local/cuda/bin/cudafe++:8400:21: warning: zz\n"
+        "kernel.cu:1:1: warning: x\n"
+        " 8400 | \x0c      \x1c  /dvs/p4/build/sw/rel/edg/src/debug.c proc_debug_option\x0b   more\n"
+    )
+    shown = shown_log(log, {"kernel.cu": "int a;\n"}, [])
+    assert "/dvs/p4" not in shown and "proc_debug_option" not in shown and "more" not in shown, shown
+    controls = shown_log("kernel.cu:1:1: warning: a\x0cb\x1b[31m\r\n", {"kernel.cu": "int a;\n"}, [])
+    assert controls == "kernel.cu:1:1: warning: a?b?[31m\n"

@@ -217,3 +217,26 @@ def test_tool_paths_come_from_the_compilers_own_answers() -> None:
     gxx = subprocess.run(["g++", "-print-prog-name=cc1plus"], capture_output=True, text=True).stdout.strip()
     assert any(Path(gxx).resolve().is_relative_to(p) for p in paths.execute)
     assert any(Path("/usr/include/stdio.h").resolve().is_relative_to(p) for p in paths.read)
+
+
+def test_a_capped_log_keeps_whole_lines_on_both_sides_of_the_cut(tmp_path) -> None:
+    """Whole lines on both sides of the cut (a tenth review's untested risk).
+
+    The tail's first line began part-way through a line: `nvcc ...` there passed the log filter as a
+    tool's own message.
+    """
+    from ptxgym.cpu.jail import LOG_HEAD_BYTES, LOG_TAIL_BYTES, _read_capped
+
+    line = "x" * 99 + "\n"
+    body = line * ((LOG_HEAD_BYTES + LOG_TAIL_BYTES) // 100 + 50)
+    body = (
+        body[: -(LOG_TAIL_BYTES + 40)] + "foreign-stuff nvcc fake tool line\n" + body[-(LOG_TAIL_BYTES + 5) :]
+    )
+    path = tmp_path / "log"
+    path.write_text(body)
+    text = _read_capped(path)
+    head, cut, tail = text.partition("\n[...")
+    assert all(ln == "x" * 99 for ln in head.split("\n")), "the head ends at a whole line"
+    after = tail.split("\n", 1)[1]
+    assert all(ln in ("", "x" * 99) for ln in after.split("\n")), "the tail starts at a whole line"
+    assert len(text) < len(body)
