@@ -528,8 +528,14 @@ _GAS_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|\'')
 character ``"``, not as a string's start): GCC writes the latter nowhere."""
 _FATBIN_HEAD = ['\t.section .nv_fatbin, "a"', ".align 8", "fatbinData:"]
 _QUAD = re.compile(r"\.quad 0x[0-9a-f]+(?:, ?0x[0-9a-f]+)*")
-_TRAILER = re.compile(r'\t\.ident\t"GCC: [^"\n]*"|\t\.section\t\.note\.GNU-stack,"",@progbits')
-"""What GCC writes after the last top-level asm of a file, which it then leaves without ``#NO_APP``."""
+_TRAILER = re.compile(
+    r'\t\.ident\t"GCC: [^"\n]*"|\t\.section\t\.note\.GNU-stack,"",@progbits'
+    r'|\t\.section\t\.note\.gnu\.property,"a"|\t\.align 8|\t\.long\t(?:[0-9]f - [0-9]f|5|0x[0-9a-f]{1,8})'
+    r'|[0-4]:|\t\.string\t"GNU"'
+)
+"""What GCC writes after the last top-level asm of a file, which it then leaves without ``#NO_APP``: its
+``.ident``, the stack note and, where control-flow protection is on (Ubuntu's GCC by default: the device
+host refused every expert before this was known), the GNU property note (data only)."""
 
 
 _NVCC_SECTIONS = re.compile(

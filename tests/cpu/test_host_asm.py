@@ -186,6 +186,11 @@ def test_backstop_allows_a_top_level_symbol_export_and_nothing_more() -> None:
         assert found is not None, string
 
 
+PROPERTY_NOTE = (  # as GCC 12 writes it with -fcf-protection (the default of Ubuntu's GCC)
+    '\t.section\t.note.gnu.property,"a"\n\t.align 8\n\t.long\t1f - 0f\n\t.long\t4f - 1f\n\t.long\t5\n0:\n'
+    '\t.string\t"GNU"\n1:\n\t.align 8\n\t.long\t0xc0000002\n\t.long\t3f - 2f\n2:\n\t.long\t0x3\n3:\n'
+    "\t.align 8\n4:\n"
+)
 FATBIN = '#APP\n\t.section .nv_fatbin, "a"\n.align 8\nfatbinData:\n.quad 0x1,0x2\n.quad 0x3, 0x4\n.text\n\n'
 TRAILER = '\t.ident\t"GCC: (Debian 12.2.0-14+deb12u1) 12.2.0"\n\t.section\t.note.GNU-stack,"",@progbits\n'
 
@@ -194,6 +199,9 @@ def test_assembly_backstop_allows_nvcc_s_fatbinary_and_nothing_else() -> None:
     """GCC brackets every inline asm with #APP: what the compiler saw, whatever the spelling."""
     assert host_asm_in_assembly("\t.text\n" + FATBIN + "#NO_APP\n\tmovl $1, %eax\n") is None
     assert host_asm_in_assembly("\t.text\n" + FATBIN + TRAILER) is None  # the last block: no #NO_APP
+    # Ubuntu's GCC 13 adds the GNU property note (-fcf-protection): the device host refused every expert
+    assert host_asm_in_assembly("\t.text\n" + FATBIN + TRAILER + PROPERTY_NOTE) is None
+    assert host_asm_in_assembly("\t.text\n" + FATBIN + TRAILER + PROPERTY_NOTE + "\tnop\n") is not None
     found = host_asm_in_assembly(FATBIN + "#NO_APP\n#APP\n\tsyscall\n#NO_APP\n")
     assert found is not None and found[1] == "syscall"
     assert host_asm_in_assembly(FATBIN + "#NO_APP\n" + FATBIN + "#NO_APP\n") is not None  # a second one
