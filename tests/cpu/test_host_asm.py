@@ -319,6 +319,20 @@ def test_host_heavy_honest_code_passes_the_assembly_allowlist() -> None:
 
 
 @pytest.mark.nvcc
+def test_a_build_with_control_flow_protection_passes_the_backstop(monkeypatch) -> None:
+    """A build with -fcf-protection (Ubuntu GCC's default) passes the backstop.
+
+    GCC then writes the GNU property note after the last top-level asm: the device host's build of every
+    expert was refused until the note was known.
+    """
+    import ptxgym.cpu.build as build
+
+    monkeypatch.setattr(build, "KEEP_FLAGS", (*build.KEEP_FLAGS, "-Xcompiler", "-fcf-protection"))
+    built = build_solution(_solution(HEAD + "#include <iostream>\n" + TAIL), HOPPER, use_cache=False)
+    assert built.ok, built.message
+
+
+@pytest.mark.nvcc
 def test_a_top_level_symbol_export_builds_as_libstdcxx_13_writes_it() -> None:
     """<iostream> of GCC 13 holds ``__asm (".globl _ZSt21ios_base_library_initv")``: the build passes it.
 
