@@ -4,9 +4,10 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (after 2026-12-05, eighth and ninth sessions: no device was lent, so none of these ran), in this
-# order (checks first: the ninth session changed where a call's wall ends; honest runs must still pass):
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh checks $OUT
+# Next (after 2026-12-05, tenth session: only two H100 runs, the experts GEMM and MHA forward passed on the
+# device host at 8d2d326 after two fixes for its GCC 13), in this order (s10 first: the runner's GPU tests
+# under the new build backstop, native throughput at 16 envs, the jail probe's signal masks):
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s10 $OUT   (or s10min, s10gemm)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh round2 $OUT   (native_tp: its first half)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh spares $OUT
