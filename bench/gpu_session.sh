@@ -50,6 +50,20 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 bash bench/carried_install.sh || exit 2
 header() { echo "# $1: $(date -u +%Y-%m-%dT%H:%MZ), commit ${COMMIT:-unknown}, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"; }
+# the experts GEMM and MHA forward in the default path, then the runner's GPU tests (the pool's, the
+# counted position's and the held checks' too); $1, $2: their time limits in seconds
+experts_and_runner() {
+  timeout "$1" bash bench/gpu_tests.sh "$out/checks_experts" --timeout $(($1 - 10)) -q \
+    tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
+  PTXGYM_CANDIDATE_PROCESS=native timeout "$2" bash bench/gpu_tests.sh "$out/checks" --timeout $(($2 - 10)) -q \
+    tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
+    tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
+}
+# which threads of a jailed runner could take a signal; $1: the time limit in seconds
+jail_probe() {
+  { header "runner jail probe"; timeout "$1" python3 bench/runner_jail_probe.py --out "$out/runner_jail_probe.txt"; } \
+    > "$out/runner_jail_probe.log" 2>&1
+}
 case "$stage" in
   native)
     # test_gpu_evaluator.py and test_proof_gate.py passed in the runner on 2026-12-05
@@ -127,38 +141,24 @@ case "$stage" in
     ;;
   checks)
     # ninth session: a call's wall now ends after the trusted copy of its outputs, and a GPU time above
-    # its wall fails the cross-check: the experts must still pass in the default (Python-worker) path
-    timeout 200 bash bench/gpu_tests.sh "$out/checks_experts" --timeout 190 -q \
-      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
-    # which threads of a jailed runner could take a signal (below Landlock ABI 8 the driver's pre-jail
-    # threads are outside the jail: the reviewer's signal-handler escape needs one that does not block)
-    { header "runner jail probe"; timeout 90 python3 bench/runner_jail_probe.py --out "$out/runner_jail_probe.txt"; } \
-      > "$out/runner_jail_probe.log" 2>&1
-    PTXGYM_CANDIDATE_PROCESS=native timeout 240 bash bench/gpu_tests.sh "$out/checks" --timeout 200 -q \
-      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
-      tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
+    # its wall fails the cross-check: the experts must still pass in the default (Python-worker) path;
+    # below Landlock ABI 8 the driver's pre-jail threads are outside the jail (the reviewer's
+    # signal-handler escape needs one that does not block): the jail probe reads their masks
+    experts_and_runner 200 240
+    jail_probe 90
     ;;
   s10)
     # tenth session, one command (~6 min): the checks stage's tests (the device's GCC 13 <iostream>
     # refused every expert at the build before the fix), then native_tp (cut to what is left), then the
     # jail probe
-    timeout 130 bash bench/gpu_tests.sh "$out/checks_experts" --timeout 120 -q \
-      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
-    PTXGYM_CANDIDATE_PROCESS=native timeout 160 bash bench/gpu_tests.sh "$out/checks" --timeout 150 -q \
-      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
-      tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
+    experts_and_runner 130 160
     PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
-    { header "runner jail probe"; timeout 60 python3 bench/runner_jail_probe.py --out "$out/runner_jail_probe.txt"; } \
-      > "$out/runner_jail_probe.log" 2>&1
+    jail_probe 60
     ;;
   s10min)
     # s10's tests only (the experts on the device host, the runner's): for a nearly spent device budget
-    timeout 120 bash bench/gpu_tests.sh "$out/checks_experts" --timeout 110 -q \
-      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
-    PTXGYM_CANDIDATE_PROCESS=native timeout 150 bash bench/gpu_tests.sh "$out/checks" --timeout 140 -q \
-      tests/evaluation/test_native_runner_gpu.py tests/evaluation/test_verified_pool.py \
-      tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_fresh_values.py
+    experts_and_runner 120 150
     ;;
   s10gemm)
     # the GEMM expert alone on the device host (its GCC 13 build): for a device budget of ~2 minutes
