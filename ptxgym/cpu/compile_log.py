@@ -86,7 +86,8 @@ class _Filter:
     def __init__(self, own_files: Mapping[str, str] | Iterable[str], public_roots: Iterable[Path]) -> None:
         contents = own_files if isinstance(own_files, Mapping) else {}
         self.own = {posixpath.normpath(f) for f in own_files}
-        self.lines = {posixpath.normpath(f): text.split("\n") for f, text in contents.items()}  # GCC: \\n
+        # numbered as GCC numbers them: at newlines only
+        self.lines = {posixpath.normpath(f): text.split("\n") for f, text in contents.items()}
         self.public = sorted({str(p) for r in public_roots for p in (Path(r), Path(r).resolve())})
         self.follow = "none"  # what may follow the last diagnostic: all (own), context (public), none
         self.file = ""  # the file of the last own diagnostic
