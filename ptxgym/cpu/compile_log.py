@@ -162,15 +162,23 @@ def shown_log(log: str, own_files: Mapping[str, str] | Iterable[str], public_roo
     return text + "\n" if text else ""
 
 
-def _masked(text: str, public_roots: list[str]) -> str:
-    """Host paths out of the shown log (``<sys>/`` for every allowed root); a refused file reads as missing.
+_ABSOLUTE_DIRS = re.compile(r"(?<![\w.>~-])/(?:[\w.+-]+/)+")
+"""The folders of an absolute path (``/usr/bin/`` of ``/usr/bin/ld``)."""
 
-    A ``Permission denied`` would tell the model that a path it named exists behind the jail.
+
+def _masked(text: str, public_roots: list[str]) -> str:
+    """Host paths out of the shown log; a refused file reads as missing.
+
+    Every allowed root is ``<sys>/``, and so are the folders of any other absolute path a kept line names
+    (the linker's lines named ``/usr/lib/gcc/...`` and the toolkit's ``lib/``: a review), except in GCC's
+    quotes of the solution's own lines. A ``Permission denied`` would tell the model that a path it named
+    exists behind the jail.
     """
     for root in sorted(public_roots, key=len, reverse=True):
         if root not in ("", "/"):
             text = text.replace(root + "/", "<sys>/")
-    return _DENIED.sub(": No such file or directory", text)
+    lines = [ln if _QUOTE.match(ln) else _ABSOLUTE_DIRS.sub("<sys>/", ln) for ln in text.split("\n")]
+    return _DENIED.sub(": No such file or directory", "\n".join(lines))
 
 
 def error_message(log: str, shown: str, returncode: int, limits: str) -> tuple[str, bool]:

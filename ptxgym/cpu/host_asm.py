@@ -433,7 +433,9 @@ def _scan_file(
     groups: list[list[_Scope]] = []  # per open conditional group: the scopes at its #if
     for m in _SCAN.finditer(code):
         while events and events[0][0] < m.start():
-            _conditional(events.pop(0)[1], stack, groups)
+            at, directive = events.pop(0)
+            _conditional(directive, stack, groups)
+            head_start = max(head_start, at)  # a head counts from its last conditional (below)
         token = m.group()
         if token == "{":
             stack.append(_open_scope(code[head_start : m.start()], stack[-1], object_macros))
@@ -465,7 +467,9 @@ def _conditional(name: str, stack: list[_Scope], groups: list[list[_Scope]]) -> 
     Each branch starts from the scopes at its ``#if``, and the code after ``#endif`` is back in them: a
     candidate's ``#if 0`` holding ``__device__ void f() {`` made the code after it look like a device
     body (the compiler never sees that brace). A group whose branches balance their braces changes
-    nothing.
+    nothing. A declaration's head counts only from the last conditional directive before its brace
+    (``#if 0 / __device__ void f() / #else / void g() / #endif {`` read as one device head once): at
+    worst a device function is taken for a host one, and its asm refused.
     """
     if name in ("if", "ifdef", "ifndef"):
         groups.append(list(stack))

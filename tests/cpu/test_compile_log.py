@@ -67,7 +67,8 @@ def test_a_file_the_jail_refuses_reads_as_missing() -> None:
     """`Permission denied` would tell the model that a path it named exists behind the jail."""
     log = "cc1plus: fatal error: /srv/solutions/Gemm.cu: Permission denied\ncompilation terminated.\n"
     shown = shown_log(log, ["kernel.cu"], ())
-    assert "Permission denied" not in shown and "/srv/solutions/Gemm.cu: No such file or directory" in shown
+    assert "Permission denied" not in shown and "<sys>/Gemm.cu: No such file or directory" in shown
+    assert "/srv/" not in shown  # and no host folder
 
 
 def test_ptxas_errors_warnings_and_the_resource_report_stay() -> None:
@@ -92,7 +93,8 @@ def test_intermediates_and_tool_lines_count_as_the_solution() -> None:
         "nvlink error   : Undefined reference to '_Z3foov' in 'kernel.o'\n"
         "nvcc fatal   : Unsupported gpu architecture 'compute_1'\n"
     )
-    assert shown_log(log, {"kernel.cu": "void run() {\n\n  x = 1;\n}\n"}, []) == log
+    shown = shown_log(log, {"kernel.cu": "void run() {\n\n  x = 1;\n}\n"}, [])
+    assert shown == log.replace("/etc/passwd", "<sys>/passwd").replace("/usr/bin/ld", "<sys>/ld")
     assert "    3 |   x = 1;" not in shown_log(log, ["kernel.cu"], [])  # its text unknown: no quote shown
 
 
@@ -137,3 +139,21 @@ def test_a_quoted_binary_line_is_not_split_into_kept_pieces() -> None:
     assert "/dvs/p4" not in shown and "proc_debug_option" not in shown and "more" not in shown, shown
     controls = shown_log("kernel.cu:1:1: warning: a\x0cb\x1b[31m\r\n", {"kernel.cu": "int a;\n"}, [])
     assert controls == "kernel.cu:1:1: warning: a?b?[31m\n"
+
+
+def test_a_kept_line_names_no_host_folder() -> None:
+    """Every absolute path's folders are <sys>/, except in GCC's quotes of the solution's own lines.
+
+    The linker's lines named /usr/lib/gcc/... and the toolkit's lib/ (a review).
+    """
+    log = (
+        "/usr/bin/ld: kernel.o: multiple definition of `_init'; "
+        "/usr/lib/gcc/x86_64-linux-gnu/12/../../../x86_64-linux-gnu/crti.o:(.init+0x0): first defined here\n"
+        "/usr/bin/ld: /usr/local/cuda-13.0/lib/libcudadevrt.a(cuda_device_runtime.o):(.bss+0x8): multiple\n"
+        "kernel.cu:1:9: error: x\n"
+        "    1 | int a = /usr/x/;\n"
+    )
+    shown = shown_log(log, {"kernel.cu": "int a = /usr/x/;\n"}, [])
+    for path in ("/usr/bin", "/usr/lib", "/usr/local", "cuda-13.0/lib"):
+        assert path not in shown.replace("    1 | int a = /usr/x/;", ""), (path, shown)
+    assert "<sys>/crti.o" in shown and "<sys>/libcudadevrt.a" in shown and "    1 | int a = /usr/x/;" in shown

@@ -423,6 +423,11 @@ def test_a_brace_in_a_dead_branch_does_not_make_host_code_device_code() -> None:
     dead = '#if 0\n__device__ void fake() {\n#endif\nasm(".globl x");\n#if 0\n}\n#endif\n'
     found = find_host_asm({"kernel.cu": dead})
     assert found is not None and "file or namespace scope" in found.what
+    # a head counts from its last conditional: `__device__ void f()` in a dead branch made `g` look device
+    head = '#if 0\n__device__ void f()\n#else\nvoid g()\n#endif\n{ asm volatile("nop"); }\n'
+    assert find_host_asm({"kernel.cu": head}) is not None
+    attribute = '#if 0\n__device__\n#endif\nvoid h() { asm volatile("nop"); }\n'
+    assert find_host_asm({"kernel.cu": attribute}) is not None
     branches = (
         '__global__ void k(int* a) {\n#if 1\n  asm("membar.gl;");\n#else\n  asm("membar.cta;");\n#endif\n}\n'
     )
