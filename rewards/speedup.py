@@ -49,8 +49,6 @@ class LogSpeedupReward:
     def __post_init__(self) -> None:
         if self.clip <= 0:
             raise ValueError(f"clip must be > 0, got {self.clip}")
-        if self.correct_offset is None:
-            object.__setattr__(self, "correct_offset", self.clip)
 
     def __call__(self, feedback: Feedback, history: Sequence[Feedback] = ()) -> RewardResult:
         """Reward one turn."""
@@ -58,7 +56,7 @@ class LogSpeedupReward:
         if s is None:
             return RewardResult(total=0.0, components={"log_speedup": 0.0, "offset": 0.0})
         log_s = gate.clipped_log2(s, self.clip)
-        offset = self.correct_offset or 0.0
+        offset = self.clip if self.correct_offset is None else self.correct_offset
         return RewardResult(total=offset + log_s, components={"log_speedup": log_s, "offset": offset})
 
 

@@ -431,9 +431,11 @@ def _scan_file(
         (d.start(), d.group("name")) for d in _DIRECTIVE.finditer(text) if d.group("name") in _CONDITIONAL
     ]
     groups: list[list[_Scope]] = []  # per open conditional group: the scopes at its #if
+    next_event = 0
     for m in _SCAN.finditer(code):
-        while events and events[0][0] < m.start():
-            at, directive = events.pop(0)
+        while next_event < len(events) and events[next_event][0] < m.start():
+            at, directive = events[next_event]
+            next_event += 1
             _conditional(directive, stack, groups)
             head_start = max(head_start, at)  # a head counts from its last conditional (below)
         token = m.group()
