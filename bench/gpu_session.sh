@@ -44,7 +44,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s11a, s11b, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -155,6 +155,20 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     jail_probe 60
+    ;;
+  s11a)
+    # eleventh session, first command (~6 min): s10's tests and the jail probe (its throughput is s11b)
+    experts_and_runner 130 160
+    jail_probe 60
+    ;;
+  s11b)
+    # the native runner's throughput at 1, 16 and 64 envs side by side (issue 12's 8x and 40/min goals;
+    # the Python-worker figures: throughput_2026-12-05_python.txt), then the hardware counters' GPU cost
+    PTXGYM_CANDIDATE_PROCESS=native timeout 420 python3 bench/throughput.py --evaluator local --sizes 1,16,64 \
+      --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
+    PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_true.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
+      --set hw_counters=true --no-crosscheck-turn
     ;;
   s10min)
     # s10's tests only (the experts on the device host, the runner's): for a nearly spent device budget
