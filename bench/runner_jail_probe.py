@@ -103,7 +103,7 @@ def _attach_and_sandbox(handle, sandbox: bool) -> str:
         done = handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch)), 60.0)
         if not done.ok or done.sandbox is None:
             return f"attach OK, sandbox FAILED: {done.error[:300]}"
-        layers = {x.name: f"{x.state} ({x.detail[:90]})" for x in done.sandbox.layers}
+        layers = {x.name: f"{x.state} ({x.detail[:400]})" for x in done.sandbox.layers}
         return (
             f"attach OK, sandbox OK: filesystem {layers.get('filesystem')}; network {layers.get('network')}; "
             f"threads' blocked signals: {thread_signal_masks(handle.pid)}"

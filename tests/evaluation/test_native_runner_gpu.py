@@ -5,9 +5,10 @@
    jailed (``runner/jail.py`` with the GPU files resolved from this process's maps), attaches it, applies
    the sandbox, loads an nvcc-built candidate (``-cudart shared``, as ``ptxgym.cpu.build`` links) and
    calls it. The candidate's scalar picks what it does: an axpy on TVM-FFI's stream, ``dlopen`` of
-   libcublas (from the directory of libcupti when it is there), or reading ``/etc/passwd``. Plain, both
-   probes succeed (so they can fail); jailed, both are refused, and no interpreter, torch or cuBLAS is
-   mapped in the runner after the load.
+   libcublas (from the directory of libcupti when it is there), reading ``/etc/passwd``, or reading it
+   from the driver's helper threads (a signal handler sent to each). Plain, the probes succeed (so they
+   can fail); jailed, all are refused, and no interpreter, torch or cuBLAS is mapped in the runner after
+   the load.
 2. ``test_expert_gemm_native_and_python``: the shipped expert GEMM through one ``LocalGpuEvaluator``
    with ``candidate_process="native"``: PASSED in the runner with in-band target counts, then in the
    Python worker (same arena and baseline): speedups within 3 %. Needs the runner's CUPTI path
@@ -48,8 +49,15 @@ GEMM = ROOT / "knowledge_packs" / "sm90a" / "solutions" / "Gemm.cu"
 
 KERNEL = r"""
 #include <cuda_runtime.h>
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <tvm/ffi/container/tensor.h>
@@ -64,7 +72,40 @@ __global__ void axpy(const float* x, const float* y, float* z, float alpha, int6
   if (i < n) z[i] = x[i] + alpha * y[i];
 }
 
+static std::atomic<int> ran{0}, opened{0};
+static void try_passwd(int) {
+  ran.fetch_add(1);
+  int fd = open("/etc/passwd", O_RDONLY);
+  if (fd >= 0) { opened.fetch_add(1); close(fd); }
+}
+
+// Run try_passwd on every other thread: SIGUSR2 through sigaction, and glibc's own signal 32 through the
+// raw call (which a thread cannot block with pthread_sigmask), borrowing glibc's return trampoline.
+static void hijack_threads() {
+  struct sigaction act {};
+  act.sa_handler = try_passwd;
+  sigemptyset(&act.sa_mask);
+  sigaction(SIGUSR2, &act, nullptr);
+  struct { void (*h)(int); unsigned long flags; void (*r)(); unsigned long long mask; } k{};
+  syscall(SYS_rt_sigaction, SIGUSR2, nullptr, &k, 8);
+  syscall(SYS_rt_sigaction, 32, &k, nullptr, 8);
+  int sent = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) {
+      int tid = atoi(e->d_name);
+      if (tid <= 0 || tid == static_cast<int>(syscall(SYS_gettid))) continue;
+      sent += syscall(SYS_tgkill, getpid(), tid, SIGUSR2) == 0;
+      sent += syscall(SYS_tgkill, getpid(), tid, 32) == 0;
+    }
+    closedir(d);
+  }
+  usleep(300000);
+  if (opened.load()) TVM_FFI_THROW(RuntimeError) << "read /etc/passwd from another thread";
+  TVM_FFI_THROW(RuntimeError) << "threads denied: " << sent << " signals sent, " << ran.load() << " handled";
+}
+
 void run(TensorView a, TensorView b, TensorView c, double alpha, int64_t mode) {
+  if (mode == 3) hijack_threads();
   if (mode == 1) {  // reading the file is what dlopen needs first; then the dlopen itself
     FILE* f = std::fopen(CUBLAS_PATH, "rb");
     int err = errno;
@@ -153,7 +194,7 @@ def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
     try:
         assert handle.receive(60.0).hello is not None
         tensors = [TensorArg(role="in", offset=k * N * 4, shape=(N,), dtype="float32") for k in range(3)]
-        sets = [[*tensors, ScalarArg(value=2.0), ScalarArg(value=mode)] for mode in range(3)]
+        sets = [[*tensors, ScalarArg(value=2.0), ScalarArg(value=mode)] for mode in range(4)]
         vmm_blob = VmmBlob(total=2 * page, page=page, runs=[VmmRun(offset=0, size=page)])
         cmd = Attach(arena="g", blob=None, vmm=vmm_blob, sets=sets, flush_bytes=1 << 20, cupti=False)
         attach = handle.request(cmd, 60.0, fds=fds)
@@ -162,10 +203,10 @@ def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
         report = handle.request(ApplySandbox(mode=mode, scratch=str(handle.scratch)), 30.0)
         assert report.ok and report.sandbox is not None, report
         if jailed:
-            # the runner confines itself at the sandbox command, after cuInit: the driver's helper threads
-            # from before are not covered below Landlock ABI 8 ("partial"); the probes below still fail
+            # the runner confines itself at the sandbox command, after cuInit; below Landlock ABI 8 the
+            # driver's earlier helper threads restrict themselves from a signal (confine.h restrict_others)
             states = {x.name: x.state for x in report.sandbox.layers}
-            assert states["filesystem"] in ("active", "partial"), report
+            assert states["filesystem"] == "active", report
         assert handle.request(Load(kind="so", path=str(kernel), entry="run"), 30.0).ok
         reply = handle.request(Call(set=0), 30.0)
         assert reply.ok and reply.call is not None and reply.call.ev_stream_ms > 0, reply
@@ -174,10 +215,15 @@ def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
         assert torch.equal(c.cpu(), torch.arange(N, dtype=torch.float32) + 2.0)
         cublas = handle.request(Call(set=1), 30.0)
         passwd = handle.request(Call(set=2), 30.0)
+        threads = handle.request(Call(set=3), 30.0)  # the driver's threads run the candidate's handler
+        print("signal hijack:", threads.error)
         if jailed:
             assert cublas.error == "RuntimeError: cublas denied: Permission denied", cublas
             assert passwd.error == "RuntimeError: passwd denied: Permission denied", passwd
+            assert threads.error.startswith("RuntimeError: threads denied: "), threads
+            assert not threads.error.endswith(" 0 handled"), threads  # the probe reached some thread
         else:
+            assert threads.error == "RuntimeError: read /etc/passwd from another thread", threads
             assert cublas.error.startswith(
                 ("RuntimeError: opened cublas", "RuntimeError: cublas readable")
             ), cublas

@@ -53,8 +53,9 @@ closed at ``sandbox`` and before a load. stdout and stderr (the candidate's outp
   ``confine.h``); an error there is an error reply and nothing loads after it (the evaluator falls back
   to the worker). The reply is the ``SandboxReport`` of what the runner observes in force
   (``NoNewPrivs`` and ``Seccomp`` in its status, a refused probe socket, a refused ``/etc/passwd``, its
-  rlimits, its environment; the filesystem layer is ``partial`` below Landlock ABI 8 when CUDA's helper
-  threads existed before it); mode ``strict`` refuses a layer that is not in force.
+  rlimits, its environment; below Landlock ABI 8 the CUDA driver's earlier helper
+  threads restrict themselves from a signal handler, ``confine.h`` ``restrict_others``, and the
+  filesystem layer is ``partial`` when one of them could not be reached, named in its detail); mode ``strict`` refuses a layer that is not in force.
 * ``load``: ``noop`` (a 4-byte memset on the stream: the calibration's subject) or ``so`` (refused
   before ``sandbox``; ``dlopen`` of the copy the trusted side put in scratch, ``__tvm_ffi_<entry>``);
   ``baseline`` is refused (a library baseline stays in the Python worker, vendor library and all).

@@ -8,8 +8,9 @@
 // Order: rlimits; no_new_privs; Landlock (every file-system right the kernel's ABI knows is handled:
 // read beneath `read`, read+execute beneath `execute`, write beneath `write`, read/write the `devices`
 // files; TCP bind/connect denied from ABI 4; abstract Unix sockets and signals scoped from ABI 6; every
-// thread from ABI 8, else the calling thread and what it starts); the seccomp socket filter (rows
-// assembled by ptxgym/confine/seccomp.py) on every thread (TSYNC).
+// thread from ABI 8; below it the calling thread, and every other thread from a signal handler,
+// `restrict_others`); the seccomp socket filter (rows assembled by ptxgym/confine/seccomp.py) on every
+// thread (TSYNC).
 #pragma once
 #include <fcntl.h>
 #include <linux/filter.h>
@@ -20,9 +21,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -83,8 +90,132 @@ inline std::vector<std::string> strings(const Json& rules, const char* key) {
   return out;
 }
 
-// Landlock as the launcher's apply_landlock; "" or the error. *all_threads: ABI 8 restricted every thread.
-inline std::string apply_landlock(const Json& rules, bool* all_threads) {
+// Below Landlock ABI 8, landlock_restrict_self binds the calling thread only: the helper threads the CUDA
+// driver and CUPTI started before the jail would stay outside it, and candidate code run on one of them (a
+// signal handler sent there with tgkill, a host callback) could read and write anywhere. So each other
+// thread restricts itself, in the handler of a signal sent to it (as glibc broadcasts set*id calls to
+// every thread): no_new_privs, then the same ruleset. The signal is 32, which glibc's pthread_sigmask never
+// blocks (it keeps 32 and 33 for itself), so a thread that blocks every signal it can still takes it; a
+// candidate could reach such a thread the same way. The handler stays installed; a later delivery
+// restricts its thread once more, which changes nothing. A thread that blocks the signal anyway (a raw
+// rt_sigprocmask) stays outside and is named in the note, with its blocked-signal mask.
+namespace broadcast {
+inline std::atomic<int> ruleset{-1};
+constexpr int kMaxThreads = 256;
+inline std::atomic<pid_t> done[kMaxThreads];
+inline std::atomic<int> n_done{0}, n_failed{0};
+constexpr int kSignal = 32;  // glibc's SIGCANCEL, installed only by pthread_cancel (the runner never calls it)
+
+inline void on_signal(int) {
+  int saved = errno;
+  int fd = ruleset.load();
+  bool ok = fd >= 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && syscall(kRestrictSelf, fd, 0u) == 0;
+  if (ok) {
+    int i = n_done.fetch_add(1);
+    if (i < kMaxThreads) done[i].store(static_cast<pid_t>(syscall(SYS_gettid)));
+  } else {
+    n_failed.fetch_add(1);
+  }
+  errno = saved;
+}
+
+// The process's threads; false when /proc/self/task cannot be read.
+inline bool threads(std::vector<pid_t>* out) {
+  out->clear();
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return false;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') out->push_back(static_cast<pid_t>(atoi(e->d_name)));
+  closedir(d);
+  return true;
+}
+
+inline bool reached(pid_t tid) {
+  int n = std::min(n_done.load(), kMaxThreads);
+  for (int i = 0; i < n; ++i)
+    if (done[i].load() == tid) return true;
+  return false;
+}
+
+inline std::string thread_text(pid_t tid) {
+  std::string name = "?", blocked = "?";
+  std::string path = "/proc/self/task/" + std::to_string(tid) + "/status";
+  if (FILE* f = fopen(path.c_str(), "r")) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+      std::string l(line);
+      if (!l.empty() && l.back() == '\n') l.pop_back();
+      if (l.rfind("Name:\t", 0) == 0) name = l.substr(6);
+      if (l.rfind("SigBlk:\t", 0) == 0) blocked = l.substr(8);
+    }
+    fclose(f);
+  }
+  return std::to_string(tid) + " " + name + " (blocked " + blocked + ")";
+}
+
+// The kernel's struct sigaction (rt_sigaction's, not glibc's).
+struct KernelAction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+
+// on_signal as signal 32's handler. glibc's sigaction refuses its internal signals, so the raw call sets it,
+// with the flags and return trampoline (SA_RESTORER) glibc gives the same handler on a real-time signal.
+inline std::string install() {
+  struct sigaction act {};
+  act.sa_handler = on_signal;
+  act.sa_flags = SA_RESTART;
+  sigemptyset(&act.sa_mask);
+  KernelAction k{};
+  int donor = SIGRTMIN + 3;
+  if (sigaction(donor, &act, nullptr) != 0 || syscall(SYS_rt_sigaction, donor, nullptr, &k, sizeof k.mask) != 0 ||
+      syscall(SYS_rt_sigaction, kSignal, &k, nullptr, sizeof k.mask) != 0)
+    return std::string("installing the signal handler: ") + strerror(errno);
+  return "";
+}
+}  // namespace broadcast
+
+// Every thread but the caller restricts itself with `ruleset` (namespace broadcast); "" when all did, else
+// what stayed outside. Up to three rounds, for threads started meanwhile; each waits at most 2 s. Called
+// before the caller restricts itself (it reads /proc/self/task).
+inline std::string restrict_others(int ruleset, int* restricted) {
+  namespace b = broadcast;
+  pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
+  pid_t pid = getpid();
+  b::ruleset.store(ruleset);
+  std::string error = b::install();
+  if (!error.empty()) return error;
+  std::vector<pid_t> sent, now;
+  for (int round = 0; round < 3; ++round) {
+    int waiting = 0;
+    if (!b::threads(&now)) return std::string("cannot list threads: ") + strerror(errno);
+    for (pid_t tid : now) {
+      if (tid == self || std::find(sent.begin(), sent.end(), tid) != sent.end()) continue;
+      if (syscall(SYS_tgkill, pid, tid, b::kSignal) == 0) {
+        sent.push_back(tid);
+        ++waiting;
+      }
+    }
+    if (!waiting) break;
+    for (int ms = 0; ms < 2000 && b::n_done.load() + b::n_failed.load() < static_cast<int>(sent.size()); ++ms) {
+      timespec pause{0, 1000000};
+      nanosleep(&pause, nullptr);
+    }
+  }
+  std::string outside;
+  if (!b::threads(&now)) return std::string("cannot list threads: ") + strerror(errno);
+  for (pid_t tid : now)
+    if (tid != self && !b::reached(tid)) outside += (outside.empty() ? "" : ", ") + b::thread_text(tid);
+  *restricted = b::n_done.load();
+  if (b::n_failed.load()) outside += (outside.empty() ? "" : "; ") + std::to_string(b::n_failed.load()) + " failed";
+  return outside;
+}
+
+// Landlock as the launcher's apply_landlock; "" or the error. *all_threads: every thread is restricted (ABI
+// 8, or each other thread through restrict_others); *note: what restrict_others did, or what it missed.
+inline std::string apply_landlock(const Json& rules, bool* all_threads, std::string* note) {
   int abi = landlock_abi();
   if (!abi) return "the kernel has no usable Landlock";
   uint64_t fs = kExecute | kRead | write_rights(abi);
@@ -107,11 +238,22 @@ inline std::string apply_landlock(const Json& rules, bool* all_threads) {
     }
     if (!error.empty()) break;
   }
+  bool others = true;
+  if (error.empty() && abi < 8) {
+    int restricted = 0;
+    std::string outside = restrict_others(static_cast<int>(ruleset), &restricted);
+    others = outside.empty();
+    if (!others)
+      *note = "outside Landlock: " + outside;
+    else if (restricted)
+      *note = std::to_string(restricted) + " earlier thread(s) restricted themselves";
+  }
   if (error.empty()) {
     uint32_t flags = abi >= 8 ? kRestrictSelfTsync : 0u;
     if (syscall(kRestrictSelf, ruleset, flags) != 0) error = std::string("landlock_restrict_self: ") + strerror(errno);
-    *all_threads = abi >= 8;
+    *all_threads = abi >= 8 || others;
   }
+  broadcast::ruleset.store(-1);  // a later delivery fails without touching whatever reuses the number
   close(static_cast<int>(ruleset));
   return error;
 }
@@ -152,8 +294,8 @@ inline std::string apply_filter(const Json& rows) {
 }
 
 // Apply `jail` ({"rlimits": {...}, "landlock": {...} | null, "filter": [[code, jt, jf, k], ...] | null});
-// "" or the first error (then the runner must not load a candidate). *all_threads as apply_landlock.
-inline std::string apply(const Json& jail, bool* all_threads) {
+// "" or the first error (then the runner must not load a candidate). *all_threads, *note as apply_landlock.
+inline std::string apply(const Json& jail, bool* all_threads, std::string* note) {
   *all_threads = false;
   std::string error = jail.has("rlimits") ? apply_rlimits(jail.at("rlimits")) : "";
   if (!error.empty()) return error;
@@ -162,7 +304,7 @@ inline std::string apply(const Json& jail, bool* all_threads) {
   if ((landlock || filter) && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     return std::string("no_new_privs: ") + strerror(errno);
   if (landlock) {
-    error = apply_landlock(jail.at("landlock"), all_threads);
+    error = apply_landlock(jail.at("landlock"), all_threads, note);
     if (!error.empty()) return "Landlock: " + error;
   }
   if (filter) error = apply_filter(jail.at("filter"));

@@ -54,9 +54,10 @@ inline bool limited(int resource) {
 }
 
 // jailed_here: confined by the sandbox command (confine.h) after the CUDA set-up; every_thread: Landlock
-// covers the threads that existed then (ABI 8), else only the calling thread and what it starts.
+// covers the threads that existed then (ABI 8, or each restricted itself: confine::restrict_others), else
+// only the calling thread and what it starts; threads_note: what restrict_others did or missed.
 inline std::vector<Layer> observe_layers(bool jailed_here = false, bool every_thread = true,
-                                         bool landlock_at_exec = false) {
+                                         bool landlock_at_exec = false, const std::string& threads_note = "") {
   std::vector<Layer> out;
   bool nnp = status_field("NoNewPrivs") == "1";
   out.push_back({"no_new_privs", nnp ? "active" : "unavailable",
@@ -83,12 +84,13 @@ inline std::vector<Layer> observe_layers(bool jailed_here = false, bool every_th
   else if (fd < 0 && err == EACCES && jailed_here && !every_thread)
     out.push_back({"filesystem", "partial",
                    "Landlock from the sandbox command on, on the calling thread and every thread or process it "
-                   "starts (the CUDA driver's earlier helper threads are not covered below Landlock ABI 8): "
-                   "reads only the runner's files, its GPU driver files and scratch; writes only scratch "
-                   "(probe: /etc/passwd refused)"});
+                   "starts, not on all of the CUDA driver's earlier helper threads (" + threads_note +
+                       "): reads only the runner's files, its GPU driver files and scratch; writes only scratch "
+                       "(probe: /etc/passwd refused)"});
   else if (fd < 0 && err == EACCES)
     out.push_back({"filesystem", "active",
                    std::string(jailed_here ? "Landlock from the sandbox command on" : "Landlock from exec on") +
+                       (threads_note.empty() ? "" : ", on every thread (" + threads_note + ")") +
                        ": reads only the runner's files, its GPU driver files and scratch; writes only scratch "
                        "(probe: /etc/passwd refused)"});
   else

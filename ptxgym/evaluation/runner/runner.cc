@@ -351,18 +351,17 @@ class Runner {
       throw std::runtime_error("sandbox mode must be on, strict or off, got '" + mode + "'");
     close_fd_socket();
     bool every_thread = true;
+    std::string threads_note;
     if (cmd.has("jail") && cmd.at("jail").kind == Json::kObject) {
       prepare_hw_counters(cmd.at("jail"));
-      std::string threads = status_field("Threads");  // Landlock below ABI 8 binds only this thread
-      std::string error = confine::apply(cmd.at("jail"), &every_thread);
+      std::string error = confine::apply(cmd.at("jail"), &every_thread, &threads_note);
       if (!error.empty()) throw std::runtime_error("the runner could not confine itself: " + error);
-      every_thread = every_thread || threads == "1";
       jailed_here_ = true;
     }
     bool landlock_at_exec = false;
     if (cmd.has("jail") && cmd.at("jail").kind == Json::kObject && cmd.at("jail").has("landlock_at_exec"))
       landlock_at_exec = cmd.at("jail").at("landlock_at_exec").b;
-    std::vector<Layer> layers = observe_layers(jailed_here_, every_thread, landlock_at_exec);
+    std::vector<Layer> layers = observe_layers(jailed_here_, every_thread, landlock_at_exec, threads_note);
     if (mode == "strict")
       for (const Layer& l : layers)
         if (l.state == "unavailable")
