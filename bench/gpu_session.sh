@@ -44,7 +44,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s11a, s11b, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -169,6 +169,12 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 75 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_true.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 2 --set verified_pool_partial_jail=true \
       --set hw_counters=true --no-crosscheck-turn
+    ;;
+  s11c)
+    # the wall allowance, honest against hiding candidates in both processes (whether tight_allowance can
+    # decide: a reviewer forged CUPTI spans from inside the runner down to the physical floor)
+    timeout 300 python3 bench/wall_allowance.py --out "$out/wall_allowance_quiet.txt" --process native python \
+      --hidden-us 20 40 80 --repeats 3
     ;;
   s10min)
     # s10's tests only (the experts on the device host, the runner's): for a nearly spent device budget
