@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
