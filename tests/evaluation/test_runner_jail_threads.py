@@ -34,9 +34,8 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run(driver: Path, threads: str, tmp_path: Path) -> dict[str, str]:
     target = tmp_path / "outside.txt"
     target.write_text("not for the candidate")
-    done = subprocess.run(
-        [str(driver), threads, str(target)], input=json.dumps(JAIL), capture_output=True, text=True, check=True
-    )
+    argv = [str(driver), threads, str(target)]
+    done = subprocess.run(argv, input=json.dumps(JAIL), capture_output=True, text=True, check=True)
     return dict(line.split(" ", 1) if " " in line else (line, "") for line in done.stdout.splitlines())
 
 

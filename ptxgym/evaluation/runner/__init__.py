@@ -55,7 +55,8 @@ closed at ``sandbox`` and before a load. stdout and stderr (the candidate's outp
   (``NoNewPrivs`` and ``Seccomp`` in its status, a refused probe socket, a refused ``/etc/passwd``, its
   rlimits, its environment; below Landlock ABI 8 the CUDA driver's earlier helper
   threads restrict themselves from a signal handler, ``confine.h`` ``restrict_others``, and the
-  filesystem layer is ``partial`` when one of them could not be reached, named in its detail); mode ``strict`` refuses a layer that is not in force.
+  filesystem layer is ``partial`` when one of them could not be reached, named in its detail); mode
+  ``strict`` refuses a layer that is not in force.
 * ``load``: ``noop`` (a 4-byte memset on the stream: the calibration's subject) or ``so`` (refused
   before ``sandbox``; ``dlopen`` of the copy the trusted side put in scratch, ``__tvm_ffi_<entry>``);
   ``baseline`` is refused (a library baseline stays in the Python worker, vendor library and all).

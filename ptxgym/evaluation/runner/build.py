@@ -164,27 +164,46 @@ def build_runner(cache: Path | None = None) -> Path:
     """The path of a built ``ptxgym-runner`` (compiled on first use, then taken from the cache)."""
     build = plan()
     root = (cache or settings.cache_dir()) / "runner" / key(build)
-    binary = root / "ptxgym-runner"
-    if binary.is_file() and os.access(binary, os.X_OK):
-        return binary
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ptxgym-runner-", dir=root)
+    return _compiled(root / "ptxgym-runner", build.compiler, list(build.flags), "the native runner")
+
+
+BROADCAST_SOURCES = ("broadcast.cc", "confine.h", "json.h")
+"""Every file the thread broadcast library is compiled from."""
+
+
+def build_broadcast(cache: Path | None = None) -> Path:
+    """The path of ``libptxgym-broadcast.so``: ``confine.h``'s thread broadcast for the Python worker.
+
+    Compiled on first use with the host C++ compiler (no tvm-ffi, no CUDA), then taken from the cache.
+    """
+    compiler = _compiler()
+    flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-pthread"]
+    flags.append(str(HERE / "broadcast.cc"))
+    digest = hashlib.sha256()
+    for name in BROADCAST_SOURCES:
+        digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    digest.update("\0".join([compiler, version.stdout, *flags]).encode())
+    root = (cache or settings.cache_dir()) / "runner" / f"broadcast-{digest.hexdigest()[:20]}"
+    return _compiled(root / "libptxgym-broadcast.so", compiler, flags, "the thread broadcast library")
+
+
+def _compiled(product: Path, compiler: str, flags: list[str], what: str) -> Path:
+    """``product``, compiled with ``compiler flags -o`` unless it is there; concurrent builds are safe."""
+    if product.is_file() and os.access(product, os.X_OK):
+        return product
+    product.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{product.name}-", dir=product.parent)
     os.close(fd)
     try:
-        done = subprocess.run(
-            [build.compiler, *build.flags, "-o", tmp],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
+        argv = [compiler, *flags, "-o", tmp]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
         if done.returncode != 0:
             raise ToolchainNotFoundError(
-                f"compiling the native runner failed ({build.compiler}, exit {done.returncode}):\n"
-                f"{done.stderr[-4000:]}"
+                f"compiling {what} failed ({compiler}, exit {done.returncode}):\n{done.stderr[-4000:]}"
             )
         os.chmod(tmp, 0o755)
-        os.replace(tmp, binary)
+        os.replace(tmp, product)
     finally:
         Path(tmp).unlink(missing_ok=True)
-    return binary
+    return product

@@ -39,9 +39,11 @@ rlimits belong to the process. seccomp is installed with SECCOMP_FILTER_FLAG_TSY
 filter, and no_new_privs, on every thread; the report counts the threads that have both (from
 ``/proc/self/task``). Landlock restricts the calling thread and everything it starts later; only
 Landlock ABI 8 (Linux 7.0, LANDLOCK_RESTRICT_SELF_TSYNC) also restricts the threads that already exist.
-Below ABI 8 the filesystem layer is ``partial``: the candidate's code runs on the calling thread and on
-any thread or process it creates, all restricted, but code it manages to have run on a pre-existing
-helper thread (a CUDA host callback, for instance) could still write outside scratch.
+Below ABI 8 each earlier thread restricts itself from a signal handler (``_restrict_others``, the
+native runner's broadcast): code a candidate had run on one of them (a signal handler it sent there, a
+CUDA host callback) could otherwise write outside scratch. A thread the broadcast cannot reach (one
+blocking signal 32 with a raw system call), or a host without a C++ compiler to build it, leaves the
+layer ``partial``, with the reason.
 
 Every layer fails soft with its reason in mode ``on``; mode ``strict`` turns an unavailable layer into
 a ``SandboxError``; mode ``off`` applies nothing. Not covered: reading files (a candidate can read what
@@ -52,6 +54,7 @@ host memory limits (use a cgroup).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import re
@@ -237,11 +240,10 @@ def _landlock(scratch: Path, shm: bool = False) -> SandboxLayer:
             if error and path == scratch:
                 return _unavailable("filesystem", error)
         threads = len(_task_field("Tgid"))
-        tsync = abi >= 8
-        ret = ruleset.restrict_self(landlock.RESTRICT_SELF_TSYNC if tsync else 0)
-        if ret < 0 and tsync:  # all-or-nothing: nothing was restricted, try the calling thread alone
-            tsync = False
-            ret = ruleset.restrict_self(0)
+        # ABI 8 restricts every thread at once (all-or-nothing); else each other thread restricts itself
+        tsync = abi >= 8 and ruleset.restrict_self(landlock.RESTRICT_SELF_TSYNC) == 0
+        others, note = (True, "") if tsync or threads <= 1 else _restrict_others(ruleset.fd)
+        ret = 0 if tsync else ruleset.restrict_self(0)
         if ret < 0:
             return _unavailable("filesystem", f"landlock_restrict_self: {os.strerror(-ret)}")
     detail = (
@@ -249,14 +251,40 @@ def _landlock(scratch: Path, shm: bool = False) -> SandboxLayer:
         "/dev/null-like nodes "
         f"(Landlock ABI {abi}{'; no signals to processes outside the sandbox' if scoped else ''})"
     )
-    if tsync or threads <= 1:
-        return SandboxLayer(name="filesystem", state="active", detail=f"{detail}; all threads")
+    if others:
+        return SandboxLayer(name="filesystem", state="active", detail=f"{detail}; all threads{note}")
     return SandboxLayer(
         name="filesystem",
         state="partial",
-        detail=f"{detail}; enforced on the calling thread and all it starts, not on the {threads - 1} "
-        f"threads that existed before (ABI {abi} < 8 has no LANDLOCK_RESTRICT_SELF_TSYNC)",
+        detail=f"{detail}; enforced on the calling thread and all it starts, not on every one of the "
+        f"{threads - 1} threads that existed before (ABI {abi} < 8 has no LANDLOCK_RESTRICT_SELF_TSYNC): "
+        f"{note}",
     )
+
+
+def _restrict_others(ruleset_fd: int) -> tuple[bool, str]:
+    """Every other thread restricts itself with the ruleset: (all did, what happened).
+
+    Below Landlock ABI 8 ``restrict_self`` binds only the calling thread, and CUDA's, CUPTI's and torch's
+    helper threads exist before the sandbox; code a candidate runs on one (a signal handler it sends
+    there, a host callback) could otherwise write anywhere. The native runner's broadcast
+    (``runner/confine.h`` ``restrict_others``: a signal-32 handler on each thread) does it, compiled as
+    a small library (``runner.build.build_broadcast``, once per host into the cache).
+    """
+    from ptxgym.evaluation.runner.build import build_broadcast
+
+    try:
+        lib = ctypes.CDLL(str(build_broadcast()))
+    except Exception as exc:  # noqa: BLE001 - no compiler, a failed build: the layer says so (partial)
+        return False, f"the thread broadcast library is unavailable: {exc}"[:600]
+    broadcast = lib.ptxgym_restrict_others
+    broadcast.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    broadcast.restype = ctypes.c_int
+    note = ctypes.create_string_buffer(4096)
+    restricted = broadcast(ruleset_fd, note, len(note))
+    if restricted < 0:
+        return False, f"outside Landlock: {note.value.decode(errors='replace')}"
+    return True, f" ({restricted} earlier thread(s) restricted themselves from a signal handler)"
 
 
 # ------------------------------------------------------------------------------------------ rlimits

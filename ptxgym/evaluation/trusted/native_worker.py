@@ -64,10 +64,10 @@ LANDLOCK_AT_EXEC = False
 thread) and the rest of their jail at the ``sandbox`` command. Below Landlock ABI 8 (the H200: ABI 7) a
 jail applied after the driver's set-up binds only the calling thread; the runner then has each earlier
 helper thread restrict itself from a signal handler (``runner/confine.h`` ``restrict_others``), else code
-run on one (a signal handler, a host callback) could read and write anywhere. Off until the H200 shows the driver starts
-under it: a whole jail applied before exec made ``cuInit`` fail there even without Landlock, so
-seccomp, rlimits or no_new_privs is the suspect (``bench/runner_jail_probe.py`` plays each layer alone,
-``Landlock only`` among them)."""
+run on one (a signal handler, a host callback) could read and write anywhere. Off until the H200 shows
+the driver starts under it: a whole jail applied before exec made ``cuInit`` fail there even without
+Landlock, so seccomp, rlimits or no_new_privs is the suspect (``bench/runner_jail_probe.py`` plays each
+layer alone, ``Landlock only`` among them)."""
 
 
 class NativeUnavailable(RuntimeError):
