@@ -292,6 +292,37 @@ def test_cannot_signal_the_trusted_parent(tmp_path):
     assert out["kill_parent"] == "EPERM"
 
 
+@needs_landlock
+def test_reads_no_other_process_in_proc(tmp_path):
+    """The trusted parent's environment, command line and maps stay unread.
+
+    The worker's own entry, the system facts the driver reads, its libraries and scratch are read.
+    """
+    read = "lambda p: open(p, 'rb').read(64)"
+    out = _child(
+        tmp_path,
+        f"""
+        read = {read}
+        parent = os.getppid()
+        for name in ("environ", "cmdline", "maps"):
+            out["parent_" + name] = attempt(read, f"/proc/{{parent}}/{{name}}")
+        out["parent_via_self"] = attempt(read, f"/proc/self/../{{parent}}/environ")
+        out["own_status"] = attempt(read, "/proc/self/status")
+        out["own_thread"] = attempt(read, "/proc/thread-self/status")
+        out["cpuinfo"] = attempt(read, "/proc/cpuinfo")
+        out["python"] = attempt(read, sys.executable)
+        out["listdir_usr"] = attempt(os.listdir, "/usr")
+        (scratch / "mine.txt").write_text("x")
+        out["scratch"] = attempt(read, scratch / "mine.txt")
+        """,
+    )
+    assert out["parent_environ"] == out["parent_cmdline"] == out["parent_maps"] == "EACCES", out
+    assert out["parent_via_self"] == "EACCES"
+    assert out["own_status"] == out["own_thread"] == out["cpuinfo"] == out["python"] == "ok", out
+    assert out["listdir_usr"] == out["scratch"] == "ok"
+    assert "reads nothing of /proc but its own entry" in out["layers"]["filesystem"]
+
+
 # ------------------------------------------------------------------------------ limits, environment
 
 

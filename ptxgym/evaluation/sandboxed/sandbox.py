@@ -21,8 +21,10 @@ Nothing lifts it again. The layers, in the order they are reported:
    or fill the host's memory), and nothing the worker runs after the sandbox needs it (the native
    runner's jail, scratch only, serves the same calls on the H200). The one-shot process Nsight
    Compute or compute-sanitizer profiles (``driver.py``) keeps it writable: their front ends may talk
-   through it (not verified otherwise), and no verified pool serves those runs. Reading
-   and executing stay allowed everywhere. With Landlock ABI >= 6 the worker also cannot send signals to
+   through it (not verified otherwise), and no verified pool serves those runs. Reading and executing
+   stay allowed everywhere but in ``/proc``, where a worker reads only its own entry and a few system
+   facts (another process's entry would show the trusted evaluator's environment to a worker running as
+   root; the profiled process keeps every read). With Landlock ABI >= 6 the worker also cannot send signals to
    processes outside its sandbox (it cannot kill the trusted evaluator).
 4. ``rlimits`` (per process): no core files, files of at most 64 MiB (Python ignores SIGXFSZ, so a longer
    write fails with EFBIG; this covers the worker's log too), a cap on open files, and a cap on the
@@ -46,10 +48,10 @@ blocking signal 32 with a raw system call), or a host without a C++ compiler to 
 layer ``partial``, with the reason.
 
 Every layer fails soft with its reason in mode ``on``; mode ``strict`` turns an unavailable layer into
-a ``SandboxError``; mode ``off`` applies nothing. Not covered: reading files (a candidate can read what
-the user can, the trusted process's ``/proc/<pid>/environ`` included; with no network and no writes
-outside scratch its only ways out are its outputs and its log), connecting to Unix sockets by path,
-host memory limits (use a cgroup).
+a ``SandboxError``; mode ``off`` applies nothing. Not covered: reading files outside ``/proc`` (a
+candidate can read what the user can, other candidates' build products included; with no network and no
+writes outside scratch its only ways out are its outputs and its log: the native runner reads only what
+it needs), connecting to Unix sockets by path, host memory limits (use a cgroup).
 """
 
 from __future__ import annotations
@@ -224,18 +226,40 @@ def _writable_paths(scratch: Path, write: int, shm: bool = False) -> list[tuple[
     return paths
 
 
+def _readable_paths(scratch: Path) -> list[Path]:
+    """Where a worker may read: everything but ``/proc``, of which only its own entry and system facts.
+
+    Another process's ``/proc/<pid>`` would show the trusted evaluator's environment (its secrets, to a
+    worker running as root), command line and memory map. The list of facts is the runner's
+    (``runner/jail.DRIVER_READ``).
+    """
+    from ptxgym.evaluation.runner.jail import DRIVER_READ
+
+    top = [p for p in sorted(Path("/").iterdir()) if p.name != "proc"]
+    facts = [Path(p) for p in DRIVER_READ if p.startswith("/proc/") and Path(p).exists()]
+    return [*top, *facts, scratch]
+
+
 def _landlock(scratch: Path, shm: bool = False) -> SandboxLayer:
+    """Writes beneath scratch (``_writable_paths``); a worker's reads too (``_readable_paths``).
+
+    The one-shot profiled process (``shm``) keeps every read: its profiler's or sanitizer's injected
+    library may read what a worker does not (not verified on a GPU).
+    """
     abi, why = landlock_abi()
     if not abi:
         return _unavailable("filesystem", why)
     write = landlock.write_rights(abi)
+    read = 0 if shm else landlock.READ
     scoped = landlock.SCOPE_SIGNAL if abi >= 6 else 0
     try:
-        ruleset = landlock.Ruleset(abi, write, 0, scoped)
+        ruleset = landlock.Ruleset(abi, write | read, 0, scoped)
     except OSError as exc:
         return _unavailable("filesystem", str(exc.strerror))
     with ruleset:
-        for path, rights in _writable_paths(scratch, write, shm):
+        rules = _writable_paths(scratch, write, shm)
+        rules += [(path, read) for path in (_readable_paths(scratch) if read else [])]
+        for path, rights in rules:
             error = ruleset.allow(path, rights)
             if error and path == scratch:
                 return _unavailable("filesystem", error)
@@ -248,7 +272,8 @@ def _landlock(scratch: Path, shm: bool = False) -> SandboxLayer:
             return _unavailable("filesystem", f"landlock_restrict_self: {os.strerror(-ret)}")
     detail = (
         f"writes only beneath {scratch}{', /dev/shm' if shm else ''}, /proc/self and to /dev/nvidia*, "
-        "/dev/null-like nodes "
+        "/dev/null-like nodes"
+        f"{'' if shm else '; reads nothing of /proc but its own entry and system facts'} "
         f"(Landlock ABI {abi}{'; no signals to processes outside the sandbox' if scoped else ''})"
     )
     if others:
