@@ -63,6 +63,19 @@ def test_a_thread_the_broadcast_cannot_reach_is_named_and_the_jail_is_partial(dr
     assert out["note"].startswith("outside Landlock: ") and "(blocked ffffffff" in out["note"]
 
 
+def test_the_broadcast_puts_back_the_signal_handlers_it_borrowed(driver, tmp_path):
+    """Signal 32 and the real-time signal lending its restorer keep the handlers the process had.
+
+    A reviewer's find: glibc's cancellation handler (signal 32) was replaced for good, so pthread_cancel
+    stopped working after the jail.
+    """
+    if abi()[0] >= 8:
+        pytest.skip("Landlock ABI 8 restricts every thread itself (TSYNC)")
+    out = run(driver, "handlers,plain", tmp_path)
+    assert out["plain"] == "Permission denied" and out["all_threads"] == "1"
+    assert out["handlers"] == "kept"
+
+
 def test_a_lone_thread_needs_no_broadcast(driver, tmp_path):
     out = run(driver, "none", tmp_path)
     assert out == {"main": "Permission denied", "all_threads": "1", "note": "", "error": ""}

@@ -103,10 +103,11 @@ inline std::vector<std::string> strings(const Json& rules, const char* key) {
 // rt_sigprocmask) stays outside and is named in the note, with its blocked-signal mask.
 namespace broadcast {
 inline std::atomic<int> ruleset{-1};
-constexpr int kMaxThreads = 256;
+constexpr int kMaxThreads = 4096;
 inline std::atomic<pid_t> done[kMaxThreads];
 inline std::atomic<int> n_done{0}, n_failed{0};
 constexpr int kSignal = 32;  // glibc's SIGCANCEL, installed only by pthread_cancel (the runner never calls it)
+constexpr int kDeadlineMs = 5000;
 
 inline void on_signal(int) {
   int saved = errno;
@@ -132,9 +133,10 @@ inline bool threads(std::vector<pid_t>* out) {
   return true;
 }
 
-inline bool reached(pid_t tid) {
-  int n = std::min(n_done.load(), kMaxThreads);
-  for (int i = 0; i < n; ++i)
+// Whether `tid` restricted itself among the first `seen` handler records (taken before the listing that
+// names `tid`: a record written later could belong to a thread that started a thread since).
+inline bool reached(pid_t tid, int seen) {
+  for (int i = 0; i < std::min(seen, kMaxThreads); ++i)
     if (done[i].load() == tid) return true;
   return false;
 }
@@ -163,54 +165,83 @@ struct KernelAction {
   uint64_t mask;
 };
 
+// The actions install() replaced, for restore().
+struct Saved {
+  int donor = 0;
+  struct sigaction donor_action {};
+  KernelAction signal_action{};
+};
+
 // on_signal as signal 32's handler. glibc's sigaction refuses its internal signals, so the raw call sets it,
-// with the flags and return trampoline (SA_RESTORER) glibc gives the same handler on a real-time signal.
-inline std::string install() {
+// with the flags and return trampoline (SA_RESTORER) glibc gives the same handler on a real-time signal
+// (the donor, never sent).
+inline std::string install(Saved* saved) {
   struct sigaction act {};
   act.sa_handler = on_signal;
   act.sa_flags = SA_RESTART;
   sigemptyset(&act.sa_mask);
   KernelAction k{};
-  int donor = SIGRTMIN + 3;
-  if (sigaction(donor, &act, nullptr) != 0 || syscall(SYS_rt_sigaction, donor, nullptr, &k, sizeof k.mask) != 0 ||
-      syscall(SYS_rt_sigaction, kSignal, &k, nullptr, sizeof k.mask) != 0)
+  saved->donor = SIGRTMIN + 3;
+  if (sigaction(saved->donor, &act, &saved->donor_action) != 0 ||
+      syscall(SYS_rt_sigaction, saved->donor, nullptr, &k, sizeof k.mask) != 0 ||
+      sigaction(saved->donor, &saved->donor_action, nullptr) != 0 ||
+      syscall(SYS_rt_sigaction, kSignal, &k, &saved->signal_action, sizeof k.mask) != 0)
     return std::string("installing the signal handler: ") + strerror(errno);
   return "";
+}
+
+// Signal 32's earlier action back, unless it was the default (a delivery still pending on a thread that
+// blocks it would then end the process; on_signal stays, and without a ruleset it does nothing).
+inline void restore(const Saved& saved) {
+  if (saved.signal_action.handler != SIG_DFL)
+    syscall(SYS_rt_sigaction, kSignal, &saved.signal_action, nullptr, sizeof saved.signal_action.mask);
 }
 }  // namespace broadcast
 
 // Every thread but the caller restricts itself with `ruleset` (namespace broadcast); "" when all did, else
-// what stayed outside. Up to three rounds, for threads started meanwhile; each waits at most 2 s. Called
-// before the caller restricts itself (it reads /proc/self/task).
+// what stayed outside. Each thread not yet signalled is signalled, again and again, until a listing of
+// /proc/self/task finds none new and every signalled one has answered, or broadcast::kDeadlineMs pass.
+// Called before the caller restricts itself (it reads /proc/self/task).
 inline std::string restrict_others(int ruleset, int* restricted) {
   namespace b = broadcast;
   pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
   pid_t pid = getpid();
+  b::n_done.store(0);
+  b::n_failed.store(0);
   b::ruleset.store(ruleset);
-  std::string error = b::install();
-  if (!error.empty()) return error;
+  b::Saved saved;
+  std::string error = b::install(&saved);
+  if (!error.empty()) {
+    b::ruleset.store(-1);
+    return error;
+  }
   std::vector<pid_t> sent, now;
-  for (int round = 0; round < 3; ++round) {
-    int waiting = 0;
-    if (!b::threads(&now)) return std::string("cannot list threads: ") + strerror(errno);
+  for (int ms = 0;; ++ms) {
+    if (!b::threads(&now)) {
+      error = std::string("cannot list threads: ") + strerror(errno);
+      break;
+    }
+    bool fresh = false;
     for (pid_t tid : now) {
       if (tid == self || std::find(sent.begin(), sent.end(), tid) != sent.end()) continue;
-      if (syscall(SYS_tgkill, pid, tid, b::kSignal) == 0) {
-        sent.push_back(tid);
-        ++waiting;
-      }
+      if (syscall(SYS_tgkill, pid, tid, b::kSignal) == 0) sent.push_back(tid);
+      fresh = true;
     }
-    if (!waiting) break;
-    for (int ms = 0; ms < 2000 && b::n_done.load() + b::n_failed.load() < static_cast<int>(sent.size()); ++ms) {
-      timespec pause{0, 1000000};
-      nanosleep(&pause, nullptr);
-    }
+    bool answered = b::n_done.load() + b::n_failed.load() >= static_cast<int>(sent.size());
+    if ((!fresh && answered) || ms >= b::kDeadlineMs) break;
+    timespec pause{0, 1000000};
+    nanosleep(&pause, nullptr);
   }
+  int seen = b::n_done.load();
   std::string outside;
-  if (!b::threads(&now)) return std::string("cannot list threads: ") + strerror(errno);
+  if (error.empty() && !b::threads(&now)) error = std::string("cannot list threads: ") + strerror(errno);
   for (pid_t tid : now)
-    if (tid != self && !b::reached(tid)) outside += (outside.empty() ? "" : ", ") + b::thread_text(tid);
-  *restricted = b::n_done.load();
+    if (tid != self && !b::reached(tid, seen)) outside += (outside.empty() ? "" : ", ") + b::thread_text(tid);
+  b::ruleset.store(-1);  // a later delivery fails without touching whatever reuses the number
+  b::restore(saved);
+  *restricted = seen;
+  if (!error.empty()) return error;
+  if (seen > b::kMaxThreads) outside += (outside.empty() ? "" : "; ") + std::string("more threads than recorded");
   if (b::n_failed.load()) outside += (outside.empty() ? "" : "; ") + std::to_string(b::n_failed.load()) + " failed";
   return outside;
 }
@@ -255,7 +286,6 @@ inline std::string apply_landlock(const Json& rules, bool* all_threads, std::str
     if (syscall(kRestrictSelf, ruleset, flags) != 0) error = std::string("landlock_restrict_self: ") + strerror(errno);
     *all_threads = abi >= 8 || others;
   }
-  broadcast::ruleset.store(-1);  // a later delivery fails without touching whatever reuses the number
   close(static_cast<int>(ruleset));
   return error;
 }

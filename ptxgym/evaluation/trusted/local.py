@@ -1037,7 +1037,8 @@ class LocalGpuEvaluator(Evaluator):
             record = counted_target(turn.candidate, result, self.arch, turn.task.flops)
             turn.details["in_band_target"] = record
             if self.arch is not None:
-                counted, why = in_band_info(record, self.arch)
+                launched = result.kernels if result.census_trials and not result.census_error else None
+                counted, why = in_band_info(record, self.arch, launched)
                 if result.hw_counted is not None:
                     hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
                     turn.details["hw_counters"] = {**hw, "call": result.hw_counted.record()}

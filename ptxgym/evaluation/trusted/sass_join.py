@@ -16,7 +16,7 @@ target family holds TMA copies.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from ptxgym.cpu.sass import module_pcs
@@ -72,6 +72,13 @@ def in_band_target(
         return {"error": error or "no counted call"}
     joined = join_counts(rows, pcs)
     share = work_share(joined.rows(), arch, flops)
+    target_functions = sorted(
+        {
+            row.function
+            for row in rows
+            if row.inst > 0 and arch.is_target_opcode(pcs.get(row.function, {}).get(row.pc, ""))
+        }
+    )
     targets = {
         op: {"inst_executed": inst, "thread_inst_executed_true": thr}
         for op, (inst, thr) in sorted(joined.per_opcode.items())
@@ -86,16 +93,24 @@ def in_band_target(
         "share_message": share.message,
         "rows": len(rows),
         "unplaced_rows": joined.unplaced,
+        "target_functions": target_functions,
         "error": error,
     }
 
 
-def in_band_info(record: dict, arch: ArchSpec) -> tuple[TargetInfo | None, str]:
+def in_band_info(
+    record: dict, arch: ArchSpec, launched: Collection[str] | None = None
+) -> tuple[TargetInfo | None, str]:
     """The TargetInfo a counted call proves, or None and why it proves nothing.
 
     It proves nothing when the count failed, returned no row, or returned a row that is not an
     instruction of the built module (code from elsewhere ran in the counted call: the caller falls back
     to Nsight Compute rather than guess).
+
+    ``launched``: the kernels the in-band census saw in the timed calls (None: no census). A kernel that
+    ran target instructions in the counted call but was never launched in a timed call is a decoy for
+    the count (a candidate that recognises the counted call and launches its wgmma kernel only there):
+    the target is executed but does no work of the timed calls, so no work credit.
     """
     if record.get("error"):
         return None, f"in-band counts failed: {record['error']}"
@@ -115,9 +130,25 @@ def in_band_info(record: dict, arch: ArchSpec) -> tuple[TargetInfo | None, str]:
         else f"no {arch.target_family} instruction executed with a true predicate in the counted call"
     )
     message = f"{head}; {record['share_message']} (in-band CUPTI counts)"
+    absent = [
+        f for f in record.get("target_functions", []) if launched is not None and not _launched(f, launched)
+    ]
+    if absent:
+        message = (
+            f"{head}, in kernel(s) no timed call launched ({', '.join(absent)[:300]}): the target did none "
+            "of the timed calls' work (in-band CUPTI counts and kernel census)"
+        )
+        return _executed(arch, counts, message, 0.0, 0.0, Verdict.NO), ""
     return _executed(
         arch, counts, message, record["mma_flops"], record["mma_share"], Verdict(record["work"])
     ), ""
+
+
+def _launched(function: str, launched: Collection[str]) -> bool:
+    """Whether the census names ``function`` (a mangled module kernel) among the timed calls' kernels."""
+    from ptxgym.evaluation.trusted.census import is_own_kernel
+
+    return any(is_own_kernel(name, [function]) for name in launched)
 
 
 def _executed(
