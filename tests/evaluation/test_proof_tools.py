@@ -250,6 +250,31 @@ def test_without_in_band_counts_nsight_compute_stands_and_says_why(tools, monkey
     assert "libcupti could not be loaded" in got.target.message
 
 
+def test_a_target_kernel_launched_only_in_the_counted_call_earns_no_work_credit():
+    """A decoy: the counted call runs a wgmma kernel the timed calls never launched.
+
+    The census saw it once, in the counted call's own window, while a SIMT kernel did the timed calls' work.
+    """
+    from ptxgym.evaluation.protocol import SassRow
+    from ptxgym.evaluation.trusted.sass_join import in_band_info, in_band_target
+
+    pcs = {"_Z4simtv": {0x0: "FFMA"}, "_Z4mmav": {0x10: "HGMMA.64x256x16.F32.BF16"}}
+    mmas = int(GEMM.flops // (2 * 64 * 256 * 16))
+    rows = [
+        SassRow(function="_Z4simtv", pc=0x0, inst=10**6, threads=32 * 10**6),
+        SassRow(function="_Z4mmav", pc=0x10, inst=4 * mmas, threads=128 * mmas),
+    ]
+    record = in_band_target(rows, "", pcs, HOPPER, GEMM.flops)
+    assert record["target_functions"] == ["_Z4mmav"] and record["work"] == "yes"
+    decoy, _ = in_band_info(record, HOPPER, {"_Z4simtv": 150, "_Z4mmav": 1})
+    assert decoy is not None and decoy.executed is Verdict.YES and decoy.work is Verdict.NO
+    assert not decoy.credited and "no timed call launched (_Z4mmav)" in decoy.message
+    honest, _ = in_band_info(record, HOPPER, {"_Z4simtv": 150, "_Z4mmav": 150})
+    assert honest is not None and honest.credited
+    unseen, _ = in_band_info(record, HOPPER, None)  # no census: the counts alone
+    assert unseen is not None and unseen.credited
+
+
 def test_in_band_info_refuses_counts_it_cannot_place():
     from ptxgym.evaluation.protocol import SassRow
     from ptxgym.evaluation.trusted.sass_join import in_band_info, in_band_target

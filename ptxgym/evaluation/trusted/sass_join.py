@@ -16,12 +16,13 @@ target family holds TMA copies.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from ptxgym.cpu.sass import module_pcs
 from ptxgym.evaluation.protocol import SassRow
 from ptxgym.evaluation.trusted.base import BuiltCandidate
+from ptxgym.evaluation.trusted.census import is_own_kernel
 from ptxgym.evaluation.trusted.session import SessionResult
 from ptxgym.evaluation.trusted.target_work import (
     GMMA_INST_METRIC,
@@ -99,7 +100,7 @@ def in_band_target(
 
 
 def in_band_info(
-    record: dict, arch: ArchSpec, launched: Collection[str] | None = None
+    record: dict, arch: ArchSpec, launched: Mapping[str, int] | None = None
 ) -> tuple[TargetInfo | None, str]:
     """The TargetInfo a counted call proves, or None and why it proves nothing.
 
@@ -107,10 +108,12 @@ def in_band_info(
     instruction of the built module (code from elsewhere ran in the counted call: the caller falls back
     to Nsight Compute rather than guess).
 
-    ``launched``: the kernels the in-band census saw in the timed calls (None: no census). A kernel that
-    ran target instructions in the counted call but was never launched in a timed call is a decoy for
-    the count (a candidate that recognises the counted call and launches its wgmma kernel only there):
-    the target is executed but does no work of the timed calls, so no work credit.
+    ``launched``: the in-band census, launches by kernel name in the trials' call windows (None: no
+    census). A kernel that ran target instructions in the counted call but was launched no more often
+    than the counted calls themselves (``EXTRA_CALLS``: the counted and hardware-counted calls may have
+    windows too) is a decoy for the count, a candidate that recognises the counted call and launches its
+    wgmma kernel only there: the target is executed but did none of the timed calls' work, so no work
+    credit. (A kernel launched in every call that does its work only when counted is not caught here.)
     """
     if record.get("error"):
         return None, f"in-band counts failed: {record['error']}"
@@ -144,11 +147,13 @@ def in_band_info(
     ), ""
 
 
-def _launched(function: str, launched: Collection[str]) -> bool:
-    """Whether the census names ``function`` (a mangled module kernel) among the timed calls' kernels."""
-    from ptxgym.evaluation.trusted.census import is_own_kernel
+EXTRA_CALLS = 2
+"""Calls of a trial besides its timed ones that may lie in the census windows (counted, hardware-counted)."""
 
-    return any(is_own_kernel(name, [function]) for name in launched)
+
+def _launched(function: str, launched: Mapping[str, int]) -> bool:
+    """Whether the census saw ``function`` (a mangled module kernel) launched in some timed call."""
+    return sum(n for name, n in launched.items() if is_own_kernel(name, [function])) > EXTRA_CALLS
 
 
 def _executed(
