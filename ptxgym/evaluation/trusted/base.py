@@ -123,10 +123,10 @@ class EvalSettings(BaseModel):
     )
     verified_pool_partial_jail: bool = Field(
         False,
-        description="Let a native runner whose filesystem jail is partial (Landlock ABI < 8, as on the H200 "
-        "measured: the CUDA driver's threads from before the jail are not covered) use the pool. Off: only "
-        "a jail in force on every thread does, since code run on an uncovered thread could keep what it saw "
-        'on disk for a later candidate (``verified_pool.py``, "Reuse").',
+        description="Let a native runner whose filesystem jail is partial (below Landlock ABI 8, a CUDA "
+        "driver thread from before the jail that the runner's broadcast could not reach) use the pool. Off: "
+        "only a jail in force on every thread does, since code run on an uncovered thread could keep what it "
+        'saw on disk for a later candidate (``verified_pool.py``, "Reuse").',
     )
     call_timeout_s: float = Field(
         60.0,

@@ -792,15 +792,17 @@ class LocalGpuEvaluator(Evaluator):
         """Whether a candidate could use an arena's verified pool here (else it is not built at all).
 
         Only a jailed native runner may (``verified_pool.barrier``): candidates must be meant for the
-        runners, and their jail in force on every thread (Landlock ABI 8) or its partial form accepted
-        (``verified_pool_partial_jail``). The baseline alone, measured once per arena, is not worth the
-        pool's device memory (2.7-24 GB per arena) and one-time references.
+        runners, and Landlock there. Each session's runner must then report its jail in force on every
+        thread (Landlock ABI 8, or below it each earlier thread restricted by ``confine.h``'s broadcast),
+        or its partial form be accepted (``verified_pool_partial_jail``); a session whose runner does not
+        uses no pool. The baseline alone, measured once per arena, is not worth the pool's device memory
+        (2.7-24 GB per arena) and one-time references.
         """
         from ptxgym.confine import landlock
 
         if not self.native.wanted:
             return False
-        return self.settings.verified_pool_partial_jail or landlock.abi()[0] >= 8
+        return self.settings.verified_pool_partial_jail or landlock.abi()[0] >= 1
 
     def _pool_for(self, turn: Turn, session: Session, native: bool) -> None:
         """Give the session the arena's verified pool, or record why its subject may not use it.

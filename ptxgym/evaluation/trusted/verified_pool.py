@@ -36,18 +36,20 @@ skip the work of every other call. Where this holds (``persistence``):
   (inputs, ``Arena.restore`` before every session) and guarded (the padding, re-filled), so nothing of
   a session survives there. Assumed, not checked here:
   the driver hands a new process no device memory an earlier one left behind. Its jail must be in
-  force on every thread (filesystem layer ``active``); below Landlock ABI 8 (the H200 measured ABI 7)
-  it is ``partial``: code run on a CUDA driver thread started before the jail could write anywhere,
-  so such a runner uses the pool only with ``EvalSettings.verified_pool_partial_jail``.
+  force on every thread (filesystem layer ``active``): below Landlock ABI 8 (the H200 measured ABI 7)
+  the CUDA driver's threads from before the jail restrict themselves (``runner/confine.h``'s broadcast);
+  one it cannot reach leaves the layer ``partial`` (code run there could write anywhere), and such a
+  runner uses the pool only with ``EvalSettings.verified_pool_partial_jail``.
 
 The evaluator builds a pool only where a candidate could use it (``LocalGpuEvaluator._pool_usable``:
-native runners wanted, and a full jail or ``verified_pool_partial_jail``); the baseline alone, measured
-once per arena, is not worth its memory. Where it does not, sessions use no pool: the Python worker
-(its sandbox let a candidate write ``/dev/shm``, which outlives the process, until that was closed in
-``sandbox.py``; its filesystem layer has the same partial form below ABI 8, and its candidates share an
-interpreter and torch with the collectors), and with the sandbox off, anything. A channel this module
-cannot close remains everywhere: what the feedback shows the policy (a crash's log tail, up to 3000
-characters) could carry fingerprints of a session's inputs into a later candidate's source. So every
+native runners wanted, with Landlock; each session then checks its runner's report); the baseline
+alone, measured once per arena, is not worth its memory. Where it does not, sessions use no pool: the
+Python worker (its sandbox let a candidate write ``/dev/shm``, which outlives the process, until that
+was closed in ``sandbox.py``; it reads every file but other processes' ``/proc`` entries, and its
+candidates share an interpreter and torch with the collectors), and with the sandbox off, anything. A
+channel this module cannot close remains everywhere: what the feedback shows the policy (a crash's log
+tail, up to 3000 characters) could carry fingerprints of a session's inputs into a later candidate's
+source. So every
 entry is renewed (a new draw and reference) after serving ``max_uses`` sessions: an exported
 fingerprint names a verified call for at most that many later sessions. And a fingerprint is worth
 nothing while it holds: in each trial ``EvalSettings.pool_new_draws_per_trial`` of the verified calls
