@@ -180,6 +180,53 @@ def test_candidate_that_kills_its_actor_twice_is_infra_error(task, built) -> Non
     assert alive
 
 
+def test_a_death_is_charged_to_the_call_the_actor_said_it_started(monkeypatch) -> None:
+    """Two calls in flight on a dying actor, which had started the second (its calls ran out of order).
+
+    The second is charged, the first is sent again without charge (the order rule charged the first).
+    """
+    from ptxgym.evaluation.trusted import ray_backend as rb
+
+    sent: list[str] = []
+
+    class Handle:
+        class evaluate:  # noqa: N801 - an actor method's shape: handle.evaluate.remote(...)
+            @staticmethod
+            def remote(task, candidate, artifact, call_id):
+                sent.append(call_id)
+                return object()
+
+    class Client:
+        started: set[str] = set()
+
+        def _acquire(self):
+            return 0, 0, Handle, "node"
+
+        def _artifact(self, candidate, node):
+            return None
+
+        def _release(self, slot):
+            pass
+
+        def _replace(self, slot, generation):
+            return None
+
+        def _started_calls(self, slot, generation):
+            return self.started
+
+    client = Client()
+    batch = rb._Batch(client, [(None, None), (None, None)])  # type: ignore[arg-type]
+    batch.submit(0)
+    batch.submit(1)
+    client.started = {sent[1]}
+    monkeypatch.setattr(rb._Batch, "collect", lambda self, ref, timeout=None: not self.pending.pop(ref))
+    first = next(iter(batch.pending))
+    i, _slot, _generation, order, call_id = batch.pending.pop(first)
+    batch.actor_died(0, 0, (i, order, call_id), RuntimeError("the actor died"))
+    assert batch.deaths == [0, 1]
+    assert sent[2:] == [f"{batch.id}:0:2", f"{batch.id}:1:2"]  # both sent again
+
+
 @pytest.mark.nvcc
 def test_a_copy_in_another_process_joins_the_cluster(task, built, tmp_path) -> None:
     """A pickled client (e.g. inside an async vector env's subprocess) reaches the same actors."""

@@ -26,6 +26,7 @@ Ray is imported lazily: importing this module does not import it.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import importlib.util
@@ -35,6 +36,7 @@ import shutil
 import tempfile
 import threading
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +51,12 @@ EvaluatorFactory = Callable[[], Evaluator]
 
 #: Attempts per candidate when its actor dies: the first and one retry on the replacement.
 ATTEMPTS = 2
+#: Sends per candidate at most: its own attempts and resends after deaths it did not cause.
+MAX_SENDS = 6
+#: Calls per actor whose start the keeper remembers (more than any actor runs at once).
+STARTED_KEPT = 64
+#: Threads of the keeper actor (a notice of a started call must not wait behind a replacement).
+KEEPER_THREADS = 8
 
 #: The process whose Ray connection this module last saw; a forked child inherits it (and a dead one).
 _ray_pid: int | None = None
@@ -78,18 +86,29 @@ def local_gpu_evaluator(settings: EvalSettings | None = None) -> Evaluator:
 
 
 class EvaluatorHost:
-    """Runs inside an actor: holds one evaluator and a scratch folder for candidates sent as bytes."""
+    """Runs inside an actor: holds one evaluator and a scratch folder for candidates sent as bytes.
 
-    def __init__(self, factory: EvaluatorFactory) -> None:
+    ``keeper``, ``slot``, ``generation``: where it tells which call it starts (``PoolKeeper.started``),
+    before running it, so that the call its death interrupts is known whatever order its calls ran in.
+    """
+
+    def __init__(
+        self, factory: EvaluatorFactory, keeper: Any = None, slot: int = -1, generation: int = -1
+    ) -> None:
         self.evaluator = factory()
         self.scratch = Path(tempfile.mkdtemp(prefix="ptxgym-ray-"))
+        self.keeper, self.slot, self.generation = keeper, slot, generation
 
     def node_id(self) -> str:
         """The Ray node this actor runs on."""
         return str(_ray().get_runtime_context().get_node_id())
 
-    def evaluate(self, task: Task, candidate: BuiltCandidate, artifact: bytes | None) -> GpuVerdict:
+    def evaluate(
+        self, task: Task, candidate: BuiltCandidate, artifact: bytes | None, call_id: str = ""
+    ) -> GpuVerdict:
         """Evaluate; ``artifact`` (the .so's bytes, or None for the path fast path) is written here first."""
+        if self.keeper is not None and call_id:
+            _ray().get(self.keeper.started.remote(self.slot, self.generation, call_id))
         if artifact is None:
             return _tag(self.evaluator.evaluate(task, candidate), transfer="path", node=self.node_id())
         digest = hashlib.sha256(artifact).hexdigest()
@@ -116,18 +135,37 @@ class EvaluatorHost:
 
 
 class PoolKeeper:
-    """Runs inside an actor: owns the evaluator actors (they outlive the clients) and replaces dead ones."""
+    """Runs inside an actor: owns the evaluator actors (they outlive the clients) and replaces dead ones.
+
+    It also keeps, per actor, the calls it started last (``started``): a threaded actor
+    (``KEEPER_THREADS``), so that an evaluator actor's notice never waits behind a replacement.
+    """
 
     def __init__(
         self, factory: EvaluatorFactory, count: int, num_gpus: float, num_cpus: float, concurrency: int
     ) -> None:
         self.factory, self.num_gpus, self.num_cpus = factory, num_gpus, num_cpus
         self.concurrency = concurrency
-        handles = [self._launch() for _ in range(count)]  # all start at once; then wait for each
+        self._replacing = threading.Lock()
+        self._ledger = threading.Lock()
+        self._started: dict[tuple[int, int], collections.deque[str]] = {}
+        handles = [self._launch(slot, 0) for slot in range(count)]  # all start at once; then wait for each
         nodes = _ray().get([handle.node_id.remote() for handle in handles])
         self.slots = [(0, handle, node) for handle, node in zip(handles, nodes, strict=True)]
 
-    def _launch(self) -> Any:
+    def started(self, slot: int, generation: int, call_id: str) -> None:
+        """An evaluator actor is about to run ``call_id`` (it waits for this before running it)."""
+        with self._ledger:
+            self._started.setdefault((slot, generation), collections.deque(maxlen=STARTED_KEPT)).append(
+                call_id
+            )
+
+    def started_calls(self, slot: int, generation: int) -> list[str]:
+        """The calls that actor said it started, the latest ``STARTED_KEPT``."""
+        with self._ledger:
+            return list(self._started.get((slot, generation), ()))
+
+    def _launch(self, slot: int, generation: int) -> Any:
         actor_class = (
             _ray()
             .remote(EvaluatorHost)
@@ -138,10 +176,11 @@ class PoolKeeper:
                 max_concurrency=self.concurrency,
             )
         )
-        return actor_class.remote(self.factory)
+        keeper = _ray().get_runtime_context().current_actor
+        return actor_class.remote(self.factory, keeper, slot, generation)
 
-    def _start(self) -> tuple[Any, str]:
-        handle = self._launch()
+    def _start(self, slot: int, generation: int) -> tuple[Any, str]:
+        handle = self._launch(slot, generation)
         return handle, _ray().get(handle.node_id.remote())
 
     def current(self) -> list[tuple[int, Any, str]]:
@@ -150,14 +189,15 @@ class PoolKeeper:
 
     def replace(self, index: int, generation: int) -> tuple[int, Any, str]:
         """Start a new actor in slot ``index`` unless that generation was already replaced."""
-        current, handle, _node = self.slots[index]
-        if current == generation:
-            try:
-                _ray().kill(handle, no_restart=True)
-            except Exception:  # noqa: BLE001 S110 - it is dead or dying already; the new one matters
-                pass
-            self.slots[index] = (current + 1, *self._start())
-        return self.slots[index]
+        with self._replacing:
+            current, handle, _node = self.slots[index]
+            if current == generation:
+                try:
+                    _ray().kill(handle, no_restart=True)
+                except Exception:  # noqa: BLE001 S110 - it is dead or dying already; the new one matters
+                    pass
+                self.slots[index] = (current + 1, *self._start(index, current + 1))
+            return self.slots[index]
 
     def shutdown(self) -> None:
         """Close every evaluator (its worker processes, GPU memory) and end the actors."""
@@ -250,7 +290,9 @@ class RayEvaluator(Evaluator):
                     f"{actors} evaluator actor(s) need {each * actors:g} {resource}, the Ray cluster has "
                     f"{resources.get(resource, 0):g}: pass fewer actors or join a larger cluster"
                 )
-        keeper_class = ray.remote(PoolKeeper).options(num_cpus=0, max_concurrency=1, max_restarts=0)
+        keeper_class = ray.remote(PoolKeeper).options(
+            num_cpus=0, max_concurrency=KEEPER_THREADS, max_restarts=0
+        )
         self._keeper = keeper_class.remote(factory, actors, num_gpus, num_cpus, concurrency)
         try:
             self._slots: list[tuple[int, Any, str]] = ray.get(
@@ -376,6 +418,13 @@ class RayEvaluator(Evaluator):
                 self._slots[slot] = fresh
             return None
 
+    def _started_calls(self, slot: int, generation: int) -> set[str] | None:
+        """The calls the keeper heard that actor start (``PoolKeeper.started``); None if it cannot say."""
+        try:
+            return set(_ray().get(self._keeper.started_calls.remote(slot, generation), timeout=30))
+        except Exception:  # noqa: BLE001 - the batch falls back to the order the calls were sent in
+            return None
+
     def _infra(self, message: str, exc: BaseException, candidate_ran: bool = False) -> GpuVerdict:
         return GpuVerdict(
             status=Status.INFRA_ERROR,
@@ -390,9 +439,12 @@ class RayEvaluator(Evaluator):
 class _Batch:
     """One ``evaluate_many`` call: what is in flight on which actor, and whose actor died how often.
 
-    An actor runs its calls one at a time in the order sent, so when it dies, the earliest of its calls
-    not finished was running and is charged the death; the calls queued behind it are sent again without
-    charge. A candidate charged ``ATTEMPTS`` deaths gets ``INFRA_ERROR``.
+    When an actor dies, the calls of this batch it had not finished are settled: the one it had started
+    (it tells the keeper before running a call, ``PoolKeeper.started``; with several started, as a
+    threaded actor runs them, the earliest sent) is charged the death, the others are sent again without
+    charge. Where the keeper cannot say, the earliest sent is charged (an actor runs its calls in the
+    order sent, as a rule; a reordering once charged an innocent call). A candidate charged ``ATTEMPTS``
+    deaths, or sent ``MAX_SENDS`` times, gets ``INFRA_ERROR``.
     """
 
     def __init__(self, client: RayEvaluator, items: list[tuple[Task, BuiltCandidate]]) -> None:
@@ -400,9 +452,10 @@ class _Batch:
         self.verdicts: list[GpuVerdict | None] = [None] * len(items)
         self.sends = [0] * len(items)
         self.deaths = [0] * len(items)
-        self.pending: dict[Any, tuple[int, int, int, int]] = {}
-        """ref -> (item, slot, actor generation, send order)"""
+        self.pending: dict[Any, tuple[int, int, int, int, str]] = {}
+        """ref -> (item, slot, actor generation, send order, call id)"""
         self.order = itertools.count()
+        self.id = uuid.uuid4().hex[:12]
 
     def run(self) -> list[GpuVerdict]:
         ray = _ray()
@@ -417,59 +470,68 @@ class _Batch:
         """Send item ``i`` to the least-loaded actor, or record its INFRA_ERROR if it cannot be sent."""
         task, candidate = self.items[i]
         self.sends[i] += 1
+        call_id = f"{self.id}:{i}:{self.sends[i]}"
         slot, generation, handle, node = self.client._acquire()
         try:
             artifact = self.client._artifact(candidate, node)
-            ref = handle.evaluate.remote(task, candidate, artifact)
+            ref = handle.evaluate.remote(task, candidate, artifact, call_id)
         except Exception as exc:  # noqa: BLE001 - e.g. the .so vanished before it could be sent
             self.client._release(slot)
             self.verdicts[i] = self.client._infra(
                 f"the candidate could not be sent to an evaluator actor: {exc}", exc
             )
             return
-        self.pending[ref] = (i, slot, generation, next(self.order))
+        self.pending[ref] = (i, slot, generation, next(self.order), call_id)
 
     def collect(self, ref: Any, timeout: float | None = None) -> bool:
         """Take a finished call's verdict; False (nothing recorded) when its actor died or did not answer."""
         ray = _ray()
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        i, slot, generation, sent = self.pending.pop(ref)
+        i, slot, generation, sent, call_id = self.pending.pop(ref)
         self.client._release(slot)
         try:
             self.verdicts[i] = _tag(ray.get(ref, timeout=timeout), actor=slot, attempt=self.sends[i])
         except (RayActorError, GetTimeoutError) as exc:
             if timeout is None:  # the first call seen failing: settle every call sent to that actor
-                self.actor_died(slot, generation, (i, sent), exc)
+                self.actor_died(slot, generation, (i, sent, call_id), exc)
             return False
         except Exception as exc:  # noqa: BLE001 - our machinery's fault, this candidate's verdict
             self.verdicts[i] = self.client._infra(f"the Ray evaluator failed: {_first_line(exc)}", exc)
         return True
 
-    def actor_died(self, slot: int, generation: int, first: tuple[int, int], exc: BaseException) -> None:
-        """Replace the actor; charge the call that was running, send the others again."""
+    def actor_died(self, slot: int, generation: int, first: tuple[int, int, str], exc: BaseException) -> None:
+        """Replace the actor; charge the call that was running (class docstring), send the others again."""
         dead = [first]
-        for ref, (i, s, g, sent) in list(self.pending.items()):
+        for ref, (i, s, g, sent, call_id) in list(self.pending.items()):
             if (s, g) == (slot, generation) and not self.collect(ref, timeout=30):
-                dead.append((i, sent))
+                dead.append((i, sent, call_id))
+        started = self.client._started_calls(slot, generation)
+        candidates = dead if started is None else [d for d in dead if d[2] in started]
+        running = min(candidates, key=lambda d: d[1])[0] if candidates else None
         why = self.client._replace(slot, generation)
-        running = min(dead, key=lambda d: d[1])[0]
-        for i, _sent in dead:
+        for i, _sent, _call in dead:
             if why is not None:
                 self.verdicts[i] = self.client._infra(
                     f"a dead evaluator actor could not be replaced: {why}", exc
                 )
                 continue
             self.deaths[i] += i == running
-            if self.deaths[i] < ATTEMPTS:
-                self.submit(i)
-            else:
+            if self.deaths[i] >= ATTEMPTS:
                 self.verdicts[i] = self.client._infra(
                     f"the evaluator actor died while evaluating this candidate, {ATTEMPTS} times (it was "
                     f"replaced each time): {_first_line(exc)}",
                     exc,
                     candidate_ran=True,  # it was running this candidate each time
                 )
+            elif self.sends[i] >= MAX_SENDS:
+                self.verdicts[i] = self.client._infra(
+                    f"the candidate was sent {MAX_SENDS} times and an evaluator actor died each time before "
+                    f"it could finish: {_first_line(exc)}",
+                    exc,
+                )
+            else:
+                self.submit(i)
 
 
 def _tag(verdict: GpuVerdict, **facts: Any) -> GpuVerdict:
