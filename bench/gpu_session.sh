@@ -4,16 +4,13 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (after 2026-12-05, tenth session: only two H100 runs, the experts GEMM and MHA forward passed on the
-# device host at 8d2d326 after two fixes for its GCC 13), in this order (s10 first: the runner's GPU tests
-# under the new build backstop, native throughput at 16 envs, the jail probe's signal masks):
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s10 $OUT   (or s10min, s10gemm)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh round2 $OUT   (native_tp: its first half)
+# Next (eleventh session, 2026-12-05: the device refused every start; nothing below has run), in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11a $OUT   (~6 min: the thread
+#                                      broadcast of both processes' jails, the experts, the runner's tests)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11c $OUT   (the wall allowance)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh spares $OUT
-#   run(carry=[".whl", ".raybundle"]): COMMIT=<sha> bash bench/gpu_session.sh ray_load $OUT
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh benches $OUT
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh gate $OUT
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11b $OUT   (native throughput)
+#   then spares, ray_load (+ .raybundle), benches, gate as below.
 # Done on 2026-12-05: fixes, throughput (Python workers); native and python before that.
 #
 # checks:  the ninth session's timing changes (the wall ends after the trusted output copy; a GPU time
