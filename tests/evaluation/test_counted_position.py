@@ -176,6 +176,7 @@ def test_inside_the_activity_trial_the_census_sees_it_and_no_span_is_taken(arena
     assert [len(t) for t in result.trials] == [SETTINGS.iterations] * SETTINGS.trials
     # one census window per timed call and one for the counted call
     assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1}
+    assert result.census_calls == SETTINGS.trials * SETTINGS.iterations  # the timed calls alone
     assert fake.transcript.count("trial_begin") == fake.transcript.count("trial_end") == SETTINGS.trials
     assert session.count_outside == ""
 
@@ -205,6 +206,7 @@ def test_a_count_error_inside_the_trial_splits_it_and_counts_outside(arena, tmp_
     assert result.calls_checked == SETTINGS.correctness_sets + VERIFIED + 2  # both counted calls verified
     # the census: every timed call's window, the failed count's window, and the outside call's rows
     assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1 + 1}
+    assert result.census_calls == SETTINGS.trials * SETTINGS.iterations  # a split loses no timed call
     # a later step of the same evaluator counts outside at once: one counted call
     later = InProcessWorker(Honest(), tmp_path)
     later.spans, later.count_error_in_trial = True, error

@@ -256,7 +256,7 @@ def test_a_target_kernel_launched_only_in_the_counted_call_earns_no_work_credit(
     The census saw it once, in the counted call's own window, while a SIMT kernel did the timed calls' work.
     """
     from ptxgym.evaluation.protocol import SassRow
-    from ptxgym.evaluation.trusted.sass_join import in_band_info, in_band_target
+    from ptxgym.evaluation.trusted.sass_join import Census, in_band_info, in_band_target
 
     pcs = {"_Z4simtv": {0x0: "FFMA"}, "_Z4mmav": {0x10: "HGMMA.64x256x16.F32.BF16"}}
     mmas = int(GEMM.flops // (2 * 64 * 256 * 16))
@@ -266,13 +266,20 @@ def test_a_target_kernel_launched_only_in_the_counted_call_earns_no_work_credit(
     ]
     record = in_band_target(rows, "", pcs, HOPPER, GEMM.flops)
     assert record["target_functions"] == ["_Z4mmav"] and record["work"] == "yes"
-    decoy, _ = in_band_info(record, HOPPER, {"_Z4simtv": 150, "_Z4mmav": 1})
+    census = Census({"_Z4simtv": 150, "_Z4mmav": 1}, calls=150)
+    decoy, _ = in_band_info(record, HOPPER, census)
     assert decoy is not None and decoy.executed is Verdict.YES and decoy.work is Verdict.NO
-    assert not decoy.credited and "no timed call launched (_Z4mmav)" in decoy.message
-    honest, _ = in_band_info(record, HOPPER, {"_Z4simtv": 150, "_Z4mmav": 150})
+    assert not decoy.credited and "the timed calls did not all launch (_Z4mmav; 150" in decoy.message
+    few, _ = in_band_info(record, HOPPER, Census({"_Z4simtv": 150, "_Z4mmav": 3}, calls=150))
+    assert few is not None and not few.credited  # a reviewer's decoy: the counted call and two timed ones
+    honest, _ = in_band_info(record, HOPPER, Census({"_Z4simtv": 150, "_Z4mmav": 151}, calls=150))
     assert honest is not None and honest.credited
+    one_call, _ = in_band_info(record, HOPPER, Census({"_Z4simtv": 1, "_Z4mmav": 2}, calls=1))
+    assert one_call is not None and one_call.credited  # one timed call and the counted call in a window
     unseen, _ = in_band_info(record, HOPPER, None)  # no census: the counts alone
     assert unseen is not None and unseen.credited
+    said, _ = in_band_info(record, HOPPER, Census({"_Z4simtv": 150}, calls=150, error="buffer lost"))
+    assert said is not None and said.work is Verdict.UNKNOWN and not said.credited  # the worker's word
 
 
 def test_in_band_info_refuses_counts_it_cannot_place():

@@ -11,8 +11,10 @@ import errno
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -323,6 +325,49 @@ def test_reads_no_other_process_in_proc(tmp_path):
     assert "reads nothing of /proc but its own entry" in out["layers"]["filesystem"]
 
 
+@needs_landlock
+@pytest.mark.skipif(not os.access("/proc/sys/vm/drop_caches", os.W_OK), reason="cannot drop the caches here")
+def test_own_proc_entry_stays_readable_after_the_caches_are_dropped(tmp_path):
+    """A rule holds an inode, and procfs replaces an evicted entry's inode: the sandbox keeps them open.
+
+    A reviewer's find: /proc/self went unreadable in 4 of 6 runs after the caches were dropped.
+    """
+    out = _child(
+        tmp_path,
+        """
+        import time
+        out["after_drop"] = []
+        for dropper in droppers:
+            dropper.stdin.write(b"go\\n")
+            dropper.stdin.flush()
+            dropper.wait()
+            time.sleep(0.05)
+            out["after_drop"].append(attempt(lambda: open("/proc/self/status", "rb").read(64)))
+        """,
+        before="""
+        import subprocess
+        drop = "import sys; sys.stdin.readline(); open('/proc/sys/vm/drop_caches', 'w').write('2')"
+        droppers = [subprocess.Popen([sys.executable, "-c", drop], stdin=subprocess.PIPE) for _ in range(4)]
+        """,
+    )
+    assert out["after_drop"] == ["ok"] * 4, out
+
+
+@needs_landlock
+def test_procfs_mounted_elsewhere_makes_the_filesystem_layer_partial(tmp_path):
+    """Every process's /proc entry is readable through a second procfs mount (a reviewer mounted one)."""
+    where = tmp_path / "proc2"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "proc", "proc", str(where)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount procfs here")
+    try:
+        out = _child(tmp_path, "")
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+    assert _state(out, "filesystem") == "partial"
+    assert f"procfs is also mounted at {where}" in out["layers"]["filesystem"]
+
+
 # ------------------------------------------------------------------------------ limits, environment
 
 
@@ -350,6 +395,36 @@ def test_rlimits(tmp_path):
         assert _state(out, "rlimits") == "partial" and "nproc not enforced" in out["layers"]["rlimits"]
     else:
         assert _state(out, "rlimits") == "active" and out["nproc"][0] == out["nproc"][1] > 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plays an unprivileged worker by dropping root to nobody")
+def test_nproc_counts_the_users_tasks_before_the_sandbox_hides_them():
+    """An unprivileged worker's task cap is its user's tasks plus headroom, counted before the sandbox.
+
+    Counted after, with other processes' /proc entries hidden by Landlock, it read 0, and a busy user's
+    worker could start no thread (a reviewer's find).
+    """
+    base = Path(tempfile.mkdtemp(prefix="ptxgym-nproc-"))
+    try:
+        base.chmod(0o777)
+        (base / "scratch").mkdir(mode=0o777)
+        (base / "scratch").chmod(0o777)
+        out = _child(
+            base,
+            "",
+            before="""
+            import subprocess
+            import ptxgym.confine.tasks, ptxgym.evaluation.runner.build, ptxgym.evaluation.runner.jail
+            os.setgid(65534)
+            os.setuid(65534)
+            quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            sleepers = [subprocess.Popen(["sleep", "5"], **quiet) for _ in range(20)]
+            """,
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    detail = out["layers"]["rlimits"]
+    assert int(detail.split("(")[1].split(" tasks")[0]) >= 20, detail
 
 
 def test_environment_scrubbed_at_sandbox_time_is_reported_partial(tmp_path):

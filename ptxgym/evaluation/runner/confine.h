@@ -81,7 +81,9 @@ inline std::string allow(int ruleset, uint64_t handled, const std::string& path,
     if (syscall(kAddRule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0) != 0)
       error = "landlock_add_rule(" + path + "): " + strerror(errno);
   }
-  close(fd);
+  // A rule is tied to an inode, and procfs makes a new one for an entry it evicted (memory pressure):
+  // the descriptor of a /proc entry stays open for the runner's life, which keeps its inode.
+  if (path.rfind("/proc/", 0) != 0) close(fd);
   return error;
 }
 
@@ -98,9 +100,11 @@ inline std::vector<std::string> strings(const Json& rules, const char* key) {
 // thread restricts itself, in the handler of a signal sent to it (as glibc broadcasts set*id calls to
 // every thread): no_new_privs, then the same ruleset. The signal is 32, which glibc's pthread_sigmask never
 // blocks (it keeps 32 and 33 for itself), so a thread that blocks every signal it can still takes it; a
-// candidate could reach such a thread the same way. The handler stays installed; a later delivery
-// restricts its thread once more, which changes nothing. A thread that blocks the signal anyway (a raw
-// rt_sigprocmask) stays outside and is named in the note, with its blocked-signal mask.
+// candidate could reach such a thread the same way. Signal 32's earlier handler is put back afterwards
+// (where there was none, on_signal stays, and without a ruleset does nothing). A thread that blocks the
+// signal anyway (a raw rt_sigprocmask) stays outside and is named in the note, with its blocked-signal
+// mask. (With glibc before 2.34, whose cancellation handler acts on any signal 32 from the process, a
+// delivery still pending then would cancel that thread at its next cancellation point.)
 namespace broadcast {
 inline std::atomic<int> ruleset{-1};
 constexpr int kMaxThreads = 4096;

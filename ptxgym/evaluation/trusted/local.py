@@ -75,6 +75,7 @@ from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeRunners
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
 from ptxgym.evaluation.trusted.sass_join import (
+    Census,
     counted_target,
     hw_only_target,
     hw_record,
@@ -1039,8 +1040,12 @@ class LocalGpuEvaluator(Evaluator):
             record = counted_target(turn.candidate, result, self.arch, turn.task.flops)
             turn.details["in_band_target"] = record
             if self.arch is not None:
-                launched = result.kernels if result.census_trials and not result.census_error else None
-                counted, why = in_band_info(record, self.arch, launched)
+                timed_census = (
+                    Census(result.kernels, result.census_calls, result.census_error)
+                    if result.census_trials
+                    else None
+                )
+                counted, why = in_band_info(record, self.arch, timed_census)
                 if result.hw_counted is not None:
                     hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
                     turn.details["hw_counters"] = {**hw, "call": result.hw_counted.record()}

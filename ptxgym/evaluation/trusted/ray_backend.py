@@ -57,6 +57,10 @@ MAX_SENDS = 6
 STARTED_KEPT = 64
 #: Threads of the keeper actor (a notice of a started call must not wait behind a replacement).
 KEEPER_THREADS = 8
+#: Seconds an actor waits for the keeper to take its notice of a started call before running it anyway.
+STARTED_WAIT_S = 10.0
+#: Seconds a replacement actor may take to start (a lost node must not hang the slot for good).
+ACTOR_START_S = 600.0
 
 #: The process whose Ray connection this module last saw; a forked child inherits it (and a dead one).
 _ray_pid: int | None = None
@@ -108,7 +112,12 @@ class EvaluatorHost:
     ) -> GpuVerdict:
         """Evaluate; ``artifact`` (the .so's bytes, or None for the path fast path) is written here first."""
         if self.keeper is not None and call_id:
-            _ray().get(self.keeper.started.remote(self.slot, self.generation, call_id))
+            try:  # a keeper that cannot answer in time loses the notice, not the call
+                _ray().get(
+                    self.keeper.started.remote(self.slot, self.generation, call_id), timeout=STARTED_WAIT_S
+                )
+            except Exception:  # noqa: BLE001 S110 - the batch then charges by the order of sending
+                pass
         if artifact is None:
             return _tag(self.evaluator.evaluate(task, candidate), transfer="path", node=self.node_id())
         digest = hashlib.sha256(artifact).hexdigest()
@@ -146,7 +155,7 @@ class PoolKeeper:
     ) -> None:
         self.factory, self.num_gpus, self.num_cpus = factory, num_gpus, num_cpus
         self.concurrency = concurrency
-        self._replacing = threading.Lock()
+        self._replacing = [threading.Lock() for _ in range(count)]  # one per slot: slots replace at once
         self._ledger = threading.Lock()
         self._started: dict[tuple[int, int], collections.deque[str]] = {}
         handles = [self._launch(slot, 0) for slot in range(count)]  # all start at once; then wait for each
@@ -181,7 +190,7 @@ class PoolKeeper:
 
     def _start(self, slot: int, generation: int) -> tuple[Any, str]:
         handle = self._launch(slot, generation)
-        return handle, _ray().get(handle.node_id.remote())
+        return handle, _ray().get(handle.node_id.remote(), timeout=ACTOR_START_S)
 
     def current(self) -> list[tuple[int, Any, str]]:
         """(generation, handle, node id) of every slot."""
@@ -189,7 +198,7 @@ class PoolKeeper:
 
     def replace(self, index: int, generation: int) -> tuple[int, Any, str]:
         """Start a new actor in slot ``index`` unless that generation was already replaced."""
-        with self._replacing:
+        with self._replacing[index]:
             current, handle, _node = self.slots[index]
             if current == generation:
                 try:

@@ -99,21 +99,20 @@ def in_band_target(
     }
 
 
-def in_band_info(
-    record: dict, arch: ArchSpec, launched: Mapping[str, int] | None = None
-) -> tuple[TargetInfo | None, str]:
+def in_band_info(record: dict, arch: ArchSpec, census: Census | None = None) -> tuple[TargetInfo | None, str]:
     """The TargetInfo a counted call proves, or None and why it proves nothing.
 
     It proves nothing when the count failed, returned no row, or returned a row that is not an
     instruction of the built module (code from elsewhere ran in the counted call: the caller falls back
     to Nsight Compute rather than guess).
 
-    ``launched``: the in-band census, launches by kernel name in the trials' call windows (None: no
-    census). A kernel that ran target instructions in the counted call but was launched no more often
-    than the counted calls themselves (``EXTRA_CALLS``: the counted and hardware-counted calls may have
-    windows too) is a decoy for the count, a candidate that recognises the counted call and launches its
-    wgmma kernel only there: the target is executed but did none of the timed calls' work, so no work
-    credit. (A kernel launched in every call that does its work only when counted is not caught here.)
+    ``census``: the in-band census of the timed calls (None: none was taken). A kernel that ran target
+    instructions in the counted call must have been launched at least once per timed call the census
+    covers; one launched less is a decoy for the count (a candidate that recognises the counted call,
+    whose command says so, and launches its wgmma kernel only there, or there and in a few timed calls):
+    the target is executed but did not do the timed calls' work, so no work credit. A census the worker
+    reported an error for cannot vouch for that: the work credit is withheld (UNKNOWN). (A kernel launched
+    in every call that does its work only when counted is not caught here.)
     """
     if record.get("error"):
         return None, f"in-band counts failed: {record['error']}"
@@ -133,13 +132,16 @@ def in_band_info(
         else f"no {arch.target_family} instruction executed with a true predicate in the counted call"
     )
     message = f"{head}; {record['share_message']} (in-band CUPTI counts)"
-    absent = [
-        f for f in record.get("target_functions", []) if launched is not None and not _launched(f, launched)
-    ]
+    functions = record.get("target_functions", [])
+    if census is not None and census.error and functions:
+        message = f"{head}; the kernel census reported an error ({census.error[:200]}): work not credited"
+        return _executed(arch, counts, message, None, None, Verdict.UNKNOWN), ""
+    absent = [f for f in functions if census is not None and census.launches(f) < census.calls]
     if absent:
         message = (
-            f"{head}, in kernel(s) no timed call launched ({', '.join(absent)[:300]}): the target did none "
-            "of the timed calls' work (in-band CUPTI counts and kernel census)"
+            f"{head}, in kernel(s) the timed calls did not all launch ({', '.join(absent)[:300]}; "
+            f"{census.calls if census else 0} timed calls): the target did not do their work (in-band CUPTI "
+            "counts and kernel census)"
         )
         return _executed(arch, counts, message, 0.0, 0.0, Verdict.NO), ""
     return _executed(
@@ -147,13 +149,19 @@ def in_band_info(
     ), ""
 
 
-EXTRA_CALLS = 2
-"""Calls of a trial besides its timed ones that may lie in the census windows (counted, hardware-counted)."""
+@dataclass(frozen=True)
+class Census:
+    """The in-band census of a subject's timed calls, as ``in_band_info`` reads it."""
 
+    kernels: Mapping[str, int]
+    """Launches by kernel name in the census windows (the timed calls', and an extra call's if inside)."""
+    calls: int
+    """Timed calls the windows cover."""
+    error: str = ""
 
-def _launched(function: str, launched: Mapping[str, int]) -> bool:
-    """Whether the census saw ``function`` (a mangled module kernel) launched in some timed call."""
-    return sum(n for name, n in launched.items() if is_own_kernel(name, [function])) > EXTRA_CALLS
+    def launches(self, function: str) -> int:
+        """Launches of ``function`` (a mangled module kernel) the census saw."""
+        return sum(n for name, n in self.kernels.items() if is_own_kernel(name, [function]))
 
 
 def _executed(

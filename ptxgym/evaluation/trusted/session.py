@@ -165,6 +165,8 @@ class SessionResult:
     """In-band census: modules the worker's driver loaded, as reported at each trial's end."""
     census_trials: int = 0
     """Trials whose end brought a census report (0: no in-band census was taken)."""
+    census_calls: int = 0
+    """Timed calls whose windows those reports cover and in which CUPTI saw GPU activity."""
     census_error: str = ""
     sass_rows: list[SassRow] | None = None
     """The counted call's rows (``Session.timing(count=True)``; None: not counted)."""
@@ -462,6 +464,7 @@ class Session:
             record.span_ms = spans.spans.get(record.seq) if spans else None
         if spans is not None and self.backend == CUPTI:
             _add_census(result, spans)
+            result.census_calls += sum(1 for record in segment if record.span_ms is not None)
         windowed, self._windowed = self._windowed, None
         if (
             windowed is not None
