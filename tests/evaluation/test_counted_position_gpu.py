@@ -100,17 +100,14 @@ def test_expert_keeps_its_target_credit_with_the_counted_call_among_the_timed(ev
 
 
 def test_wgmma_on_the_steps_last_call_only_gets_no_target_credit(evaluator, task):
+    """Even where the secret slot is the last call (1 in 14), the wgmma kernel was launched in no timed
+    call, which the census shows (``sass_join.in_band_info``): no work credit either way."""
     cand = _cheat(task, LAST_CALL)
-    for turn in range(3):
-        verdict = _judge(evaluator, task, cand.model_copy(update={"turn": turn}), f"last_call_wgmma {turn}")
-        assert verdict.status is Status.PASSED, verdict.message  # every output is right
-        assert verdict.target.executed is not Verdict.UNKNOWN, verdict.target
-        if verdict.details["counted_call"]["call"] != LAST_CALL:
-            assert not verdict.target.credited, verdict.target
-            assert verdict.target.work is not Verdict.YES
-            return
-        assert verdict.target.credited  # the secret slot was the last one: the guess paid, 1 in 14
-    pytest.fail("the counted call was the step's last call in three turns of three (p = 1/14^3)")
+    verdict = _judge(evaluator, task, cand, "last_call_wgmma")
+    assert verdict.status is Status.PASSED, verdict.message  # every output is right
+    assert verdict.target.executed is not Verdict.UNKNOWN, verdict.target
+    assert not verdict.target.credited, verdict.target
+    assert verdict.target.work is not Verdict.YES
 
 
 def test_the_wgmma_loop_on_every_call_is_credited(evaluator, task):
