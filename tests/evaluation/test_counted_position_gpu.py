@@ -100,8 +100,10 @@ def test_expert_keeps_its_target_credit_with_the_counted_call_among_the_timed(ev
 
 
 def test_wgmma_on_the_steps_last_call_only_gets_no_target_credit(evaluator, task):
-    """Even where the secret slot is the last call (1 in 14), the wgmma kernel was launched in no timed
-    call, which the census shows (``sass_join.in_band_info``): no work credit either way."""
+    """No work credit, even where the secret slot is the last call (1 in 14).
+
+    The wgmma kernel was launched in no timed call, which the census shows (``sass_join.in_band_info``).
+    """
     cand = _cheat(task, LAST_CALL)
     verdict = _judge(evaluator, task, cand, "last_call_wgmma")
     assert verdict.status is Status.PASSED, verdict.message  # every output is right
