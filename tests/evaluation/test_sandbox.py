@@ -233,23 +233,24 @@ def test_writes_only_inside_scratch(tmp_path):
     assert out["dev_null"] == out["thread_name"] == out["read_outside"] == "ok"
 
 
+HELPER_THREAD = """
+go, done = threading.Event(), threading.Event()
+def helper():
+    go.wait()
+    out["helper_outside"] = attempt(write, outside / "helper.txt")
+    done.set()
+threading.Thread(target=helper, daemon=True).start()
+"""
+"""A thread started before the sandbox that writes outside scratch once ``HELPER_GO`` runs."""
+HELPER_GO = "go.set()\ndone.wait(30)\n"
+
+
 @needs_landlock
 def test_filesystem_report_is_truthful_about_earlier_threads(tmp_path):
     out = _child(
         tmp_path,
-        before="""
-        go, done = threading.Event(), threading.Event()
-        def helper():
-            go.wait()
-            out["helper_outside"] = attempt(write, outside / "helper.txt")
-            done.set()
-        threading.Thread(target=helper, daemon=True).start()
-        """,
-        body="""
-        go.set()
-        done.wait(30)
-        out["main_outside"] = attempt(write, outside / "main.txt")
-        """,
+        before=HELPER_THREAD,
+        body=HELPER_GO + 'out["main_outside"] = attempt(write, outside / "main.txt")',
     )
     # ABI 8 (LANDLOCK_RESTRICT_SELF_TSYNC) restricts the helper thread with the caller; below it the
     # helper restricts itself from a signal handler (sandbox._restrict_others)
@@ -269,18 +270,8 @@ def test_without_the_broadcast_the_report_admits_the_earlier_threads_gap(tmp_pat
     env = {**os.environ, "PATH": str(tmp_path / "nothing"), "PTXGYM_CACHE_DIR": str(tmp_path / "cache")}
     out = _child(
         tmp_path,
-        before="""
-        go, done = threading.Event(), threading.Event()
-        def helper():
-            go.wait()
-            out["helper_outside"] = attempt(write, outside / "helper.txt")
-            done.set()
-        threading.Thread(target=helper, daemon=True).start()
-        """,
-        body="""
-        go.set()
-        done.wait(30)
-        """,
+        before=HELPER_THREAD,
+        body=HELPER_GO,
         env=env,
     )
     assert _state(out, "filesystem") == "partial"
