@@ -4,13 +4,13 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (eleventh session, 2026-12-05: the device refused every start; nothing below has run), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11a $OUT   (~6 min: the thread
-#                                      broadcast of both processes' jails, the experts, the runner's tests)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11c $OUT   (the wall allowance)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT
+# Next (after the eleventh session, 2026-12-05: s11a and s11c ran on an H100, gpu_tests_2026-12-05_s11_h100.txt),
+# in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s12 $OUT   (~5 min: the profiled
+#                                      process under the thread broadcast: ncu cross-check, memcheck)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT   (the flip)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11b $OUT   (native throughput)
-#   then spares, ray_load (+ .raybundle), benches, gate as below.
+#   on an H200: s11a, s11c again (H200 figures); then spares, ray_load (+ .raybundle), benches, gate.
 # Done on 2026-12-05: fixes, throughput (Python workers); native and python before that.
 #
 # checks:  the ninth session's timing changes (the wall ends after the trusted output copy; a GPU time
@@ -41,7 +41,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -152,6 +152,13 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     jail_probe 60
+    ;;
+  s12)
+    # the profiled process (Nsight Compute's cross-check forced, compute-sanitizer) with the eleventh
+    # session's thread broadcast and /proc rules, which no GPU run has exercised there yet
+    timeout 300 bash bench/gpu_tests.sh "$out/profiled" --timeout 290 -q \
+      tests/evaluation/test_gpu_evaluator.py tests/evaluation/test_sass_counts.py \
+      -k "tma_gemm_passes or memcheck_clean_and_error or agree_with_nsight"
     ;;
   s11a)
     # eleventh session, first command (~6 min): s10's tests and the jail probe (its throughput is s11b)
