@@ -159,6 +159,9 @@ case "$stage" in
     timeout 300 bash bench/gpu_tests.sh "$out/profiled" --timeout 290 -q \
       tests/evaluation/test_gpu_evaluator.py tests/evaluation/test_sass_counts.py \
       -k "tma_gemm_passes or memcheck_clean_and_error or agree_with_nsight"
+    # the runner's seccomp filter keeps its protocol pipes (no close, dup2 or close_range over them)
+    PTXGYM_CANDIDATE_PROCESS=native timeout 200 bash bench/gpu_tests.sh "$out/runner" --timeout 190 -q \
+      tests/evaluation/test_native_runner_gpu.py
     ;;
   s11a)
     # eleventh session, first command (~6 min): s10's tests and the jail probe (its throughput is s11b)

@@ -44,6 +44,10 @@ ARCHES = {
             "seccomp": 317,
             "io_uring_setup": 425,
             "pidfd_getfd": 438,
+            "close": 3,
+            "dup2": 33,
+            "dup3": 292,
+            "close_range": 436,
         },
     ),
     "aarch64": _Arch(
@@ -59,6 +63,9 @@ ARCHES = {
             "seccomp": 277,
             "io_uring_setup": 425,
             "pidfd_getfd": 438,
+            "close": 57,
+            "dup3": 24,
+            "close_range": 436,
         },
     ),
 }
@@ -80,8 +87,8 @@ RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
 # classic BPF opcodes: BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
 LD_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
-# offsets in struct seccomp_data: nr, arch, low 32 bits of args[0] (little-endian)
-OFF_NR, OFF_ARCH, OFF_ARG0 = 0, 4, 16
+# offsets in struct seccomp_data: nr, arch, low 32 bits of args[0] and args[1] (little-endian)
+OFF_NR, OFF_ARCH, OFF_ARG0, OFF_ARG1 = 0, 4, 16, 24
 
 
 def syscall_number(name: str, machine: str | None = None) -> int:
@@ -90,17 +97,35 @@ def syscall_number(name: str, machine: str | None = None) -> int:
 
 
 def network_filter(
-    machine: str, families: tuple[int, ...] = LOCAL_FAMILIES
+    machine: str, families: tuple[int, ...] = LOCAL_FAMILIES, kept_fds: tuple[int, ...] = ()
 ) -> list[tuple[int, int, int, int]]:
-    """The filter for ``x86_64`` or ``aarch64`` as (code, jt, jf, k) rows; ``families`` may open sockets."""
+    """The filter for ``x86_64`` or ``aarch64`` as (code, jt, jf, k) rows; ``families`` may open sockets.
+
+    ``kept_fds``: descriptors nothing may close or replace (EPERM for ``close`` of one, ``dup2``/``dup3``
+    onto one, a ``close_range`` over one): a native runner's protocol pipes, over which a candidate's
+    constructor once put pipes of its own and relayed every reply with smaller GPU times (a reviewer's
+    find; it can still write or read them, which breaks the protocol's sequence, or patch the runner's
+    memory: the trusted wall clock bounds what that gains).
+    """
     arch = ARCHES[machine]
     program: list[tuple | str] = [("ld", OFF_ARCH), ("jeq", arch.audit, None, "enosys"), ("ld", OFF_NR)]
     if arch.x32:
         program.append(("jge", _X32_SYSCALL_BIT, "enosys", None))
     program.append(("jeq", arch.nr["socket"], "socket", None))
     program += [("jeq", arch.nr[name], "eperm", None) for name in DENIED]
+    kept: list[tuple | str] = []
+    if kept_fds:
+        for name, offset in (("close", OFF_ARG0), ("dup2", OFF_ARG1), ("dup3", OFF_ARG1)):
+            if name in arch.nr:
+                program.append(("jeq", arch.nr[name], f"kept_{name}", None))
+                kept += [f"kept_{name}", ("ld", offset), *[("jeq", fd, "eperm", None) for fd in kept_fds]]
+                kept.append(("ret", RET_ALLOW))
+        program.append(("jeq", arch.nr["close_range"], "kept_range", None))
+        kept += ["kept_range", ("ld", OFF_ARG0), ("jge", max(kept_fds) + 1, "allow", None), ("ld", OFF_ARG1)]
+        kept += [("jge", min(kept_fds), "eperm", None), ("ret", RET_ALLOW)]
     program += [
         ("ret", RET_ALLOW),
+        *kept,
         "socket",
         ("ld", OFF_ARG0),
         *[("jeq", family, "allow", None) for family in families],

@@ -45,7 +45,7 @@ PAGE = 4096
 RUN = 3 * N * 4  # a, b, c in the first run
 HOLE = PAGE  # an unmapped page between the runs
 TOTAL = RUN + HOLE + PAGE  # the second run: one page nobody uses
-MODES = 10  # input set k passes mode k
+MODES = 11  # input set k passes mode k
 
 CANDIDATE = r"""
 #include <tvm/ffi/container/tensor.h>
@@ -100,6 +100,15 @@ void run(TensorView a, TensorView b, TensorView c, double alpha, int64_t mode) {
     TVM_FFI_THROW(RuntimeError) << "denied: " << std::strerror(err);
   }
   if (mode == 7) for (volatile int spin = 0;; spin = spin + 1) {}
+  if (mode == 10) {  // put a pipe of its own over the reply pipe (a relay could then rewrite every reply)
+    int p[2];
+    if (pipe(p) != 0) TVM_FFI_THROW(RuntimeError) << "pipe failed";
+    int fd = reply_fd();
+    int dup = dup2(p[1], fd) < 0 ? errno : 0;
+    int closed = close(fd) < 0 ? errno : 0;
+    TVM_FFI_THROW(RuntimeError) << "dup2: " << (dup ? std::strerror(dup) : "ok")
+                                << "; close: " << (closed ? std::strerror(closed) : "ok");
+  }
   TVM_FFI_ICHECK_EQ(a.dtype().bits, 32);
   const float* x = static_cast<const float*>(a.data_ptr());
   const float* y = static_cast<const float*>(b.data_ptr());
@@ -365,6 +374,10 @@ def test_confined_runner_reads_only_what_it_needs(runner_bin, blob, candidate, t
         np.testing.assert_array_equal(blob[1][2], np.arange(N, dtype=np.float32) + 2.0)
         reply = call(jailed, 6)
         assert not reply.ok and reply.error == "RuntimeError: denied: Permission denied", reply
+        relay = call(jailed, 10)  # its protocol pipes can be neither replaced nor closed (seccomp)
+        expected = "RuntimeError: dup2: Operation not permitted; close: Operation not permitted"
+        assert not relay.ok and relay.error == expected, relay
+        assert jailed.request(Call(set=0), 10.0).ok  # and the runner serves on
         assert "libpython" not in Path(f"/proc/{jailed.pid}/maps").read_text()  # the launcher exec'd
     finally:
         jailed.kill()

@@ -7,11 +7,12 @@ runner's environment and the commands' JSON.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from ptxgym.confine import landlock
+from ptxgym.confine import landlock, seccomp
 from ptxgym.evaluation.protocol import ApplySandbox, Attach, Load, VmmBlob, VmmRun
 from ptxgym.evaluation.runner import jail
 from ptxgym.evaluation.trusted import native_worker
@@ -200,9 +201,11 @@ def test_the_sandbox_command_asks_for_the_hw_prepare_only_when_the_subject_is_hw
     from ptxgym.confine.launch import Jail
 
     enc = _Encoder(tmp_path)
-    enc.jail, enc.landlock_at_exec = Jail(families=()), False
+    enc.jail, enc.landlock_at_exec, enc.protocol_fds = Jail(families=()), False, (5, 8)
     for asked in (False, True):
         cmd = ApplySandbox(mode="on", scratch=str(tmp_path), hw_prepare=asked)
         assert json.loads(enc._encode(cmd))["jail"]["hw_prepare"] is asked
+    rows = json.loads(enc._encode(cmd))["jail"]["filter"]
+    assert len(rows) > len(seccomp.network_filter(os.uname().machine, ()))  # the protocol pipes are kept
     off = json.loads(enc._encode(ApplySandbox(mode="off", scratch=str(tmp_path), hw_prepare=True)))
     assert "jail" not in off  # no jail is applied, so nothing is queried before one

@@ -50,11 +50,16 @@ CUPTI_ERROR_UNKNOWN; ``bench/results/runner_hw_probe_2026-12-05.txt``); False on
 (``bench/runner_hw_probe.py``)."""
 
 
-def jail_spec(jail: Jail) -> dict:
-    """The jail as ``runner/confine.h`` applies it: rlimits, Landlock rules, assembled seccomp rows."""
+def jail_spec(jail: Jail, kept_fds: tuple[int, ...] = ()) -> dict:
+    """The jail as ``runner/confine.h`` applies it: rlimits, Landlock rules, assembled seccomp rows.
+
+    ``kept_fds``: the runner's protocol pipes, which its filter lets nothing close or replace
+    (``seccomp.network_filter``).
+    """
     rows = None
     if jail.families is not None:
-        rows = [list(r) for r in seccomp.network_filter(os.uname().machine, tuple(jail.families))]
+        machine = os.uname().machine
+        rows = [list(r) for r in seccomp.network_filter(machine, tuple(jail.families), kept_fds)]
     rules = dataclasses.asdict(jail.landlock) if jail.landlock is not None else None
     return {"rlimits": dict(jail.rlimits), "landlock": rules, "filter": rows}
 
@@ -174,6 +179,8 @@ class NativeHandle(WorkerHandle):
         self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=log_dir))
         self._fds, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [str(spec.binary), "--fd-in", str(cmd_r), "--fd-out", str(rep_w)]
+        self.protocol_fds = (cmd_r, rep_w)
+        """The runner's command and reply pipes, by their numbers in the runner (``pass_fds`` keeps them)."""
         argv += ["--fd-sock", str(child.fileno()), "--parent-pid", str(os.getpid())]
         argv += ["--device", str(spec.device)]
         if spec.gpu is None:
@@ -210,7 +217,7 @@ class NativeHandle(WorkerHandle):
         if isinstance(cmd, Attach):
             return cmd.model_dump_json(exclude={"blob"}).encode()
         if isinstance(cmd, ApplySandbox) and self.jail is not None and cmd.mode != "off":
-            spec = {**jail_spec(self.jail), "landlock_at_exec": self.landlock_at_exec}
+            spec = {**jail_spec(self.jail, self.protocol_fds), "landlock_at_exec": self.landlock_at_exec}
             spec["hw_prepare"] = cmd.hw_prepare and HW_PREPARE
             return json.dumps({**cmd.model_dump(mode="json"), "jail": spec}).encode()
         if isinstance(cmd, Load) and cmd.kind == "so" and cmd.path:
