@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,11 +153,16 @@ def plan() -> RunnerBuild:
 
 def key(build: RunnerBuild) -> str:
     """Hash of the sources, the flags and the compiler's version."""
+    return _key(SOURCES, build.compiler, build.flags)
+
+
+def _key(sources: Sequence[str], compiler: str, flags: Sequence[str]) -> str:
+    """Hash of ``sources`` (those of this folder that exist), ``compiler``'s version and ``flags``."""
     digest = hashlib.sha256()
-    for name in (n for n in SOURCES if (HERE / n).is_file()):
+    for name in (n for n in sources if (HERE / n).is_file()):
         digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
-    version = subprocess.run([build.compiler, "--version"], capture_output=True, text=True, check=False)
-    digest.update("\0".join([build.compiler, version.stdout, *build.flags]).encode())
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    digest.update("\0".join([compiler, version.stdout, *flags]).encode())
     return digest.hexdigest()[:20]
 
 
@@ -179,12 +185,9 @@ def build_broadcast(cache: Path | None = None) -> Path:
     compiler = _compiler()
     flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-pthread"]
     flags.append(str(HERE / "broadcast.cc"))
-    digest = hashlib.sha256()
-    for name in BROADCAST_SOURCES:
-        digest.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
-    digest.update("\0".join([compiler, version.stdout, *flags]).encode())
-    root = (cache or settings.cache_dir()) / "runner" / f"broadcast-{digest.hexdigest()[:20]}"
+    root = (
+        (cache or settings.cache_dir()) / "runner" / f"broadcast-{_key(BROADCAST_SOURCES, compiler, flags)}"
+    )
     return _compiled(root / "libptxgym-broadcast.so", compiler, flags, "the thread broadcast library")
 
 

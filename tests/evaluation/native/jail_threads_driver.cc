@@ -51,12 +51,7 @@ static std::string outcome(int result) { return result == 0 ? "ok" : strerror(re
 static std::atomic<int> own_handler_ran{0};
 static void own_handler(int) { own_handler_ran.fetch_add(1); }
 
-struct KAction {
-  void (*handler)(int);
-  unsigned long flags;
-  void (*restorer)();
-  uint64_t mask;
-};
+using KAction = confine::broadcast::KernelAction;
 
 // own_handler on SIGRTMIN+3 (sigaction) and on 32 (the raw call, glibc's restorer borrowed)
 static void install_own_handlers() {
