@@ -41,7 +41,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -152,6 +152,17 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     jail_probe 60
+    ;;
+  s13)
+    # twelfth session: why memcheck now hangs on a faulting candidate in the profiled process (s12: 71 s
+    # timeout, was 9 s), one sandbox layer changed per row; then the issue-11 audit in the native runner
+    # with the hardware-counted call on (its new default: instrumented_wgmma was PAID without it)
+    timeout 230 python3 bench/profiled_probe.py --out "$out/profiled_probe.txt" \
+      --variants shipped no_broadcast no_scope off --timeout 35 --dump-after 20
+    cases=$(python3 -c "from ptxgym.audit.cases import CASES; print(' '.join('--case=' + c.name for c in CASES if c.issue != 'corpus'))")
+    { header "audit, native runner, default settings"
+      PTXGYM_CANDIDATE_PROCESS=native timeout 300 python3 -c "import sys; from ptxgym.cli.main import main; sys.exit(main(sys.argv[1:]))" audit --evaluator local $cases; } \
+      > "$out/audit_native.txt" 2>&1
     ;;
   s12)
     # the profiled process (Nsight Compute's cross-check forced, compute-sanitizer) with the eleventh

@@ -193,15 +193,17 @@ class EvalSettings(BaseModel):
         "should a tool not tolerate a driver that waits before initialising CUDA).",
     )
     hw_counters: bool = Field(
-        False,
+        True,
         description="TargetMode.EXECUTED in the native runner: a second verified call at another secret slot "
         "reads hardware counters (CUPTI's range profiler, unpatched: ``session.py``), whose MMA share can "
         "only lower the SASS-counted call's and whose TMA bytes join the work verdict "
-        "(``target_work.hw_share``). Off (the default): one counted call. It counts in the jailed runner on "
-        "the H200 since the runner queries the counter availability before its jail (inside it Landlock's "
-        "read rules make that query fail: ``ApplySandbox.hw_prepare``, runner_hw_probe_2026-12-05.txt); off "
-        "until its cost per candidate (the call, ~0.2 s, and that query, ~0.2 s of the runner's set-up) is "
-        "measured against the floor + 1.0 s goal (bench/gpu_session.sh round2).",
+        "(``target_work.hw_share``). It counts in the jailed runner on the H200 since the runner queries the "
+        "counter availability before its jail (inside it Landlock's read rules make that query fail: "
+        "``ApplySandbox.hw_prepare``, runner_hw_probe_2026-12-05.txt). Its cost, the call (~0.2 s) and that "
+        "query (~0.17 s of the runner's set-up), was measured on the H200 (gpu_cost_2026-12-05_hw_true.txt); "
+        "without it a kernel that does its wgmma work only when it sees its instructions patched (the "
+        "SASS-counted call) earned the target credit (``instrumented_wgmma``, audit_2026-12-05_native.txt). "
+        "Off: one counted call. The Python worker reads no hardware counters either way.",
     )
     hw_count_in_trial: bool = Field(
         False,

@@ -1,0 +1,35 @@
+"""The profiled driver with one sandbox layer changed: a diagnostic for ``bench/profiled_probe.py`` only.
+
+``python bench/profiled_variant.py VARIANT <driver arguments>``. VARIANT: ``shipped`` (as the evaluator
+runs it), ``no_broadcast`` (the earlier threads are left unrestricted), ``no_scope`` (Landlock without
+the signal scope), ``neither``. The evaluator never runs this file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ptxgym.confine import landlock  # noqa: E402
+from ptxgym.evaluation.sandboxed import driver, sandbox  # noqa: E402
+
+VARIANTS = ("shipped", "no_broadcast", "no_scope", "neither")
+
+
+def main() -> int:
+    variant, rest = sys.argv[1], sys.argv[2:]
+    if variant not in VARIANTS:
+        print(f"profiled_variant: unknown variant {variant!r}", file=sys.stderr)
+        return 2
+    if variant in ("no_broadcast", "neither"):
+        sandbox._restrict_others = lambda fd: (False, "the probe skipped the broadcast")
+    if variant in ("no_scope", "neither"):
+        landlock.SCOPE_SIGNAL = 0
+    print(f"profiled_variant: {variant}", file=sys.stderr)
+    return driver.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
