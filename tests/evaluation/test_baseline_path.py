@@ -438,3 +438,29 @@ def test_an_infra_error_says_whether_the_candidate_had_been_loaded(tmp_path, mon
     monkeypatch.setattr(Session, "calibrate", broken)  # before it
     before = ev.evaluate(task, built(task, 2).model_copy(update={"artifact_sha256": "d" * 64}))
     assert before.status is Status.INFRA_ERROR and not before.candidate_ran
+
+
+def test_spares_are_awaited_after_the_sandbox_and_before_the_calibration(tmp_path):
+    """``QUIET_SPARES``: a spare starts beside the worker's attach and sandbox, never beside its timing.
+
+    The wait sits between the sandbox command and the calibration's first load, so a spare the last
+    subject started has the set-up's time to finish in (it was awaited when the worker was taken).
+    """
+    workers = Workers(tmp_path)
+    ev = cpu_evaluator(tmp_path, workers)
+    seen: list[list[str]] = []
+
+    class Spares(_Pool):
+        def settle(self, ready) -> int:
+            seen.append(list(workers.made[-1].transcript) if workers.made else [])
+            return 1
+
+    ev.native.pool = Spares()  # type: ignore[assignment]
+    task = gemm_task()
+    ev.baseline(task)
+    verdict = ev.evaluate(task, built(task))
+    assert verdict.status is Status.PASSED, verdict.message
+    assert len(seen) == 2  # once per subject: the baseline's worker, the candidate's
+    for before in seen:
+        assert before and before[-1] == "sandbox", before  # after the sandbox, no calibration load yet
+    assert "worker_settle" in verdict.stage_wall_s

@@ -124,7 +124,8 @@ first and falls back on a count error or on all-zero counts (``Session._counted`
 
 QUIET_SPARES = True
 """Spare workers are replaced after a subject's timed calls, never beside its own calibration and timing
-(``pool.py``), and the native runners' spares are awaited before the next worker set-up. Before, ``take``
+(``pool.py``), and the native runners' spares are awaited before the next subject's calibration
+(``_session``). Before, ``take``
 replaced a spare at once, so a fresh worker imported torch and created its CUDA context while the subject
 was calibrated and timed; the calibration's spread, which sets the wall-clock allowance, is the suspected
 victim (``bench/wall_allowance.py --noisy-spares`` plays the old way for comparison). A Python worker's
@@ -571,9 +572,6 @@ class LocalGpuEvaluator(Evaluator):
                 handle.discard()
                 last = exc
                 continue
-            self.spares_wait_s = 0.0
-            if self.quiet_spares:
-                self._settle_spares()
             return handle
         raise WorkerSetupError(
             "no worker process could be started: "
@@ -638,9 +636,12 @@ class LocalGpuEvaluator(Evaluator):
         syscall filter as the candidate's calls. A sandbox that cannot be applied (strict mode) is an
         infrastructure error, not the candidate's. ``pool``: the native runners' (default: Python workers).
         ``hw_prepare``: a runner queries its hardware-counter availability before its jail (the subject
-        will get the hardware-counted call; ``ApplySandbox.hw_prepare``). ``walls``: the parts' wall
-        seconds (``worker_restore``, ``worker_take``, ``worker_attach``, ``worker_sandbox``,
-        ``worker_calibrate``).
+        will get the hardware-counted call; ``ApplySandbox.hw_prepare``). The spares are awaited just
+        before the calibration (``QUIET_SPARES``), not when the worker is taken: a spare the last subject
+        started then starts beside this worker's attach and sandbox (on the H200 the ``worker`` stage grew
+        from 0.08 s a candidate at 1 env to 0.30 s at 16 and 64: that wait, it seems;
+        throughput_2026-12-05_native_h200.txt). ``walls``: the parts' wall seconds (``worker_restore``,
+        ``worker_take``, ``worker_attach``, ``worker_sandbox``, ``worker_settle``, ``worker_calibrate``).
         """
         walls = {} if walls is None else walls
         t = time.perf_counter()
@@ -669,6 +670,10 @@ class LocalGpuEvaluator(Evaluator):
             if sandboxed:
                 session.sandbox(self.sandbox_mode, hw_prepare)
             part("sandbox")
+            self.spares_wait_s = 0.0
+            if self.quiet_spares:  # a spare started after the last timed calls may still be starting:
+                self._settle_spares()  # it had this worker's attach and sandbox to do it in
+            part("settle")
             session.calibrate(match_ms=match_ms)
             part("calibrate")
         except (WorkerError, CandidateFault) as exc:
