@@ -21,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from ptxgym.confine import landlock  # noqa: E402
+
 WRAPPER = ROOT / "bench" / "profiled_variant.py"
 
 
@@ -63,6 +66,20 @@ def _watch(stop: threading.Event, after_s: float, log: list[str]) -> None:
                 log.extend(_threads(int(entry.name)))
             except OSError as exc:
                 log.append(f"  <{exc}>")
+
+
+def _errata() -> str:
+    """Landlock's errata bits (``LANDLOCK_CREATE_RULESET_ERRATA``), raw.
+
+    One of them says that signals between threads of one process in different domains are allowed
+    (Landlock's erratum 2; without it a thread-by-thread jail with the signal scope blocks them).
+    """
+    import ctypes
+
+    from ptxgym.confine.libc import syscall
+
+    ret = syscall(landlock.NR_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_ulong(1 << 1))
+    return f"{ret:#x}" if ret >= 0 else f"unavailable ({os.strerror(-ret)})"
 
 
 def main() -> int:
@@ -120,7 +137,10 @@ def main() -> int:
     )
     task = get_task("Gemm-sm90a")
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    lines = [f"# profiled probe {when} commit {os.environ.get('COMMIT', 'unknown')}"]
+    lines = [
+        f"# profiled probe {when} commit {os.environ.get('COMMIT', 'unknown')}; kernel "
+        f"{os.uname().release}; Landlock ABI {landlock.abi()[0]}, errata {_errata()}"
+    ]
     evaluator = LocalGpuEvaluator(settings=settings, spares=1)
     try:
         for case in args.cases:
