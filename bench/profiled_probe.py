@@ -68,6 +68,23 @@ def _watch(stop: threading.Event, after_s: float, log: list[str]) -> None:
                 log.append(f"  <{exc}>")
 
 
+def _landlock_log() -> list[str]:
+    """Landlock's denial records in the kernel log since the last call, or why there are none.
+
+    From kernel 6.15 Landlock's audit records reach the kernel log where no audit daemon reads them.
+    """
+    import subprocess
+
+    try:
+        out = subprocess.run(["dmesg", "-c"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"  kernel log: {exc}"]
+    if out.returncode != 0:
+        return [f"  kernel log unreadable: {out.stderr.strip()[:200]}"]
+    hits = [line for line in out.stdout.splitlines() if "landlock" in line.lower()]
+    return [f"  kernel log: {len(hits)} Landlock line(s)", *(f"    {h[:300]}" for h in hits[-15:])]
+
+
 def _errata() -> str:
     """Landlock's errata bits (``LANDLOCK_CREATE_RULESET_ERRATA``), raw.
 
@@ -134,6 +151,7 @@ def main() -> int:
         guard_pages=False,
         ncu_crosscheck_fraction=0.0,
         seed=1234,
+        verdict_cache_entries=0,  # every row runs (the artifact is the same)
     )
     task = get_task("Gemm-sm90a")
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -154,6 +172,7 @@ def main() -> int:
                 verdict = evaluator.evaluate(task, candidate(case, task))
                 stop.set()
                 watcher.join()
+                denials = _landlock_log()
                 row = (
                     f"{case} | {variant} | {verdict.status.value} | {time.monotonic() - start:.1f} s | "
                     f"{verdict.message[:240]!r}"
@@ -162,6 +181,7 @@ def main() -> int:
                 lines += [
                     row,
                     *log,
+                    *denials,
                     "  tool output tail:",
                     *("    " + t for t in current["tail"].splitlines()[-25:]),
                 ]

@@ -2,7 +2,8 @@
 
 ``python bench/profiled_variant.py VARIANT <driver arguments>``. VARIANT: ``shipped`` (as the evaluator
 runs it), ``no_broadcast`` (the earlier threads are left unrestricted), ``no_scope`` (Landlock without
-the signal scope), ``neither``. The evaluator never runs this file.
+the signal scope), ``neither``, ``tmp_write`` (``/tmp`` writable too),
+``no_scope_tmp_write``. The evaluator never runs this file.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ptxgym.confine import landlock  # noqa: E402
 from ptxgym.evaluation.sandboxed import driver, sandbox  # noqa: E402
 
-VARIANTS = ("shipped", "no_broadcast", "no_scope", "neither")
+VARIANTS = ("shipped", "no_broadcast", "no_scope", "neither", "tmp_write", "no_scope_tmp_write")
 
 
 def main() -> int:
@@ -25,8 +26,14 @@ def main() -> int:
         return 2
     if variant in ("no_broadcast", "neither"):
         sandbox._restrict_others = lambda fd: (False, "the probe skipped the broadcast")
-    if variant in ("no_scope", "neither"):
+    if variant in ("no_scope", "neither", "no_scope_tmp_write"):
         landlock.SCOPE_SIGNAL = 0
+    if variant.endswith("tmp_write"):
+        shipped = sandbox._writable_paths
+        sandbox._writable_paths = lambda scratch, write, shm=False: [
+            *shipped(scratch, write, shm),
+            (Path("/tmp"), write),
+        ]
     print(f"profiled_variant: {variant}", file=sys.stderr)
     return driver.main(rest)
 
