@@ -41,7 +41,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -152,6 +152,11 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     jail_probe 60
+    ;;
+  s16)
+    # s15: the broadcast's signals alone hang it; is the error already in the tool's report at the hang?
+    timeout 110 python3 bench/profiled_probe.py --out "$out/profiled_probe.txt" \
+      --variants shipped --timeout 25 --dump-after 15
     ;;
   s15)
     # s14: the broadcast hangs memcheck with or without the signal scope and /tmp writes; its signals

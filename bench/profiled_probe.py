@@ -119,7 +119,7 @@ def main() -> int:
     from ptxgym.records.tasks import get_task
 
     original_argv, original_run = memcheck.driver_argv, proofs.run_memcheck
-    current = {"variant": "shipped", "tail": ""}
+    current = {"variant": "shipped", "tail": "", "report": "<not read>"}
 
     def variant_argv(*a, **kw):
         argv = original_argv(*a, **kw)
@@ -139,7 +139,14 @@ def main() -> int:
         current["tail"] = f"wall {wall:.1f} s\n{tail[-2500:]}"
         return info, wall, tail
 
-    memcheck.driver_argv, proofs.run_memcheck = variant_argv, keep_tail
+    original_read = memcheck.read_report
+
+    def keep_report(path):
+        text = original_read(path)
+        current["report"] = "<none>" if text is None else text[:1500]
+        return text
+
+    memcheck.driver_argv, proofs.run_memcheck, memcheck.read_report = variant_argv, keep_tail, keep_report
     settings = EvalSettings(
         warmup=2,
         iterations=5,
@@ -163,7 +170,7 @@ def main() -> int:
     try:
         for case in args.cases:
             for variant in args.variants:
-                current.update(variant=variant, tail="")
+                current.update(variant=variant, tail="", report="<not read>")
                 log: list[str] = []
                 stop = threading.Event()
                 watcher = threading.Thread(target=_watch, args=(stop, args.dump_after, log), daemon=True)
@@ -182,6 +189,8 @@ def main() -> int:
                     row,
                     *log,
                     *denials,
+                    "  the tool's report file as read after the run:",
+                    *("    " + t for t in current.get("report", "<not read>").splitlines()[:20]),
                     "  tool output tail:",
                     *("    " + t for t in current["tail"].splitlines()[-25:]),
                 ]
