@@ -4,14 +4,14 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (after the eleventh session, 2026-12-05: s11a and s11c ran on an H100, gpu_tests_2026-12-05_s11_h100.txt),
-# in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s12 $OUT   (~5 min: the profiled
-#                                      process under the thread broadcast: ncu cross-check, memcheck)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh audit_native $OUT   (the flip)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11b $OUT   (native throughput)
-#   on an H200: s11a, s11c again (H200 figures); then spares, ray_load (+ .raybundle), benches, gate.
-# Done on 2026-12-05: fixes, throughput (Python workers); native and python before that.
+# Next (after the twelfth session, 2026-12-05: s12, audit_native, s11b, s11c on an H200; s13-s16 on an
+# H100; candidate_process now defaults to native), in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh flip $OUT   (~9 min: the five
+#                                      experts and the evaluator's GPU suite in the default path)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11b $OUT   (native throughput
+#                                      with the spares awaited before the calibration and hw_counters on)
+#   then spares, ray_load (+ .raybundle), benches, gate.
+# Done on 2026-12-05: s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
 #
 # checks:  the ninth session's timing changes (the wall ends after the trusted output copy; a GPU time
 #          above its wall is forged): the experts GEMM and MHA forward in the default path; the runner's
@@ -41,7 +41,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: flip, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -94,7 +94,8 @@ case "$stage" in
     # the suite needs more than 300 s in the Python worker (cut there on 2026-12-05 after 29 tests)
     # shellcheck disable=SC1091
     source bench/carried_flashinfer.sh
-    timeout 420 bash bench/gpu_tests.sh "$out/python" --timeout 200 -q tests/evaluation/test_gpu_evaluator.py \
+    PTXGYM_CANDIDATE_PROCESS=python timeout 420 bash bench/gpu_tests.sh "$out/python" --timeout 200 -q \
+      tests/evaluation/test_gpu_evaluator.py \
       tests/evaluation/test_counted_position_gpu.py tests/evaluation/test_verified_pool.py
     { header "flashinfer"; timeout 60 python3 bench/flashinfer_aot.py check; } > "$out/flashinfer_check.log" 2>&1
     timeout 100 bash bench/gpu_tests.sh "$out/flashinfer" --timeout 100 -q -s \
@@ -152,6 +153,12 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     jail_probe 60
+    ;;
+  flip)
+    # twelfth session: candidate_process defaults to native; the five experts and the evaluator's GPU suite
+    # in the default path (a plain arena's candidate still runs in the Python worker)
+    timeout 300 bash bench/gpu_tests.sh "$out/experts" --timeout 290 -q tests/knowledge_packs/test_expert_solutions.py
+    timeout 260 bash bench/gpu_tests.sh "$out/evaluator" --timeout 250 -q tests/evaluation/test_gpu_evaluator.py
     ;;
   s16)
     # s15: the broadcast's signals alone hang it; is the error already in the tool's report at the hang?
@@ -227,7 +234,7 @@ case "$stage" in
   spares)
     # the Python-worker path with up to 8 spares warming while candidates queue (PTXGYM_MAX_SPARES),
     # against throughput_2026-12-05_python.txt (2 spares)
-    PTXGYM_MAX_SPARES=8 timeout 300 python3 bench/throughput.py --evaluator local --sizes 16,64 \
+    PTXGYM_CANDIDATE_PROCESS=python PTXGYM_MAX_SPARES=8 timeout 300 python3 bench/throughput.py --evaluator local --sizes 16,64 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_spares8.txt"
     ;;
   ray_load)

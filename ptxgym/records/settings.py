@@ -15,7 +15,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_COMPILE_MEMORY_MB`` | address-space limit of one nvcc build, MiB | ``8192`` |
 | ``PTXGYM_SANDBOX`` | candidate workers' host sandbox and nvcc's jail: ``on``, ``strict``, ``off`` | ``on`` |
 | ``PTXGYM_REFERENCE_TF32`` | ``on``: bf16/fp16-input matmuls of references on TF32 cores; ``off`` | ``on`` |
-| ``PTXGYM_CANDIDATE_PROCESS`` | where candidates run: ``python`` or ``native`` | ``python`` |
+| ``PTXGYM_CANDIDATE_PROCESS`` | where candidates run: ``native`` or ``python`` | ``native`` |
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
 | ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | the spares (2) |
 """
@@ -141,10 +141,11 @@ CANDIDATE_PROCESSES = ("python", "native")
 def candidate_process() -> str:
     """The process the local evaluator runs candidates in (``evaluation/runner``).
 
-    ``python``: the Python worker; ``native``: ``ptxgym-runner`` (no interpreter, no torch), falling
-    back to the worker, with the reason recorded, where the runner cannot be built or set up.
+    ``native`` (the default): ``ptxgym-runner`` (no interpreter, no torch), falling back to the Python
+    worker, with the reason recorded, where the runner cannot be built or set up, and for plain (not
+    guard-page) arenas; ``python``: the Python worker (``sandboxed/worker.py``) for every candidate.
     """
-    value = (_get("CANDIDATE_PROCESS") or "python").lower()
+    value = (_get("CANDIDATE_PROCESS") or "native").lower()
     if value not in CANDIDATE_PROCESSES:
         raise ValueError(f"PTXGYM_CANDIDATE_PROCESS must be python or native, got {value!r}")
     return value

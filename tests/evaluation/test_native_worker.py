@@ -27,6 +27,8 @@ from ptxgym.records import settings
 
 def test_candidate_process_setting(monkeypatch):
     monkeypatch.delenv("PTXGYM_CANDIDATE_PROCESS", raising=False)
+    assert settings.candidate_process() == "native"
+    monkeypatch.setenv("PTXGYM_CANDIDATE_PROCESS", "python")
     assert settings.candidate_process() == "python"
     monkeypatch.setenv("PTXGYM_CANDIDATE_PROCESS", "Native")
     assert settings.candidate_process() == "native"

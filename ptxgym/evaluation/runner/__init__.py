@@ -1,8 +1,8 @@
 """A native runner for candidates: a small C++ process with no interpreter, no torch, no vendor library.
 
-Issue 11, requirement 1. Opt-in: with ``candidate_process = "native"`` (``PTXGYM_CANDIDATE_PROCESS``,
-``settings.candidate_process``; default ``python``) the local evaluator runs every candidate of a
-guard-page arena in ``ptxgym-runner`` instead of the Python worker (``sandboxed/worker.py``), through
+Issue 11, requirement 1. By default (``candidate_process = "native"``, ``PTXGYM_CANDIDATE_PROCESS``,
+``settings.candidate_process``; ``python`` is the way before) the local evaluator runs every candidate
+of a guard-page arena in ``ptxgym-runner`` instead of the Python worker (``sandboxed/worker.py``), through
 ``trusted/native_worker.py`` (``NativeHandle``, a ``WorkerHandle``; ``NativeRunners``, the choice and
 the fallback). The CPU path is tested (``tests/evaluation/test_native_runner.py``, ``test_native_worker.py``);
 the GPU path ran on the H200 (``bench/results/gpu_tests_2026-12-04_native_jailed.txt``: every test of
@@ -81,10 +81,15 @@ to come from outside the process.
 
 Not done
 --------
-* The default stays ``python``. On the H200 the evaluator's GPU suite, the five experts, the runner's own
-  GPU tests (verified pool, hardware counters in the jail) pass with the runner (bench/results/
-  gpu_tests_2026-12-05_*); left before the flip: ``ptxgym audit`` with ``PTXGYM_CANDIDATE_PROCESS=native``
-  (``bench/gpu_session.sh audit_native``) and the throughput with the runner (``native_tp``).
+* The default is ``native`` since 2026-12-05 (twelfth session). What backs the flip: on the H200 the
+  evaluator's GPU suite, the five experts and the runner's own GPU tests (verified pool, hardware
+  counters in the jail) passed in the runner (bench/results/gpu_tests_2026-12-05_*); after the thread
+  broadcast and the kept protocol pipes the runner's GPU tests passed again (H200, stage ``s12``), the
+  throughput mix ran in it (``throughput_2026-12-05_native_h200.txt``), and ``ptxgym audit`` judged all
+  15 hostile cases as expected there with the hardware-counted call on (H100,
+  ``audit_2026-12-05_native_h100.txt``; without that call ``instrumented_wgmma`` was paid, so
+  ``EvalSettings.hw_counters`` is on by default too). Not yet run at the flip's commit: the five experts
+  through the default path (``bench/gpu_session.sh flip``).
 * The library baselines still run in the Python worker (a bridge ``.so`` with the same TVM-FFI entry,
   like ``bench/parity_bridge.cc``, would time them through the runner too).
 * Timing: the runner did not make the trusted wall clock tighter (calibration IQR 0.23-0.57 ms per call

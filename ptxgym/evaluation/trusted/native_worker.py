@@ -242,7 +242,7 @@ class NativeRunners:
         self.log_dir, self.sandboxed = log_dir, sandboxed
         self.pool: WorkerPool | None = None
         self.spec: NativeSpec | None = None
-        self.why = "" if wanted else "candidate_process is 'python'"
+        self.why = "" if wanted else "candidate_process is 'python' (PTXGYM_CANDIDATE_PROCESS)"
         """Why candidates do not run in a runner ('' while they do)."""
 
     def _start(self, cupti_needed: bool) -> WorkerPool | None:
