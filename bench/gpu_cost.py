@@ -271,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     f = ev.facts
     say(
         f"# gpu cost {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()} gpu {f.name} driver {f.driver} "
-        f"torch {f.torch}"
+        f"torch {f.torch}; candidates in the {'native runner' if ev.native.wanted else 'Python worker'}, "
+        f"hw_counters {settings.hw_counters}"
     )
     say(
         f"# protocol: {settings.calls_per_step} calls per evaluation ({settings.correctness_sets} checked + "

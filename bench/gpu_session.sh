@@ -8,6 +8,8 @@
 # H100; candidate_process now defaults to native), in order:
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh flip $OUT   (~9 min: the five
 #                                      experts and the evaluator's GPU suite in the default path)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh flip2 $OUT  (~7 min: counted
+#                                      position, in-band vs Nsight Compute, the runner's tests)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11b $OUT   (native throughput
 #                                      with the spares awaited before the calibration and hw_counters on)
 #   then spares, ray_load (+ .raybundle), benches, gate.
@@ -41,7 +43,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: flip, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -139,7 +141,7 @@ case "$stage" in
     ;;
   checks)
     # ninth session: a call's wall now ends after the trusted copy of its outputs, and a GPU time above
-    # its wall fails the cross-check: the experts must still pass in the default (Python-worker) path;
+    # its wall fails the cross-check: the experts must still pass in the (then default) Python-worker path;
     # below Landlock ABI 8 the driver's pre-jail threads are outside the jail (the reviewer's
     # signal-handler escape needs one that does not block): the jail probe reads their masks
     experts_and_runner 200 240
@@ -153,6 +155,12 @@ case "$stage" in
     PTXGYM_CANDIDATE_PROCESS=native timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 \
       --candidates 16 --candidates-per-env 1 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native.txt"
     jail_probe 60
+    ;;
+  flip2)
+    # the GPU tests whose settings the flip changed: the counted position (hw_counters pinned off there),
+    # the in-band counts against Nsight Compute, the runner's own, all in the default path
+    timeout 420 bash bench/gpu_tests.sh "$out/flip2" --timeout 410 -q tests/evaluation/test_counted_position_gpu.py \
+      tests/evaluation/test_sass_counts.py tests/evaluation/test_native_runner_gpu.py
     ;;
   flip)
     # twelfth session: candidate_process defaults to native; the five experts and the evaluator's GPU suite

@@ -213,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ptxgym.evaluation.choose import select_evaluator
     from ptxgym.evaluation.trusted.base import EvalSettings
+    from ptxgym.records.settings import candidate_process
 
     overrides = dict(item.split("=", 1) for item in args.set)
     if args.memcheck:
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(
         f"evaluator {evaluator.name} ready in {ready:.1f} s; {settings.memcheck.value} memcheck, "
         f"{settings.target_mode.value} target, slow cut-off {settings.slow_cutoff_speedup}x; "
+        f"candidates in {candidate_process()}, hw_counters {settings.hw_counters}; "
         f"overrides {overrides or 'none'}"
     )
     print(lines[-1], flush=True)

@@ -398,11 +398,12 @@ def test_spares_follow_the_candidates_waiting_for_the_gpu_within_their_range(tmp
     ev.queue.waiting = 20
     ev._refill()
     assert ev.pool.fills[-1] == 2
-    # candidates in native runners: only the runners' pool grows, the Python workers' stays at its least
+    # candidates in native runners: only the runners' pool grows, the Python workers' keeps one spare
     runners = Pool()
-    ev.native.wanted, ev.native.pool, ev.spares_range = True, runners, (2, 8)  # type: ignore[assignment]
+    ev.native.wanted, ev.native.why, ev.native.pool = True, "", runners  # type: ignore[assignment]
+    ev.spares_range = (2, 8)
     ev._refill()
-    assert runners.fills[-1] == 8 and ev.pool.fills[-1] == 2
+    assert runners.fills[-1] == 8 and ev.pool.fills[-1] == 1
 
 
 def test_max_spares_comes_from_the_environment(monkeypatch):
@@ -464,3 +465,34 @@ def test_spares_are_awaited_after_the_sandbox_and_before_the_calibration(tmp_pat
     for before in seen:
         assert before and before[-1] == "sandbox", before  # after the sandbox, no calibration load yet
     assert "worker_settle" in verdict.stage_wall_s
+
+
+def test_python_spares_stay_few_while_the_runners_serve_and_pools_follow_the_runners(tmp_path):
+    """With runners wanted (the default) the Python workers serve only baselines and plain arenas.
+
+    So ``_refill`` keeps at most one of them warming even before the first runner exists (the first
+    subject of a task is its baseline) and grows them with the queue only once the runners are dropped;
+    and no arena builds a verified pool after the drop (``_pool_usable``): only a runner's session may use
+    one, and none will come.
+    """
+    from types import SimpleNamespace
+
+    from ptxgym.confine import landlock
+
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path))
+
+    class Counted(_Pool):
+        spares = 0
+
+    ev.pool = Counted()  # type: ignore[assignment]
+    ev.spares_range = (2, 8)
+    ev.queue = SimpleNamespace(waiting=6)  # type: ignore[assignment]
+    ev.native = NativeRunners(True, 0, 2, tmp_path, False)  # wanted, no runner started yet
+    ev._refill()
+    assert ev.pool.spares == 1
+    if landlock.abi()[0] >= 1:
+        assert ev._pool_usable()
+    ev.native.drop("the native runner is unavailable: no C++ compiler")
+    ev._refill()
+    assert ev.pool.spares == 6  # the Python workers serve the candidates now: they follow the queue
+    assert not ev._pool_usable()

@@ -293,3 +293,49 @@ def test_the_worker_is_asked_to_prepare_hw_counters_only_for_a_hw_counted_subjec
         run(static_target)
         worker = workers.made[-1]
         assert worker.sandboxed and worker.hw_prepare is (hw and static_target)
+
+
+def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_path):
+    """Runners wanted, ``hw_counters`` on, the subject in the Python worker anyway: credit withheld.
+
+    Here no runner could be built. There is no hardware-counted call, so ``with_hw`` withholds the target
+    credit and the verdict says why (``LocalGpuEvaluator._hw_missing``). With the worker chosen on
+    purpose the worker's SASS count decides alone (nothing is withheld).
+    """
+    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
+
+    from ptxgym.evaluation.trusted.base import TargetMode
+    from ptxgym.evaluation.trusted.native_worker import NativeRunners
+    from ptxgym.evaluation.trusted.proofs import InBand
+    from ptxgym.evaluation.trusted.sass_join import with_hw
+    from ptxgym.evaluation.trusted.turn import Turn
+    from ptxgym.records.feedback import TargetInfo, Verdict
+
+    settings = SETTINGS.model_copy(
+        update={
+            "target_mode": TargetMode.EXECUTED,
+            "seed": 5,
+            "slow_cutoff_speedup": 0.0,
+            "hw_counters": True,
+        }
+    )
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path, honest), settings)
+    task = gemm_task()
+    arena, baseline, _ = ev._prepare(task)
+
+    def turn() -> Turn:
+        made = Turn(task, built(task).model_copy(update={"static_target": True}), arena, baseline, seed=17)
+        made.in_band = InBand()
+        return made
+
+    chosen = ev._run_candidate(turn())  # PTXGYM_CANDIDATE_PROCESS=python: nothing withheld
+    assert "hw_counters" not in chosen.details and ev._hw_missing(turn()) == ""
+    ev.native = NativeRunners(True, 0, 0, tmp_path, False)
+    ev.native.drop("the native runner is unavailable: no C++ compiler")
+    fallen = ev._run_candidate(turn())
+    why = fallen.details["hw_counters"]["error"]
+    assert "no hardware-counted call" in why and "no C++ compiler" in why, why
+    ev.settings = settings.model_copy(update={"hw_counters": False})
+    assert ev._hw_missing(turn()) == ""
+    yes = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, message="counted")
+    assert ev.arch is not None and with_hw(yes, {"error": why}, ev.arch).work is Verdict.UNKNOWN

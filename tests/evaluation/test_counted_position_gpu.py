@@ -39,6 +39,7 @@ SETTINGS = EvalSettings(
     module_census=True,
     verdict_cache_entries=0,
     slow_cutoff_speedup=0.0,
+    hw_counters=False,  # the census alone must deny the cheat (the hardware-counted call would too)
 )
 LAST_CALL = SETTINGS.calls_per_step + 1
 """The step's last call: where the counted call always was."""

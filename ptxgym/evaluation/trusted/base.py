@@ -202,8 +202,12 @@ class EvalSettings(BaseModel):
         "``ApplySandbox.hw_prepare``, runner_hw_probe_2026-12-05.txt). Its cost, the call (~0.2 s) and that "
         "query (~0.17 s of the runner's set-up), was measured on the H200 (gpu_cost_2026-12-05_hw_true.txt); "
         "without it a kernel that does its wgmma work only when it sees its instructions patched (the "
-        "SASS-counted call) earned the target credit (``instrumented_wgmma``, audit_2026-12-05_native.txt). "
-        "Off: one counted call. The Python worker reads no hardware counters either way.",
+        "SASS-counted call) earned the target credit (``instrumented_wgmma``, "
+        "gpu_tests_2026-12-05_audit_native_h200.txt). Off: one counted call. The Python worker reads no "
+        "hardware counters: a subject meant for the runners that ran there anyway has its credit withheld "
+        "(``LocalGpuEvaluator._hw_missing``); with the worker chosen the SASS count decides alone. On sm_90a "
+        "the credit then also needs the TMA share (``MIN_TMA_SHARE`` of the task's minimal traffic), which "
+        "SASS counts cannot measure.",
     )
     hw_count_in_trial: bool = Field(
         False,

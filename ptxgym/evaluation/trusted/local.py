@@ -212,7 +212,7 @@ class LocalGpuEvaluator(Evaluator):
         """Per artifact whose first evaluation is under way: set when it is done (``evaluate``)."""
         self._inflight_lock = threading.Lock()
         self.quiet_spares = QUIET_SPARES
-        """Spares replaced only after a subject's timed calls and awaited before the next set-up
+        """Spares replaced only after a subject's timed calls and awaited before the next calibration
         (``QUIET_SPARES``); False: replaced at once, warming beside the timing (for measurements)."""
         self.spares_wait_s = 0.0
         self.pool.fill()
@@ -610,14 +610,22 @@ class LocalGpuEvaluator(Evaluator):
     def _refill(self) -> None:
         """Replace the spares handed out (after a subject's timed calls: see ``_settle_spares``).
 
-        As many as candidates wait for the GPU now, within ``spares_range``: back-to-back candidates
-        otherwise each wait for a worker to start (a Python worker needs ~4 s; with 2 spares that bounded
-        the H200 at ~20 GPU candidates/min, ``bench/results/throughput_2026-12-05_python.txt``).
+        As many as candidates wait for the GPU now, within ``spares_range``, in the pool they take from:
+        back-to-back candidates otherwise each wait for a worker to start (a Python worker needs ~4 s;
+        with 2 spares that bounded the H200 at ~20 GPU candidates/min,
+        ``bench/results/throughput_2026-12-05_python.txt``). While runners serve the candidates (wanted,
+        not dropped, started or not) the Python workers serve only baselines and plain arenas: at most
+        one of them warms (a reviewer found up to ``max_spares`` of them started after a task's baseline,
+        warming beside the first runners' timing and idle after).
         """
         low, high = self.spares_range
-        busy = self.native.pool if self.native.wanted and self.native.pool is not None else self.pool
+        runners = self.native.wanted and not self.native.why  # the runners serve the candidates
+        busy = self.native.pool if runners else self.pool
         for pool in self._pools():  # only the pool the waiting candidates will take from grows
-            pool.spares = min(high, max(low, self.queue.waiting)) if pool is busy else low
+            if pool is busy:
+                pool.spares = min(high, max(low, self.queue.waiting))
+            else:  # the Python workers, while runners serve: only baselines and plain arenas take them
+                pool.spares = min(low, 1) if runners else low
             pool.fill()
 
     def _session(
@@ -806,7 +814,7 @@ class LocalGpuEvaluator(Evaluator):
         """
         from ptxgym.confine import landlock
 
-        if not self.native.wanted:
+        if not self.native.wanted or self.native.why:  # no runner serves (dropped, or never wanted)
             return False
         return self.settings.verified_pool_partial_jail or landlock.abi()[0] >= 1
 
@@ -921,6 +929,25 @@ class LocalGpuEvaluator(Evaluator):
     def _hw_counts(self, turn: Turn, handle: WorkerHandle) -> bool:
         """Whether the subject also gets the hardware-counted call (a native runner, ``hw_counters`` on)."""
         return self.settings.hw_counters and self._counts(turn) and isinstance(handle, NativeHandle)
+
+    def _hw_missing(self, turn: Turn) -> str:
+        """Why a subject meant for the hardware-counted call got none ('' if it got one or needs none).
+
+        With the runners wanted (the default) and ``hw_counters`` on, a candidate that ran in the Python
+        worker anyway (no runner could be built or set up, an arena without guard pages) reads no
+        hardware counters, so its target credit is withheld as if the counters had failed (``with_hw``):
+        otherwise every way back to the worker would pay a kernel that does its target work only when
+        its instructions are patched (``instrumented_wgmma``). ``PTXGYM_CANDIDATE_PROCESS=python``
+        chooses the worker, and with it the SASS-counted call alone (``trusted/proofs.py``).
+        """
+        wanted = self.settings.hw_counters and self._counts(turn) and self.native.wanted
+        if not wanted or turn.result.hw_counted is not None:
+            return ""
+        process = turn.details.get("candidate_process") or "the Python worker"
+        return (
+            f"no hardware-counted call: the subject ran in {process}, and only the native runner reads "
+            "hardware counters"
+        )
 
     def _memcheck_due(self, turn: Turn) -> bool:
         cand = turn.candidate
@@ -1051,10 +1078,14 @@ class LocalGpuEvaluator(Evaluator):
                     else None
                 )
                 counted, why = in_band_info(record, self.arch, timed_census)
+                missing = self._hw_missing(turn)
                 if result.hw_counted is not None:
                     hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
                     turn.details["hw_counters"] = {**hw, "call": result.hw_counted.record()}
                     counted = with_hw(counted, hw, self.arch) if counted is not None else None
+                elif missing:
+                    turn.details["hw_counters"] = {"error": missing}
+                    counted = with_hw(counted, {"error": missing}, self.arch) if counted is not None else None
                 turn.in_band = replace(turn.in_band, target=counted, note=why)
         census, proved = in_band_census(result, turn.candidate, self.backend == CUPTI, turn.details)
         if census:

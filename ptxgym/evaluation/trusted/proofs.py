@@ -41,9 +41,12 @@ to find it:
   made at all where the hardware counters are read (``sass_join.hw_only_target``: FLOPs per MMA from the
   module's smallest static tile, a lower bound; Nsight Compute's cross-check then only refuses a bound above
   its own count); on the H200 it credits the expert GEMM (``test_native_runner_gpu.py``, 2026-12-05, with
-  ``hw_counters`` on: off by default until its cost is measured). What remains: the range profiler is also
-  CUPTI in the candidate's process (host code could ask whether it is enabled), and the Python worker reads
-  no hardware counters (there the hole stays as described).
+  ``hw_counters`` on, its default since its cost was measured: ~0.4 s of GPU per candidate,
+  gpu_cost_2026-12-05_hw_true.txt). What remains: the range profiler is also CUPTI in the candidate's
+  process (host code could ask whether it is enabled), and the Python worker reads no hardware counters:
+  where the runners were wanted but a subject ran in the worker anyway, its credit is withheld
+  (``LocalGpuEvaluator._hw_missing``); with the worker chosen (``PTXGYM_CANDIDATE_PROCESS=python``) the
+  hole stays as described.
 * The counts are the worker's word: the candidate's host code shares the process and could forge the
   rows (or break CUPTI to force a count error: the evaluator then counts outside the activity trial, or
   falls back to Nsight Compute). Rows must name instructions of the built module (``sass_join``), and the
