@@ -496,3 +496,39 @@ def test_python_spares_stay_few_while_the_runners_serve_and_pools_follow_the_run
     ev._refill()
     assert ev.pool.spares == 6  # the Python workers serve the candidates now: they follow the queue
     assert not ev._pool_usable()
+
+
+def test_a_new_arena_short_of_memory_drops_the_others_and_is_made_again(tmp_path, monkeypatch):
+    """``_new_arena``: a guard-page blob that fell back for lack of memory, with other arenas held.
+
+    The other arenas are dropped and the new one is made again (once), so its candidates keep guard pages
+    and the runner (a plain blob's go to the Python worker, which reads no hardware counters). Without
+    other arenas, or for another reason (no VMM here), the fall-back stands.
+    """
+
+    class Fake:
+        made: list[Fake] = []
+        short = True
+
+        def __init__(self, task, *args, **kw) -> None:
+            self.task, self.closed = task, False
+            short = "VmmError: cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY"
+            self.guard_pages_error = short if Fake.short else ""
+            Fake.made.append(self)
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(local, "Arena", Fake)
+    settings = SETTINGS.model_copy(update={"guard_pages": True})
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), settings)
+    first = ev._arena(gemm_task())
+    assert len(Fake.made) == 1 and not first.closed  # alone: the fall-back stands
+    second = ev._arena(tiny_task("MhaFwd-sm90a", batch=1, seq=16))
+    assert len(Fake.made) == 3 and first.closed and Fake.made[1].closed and not second.closed
+    assert list(ev._arenas.values()) == [second]
+    Fake.short = False
+    third = ev._arena(
+        gemm_task().model_copy(update={"workload": gemm_task().workload.model_copy(update={"uuid": "third"})})
+    )
+    assert len(Fake.made) == 4 and not second.closed and len(ev._arenas) == 2 and not third.closed

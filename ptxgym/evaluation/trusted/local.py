@@ -500,12 +500,33 @@ class LocalGpuEvaluator(Evaluator):
         else:
             while len(self._arenas) >= self.max_arenas:
                 self._arenas.popitem(last=False)[1].close()
+            self._arenas[key] = self._new_arena(task, pooled)
+        arena = self._arenas[key]
+        if arena is not self._current:
+            self._current = arena
+            for pool in (self.pool, self.native.pool):
+                if pool is not None:
+                    pool.primer = self._primer
+                    pool.prime_all()
+        return arena
+
+    def _new_arena(self, task: Task, pooled: bool) -> Arena:
+        """A new arena for ``task``, made again once with every other arena dropped if memory was short.
+
+        Arenas are evicted by count (``max_arenas``), and each may hold a verified pool (2.7-24 GB), so a
+        new task's guard-page blob can find the device full: it then falls back to one plain allocation,
+        whose candidates run in the Python worker, with no hardware counters and so no target credit
+        (``_hw_missing``; a reviewer's find). Short of memory (the blob's fall-back names
+        CUDA_ERROR_OUT_OF_MEMORY, or the arena's own allocation failed) with other arenas held, those
+        are dropped (their tasks build theirs again when they come back) and this one is made again.
+        """
+        import torch
+
+        def make() -> Arena:
             n = max(self.settings.correctness_sets, self.settings.rotate_sets)
             base = self.settings.seed
-            seeds = (
-                [base + i for i in range(n)] if base is not None else [secrets.randbits(31) for _ in range(n)]
-            )
-            self._arenas[key] = Arena(
+            seeds = [base + i if base is not None else secrets.randbits(31) for i in range(n)]
+            return Arena(
                 task,
                 seeds,
                 self.device,
@@ -515,14 +536,23 @@ class LocalGpuEvaluator(Evaluator):
                 pool_reserve=self.settings.pool_reserve_bytes,
                 pool_max_uses=self.settings.verified_pool_uses,
             )
-        arena = self._arenas[key]
-        if arena is not self._current:
-            self._current = arena
-            for pool in (self.pool, self.native.pool):
-                if pool is not None:
-                    pool.primer = self._primer
-                    pool.prime_all()
-        return arena
+
+        try:
+            arena: Arena | None = make()
+        except torch.OutOfMemoryError:
+            if not self._arenas:
+                raise
+            arena = None
+        if arena is not None:
+            short = "OUT_OF_MEMORY" in arena.guard_pages_error.upper() and self.settings.guard_pages
+            if not (short and self._arenas):
+                return arena
+            arena.close()
+        for old in list(self._arenas.values()):
+            self._forget(old)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return make()
 
     def _primer(self, handle: WorkerHandle) -> None:
         """Queue the attach of the current arena on a warming worker (the reply is read at take time)."""
