@@ -492,6 +492,11 @@ def test_python_spares_stay_few_while_the_runners_serve_and_pools_follow_the_run
     assert ev.pool.spares == 1
     if landlock.abi()[0] >= 1:
         assert ev._pool_usable()
+    shipped = ev.settings
+    ev.settings = shipped.model_copy(update={"guard_pages": False})  # demoted: no arena a runner can map
+    ev._refill()
+    assert ev.pool.spares == 6 and not ev._pool_usable()
+    ev.settings = shipped
     ev.native.drop("the native runner is unavailable: no C++ compiler")
     ev._refill()
     assert ev.pool.spares == 6  # the Python workers serve the candidates now: they follow the queue

@@ -295,47 +295,62 @@ def test_the_worker_is_asked_to_prepare_hw_counters_only_for_a_hw_counted_subjec
         assert worker.sandboxed and worker.hw_prepare is (hw and static_target)
 
 
-def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_path):
+def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_path, monkeypatch):
     """Runners wanted, ``hw_counters`` on, the subject in the Python worker anyway: credit withheld.
 
-    Here no runner could be built. There is no hardware-counted call, so ``with_hw`` withholds the target
-    credit and the verdict says why (``LocalGpuEvaluator._hw_missing``). With the worker chosen on
-    purpose the worker's SASS count decides alone (nothing is withheld).
+    Here no runner could be built. There is no hardware-counted call, so ``with_hw`` withholds the SASS
+    count's target credit and the verdict says why (``LocalGpuEvaluator._hw_missing``); with no usable
+    SASS count either, Nsight Compute's stand is held to the same (``proofs._target``: a reviewer broke
+    the count and had Nsight Compute alone credit the kernel). With the worker chosen on purpose the
+    worker's SASS count decides alone (nothing is withheld).
     """
     from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
 
+    from ptxgym.evaluation.trusted import proofs, sass_join
     from ptxgym.evaluation.trusted.base import TargetMode
     from ptxgym.evaluation.trusted.native_worker import NativeRunners
-    from ptxgym.evaluation.trusted.proofs import InBand
-    from ptxgym.evaluation.trusted.sass_join import with_hw
+    from ptxgym.evaluation.trusted.proofs import InBand, ProofResults
     from ptxgym.evaluation.trusted.turn import Turn
+    from ptxgym.records.arch import BLACKWELL
     from ptxgym.records.feedback import TargetInfo, Verdict
 
-    settings = SETTINGS.model_copy(
-        update={
-            "target_mode": TargetMode.EXECUTED,
-            "seed": 5,
-            "slow_cutoff_speedup": 0.0,
-            "hw_counters": True,
-        }
-    )
+    listing = {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}  # the built module's, as cuobjdump says
+    monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
+    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": True}
+    update["wall_slack_ms"] = 1e4  # a loaded CPU host's wall clock must not end the turn before the target
+    settings = SETTINGS.model_copy(update=update)
     ev = cpu_evaluator(tmp_path, Workers(tmp_path, honest), settings)
     task = gemm_task()
     arena, baseline, _ = ev._prepare(task)
 
-    def turn() -> Turn:
-        made = Turn(task, built(task).model_copy(update={"static_target": True}), arena, baseline, seed=17)
-        made.in_band = InBand()
-        return made
+    def play() -> tuple[Turn, object]:
+        turn = Turn(task, built(task).model_copy(update={"static_target": True}), arena, baseline, seed=17)
+        turn.in_band = InBand()
+        return turn, ev._run_candidate(turn)
 
-    chosen = ev._run_candidate(turn())  # PTXGYM_CANDIDATE_PROCESS=python: nothing withheld
-    assert "hw_counters" not in chosen.details and ev._hw_missing(turn()) == ""
+    chosen, verdict = play()  # PTXGYM_CANDIDATE_PROCESS=python: the SASS count stands
+    assert chosen.in_band.target is not None and "withheld" not in chosen.in_band.target.message
+    assert "hw_counters" not in verdict.details and chosen.in_band.hw is None
     ev.native = NativeRunners(True, 0, 0, tmp_path, False)
     ev.native.drop("the native runner is unavailable: no C++ compiler")
-    fallen = ev._run_candidate(turn())
-    why = fallen.details["hw_counters"]["error"]
+    fallen, verdict = play()
+    why = verdict.details["hw_counters"]["error"]
     assert "no hardware-counted call" in why and "no C++ compiler" in why, why
+    assert fallen.in_band.target is not None and "target credit withheld" in fallen.in_band.target.message
+    assert fallen.in_band.target.work is not Verdict.YES
+
+    def broken(so):
+        raise RuntimeError("cuobjdump refused the module")
+
+    monkeypatch.setattr(sass_join, "module_pcs", broken)
+    uncounted, _ = play()
+    assert uncounted.in_band.target is None and uncounted.in_band.hw == {"error": why}
+    yes = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, message="Nsight Compute")
+    monkeypatch.setattr(proofs, "_ncu", lambda run: ProofResults(target=yes, source=None))
+    run = proofs._Run(task, uncounted.candidate, tmp_path, 0, settings, tmp_path, "off")
+    assert proofs._target(run, uncounted.in_band).target.work is Verdict.UNKNOWN
+    assert proofs._target(run, InBand()).target.work is Verdict.YES  # none meant: Nsight Compute stands
     ev.settings = settings.model_copy(update={"hw_counters": False})
-    assert ev._hw_missing(turn()) == ""
-    yes = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, message="counted")
-    assert ev.arch is not None and with_hw(yes, {"error": why}, ev.arch).work is Verdict.UNKNOWN
+    assert ev._hw_missing(uncounted) == ""
+    ev.settings, ev.arch = settings, BLACKWELL  # the counters measure wgmma and TMA, not tcgen05
+    assert ev._hw_missing(uncounted) == "" and not ev._hw_meant(uncounted)

@@ -227,6 +227,24 @@ def test_guard_pages_fall_back_to_the_plain_blob_off_a_gpu(tmp_path):
     assert arena.check_guards() is None
 
 
+def test_an_arena_that_fails_past_its_blob_releases_it(tmp_path, monkeypatch):
+    """Out of memory in the references (say) after the blob: the arena closes itself before raising.
+
+    A guard-page blob has no finaliser, so otherwise its mappings and descriptors stayed for the
+    process's life (a reviewer's find), and ``LocalGpuEvaluator._new_arena`` retries on exactly that.
+    """
+    closed = []
+    monkeypatch.setattr(Arena, "close", lambda self: closed.append(self.blob.numel()))
+
+    def fail(self, index, seed):
+        raise MemoryError("the references did not fit")
+
+    monkeypatch.setattr(Arena, "_make_set", fail)
+    with pytest.raises(MemoryError):
+        Arena(gemm_task(), [1], "cpu", tmp_path)
+    assert len(closed) == 1 and closed[0] > 0
+
+
 def test_a_guard_page_attach_command_is_a_valid_command():
     from ptxgym.evaluation.protocol import Attach, VmmBlob, VmmRun, parse_command
 

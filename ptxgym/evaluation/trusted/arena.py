@@ -194,17 +194,21 @@ class Arena:
         self._vmm_fds: list[int] = []
         self.guard_pages_error = ""
         """Why guard pages were asked for but not used (the blob fell back to one plain allocation)."""
-        self.blob = self._allocate(len(seeds), guard_pages)
-        self.guards = Guards(self.blob, self.layout, secrets.randbits(63))
-        """The guard regions around every buffer, filled with this arena's secret pattern."""
-        self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
         self._inputs_file: Path | None = None
-        self._pool_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
-        t = time.perf_counter()
-        self.pool: VerifiedPool = build_pool(
-            self, pool_size, pool_reserve, pool_max_uses, self._pool_generator
-        )
-        """Verified draws with their references (``verified_pool.py``); empty when off or not built."""
+        self.blob = self._allocate(len(seeds), guard_pages)
+        try:  # a failure past the blob (out of memory in the references, say) must not leak its mappings
+            self.guards = Guards(self.blob, self.layout, secrets.randbits(63))
+            """The guard regions around every buffer, filled with this arena's secret pattern."""
+            self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
+            self._pool_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
+            t = time.perf_counter()
+            self.pool: VerifiedPool = build_pool(
+                self, pool_size, pool_reserve, pool_max_uses, self._pool_generator
+            )
+            """Verified draws with their references (``verified_pool.py``); empty when off or not built."""
+        except BaseException:
+            self.close()
+            raise
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.build_s["pool"] += time.perf_counter() - t

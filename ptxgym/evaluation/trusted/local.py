@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import math
 import os
 import secrets
@@ -550,6 +551,7 @@ class LocalGpuEvaluator(Evaluator):
             arena.close()
         for old in list(self._arenas.values()):
             self._forget(old)
+        gc.collect()  # what still refers to the dropped arenas' tensors, before the cache is emptied
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         return make()
@@ -649,7 +651,7 @@ class LocalGpuEvaluator(Evaluator):
         warming beside the first runners' timing and idle after).
         """
         low, high = self.spares_range
-        runners = self.native.wanted and not self.native.why  # the runners serve the candidates
+        runners = self._runners_serve()
         busy = self.native.pool if runners else self.pool
         for pool in self._pools():  # only the pool the waiting candidates will take from grows
             if pool is busy:
@@ -803,7 +805,7 @@ class LocalGpuEvaluator(Evaluator):
             pool.primer = self._primer
         stats = turn.baseline.stats if candidate and turn.baseline is not None else None
         match_ms = stats.median_ms if stats is not None and self.settings.matched_calibration else None
-        hw_prepare = self.settings.hw_counters and self._counts(turn)
+        hw_prepare = self._hw_meant(turn)
         with turn.timed("worker"):
             try:
                 turn.session, turn.handle, turn.free_before = self._session(
@@ -832,6 +834,13 @@ class LocalGpuEvaluator(Evaluator):
         env = verdict.environment.model_copy(update={"sandbox": sandbox})
         return verdict.model_copy(update={"environment": env})
 
+    def _runners_serve(self) -> bool:
+        """Whether the runners serve this evaluator's candidates: wanted, not dropped, guard pages on.
+
+        Else the Python workers do (``_refill`` grows their pool; no arena builds a verified pool).
+        """
+        return self.native.wanted and not self.native.why and self.settings.guard_pages
+
     def _pool_usable(self) -> bool:
         """Whether a candidate could use an arena's verified pool here (else it is not built at all).
 
@@ -844,7 +853,7 @@ class LocalGpuEvaluator(Evaluator):
         """
         from ptxgym.confine import landlock
 
-        if not self.native.wanted or self.native.why:  # no runner serves (dropped, or never wanted)
+        if not self._runners_serve():
             return False
         return self.settings.verified_pool_partial_jail or landlock.abi()[0] >= 1
 
@@ -956,9 +965,19 @@ class LocalGpuEvaluator(Evaluator):
         cand = turn.candidate
         return cand is not None and cand.static_target and self.settings.target_mode is TargetMode.EXECUTED
 
+    def _hw_meant(self, turn: Turn) -> bool:
+        """Whether the subject is meant for the hardware-counted call.
+
+        ``hw_counters`` on, a counted subject, and a target family whose work those counters measure
+        (wgmma and TMA: sm_90a; on sm_100a they would deny every tcgen05 kernel its credit, a reviewer's
+        find).
+        """
+        hopper = self.arch is not None and self.arch.is_target_opcode("HGMMA")
+        return self.settings.hw_counters and self._counts(turn) and hopper
+
     def _hw_counts(self, turn: Turn, handle: WorkerHandle) -> bool:
-        """Whether the subject also gets the hardware-counted call (a native runner, ``hw_counters`` on)."""
-        return self.settings.hw_counters and self._counts(turn) and isinstance(handle, NativeHandle)
+        """Whether the subject also gets the hardware-counted call (a native runner, ``_hw_meant``)."""
+        return self._hw_meant(turn) and isinstance(handle, NativeHandle)
 
     def _hw_missing(self, turn: Turn) -> str:
         """Why a subject meant for the hardware-counted call got none ('' if it got one or needs none).
@@ -970,8 +989,7 @@ class LocalGpuEvaluator(Evaluator):
         its instructions are patched (``instrumented_wgmma``). ``PTXGYM_CANDIDATE_PROCESS=python``
         chooses the worker, and with it the SASS-counted call alone (``trusted/proofs.py``).
         """
-        wanted = self.settings.hw_counters and self._counts(turn) and self.native.wanted
-        if not wanted or turn.result.hw_counted is not None:
+        if not (self._hw_meant(turn) and self.native.wanted) or turn.result.hw_counted is not None:
             return ""
         process = turn.details.get("candidate_process") or "the Python worker"
         return (
@@ -1108,15 +1126,16 @@ class LocalGpuEvaluator(Evaluator):
                     else None
                 )
                 counted, why = in_band_info(record, self.arch, timed_census)
-                missing = self._hw_missing(turn)
+                missing, hw = self._hw_missing(turn), None
                 if result.hw_counted is not None:
                     hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
                     turn.details["hw_counters"] = {**hw, "call": result.hw_counted.record()}
-                    counted = with_hw(counted, hw, self.arch) if counted is not None else None
                 elif missing:
-                    turn.details["hw_counters"] = {"error": missing}
-                    counted = with_hw(counted, {"error": missing}, self.arch) if counted is not None else None
-                turn.in_band = replace(turn.in_band, target=counted, note=why)
+                    hw = turn.details["hw_counters"] = {"error": missing}
+                counted = (
+                    with_hw(counted, hw, self.arch) if counted is not None and hw is not None else counted
+                )
+                turn.in_band = replace(turn.in_band, target=counted, note=why, hw=hw)
         census, proved = in_band_census(result, turn.candidate, self.backend == CUPTI, turn.details)
         if census:
             return unpaid(Status.FOREIGN_KERNEL, census)

@@ -75,7 +75,7 @@ from pathlib import Path
 from ptxgym.evaluation.trusted import ncu
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, TargetMode
 from ptxgym.evaluation.trusted.memcheck import run_memcheck
-from ptxgym.evaluation.trusted.sass_join import counts_agree
+from ptxgym.evaluation.trusted.sass_join import counts_agree, with_hw
 from ptxgym.evaluation.trusted.tools import Gate, ProofDirs
 from ptxgym.evaluation.trusted.verdicts import ProofResults
 from ptxgym.records import settings as user_settings
@@ -95,6 +95,12 @@ class InBand:
     """Whether Nsight Compute profiles this candidate too (the evaluator's secret draw)."""
     flops_lower_bound: bool = False
     """The target's MMA FLOPs are a lower bound (hardware counters only: ``sass_join.hw_only_target``)."""
+    hw: dict | None = None
+    """The hardware-counted call's record (``sass_join.hw_record``), or ``{"error": why}`` for a subject
+    meant for one that got none (``LocalGpuEvaluator._hw_missing``); None: none was meant. Nsight
+    Compute's stand is held to it as the in-band count is (``_target``): a reviewer broke the SASS count
+    and had Nsight Compute, whose replay is instrumented too, credit a kernel that works only when slowed.
+    """
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,10 @@ def _target(run: _Run, in_band: InBand) -> ProofResults:
     if in_band.target is None:  # EXECUTED without usable in-band counts: Nsight Compute's stand
         why = in_band.note or "no in-band counts"
         target = profiled.target.model_copy(update={"message": f"{profiled.target.message} ({why})"})
+        if in_band.hw is not None:  # held to the hardware counters, which need the SASS count's FLOPs
+            usable = not in_band.hw.get("error") and in_band.hw.get("mma_share") is not None
+            hw = in_band.hw if usable else {"error": in_band.hw.get("error") or "no SASS count to size them"}
+            target = with_hw(target, hw, arch)
         return dataclasses.replace(profiled, target=target)
     if profiled.target.executed not in (Verdict.YES, Verdict.NO):  # nothing to compare: in-band stands
         return dataclasses.replace(profiled, target=in_band.target, source=Proof.CUPTI_IN_BAND)
