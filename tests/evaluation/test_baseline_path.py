@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 
 import pytest
 
@@ -516,7 +517,7 @@ def test_a_new_arena_short_of_memory_drops_the_others_and_is_made_again(tmp_path
         short = True
 
         def __init__(self, task, *args, **kw) -> None:
-            self.task, self.closed = task, False
+            self.task, self.closed, self.built_at = task, False, time.monotonic()
             short = "VmmError: cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY"
             self.guard_pages_error = short if Fake.short else ""
             Fake.made.append(self)
@@ -537,3 +538,10 @@ def test_a_new_arena_short_of_memory_drops_the_others_and_is_made_again(tmp_path
         gemm_task().model_copy(update={"workload": gemm_task().workload.model_copy(update={"uuid": "third"})})
     )
     assert len(Fake.made) == 4 and not second.closed and len(ev._arenas) == 2 and not third.closed
+    # a fall-back short of memory is built again once it is older than SHORT_RETRY_S, not before
+    Fake.short, again = True, cpu_evaluator(tmp_path, Workers(tmp_path), settings)
+    alone = again._arena(gemm_task())
+    assert again._arena(gemm_task()) is alone
+    alone.built_at -= local.SHORT_RETRY_S + 1
+    rebuilt = again._arena(gemm_task())
+    assert rebuilt is not alone and alone.closed and list(again._arenas.values()) == [rebuilt]

@@ -170,6 +170,25 @@ def test_native_runners_choose_only_candidates_on_guard_page_arenas(tmp_path, mo
     assert NativeRunners(False, 0, 0, tmp_path, False).choose(True, True, False) is None
 
 
+def test_one_failed_runner_set_up_costs_one_subject_three_in_a_row_drop_the_runners(tmp_path):
+    """``NativeRunners.failed``: the note names the failure; the runners stay until the third in a row.
+
+    A fallback subject's target credit is withheld (no hardware counters in the Python worker), so a
+    transient failure must not end the runners for every later candidate (a reviewer's find).
+    """
+    from ptxgym.evaluation.trusted.native_worker import DROP_AFTER_FAILURES
+
+    runners = NativeRunners(True, 0, 0, tmp_path, sandboxed=False)
+    note = runners.failed("a native runner could not be set up: start timed out")
+    assert note == "python: a native runner could not be set up: start timed out" and runners.why == ""
+    runners.worked()  # one that worked: the count starts again
+    for i in range(DROP_AFTER_FAILURES):
+        assert runners.why == "", i
+        note = runners.failed(f"a native runner could not be set up: failure {i}")
+    assert runners.why.startswith(f"{DROP_AFTER_FAILURES} runner set-ups failed in a row")
+    assert note == "python: " + runners.why and f"failure {DROP_AFTER_FAILURES - 1}" in note
+
+
 def test_an_unavailable_runner_is_recorded_once(tmp_path, monkeypatch, caplog):
     def unavailable(device, cupti):
         raise NativeUnavailable("no cuda.h was found")

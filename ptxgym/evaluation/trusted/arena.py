@@ -172,6 +172,8 @@ class Arena:
 
         self.task = task
         self.id = f"{task.id}-{uuid.uuid4().hex[:8]}"
+        self.built_at = time.monotonic()
+        """When it was built (``LocalGpuEvaluator._short_too_long``)."""
         self.device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         self.scratch = scratch
         self.namespace = load_reference(task)

@@ -135,6 +135,11 @@ so one started after a candidate may still warm during the next one's timing if 
 runner starts in a fraction of that (no interpreter), and its pool is the candidates' when it is used."""
 
 
+SHORT_RETRY_S = 60.0
+"""How long an arena whose guard-page blob fell back short of device memory is kept before it is built
+again (``LocalGpuEvaluator._short_too_long``)."""
+
+
 PROOF_RUNS_AT_ONCE = 4
 """Candidates whose proofs (memcheck, Nsight Compute) may be under way at once, after their GPU turns.
 Each holds a tool and a driver process with the task's inputs in host memory while it starts up or
@@ -496,6 +501,8 @@ class LocalGpuEvaluator(Evaluator):
     def _arena(self, task: Task) -> Arena:
         pooled = self._pool_usable()  # settings may change between calls: an arena is built for one
         key = (task.definition.name, task.workload.uuid, self.settings.guard_pages, pooled)
+        if key in self._arenas and self._short_too_long(self._arenas[key]):
+            self._forget(self._arenas[key])  # built short of memory a while ago: try guard pages again
         if key in self._arenas:
             self._arenas.move_to_end(key)
         else:
@@ -510,6 +517,16 @@ class LocalGpuEvaluator(Evaluator):
                     pool.primer = self._primer
                     pool.prime_all()
         return arena
+
+    def _short_too_long(self, arena: Arena) -> bool:
+        """Whether ``arena``'s blob fell back short of memory more than ``SHORT_RETRY_S`` ago.
+
+        Its task's candidates run in the Python worker with their credit withheld while it lasts (a
+        reviewer: it was kept for the arena's life), so it is built again now and then: another
+        process's memory may have gone, and ``_new_arena`` may drop other arenas this time.
+        """
+        short = "OUT_OF_MEMORY" in arena.guard_pages_error.upper() and self.settings.guard_pages
+        return short and time.monotonic() - arena.built_at > SHORT_RETRY_S
 
     def _new_arena(self, task: Task, pooled: bool) -> Arena:
         """A new arena for ``task``, made again once with every other arena dropped if memory was short.
@@ -806,20 +823,24 @@ class LocalGpuEvaluator(Evaluator):
         stats = turn.baseline.stats if candidate and turn.baseline is not None else None
         match_ms = stats.median_ms if stats is not None and self.settings.matched_calibration else None
         hw_prepare = self._hw_meant(turn)
+        fallback = ""
         with turn.timed("worker"):
             try:
                 turn.session, turn.handle, turn.free_before = self._session(
                     turn.arena, turn.seed, sandboxed, pool, match_ms, hw_prepare, turn.walls
                 )
+                if pool is not None:
+                    self.native.worked()
             except WorkerSetupError as exc:
                 if pool is None:
                     raise
-                self.native.drop(f"a native runner could not be set up: {exc}")
+                fallback = self.native.failed(f"a native runner could not be set up: {exc}")
                 pool = None
                 turn.session, turn.handle, turn.free_before = self._session(
                     turn.arena, turn.seed, sandboxed, match_ms=match_ms, walls=turn.walls
                 )
-        turn.details["candidate_process"] = process = self.native.note(pool is not None, guard, candidate)
+        process = fallback or self.native.note(pool is not None, guard, candidate)
+        turn.details["candidate_process"] = process
         self._pool_for(turn, turn.session, native=pool is not None)
         turn.walls["spares"] = round(self.spares_wait_s, 4)
         try:

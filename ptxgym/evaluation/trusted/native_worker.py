@@ -228,6 +228,11 @@ class NativeHandle(WorkerHandle):
         return cmd.model_dump_json().encode()
 
 
+DROP_AFTER_FAILURES = 3
+"""Runner set-ups failing in a row after which an evaluator stops using runners for its life
+(``NativeRunners.failed``)."""
+
+
 class NativeRunners:
     """The native runners of one evaluator: built on first use, dropped (with the reason) on failure.
 
@@ -244,6 +249,8 @@ class NativeRunners:
         self.spec: NativeSpec | None = None
         self.why = "" if wanted else "candidate_process is 'python' (PTXGYM_CANDIDATE_PROCESS)"
         """Why candidates do not run in a runner ('' while they do)."""
+        self.failures = 0
+        """Runner set-ups that failed since the last one that worked (``failed``)."""
 
     def _start(self, cupti_needed: bool) -> WorkerPool | None:
         if self.pool is not None or self.why:
@@ -282,6 +289,25 @@ class NativeRunners:
         if self.wanted and not guard_pages and not self.why:
             return "python: the arena has no guard pages (the native runner maps only guard-page blobs)"
         return f"python: {self.why}" if self.wanted else "python"
+
+    def failed(self, why: str) -> str:
+        """A runner could not be set up for one subject, which falls back to the Python worker; the note.
+
+        After ``DROP_AFTER_FAILURES`` in a row the runners are dropped for the evaluator's life. One
+        failure (a start that timed out under load, say) costs that subject alone: in the worker it
+        reads no hardware counters, so its target credit is withheld, and before, one such failure
+        withheld every later candidate's (a reviewer's find).
+        """
+        self.failures += 1
+        if self.failures >= DROP_AFTER_FAILURES:
+            self.drop(f"{self.failures} runner set-ups failed in a row; the last: {why}")
+            return f"python: {self.why}"
+        logging.getLogger(__name__).warning("ptxgym: one candidate runs in the Python worker: %s", why)
+        return f"python: {why}"[:800]
+
+    def worked(self) -> None:
+        """A runner was set up (the count of ``failed`` starts again)."""
+        self.failures = 0
 
     def drop(self, why: str) -> None:
         """Stop using runners for this evaluator's life (the reason is kept and logged once)."""
