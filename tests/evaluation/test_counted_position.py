@@ -354,3 +354,62 @@ def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_pa
     assert ev._hw_missing(uncounted) == ""
     ev.settings, ev.arch = settings, BLACKWELL  # the counters measure wgmma and TMA, not tcgen05
     assert ev._hw_missing(uncounted) == "" and not ev._hw_meant(uncounted)
+
+
+def test_a_counted_call_with_neither_rows_nor_error_is_a_count_error(tmp_path, monkeypatch):
+    """A counted call's reply with no rows and no error is a count error, not the counters-only path.
+
+    The candidate's process can send one; the operator has that path off (``sass_count_with_hw``).
+    With the hardware counters broken too, Nsight Compute's word is held to their failure (a reviewer
+    reached Nsight Compute alone this way).
+    """
+    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
+
+    from ptxgym.evaluation.protocol import Reply
+    from ptxgym.evaluation.trusted import proofs, sass_join
+    from ptxgym.evaluation.trusted.base import TargetMode
+    from ptxgym.evaluation.trusted.native_worker import NativeRunners
+    from ptxgym.evaluation.trusted.proofs import InBand, ProofResults
+    from ptxgym.evaluation.trusted.turn import Turn
+    from ptxgym.records.feedback import TargetInfo, Verdict
+
+    monkeypatch.setattr(
+        sass_join, "module_pcs", lambda so: {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}
+    )
+
+    def empty(self, cmd):
+        InProcessWorker._counted(self, cmd)  # the candidate still runs
+        return Reply(seq=self.seq, ok=True, counts=None, count_error="")
+
+    def broken(self, cmd):
+        InProcessWorker._hw_counted(self, cmd)
+        return Reply(seq=self.seq, ok=True, hw_count_error="the range profiler failed")
+
+    class Hostile(InProcessWorker):
+        _counted = empty
+        _hw_counted = broken
+
+    class HostileWorkers(Workers):
+        def __call__(self) -> InProcessWorker:
+            worker = Hostile(self.candidate, self.tmp_path, measured=True, **self.kw)
+            self.made.append(worker)
+            return worker
+
+    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": True}
+    update["wall_slack_ms"] = 1e4  # a loaded CPU host's wall clock must not end the turn before the target
+    settings = SETTINGS.model_copy(update=update)
+    assert settings.sass_count_with_hw
+    ev = cpu_evaluator(tmp_path, HostileWorkers(tmp_path, honest), settings)
+    ev.native = NativeRunners(True, 0, 0, tmp_path, False)
+    monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
+    task = gemm_task()
+    arena, baseline, _ = ev._prepare(task)
+    turn = Turn(task, built(task).model_copy(update={"static_target": True}), arena, baseline, seed=17)
+    turn.in_band = InBand()
+    verdict = ev._run_candidate(turn)
+    assert "alone" not in verdict.details["hw_counters"], verdict.details["hw_counters"]
+    assert turn.in_band.target is None and turn.in_band.hw is not None and turn.in_band.hw.get("error")
+    yes = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, message="Nsight Compute")
+    monkeypatch.setattr(proofs, "_ncu", lambda run: ProofResults(target=yes, source=None))
+    run = proofs._Run(task, turn.candidate, tmp_path, 0, settings, tmp_path, "off")
+    assert proofs._target(run, turn.in_band).target.work is Verdict.UNKNOWN

@@ -65,6 +65,7 @@ window; small workloads compare at most their 12 MiB minimum blob.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import secrets
@@ -209,7 +210,10 @@ class Arena:
             )
             """Verified draws with their references (``verified_pool.py``); empty when off or not built."""
         except BaseException:
-            self.close()
+            with contextlib.suppress(Exception):  # a sticky CUDA error must not mask the first one
+                self.close()
+            with contextlib.suppress(Exception):  # close's synchronisation failed: release all the same
+                self._release_vmm()
             raise
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

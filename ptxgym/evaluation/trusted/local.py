@@ -501,14 +501,15 @@ class LocalGpuEvaluator(Evaluator):
     def _arena(self, task: Task) -> Arena:
         pooled = self._pool_usable()  # settings may change between calls: an arena is built for one
         key = (task.definition.name, task.workload.uuid, self.settings.guard_pages, pooled)
-        if key in self._arenas and self._short_too_long(self._arenas[key]):
-            self._forget(self._arenas[key])  # built short of memory a while ago: try guard pages again
+        retry = key in self._arenas and self._short_too_long(self._arenas[key])
+        if retry:  # built short of memory a while ago: try guard pages again, evicting no other arena
+            self._forget(self._arenas[key])
         if key in self._arenas:
             self._arenas.move_to_end(key)
         else:
             while len(self._arenas) >= self.max_arenas:
                 self._arenas.popitem(last=False)[1].close()
-            self._arenas[key] = self._new_arena(task, pooled)
+            self._arenas[key] = self._new_arena(task, pooled, evict=not retry)
         arena = self._arenas[key]
         if arena is not self._current:
             self._current = arena
@@ -528,7 +529,7 @@ class LocalGpuEvaluator(Evaluator):
         short = "OUT_OF_MEMORY" in arena.guard_pages_error.upper() and self.settings.guard_pages
         return short and time.monotonic() - arena.built_at > SHORT_RETRY_S
 
-    def _new_arena(self, task: Task, pooled: bool) -> Arena:
+    def _new_arena(self, task: Task, pooled: bool, evict: bool = True) -> Arena:
         """A new arena for ``task``, made again once with every other arena dropped if memory was short.
 
         Arenas are evicted by count (``max_arenas``), and each may hold a verified pool (2.7-24 GB), so a
@@ -537,8 +538,15 @@ class LocalGpuEvaluator(Evaluator):
         (``_hw_missing``; a reviewer's find). Short of memory (the blob's fall-back names
         CUDA_ERROR_OUT_OF_MEMORY, or the arena's own allocation failed) with other arenas held, those
         are dropped (their tasks build theirs again when they come back) and this one is made again.
+        ``evict`` False (the retry of ``_short_too_long``): no other arena is dropped, the memory is only
+        collected first (a reviewer: under lasting pressure each retry evicted every other task's arena).
         """
         import torch
+
+        if not evict:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
         def make() -> Arena:
             n = max(self.settings.correctness_sets, self.settings.rotate_sets)
@@ -558,12 +566,12 @@ class LocalGpuEvaluator(Evaluator):
         try:
             arena: Arena | None = make()
         except torch.OutOfMemoryError:
-            if not self._arenas:
+            if not (self._arenas and evict):
                 raise
             arena = None
         if arena is not None:
             short = "OUT_OF_MEMORY" in arena.guard_pages_error.upper() and self.settings.guard_pages
-            if not (short and self._arenas):
+            if not (short and self._arenas and evict):
                 return arena
             arena.close()
         for old in list(self._arenas.values()):
@@ -1135,9 +1143,12 @@ class LocalGpuEvaluator(Evaluator):
         anomaly = self._anomaly(stats, floor, result)
         if anomaly or stats is None:
             return unpaid(Status.TIMING_ANOMALY, anomaly)
-        if result.sass_rows is None and not result.count_error and result.hw_counted is not None:
+        sass_off = not self.settings.sass_count_with_hw
+        if sass_off and result.sass_rows is None and not result.count_error and result.hw_counted is not None:
             self._hw_only(turn, result)
-        elif result.sass_rows is not None or result.count_error:
+        elif result.sass_rows is not None or result.count_error or result.counted is not None:
+            # a counted call made that brought neither rows nor an error is a count error (the reply is
+            # the candidate's process's: a reviewer forged one to reach the counters-only path)
             record = counted_target(turn.candidate, result, self.arch, turn.task.flops)
             turn.details["in_band_target"] = record
             if self.arch is not None:
@@ -1191,7 +1202,10 @@ class LocalGpuEvaluator(Evaluator):
         info, record = hw_only_target(turn.candidate, result, self.arch, task.flops, task.min_bytes)
         turn.details["hw_counters"] = {**record, "call": result.hw_counted.record(), "alone": True}
         note = "" if info is not None else f"hardware counters: {record['error']}"
-        turn.in_band = replace(turn.in_band, target=info, note=note, flops_lower_bound=info is not None)
+        hw = None if info is not None else {"error": record["error"]}  # Nsight Compute is held to it
+        turn.in_band = replace(
+            turn.in_band, target=info, note=note, flops_lower_bound=info is not None, hw=hw
+        )
 
     def _anomaly(self, stats, floor: float, result: SessionResult) -> str:
         if result.missing_spans:
