@@ -295,6 +295,47 @@ def test_the_worker_is_asked_to_prepare_hw_counters_only_for_a_hw_counted_subjec
         assert worker.sandboxed and worker.hw_prepare is (hw and static_target)
 
 
+def _wgmma_player(tmp_path, monkeypatch, workers):
+    """(evaluator, play, settings, nsight_yes) for target candidates of a listed wgmma module, on the CPU.
+
+    ``play()`` runs one through ``LocalGpuEvaluator._run_candidate`` and returns (turn, verdict);
+    ``nsight_yes(in_band)`` is ``proofs._target``'s answer with Nsight Compute saying wgmma did the
+    work (its replay is instrumented too, so a kernel working only when slowed would make it say so).
+    """
+    from test_baseline_path import built, cpu_evaluator, gemm_task
+
+    from ptxgym.evaluation.trusted import proofs, sass_join
+    from ptxgym.evaluation.trusted.base import TargetMode
+    from ptxgym.evaluation.trusted.proofs import InBand, ProofResults
+    from ptxgym.evaluation.trusted.turn import Turn
+    from ptxgym.records.feedback import TargetInfo, Verdict
+
+    listing = {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}  # the built module's, as cuobjdump says
+    monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
+    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": True}
+    update["wall_slack_ms"] = 1e4  # a loaded CPU host's wall clock must not end the turn before the target
+    settings = SETTINGS.model_copy(update=update)
+    ev = cpu_evaluator(tmp_path, workers, settings)
+    task = gemm_task()
+    arena, baseline, _ = ev._prepare(task)
+
+    candidate = built(task).model_copy(update={"static_target": True})
+
+    def play() -> tuple[Turn, object]:
+        turn = Turn(task, candidate, arena, baseline, seed=17)
+        turn.in_band = InBand()
+        return turn, ev._run_candidate(turn)
+
+    yes = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, message="Nsight Compute")
+    monkeypatch.setattr(proofs, "_ncu", lambda run: ProofResults(target=yes, source=None))
+
+    def nsight_yes(in_band: InBand) -> Verdict:
+        run = proofs._Run(task, candidate, tmp_path, 0, settings, tmp_path, "off")
+        return proofs._target(run, in_band).target.work
+
+    return ev, play, settings, nsight_yes
+
+
 def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_path, monkeypatch):
     """Runners wanted, ``hw_counters`` on, the subject in the Python worker anyway: credit withheld.
 
@@ -304,30 +345,15 @@ def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_pa
     the count and had Nsight Compute alone credit the kernel). With the worker chosen on purpose the
     worker's SASS count decides alone (nothing is withheld).
     """
-    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
+    from test_baseline_path import Workers, honest
 
-    from ptxgym.evaluation.trusted import proofs, sass_join
-    from ptxgym.evaluation.trusted.base import TargetMode
+    from ptxgym.evaluation.trusted import sass_join
     from ptxgym.evaluation.trusted.native_worker import NativeRunners
-    from ptxgym.evaluation.trusted.proofs import InBand, ProofResults
-    from ptxgym.evaluation.trusted.turn import Turn
+    from ptxgym.evaluation.trusted.proofs import InBand
     from ptxgym.records.arch import BLACKWELL
-    from ptxgym.records.feedback import TargetInfo, Verdict
+    from ptxgym.records.feedback import Verdict
 
-    listing = {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}  # the built module's, as cuobjdump says
-    monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
-    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": True}
-    update["wall_slack_ms"] = 1e4  # a loaded CPU host's wall clock must not end the turn before the target
-    settings = SETTINGS.model_copy(update=update)
-    ev = cpu_evaluator(tmp_path, Workers(tmp_path, honest), settings)
-    task = gemm_task()
-    arena, baseline, _ = ev._prepare(task)
-
-    def play() -> tuple[Turn, object]:
-        turn = Turn(task, built(task).model_copy(update={"static_target": True}), arena, baseline, seed=17)
-        turn.in_band = InBand()
-        return turn, ev._run_candidate(turn)
-
+    ev, play, settings, nsight_yes = _wgmma_player(tmp_path, monkeypatch, Workers(tmp_path, honest))
     chosen, verdict = play()  # PTXGYM_CANDIDATE_PROCESS=python: the SASS count stands
     assert chosen.in_band.target is not None and "withheld" not in chosen.in_band.target.message
     assert "hw_counters" not in verdict.details and chosen.in_band.hw is None
@@ -345,11 +371,8 @@ def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_pa
     monkeypatch.setattr(sass_join, "module_pcs", broken)
     uncounted, _ = play()
     assert uncounted.in_band.target is None and uncounted.in_band.hw == {"error": why}
-    yes = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, message="Nsight Compute")
-    monkeypatch.setattr(proofs, "_ncu", lambda run: ProofResults(target=yes, source=None))
-    run = proofs._Run(task, uncounted.candidate, tmp_path, 0, settings, tmp_path, "off")
-    assert proofs._target(run, uncounted.in_band).target.work is Verdict.UNKNOWN
-    assert proofs._target(run, InBand()).target.work is Verdict.YES  # none meant: Nsight Compute stands
+    assert nsight_yes(uncounted.in_band) is Verdict.UNKNOWN
+    assert nsight_yes(InBand()) is Verdict.YES  # none meant: Nsight Compute stands
     ev.settings = settings.model_copy(update={"hw_counters": False})
     assert ev._hw_missing(uncounted) == ""
     ev.settings, ev.arch = settings, BLACKWELL  # the counters measure wgmma and TMA, not tcgen05
@@ -363,19 +386,11 @@ def test_a_counted_call_with_neither_rows_nor_error_is_a_count_error(tmp_path, m
     With the hardware counters broken too, Nsight Compute's word is held to their failure (a reviewer
     reached Nsight Compute alone this way).
     """
-    from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
+    from test_baseline_path import Workers, honest
 
     from ptxgym.evaluation.protocol import Reply
-    from ptxgym.evaluation.trusted import proofs, sass_join
-    from ptxgym.evaluation.trusted.base import TargetMode
     from ptxgym.evaluation.trusted.native_worker import NativeRunners
-    from ptxgym.evaluation.trusted.proofs import InBand, ProofResults
-    from ptxgym.evaluation.trusted.turn import Turn
-    from ptxgym.records.feedback import TargetInfo, Verdict
-
-    monkeypatch.setattr(
-        sass_join, "module_pcs", lambda so: {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}
-    )
+    from ptxgym.records.feedback import Verdict
 
     def empty(self, cmd):
         InProcessWorker._counted(self, cmd)  # the candidate still runs
@@ -395,21 +410,11 @@ def test_a_counted_call_with_neither_rows_nor_error_is_a_count_error(tmp_path, m
             self.made.append(worker)
             return worker
 
-    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": True}
-    update["wall_slack_ms"] = 1e4  # a loaded CPU host's wall clock must not end the turn before the target
-    settings = SETTINGS.model_copy(update=update)
+    ev, play, settings, nsight_yes = _wgmma_player(tmp_path, monkeypatch, HostileWorkers(tmp_path, honest))
     assert settings.sass_count_with_hw
-    ev = cpu_evaluator(tmp_path, HostileWorkers(tmp_path, honest), settings)
     ev.native = NativeRunners(True, 0, 0, tmp_path, False)
     monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
-    task = gemm_task()
-    arena, baseline, _ = ev._prepare(task)
-    turn = Turn(task, built(task).model_copy(update={"static_target": True}), arena, baseline, seed=17)
-    turn.in_band = InBand()
-    verdict = ev._run_candidate(turn)
+    turn, verdict = play()
     assert "alone" not in verdict.details["hw_counters"], verdict.details["hw_counters"]
     assert turn.in_band.target is None and turn.in_band.hw is not None and turn.in_band.hw.get("error")
-    yes = TargetInfo(family="wgmma", executed=Verdict.YES, work=Verdict.YES, message="Nsight Compute")
-    monkeypatch.setattr(proofs, "_ncu", lambda run: ProofResults(target=yes, source=None))
-    run = proofs._Run(task, turn.candidate, tmp_path, 0, settings, tmp_path, "off")
-    assert proofs._target(run, turn.in_band).target.work is Verdict.UNKNOWN
+    assert nsight_yes(turn.in_band) is Verdict.UNKNOWN
