@@ -126,13 +126,13 @@ first and falls back on a count error or on all-zero counts (``Session._counted`
 QUIET_SPARES = True
 """Spare workers are replaced after a subject's timed calls, never beside its own calibration and timing
 (``pool.py``), and the native runners' spares are awaited before the next subject's calibration
-(``_session``). Before, ``take``
-replaced a spare at once, so a fresh worker imported torch and created its CUDA context while the subject
-was calibrated and timed; the calibration's spread, which sets the wall-clock allowance, is the suspected
-victim (``bench/wall_allowance.py --noisy-spares`` plays the old way for comparison). A Python worker's
-spare is not awaited: it needs ~4 s to start (torch), which back-to-back candidates would each wait for,
-so one started after a candidate may still warm during the next one's timing if they follow closely; a
-runner starts in a fraction of that (no interpreter), and its pool is the candidates' when it is used."""
+(``_session``). Before, ``take`` replaced a spare at once, so a fresh worker imported torch and created
+its CUDA context while the subject was calibrated and timed; the calibration's spread, which sets the
+wall-clock allowance, is the suspected victim (``bench/wall_allowance.py --noisy-spares`` plays the old
+way for comparison). A Python worker's spare is not awaited: it needs ~4 s to start (torch), which
+back-to-back candidates would each wait for, so one started after a candidate may still warm during the
+next one's timing if they follow closely; a runner starts in a fraction of that (no interpreter), and its
+pool is the candidates' when it is used."""
 
 
 SHORT_RETRY_S = 60.0
@@ -523,8 +523,8 @@ class LocalGpuEvaluator(Evaluator):
         """Whether ``arena``'s blob fell back short of memory more than ``SHORT_RETRY_S`` ago.
 
         Its task's candidates run in the Python worker with their credit withheld while it lasts (a
-        reviewer: it was kept for the arena's life), so it is built again now and then: another
-        process's memory may have gone, and ``_new_arena`` may drop other arenas this time.
+        reviewer: it was kept for the arena's life), so it is built again now and then, evicting no
+        other arena (``_new_arena(evict=False)``): another process's memory may have gone meanwhile.
         """
         short = "OUT_OF_MEMORY" in arena.guard_pages_error.upper() and self.settings.guard_pages
         return short and time.monotonic() - arena.built_at > SHORT_RETRY_S
