@@ -103,6 +103,12 @@ class Attach(_Cmd):
         description="Also record every module the driver loads (CUPTI's module-loaded callback: cubin "
         "hash and functions) for the in-band census of module images.",
     )
+    hw_prepare: bool = Field(
+        False,
+        description="A native runner also queries its context's hardware-counter availability right after "
+        "the set-up (``ApplySandbox.hw_prepare``, made here on a spare's warm-up, off any GPU turn; the "
+        "sandbox command then finds it done). The Python worker ignores it.",
+    )
 
 
 class ApplySandbox(_Cmd):

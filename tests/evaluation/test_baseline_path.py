@@ -550,3 +550,36 @@ def test_a_new_arena_short_of_memory_drops_the_others_and_is_made_again(tmp_path
     rebuilt = again._arena(gemm_task())
     assert rebuilt is not alone and alone.closed and not other.closed
     assert set(map(id, again._arenas.values())) == {id(other), id(rebuilt)}
+
+
+def test_a_spare_runner_queries_the_hardware_counters_at_its_attach(tmp_path, monkeypatch):
+    """``Attach.hw_prepare``: a spare runner queries the counter availability while it warms.
+
+    So the sandbox step of a GPU turn no longer pays it (~0.17 s on the H200); only where a subject may be
+    hardware-counted (``_hw_possible``), and never for a Python worker, which reads no counters.
+    """
+    from ptxgym.evaluation.trusted.arena import Arena
+    from ptxgym.evaluation.trusted.native_worker import NativeHandle
+    from ptxgym.evaluation.trusted.pool import WorkerHandle
+    from ptxgym.records.arch import BLACKWELL
+
+    settings = SETTINGS.model_copy(update={"target_mode": TargetMode.EXECUTED, "hw_counters": True})
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), settings)
+    arena, _, _ = ev._prepare(gemm_task())
+    assert arena.attach_command(1, False, hw_prepare=True).hw_prepare  # carried in the command
+    monkeypatch.setattr(Arena, "guard_pages", property(lambda self: True))  # a runner maps only these
+    asked: list[bool] = []
+    monkeypatch.setattr(arena, "attach_command", lambda *a, hw_prepare=False: asked.append(hw_prepare))
+
+    def spare(kind):
+        handle = kind.__new__(kind)
+        handle.primed, handle.send = {}, lambda cmd, pickle, fds: None
+        return handle
+
+    ev._primer(spare(NativeHandle))
+    ev._primer(spare(WorkerHandle))
+    ev.settings = settings.model_copy(update={"hw_counters": False})
+    ev._primer(spare(NativeHandle))
+    ev.settings, ev.arch = settings, BLACKWELL
+    ev._primer(spare(NativeHandle))
+    assert asked == [True, False, False, False]

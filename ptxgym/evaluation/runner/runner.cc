@@ -191,6 +191,7 @@ class Runner {
   bool jailed_here_ = false;  // confined by the sandbox command (confine.h), not by a launcher before exec
   bool cupti_ = false;
   bool runtime_ready_ = false;
+  bool hw_ready_ = false;  // the counter availability was queried with success (prepare_hw_counters)
 #ifdef PTXGYM_RUNNER_CUDA
   Cuda cuda_;
   std::unique_ptr<Device> dev_;
@@ -279,6 +280,7 @@ class Runner {
       flushed = dev_->set_flush(size_t(flush));
       cupti_error = cmd.at("cupti").b ? start_cupti(cmd.has("module_census") && cmd.at("module_census").b)
                                       : "not requested";
+      if (cmd.has("hw_prepare") && cmd.at("hw_prepare").b) prepare_hw_counters();  // a spare's warm-up
 #else
       for (int fd : fds) close(fd);
       throw std::runtime_error("this runner was built without CUDA (no cuda.h): no GPU blobs");
@@ -353,7 +355,8 @@ class Runner {
     bool every_thread = true;
     std::string threads_note;
     if (cmd.has("jail") && cmd.at("jail").kind == Json::kObject) {
-      prepare_hw_counters(cmd.at("jail"));
+      const Json& jail = cmd.at("jail");
+      if (jail.has("hw_prepare") && jail.at("hw_prepare").b) prepare_hw_counters();
       std::string error = confine::apply(cmd.at("jail"), &every_thread, &threads_note);
       if (!error.empty()) throw std::runtime_error("the runner could not confine itself: " + error);
       jailed_here_ = true;
@@ -372,16 +375,14 @@ class Runner {
 
   // The range profiler's counter-availability query, made before the jail (cupti::hw_prepare): inside it
   // the query fails on the H200. Only in a runner built with CUPTI on a GPU (with or without activity
-  // tracing: the hardware-counted call does not need it), and only when the jail says "hw_prepare": true
-  // (the subject will be hardware-counted; ApplySandbox.hw_prepare). A failure is kept for the
-  // hardware-counted call's error text, which then queries again itself.
-  void prepare_hw_counters(const Json& jail) {
+  // tracing: the hardware-counted call does not need it), at the attach when it says "hw_prepare": true
+  // (a spare's warm-up, off the GPU turn: Attach.hw_prepare), else at the sandbox command when the jail
+  // says so (the subject will be hardware-counted; ApplySandbox.hw_prepare); once it worked, not again.
+  // A failure is kept for the hardware-counted call's error text, which then queries again itself.
+  void prepare_hw_counters() {
 #if defined(PTXR_WITH_CUPTI)
-    if (!dev_ || host_) return;
-    if (!jail.has("hw_prepare") || !jail.at("hw_prepare").b) return;
-    cupti::hw_prepare(dev_->context(), o_.device);
-#else
-    (void)jail;
+    if (!dev_ || host_ || hw_ready_) return;
+    hw_ready_ = cupti::hw_prepare(dev_->context(), o_.device).empty();
 #endif
   }
 

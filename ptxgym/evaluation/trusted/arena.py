@@ -341,7 +341,9 @@ class Arena:
 
     # ------------------------------------------------------------------------------------- per call
 
-    def attach_command(self, flush_bytes: int, cupti: bool, module_census: bool = False) -> Attach:
+    def attach_command(
+        self, flush_bytes: int, cupti: bool, module_census: bool = False, hw_prepare: bool = False
+    ) -> Attach:
         """The command that maps this arena into a worker (send it with ``attach_fds``)."""
         if not self.guard_pages:
             return Attach(
@@ -351,6 +353,7 @@ class Arena:
                 flush_bytes=flush_bytes,
                 cupti=cupti,
                 module_census=module_census,
+                hw_prepare=hw_prepare,
             )
         runs = [VmmRun(offset=m.offset, size=m.size) for m in self.layout.mappings]
         spec = VmmBlob(total=self.layout.total, page=self.layout.page, runs=runs)
@@ -362,6 +365,7 @@ class Arena:
             flush_bytes=flush_bytes,
             cupti=cupti,
             module_census=module_census,
+            hw_prepare=hw_prepare,
         )
 
     def attach_fds(self) -> list[int]:

@@ -201,6 +201,8 @@ class EvalSettings(BaseModel):
         "counter availability before its jail (inside it Landlock's read rules make that query fail: "
         "``ApplySandbox.hw_prepare``, runner_hw_probe_2026-12-05.txt). Its cost, the call (~0.2 s) and that "
         "query (~0.17 s of the runner's set-up), was measured on the H200 (gpu_cost_2026-12-05_hw_true.txt); "
+        "the query is now made on a spare runner's warm-up, off the GPU turn (``Attach.hw_prepare``; not "
+        "yet measured); "
         "without it a kernel that does its wgmma work only when it sees its instructions patched (the "
         "SASS-counted call) earned the target credit (``instrumented_wgmma``, "
         "gpu_tests_2026-12-05_audit_native_h200.txt). Off: one counted call. The Python worker reads no "

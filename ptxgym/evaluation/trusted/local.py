@@ -590,7 +590,10 @@ class LocalGpuEvaluator(Evaluator):
             return
         if isinstance(handle, NativeHandle) and not arena.guard_pages:
             return  # a runner maps only guard-page blobs: it waits for such an arena
-        cmd = arena.attach_command(self.flush_bytes, self.backend != EVENTS, self.settings.module_census)
+        early = isinstance(handle, NativeHandle) and self._hw_possible()  # off the GPU turn (``Attach``)
+        cmd = arena.attach_command(
+            self.flush_bytes, self.backend != EVENTS, self.settings.module_census, hw_prepare=early
+        )
         handle.send(cmd, ipc_pickle, arena.attach_fds())
         handle.primed = {"arena": arena.id}
 
@@ -994,15 +997,21 @@ class LocalGpuEvaluator(Evaluator):
         cand = turn.candidate
         return cand is not None and cand.static_target and self.settings.target_mode is TargetMode.EXECUTED
 
-    def _hw_meant(self, turn: Turn) -> bool:
-        """Whether the subject is meant for the hardware-counted call.
+    def _hw_possible(self) -> bool:
+        """Whether any subject here may get the hardware-counted call (``_hw_meant`` but the subject).
 
-        ``hw_counters`` on, a counted subject, and a target family whose work those counters measure
-        (wgmma and TMA: sm_90a; on sm_100a they would deny every tcgen05 kernel its credit, a reviewer's
-        find).
+        ``hw_counters`` on, the executed target mode, and a target family whose work those counters
+        measure (wgmma and TMA: sm_90a; on sm_100a they would deny every tcgen05 kernel its credit, a
+        reviewer's find). A spare runner then queries the counter availability at its attach
+        (``Attach.hw_prepare``: ~0.17 s that the sandbox step of a GPU turn paid before).
         """
         hopper = self.arch is not None and self.arch.is_target_opcode("HGMMA")
-        return self.settings.hw_counters and self._counts(turn) and hopper
+        executed = self.settings.target_mode is TargetMode.EXECUTED
+        return self.settings.hw_counters and executed and hopper
+
+    def _hw_meant(self, turn: Turn) -> bool:
+        """Whether the subject is meant for the hardware-counted call (``_hw_possible``, a counted one)."""
+        return self._hw_possible() and self._counts(turn)
 
     def _hw_counts(self, turn: Turn, handle: WorkerHandle) -> bool:
         """Whether the subject also gets the hardware-counted call (a native runner, ``_hw_meant``)."""
