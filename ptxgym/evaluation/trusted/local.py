@@ -4,9 +4,10 @@ The trusted side is the process that constructs ``LocalGpuEvaluator`` (the env's
 input sets, the output buffers, the fp32 reference outputs and every verdict; candidate code never runs
 in it. Each candidate gets a fresh pre-warmed worker process (``pool.py``), mapped onto the arena's
 buffers through CUDA IPC, and the worker is killed when the candidate is done, whatever it did. With
-``candidate_process`` 'native' (``settings.candidate_process``) a candidate on a guard-page arena runs in
-a native runner instead (``native_worker.py``: no interpreter, no torch; same protocol, same verdicts);
-the baseline stays in the Python worker.
+``candidate_process`` 'native' (``settings.candidate_process``, the default) a candidate on a guard-page
+arena runs in a native runner (``native_worker.py``: no interpreter, no torch; same protocol, same
+verdicts) rather than the Python worker (``sandboxed/worker.py``); the baseline stays in the Python
+worker.
 
 Stages of one evaluation: arena (once per task) -> baseline (once per evaluator and workload, through
 the candidate's own path: ``measure_baseline``; a disk record is only a warm start) -> worker + host
@@ -613,7 +614,7 @@ class LocalGpuEvaluator(Evaluator):
         self._held = handle
 
     def _take_worker(self, arena: Arena, pool: WorkerPool | None = None) -> WorkerHandle:
-        """A warm worker (of ``pool``, default the Python workers') with the arena attached.
+        """A warm worker (of ``pool``; None: the Python workers') with the arena attached.
 
         Failures here are infrastructure, retried once.
         """
@@ -702,7 +703,7 @@ class LocalGpuEvaluator(Evaluator):
 
         The sandbox comes before the calibration so that the harness overhead is measured under the same
         syscall filter as the candidate's calls. A sandbox that cannot be applied (strict mode) is an
-        infrastructure error, not the candidate's. ``pool``: the native runners' (default: Python workers).
+        infrastructure error, not the candidate's. ``pool``: the native runners' (None: the Python workers').
         ``hw_prepare``: a runner queries its hardware-counter availability before its jail (the subject
         will get the hardware-counted call; ``ApplySandbox.hw_prepare``). The spares are awaited just
         before the calibration (``QUIET_SPARES``), not when the worker is taken: a spare the last subject
@@ -821,9 +822,10 @@ class LocalGpuEvaluator(Evaluator):
         """A sandboxed worker, then load, check and time; the verdict records the worker's sandbox.
 
         The one path of every timed subject: candidates, and the baseline (``measure_baseline``). A
-        candidate runs in a native runner where ``self.native`` chooses one; a runner that cannot be set
-        up (before any candidate code is loaded) ends the runners for this evaluator and the Python worker
-        serves. With ``candidate_process`` 'native' the verdict's ``environment.sandbox["process"]`` (and
+        candidate runs in a native runner where ``self.native`` chooses one; where a runner cannot be set
+        up (before any candidate code is loaded) the Python worker serves this subject, and after
+        ``DROP_AFTER_FAILURES`` in a row every later one (``NativeRunners.failed``). With
+        ``candidate_process`` 'native' the verdict's ``environment.sandbox["process"]`` (and
         ``details["candidate_process"]``) say which process ran the subject and why.
         """
         guard = turn.arena.guard_pages
