@@ -552,12 +552,21 @@ def test_a_new_arena_short_of_memory_drops_the_others_and_is_made_again(tmp_path
     assert set(map(id, again._arenas.values())) == {id(other), id(rebuilt)}
 
 
-def test_a_spare_runner_queries_the_hardware_counters_at_its_attach(tmp_path, monkeypatch):
+def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may_be_counted(
+    tmp_path, monkeypatch
+):
     """``Attach.hw_prepare``: a spare runner queries the counter availability while it warms.
 
     So the sandbox step of a GPU turn no longer pays it (~0.17 s on the H200); only where a subject may be
-    hardware-counted (``_hw_possible``), and never for a Python worker, which reads no counters.
+    hardware-counted (``_hw_possible``: the counters on, the executed target mode, sm_90a), never for a
+    Python worker, which reads no counters, and not with ``native_worker.HW_PREPARE`` off (diagnostics).
+    A proof tool's GPU phase settles the spares first (``_proof_gpu``), so no spare's query runs beside
+    Nsight Compute's profiling session.
     """
+    import json
+
+    from ptxgym.evaluation.protocol import Attach
+    from ptxgym.evaluation.trusted import native_worker
     from ptxgym.evaluation.trusted.arena import Arena
     from ptxgym.evaluation.trusted.native_worker import NativeHandle
     from ptxgym.evaluation.trusted.pool import WorkerHandle
@@ -578,8 +587,25 @@ def test_a_spare_runner_queries_the_hardware_counters_at_its_attach(tmp_path, mo
 
     ev._primer(spare(NativeHandle))
     ev._primer(spare(WorkerHandle))
-    ev.settings = settings.model_copy(update={"hw_counters": False})
-    ev._primer(spare(NativeHandle))
+    for update in ({"hw_counters": False}, {"target_mode": TargetMode.STATIC}):
+        ev.settings = settings.model_copy(update=update)
+        ev._primer(spare(NativeHandle))
     ev.settings, ev.arch = settings, BLACKWELL
     ev._primer(spare(NativeHandle))
-    assert asked == [True, False, False, False]
+    assert asked == [True, False, False, False, False]
+
+    cmd = Attach(arena="a", blob=None, sets=[], flush_bytes=0, hw_prepare=True)
+    assert json.loads(spare(NativeHandle)._encode(cmd))["hw_prepare"] is True
+    monkeypatch.setattr(native_worker, "HW_PREPARE", False)
+    assert json.loads(spare(NativeHandle)._encode(cmd))["hw_prepare"] is False
+
+    settled: list[int] = []
+
+    class Spares(_Pool):
+        def settle(self, ready) -> int:
+            settled.append(1)
+            return 0
+
+    ev.native.pool = Spares()  # type: ignore[assignment]
+    with ev._proof_gpu():
+        assert settled == [1]

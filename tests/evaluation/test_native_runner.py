@@ -200,6 +200,19 @@ def call(handle, index: int, timeout_s: float = 30.0):
     return handle.request(Call(set=index), timeout_s)
 
 
+def test_an_attach_may_ask_for_the_counter_query(handle, blob):
+    """``Attach.hw_prepare`` is accepted, and the sandbox step that may ask again after it works.
+
+    A host blob has no GPU to query: nothing happens there, the runner only parses the field.
+    """
+    fds, _ = blob
+    cmd = Attach(arena="a1", blob=None, vmm=VMM, sets=SETS, flush_bytes=0, cupti=False, hw_prepare=True)
+    reply = handle.request(cmd, 30.0, fds=fds)
+    assert reply.ok and reply.attach is not None and reply.attach.arena == "a1", reply
+    sandbox = handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch), hw_prepare=True), 30.0)
+    assert sandbox.ok and sandbox.sandbox is not None, sandbox
+
+
 def test_hello_names_the_process(handle):
     hello = handle.hello.hello
     assert hello is not None and hello.pid == handle.pid and hello.torch == "" and hello.runner

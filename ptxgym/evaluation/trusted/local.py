@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -1251,10 +1251,24 @@ class LocalGpuEvaluator(Evaluator):
             *args,
             memcheck_due=turn.proof_memcheck,
             in_band=turn.in_band,
-            gpu=(lambda: self.queue.turn(resume=True)) if gated else None,
+            gpu=self._proof_gpu if gated else None,
         )
         turn.walls.update(walls)
         return with_proofs(verdict, proofs)
+
+    @contextlib.contextmanager
+    def _proof_gpu(self) -> Iterator[None]:
+        """A proof tool's GPU phase: the GPU taken again, ahead of new callers, with the spares settled.
+
+        A spare started after the last turn may still be making its counter-availability query
+        (``Attach.hw_prepare``); beside Nsight Compute's profiling session it could fail or come back
+        short, and a short image would cost the next subject its hardware-counted call (a reviewer's
+        find).
+        """
+        with self.queue.turn(resume=True):
+            if self.quiet_spares:
+                self._settle_spares()
+            yield
 
     def _infra(self, message: str, tb: str, candidate_ran: bool = False) -> GpuVerdict:
         """An evaluator fault; ``candidate_ran``: after the candidate's code was loaded (may be its doing)."""

@@ -44,10 +44,10 @@ from ptxgym.evaluation.runner.jail import GpuFiles, cupti_files, gpu_files, runn
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 
 HW_PREPARE = True
-"""Whether a runner asked to (``ApplySandbox.hw_prepare``) queries its context's hardware-counter
-availability before its jail applies (on the H200 the range profiler's query fails inside the jail:
-CUPTI_ERROR_UNKNOWN; ``bench/results/runner_hw_probe_2026-12-05.txt``); False only for diagnostics
-(``bench/runner_hw_probe.py``)."""
+"""Whether a runner asked to (``Attach.hw_prepare``, ``ApplySandbox.hw_prepare``) queries its context's
+hardware-counter availability before its jail applies (on the H200 the range profiler's query fails
+inside the jail: CUPTI_ERROR_UNKNOWN; ``bench/results/runner_hw_probe_2026-12-05.txt``); False only for
+diagnostics (``bench/runner_hw_probe.py``)."""
 
 
 def jail_spec(jail: Jail, kept_fds: tuple[int, ...] = ()) -> dict:
@@ -215,6 +215,7 @@ class NativeHandle(WorkerHandle):
     def _encode(self, cmd: Command, pickler=None) -> bytes:
         """The command as JSON (the blob tensor of an attach left out; a candidate copied into scratch)."""
         if isinstance(cmd, Attach):
+            cmd = cmd.model_copy(update={"hw_prepare": cmd.hw_prepare and HW_PREPARE})
             return cmd.model_dump_json(exclude={"blob"}).encode()
         if isinstance(cmd, ApplySandbox) and self.jail is not None and cmd.mode != "off":
             spec = {**jail_spec(self.jail, self.protocol_fds), "landlock_at_exec": self.landlock_at_exec}
