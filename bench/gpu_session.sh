@@ -11,7 +11,9 @@
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh flip2 $OUT  (~7 min: counted
 #                                      position, in-band vs Nsight Compute, the runner's tests)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11b $OUT   (native throughput
-#                                      with the spares awaited before the calibration and hw_counters on)
+#                                      with the spares awaited before the calibration, hw_counters on and
+#                                      the counter query on spares: its "worker stage" line and the gpu
+#                                      cost's worker_sandbox/worker_settle show both changes)
 #   then spares, ray_load (+ .raybundle), benches, gate.
 # Done on 2026-12-05: s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
 #

@@ -40,6 +40,8 @@ KINDS = ("compile_error", "wrong", "slow", "fast")
 WRONG = ("nan_output", "noop", "half_written")
 BUILD_STAGES = ("extract", "screen", "build", "sass")
 PROOF_STAGES = ("memcheck", "execute")
+WORKER_PARTS = ("take", "attach", "sandbox", "settle", "calibrate")
+"""The worker stage's parts (``LocalGpuEvaluator._session``: ``worker_<part>``), summed in each pass."""
 
 
 def _read(path: Path) -> str:
@@ -114,6 +116,7 @@ def run_pass(evaluator, size: int, n: int, tag: str) -> dict:
         "build_s": sum(walls(fb, BUILD_STAGES) for fb in feedbacks),
         "check_s": sum(walls(fb, ("check",)) for fb in feedbacks),
         "worker_s": sum(walls(fb, ("worker",)) for fb in feedbacks),
+        "worker_parts": {p: sum(walls(fb, (f"worker_{p}",)) for fb in feedbacks) for p in WORKER_PARTS},
         "prepare_s": sum(walls(fb, ("prepare",)) for fb in feedbacks),
         "time_s": sum(walls(fb, ("time",)) for fb in feedbacks),
         "proofs_s": sum(walls(fb, PROOF_STAGES) for fb in feedbacks),
@@ -181,6 +184,7 @@ def format_pass(r: dict) -> list[str]:
         f"check {r['check_s']:.1f}, time {r['time_s']:.1f}, proofs {r['proofs_s']:.1f} "
         f"(GPU {r['proofs_gpu_s']:.1f}), GPU total "
         f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}",
+        "         worker stage: " + ", ".join(f"{p} {s:.1f}" for p, s in r.get("worker_parts", {}).items()),
         f"         {r['statuses']}",
     ]
 
