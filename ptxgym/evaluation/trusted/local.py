@@ -527,8 +527,11 @@ class LocalGpuEvaluator(Evaluator):
         reviewer: it was kept for the arena's life), so it is built again now and then, evicting no
         other arena (``_new_arena(evict=False)``): another process's memory may have gone meanwhile.
         """
-        short = "OUT_OF_MEMORY" in arena.guard_pages_error.upper() and self.settings.guard_pages
-        return short and time.monotonic() - arena.built_at > SHORT_RETRY_S
+        return self._short_of_memory(arena) and time.monotonic() - arena.built_at > SHORT_RETRY_S
+
+    def _short_of_memory(self, arena: Arena) -> bool:
+        """Whether guard pages were asked for and ``arena``'s blob fell back for lack of device memory."""
+        return self.settings.guard_pages and "OUT_OF_MEMORY" in arena.guard_pages_error.upper()
 
     def _new_arena(self, task: Task, pooled: bool, evict: bool = True) -> Arena:
         """A new arena for ``task``, made again once with every other arena dropped if memory was short.
@@ -571,8 +574,7 @@ class LocalGpuEvaluator(Evaluator):
                 raise
             arena = None
         if arena is not None:
-            short = "OUT_OF_MEMORY" in arena.guard_pages_error.upper() and self.settings.guard_pages
-            if not (short and self._arenas and evict):
+            if not (self._short_of_memory(arena) and self._arenas and evict):
                 return arena
             arena.close()
         for old in list(self._arenas.values()):
