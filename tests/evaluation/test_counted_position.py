@@ -238,6 +238,16 @@ def test_a_cut_short_step_still_counts_among_its_verified_calls(arena, tmp_path)
     pytest.fail("no seed put the counted call in a cut-short trial")
 
 
+def _executed() -> dict:
+    """Settings of the CPU evaluator runs below: executed target mode, a fixed seed, no slow cut-off.
+
+    (On a loaded CPU the fake candidate can trail the fake baseline by 10x and lose calls.)
+    """
+    from ptxgym.evaluation.trusted.base import TargetMode
+
+    return {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0}
+
+
 def _target_runs(tmp_path, **update):
     """(run, workers, settings) of one CPU evaluator in executed mode, ``update`` on top.
 
@@ -246,13 +256,10 @@ def _target_runs(tmp_path, **update):
     """
     from test_baseline_path import Workers, built, cpu_evaluator, gemm_task, honest
 
-    from ptxgym.evaluation.trusted.base import TargetMode
     from ptxgym.evaluation.trusted.proofs import InBand
     from ptxgym.evaluation.trusted.turn import Turn
 
-    # no slow cut-off: on a loaded CPU the fake candidate can trail the fake baseline by 10x and lose calls
-    base = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0}
-    settings = SETTINGS.model_copy(update={**base, **update})
+    settings = SETTINGS.model_copy(update={**_executed(), **update})
     workers = Workers(tmp_path, honest)
     ev = cpu_evaluator(tmp_path, workers, settings)
     task = gemm_task()
@@ -305,16 +312,14 @@ def _wgmma_player(tmp_path, monkeypatch, workers):
     from test_baseline_path import built, cpu_evaluator, gemm_task
 
     from ptxgym.evaluation.trusted import proofs, sass_join
-    from ptxgym.evaluation.trusted.base import TargetMode
     from ptxgym.evaluation.trusted.proofs import InBand, ProofResults
     from ptxgym.evaluation.trusted.turn import Turn
     from ptxgym.records.feedback import TargetInfo, Verdict
 
     listing = {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}  # the built module's, as cuobjdump says
     monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
-    update = {"target_mode": TargetMode.EXECUTED, "seed": 5, "slow_cutoff_speedup": 0.0, "hw_counters": True}
-    update["wall_slack_ms"] = 1e4  # a loaded CPU host's wall clock must not end the turn before the target
-    settings = SETTINGS.model_copy(update=update)
+    # a loaded CPU host's wall clock must not end the turn before the target
+    settings = SETTINGS.model_copy(update={**_executed(), "hw_counters": True, "wall_slack_ms": 1e4})
     ev = cpu_evaluator(tmp_path, workers, settings)
     task = gemm_task()
     arena, baseline, _ = ev._prepare(task)

@@ -549,10 +549,13 @@ class LocalGpuEvaluator(Evaluator):
         """
         import torch
 
-        if not evict:
-            gc.collect()
+        def release() -> None:
+            gc.collect()  # what still refers to dropped arenas' tensors, before the cache is emptied
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+
+        if not evict:
+            release()
 
         def make() -> Arena:
             n = max(self.settings.correctness_sets, self.settings.rotate_sets)
@@ -581,9 +584,7 @@ class LocalGpuEvaluator(Evaluator):
             arena.close()
         for old in list(self._arenas.values()):
             self._forget(old)
-        gc.collect()  # what still refers to the dropped arenas' tensors, before the cache is emptied
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        release()
         return make()
 
     def _primer(self, handle: WorkerHandle) -> None:
