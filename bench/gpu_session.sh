@@ -45,7 +45,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -66,6 +66,26 @@ jail_probe() {
     > "$out/runner_jail_probe.log" 2>&1
 }
 case "$stage" in
+  s17)
+    # thirteenth session: memcheck's driver jailed before CUDA (driver.EARLY_JAIL_MODES), against the
+    # broadcast after it ("late"), on the faulting and the clean GEMM; then the evaluator's GPU tests that
+    # flip (2364f40) did not reach or failed (the slow cut-off's test expected the probe's latencies)
+    timeout 200 python3 bench/profiled_probe.py --out "$out/profiled_probe.txt" \
+      --variants shipped late --cases oob_read naive --timeout 30 --dump-after 20
+    timeout 330 bash bench/gpu_tests.sh "$out/evaluator_rest" --timeout 150 -q tests/evaluation/test_gpu_evaluator.py \
+      -k "far_slower or verdict_cache or still_healthy or guard_pages or memcheck_clean or write_past"
+    ;;
+  s18)
+    # throughput in the default path (native runner, hw_counters on, spares settled before calibration,
+    # counter query at a spare's attach): 1 and 16 envs streaming 4 candidates per env, then one 16-wave
+    # as before; then the GPU cost with the hardware counters (worker_sandbox, worker_settle)
+    timeout 300 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
+      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
+    timeout 90 python3 bench/throughput.py --evaluator local --sizes 16 --candidates 16 --candidates-per-env 1 \
+      --set ncu_crosscheck_fraction=0 --out "$out/throughput_waves16.txt"
+    timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_hw_true.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 2 --no-crosscheck-turn
+    ;;
   native)
     # test_gpu_evaluator.py and test_proof_gate.py passed in the runner on 2026-12-05
     # (gpu_tests_2026-12-05_native_gated.txt); what the default flip still waits on:

@@ -4,8 +4,9 @@
 runs it), ``no_broadcast`` (the earlier threads are left unrestricted), ``no_scope`` (Landlock without
 the signal scope), ``neither``, ``tmp_write`` (``/tmp`` writable too),
 ``no_scope_tmp_write``, ``signal_only`` (the broadcast's signals as shipped, but the earlier threads
-take a ruleset that only handles making block devices: the signals without the confinement). The
-evaluator never runs this file.
+take a ruleset that only handles making block devices: the signals without the confinement), ``late``
+(memcheck's driver jailed after CUDA's start-up, as before the thirteenth session, with the broadcast;
+``shipped`` jails it before). The evaluator never runs this file.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ VARIANTS = (
     "tmp_write",
     "no_scope_tmp_write",
     "signal_only",
+    "late",
 )
 
 
@@ -34,6 +36,8 @@ def main() -> int:
     if variant not in VARIANTS:
         print(f"profiled_variant: unknown variant {variant!r}", file=sys.stderr)
         return 2
+    if variant == "late":
+        driver.EARLY_JAIL_MODES = ()
     if variant in ("no_broadcast", "neither"):
         sandbox._restrict_others = lambda fd: (False, "the probe skipped the broadcast")
     if variant in ("no_scope", "neither", "no_scope_tmp_write"):

@@ -11,7 +11,10 @@ global with a value unique to this run and pass is appended to ``kernel.cu``, so
 and the artifact all differ and no cache (build, verdict) hits. Each pass makes N envs sharing one
 evaluator and steps them N at a time with ``ptxgym.envs.vector.step_many`` (each candidate a fresh
 episode): builds overlap on the build pool, and each candidate reaches the evaluator as soon as it is
-built (``run_batch``), so the GPU works while the rest of the batch still builds.
+built (``run_batch``), so the GPU works while the rest of the batch still builds. With ``--schedule
+stream`` each env instead steps its next candidate as soon as its last one returned (one thread per env,
+as ``ptxgym eval --concurrency N`` runs trajectories), so one env's build overlaps another's GPU turn
+in steady state rather than only within a batch (several candidates per env: ``--candidates-per-env``).
 
 Printed per pass: candidates/min, verified-correct/min, the statuses, and where the time goes, summed
 over candidates: build (extract + screen + nvcc + SASS), check, time, proofs (memcheck + ncu; in brackets
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -78,35 +82,63 @@ def walls(fb, names: tuple[str, ...]) -> float:
     return sum(fb.stage_wall_s.get(n, 0.0) for n in names)
 
 
-def run_pass(evaluator, size: int, n: int, tag: str) -> dict:
-    """``n`` candidates through ``size`` envs; the pass's figures."""
-    import gymnasium
-
+def _waves(envs: list, items: list[tuple[str, str]]) -> list:
+    """Batches of ``len(envs)`` candidates through ``step_many``, each batch waiting for the last."""
     from ptxgym.envs.vector import step_many
+
+    feedbacks = []
+    for lo in range(0, len(items), len(envs)):
+        chunk = items[lo : lo + len(envs)]
+        batch_envs = envs[: len(chunk)]
+        for e in batch_envs:
+            e.reset()
+        results = step_many(batch_envs, [text for _, text in chunk])
+        feedbacks += [info["feedback"] for *_, info in results]
+    return feedbacks
+
+
+def _stream(envs: list, items: list[tuple[str, str]]) -> list:
+    """Each env steps the next candidate as soon as its last one returned (a thread per env, as
+    ``ptxgym eval --concurrency N`` runs its trajectories): builds and GPU turns overlap across envs."""
+    feedbacks: list = [None] * len(items)
+    order = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def drive(env) -> None:
+        while True:
+            with lock:
+                i = next(order, None)
+            if i is None:
+                return
+            env.reset()
+            *_, info = env.step(items[i][1])
+            feedbacks[i] = info["feedback"]
+
+    with ThreadPoolExecutor(len(envs), thread_name_prefix="env") as pool:
+        list(pool.map(drive, envs))
+    return feedbacks
+
+
+def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") -> dict:
+    """``n`` candidates through ``size`` envs (``schedule``: ``_waves`` or ``_stream``); the pass's figures."""
+    import gymnasium
 
     envs = [
         gymnasium.make(f"ptxgym/{TASK}-v0", evaluator=evaluator, max_turns=1, variant=None)
         for _ in range(size)
     ]
     items = mix(n, tag)
-    feedbacks, queue = [], 0.0
     start = time.perf_counter()
-    for lo in range(0, n, size):
-        chunk = items[lo : lo + size]
-        batch_envs = envs[: len(chunk)]
-        for e in batch_envs:
-            e.reset()
-        results = step_many(batch_envs, [text for _, text in chunk])
-        batch = [info["feedback"] for *_, info in results]
-        queue += sum(walls(fb, ("queue",)) for fb in batch)
-        feedbacks += batch
+    feedbacks = (_stream if schedule == "stream" else _waves)(envs, items)
     wall = time.perf_counter() - start
+    queue = sum(walls(fb, ("queue",)) for fb in feedbacks)
     for e in envs:
         e.close()
     correct = sum(fb.correct for fb in feedbacks)
     gpu = sum(fb.stage_wall_s.get("gpu_total", 0.0) for fb in feedbacks)
     by_kind = Counter(f"{kind}:{fb.status.value}" for (kind, _), fb in zip(items, feedbacks, strict=True))
     return {
+        "schedule": schedule,
         "envs": size,
         "candidates": n,
         "wall_s": wall,
@@ -177,7 +209,7 @@ def header(args: argparse.Namespace) -> str:
 
 def format_pass(r: dict) -> list[str]:
     return [
-        f"{r['envs']:>3} envs: {r['candidates']} candidates in {r['wall_s']:.1f} s -> {r['per_min']:.2f} "
+        f"{r['envs']:>3} envs ({r.get('schedule', 'waves')}): {r['candidates']} candidates in {r['wall_s']:.1f} s -> {r['per_min']:.2f} "
         f"candidates/min, {r['correct_per_min']:.2f} verified correct/min ({r['correct']} correct)",
         f"         time (s, summed over candidates): build {r['build_s']:.1f}, queue {r['queue_s']:.1f}, "
         f"prepare {r.get('prepare_s', 0):.1f}, worker {r.get('worker_s', 0):.1f}, "
@@ -201,6 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="at least this many candidates per env in a pass (e.g. 1: a 64-env pass gets 64 candidates)",
+    )
+    parser.add_argument(
+        "--schedule",
+        choices=("waves", "stream"),
+        default="waves",
+        help="waves: batches of N through step_many, each waiting for the last (a sync vector env); "
+        "stream: each env steps its next candidate once its last returned (trajectories in flight)",
     )
     parser.add_argument("--memcheck", default=None, help="EvalSettings.memcheck for local (default: its own)")
     parser.add_argument("--pool-compare", type=int, default=0, help="also compare build pools on K builds")
@@ -240,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             n = max(args.candidates, args.candidates_per_env * size)
-            r = run_pass(evaluator, size, n, f"{tag}_{size}")
+            r = run_pass(evaluator, size, n, f"{tag}_{size}", args.schedule)
             results.append(r)
             for line in format_pass(r):
                 print(line, flush=True)

@@ -309,7 +309,11 @@ def test_host_sandbox_contains_hostile_host_code(evaluator, gemm):
 
 @pytest.mark.parametrize("probe", [0, 8])
 def test_far_slower_candidate_is_timed_with_one_trial_and_every_verified_call(evaluator, gemm, probe):
-    """Without a probe the first trial decides; with one (the default), the probe's 8 calls do."""
+    """Without a probe the first trial decides; with one (the default), the probe's 8 calls do.
+
+    Either way the other trials shrink to their verified calls; the probe's own latencies only decide
+    (``Session._probe``), so a probed candidate is timed by every trial's verified calls alone.
+    """
     cut = {"slow_cutoff_speedup": 0.1, "slow_probe_calls": probe}
     evaluator.settings = SETTINGS.model_copy(update=cut)
     try:
@@ -320,7 +324,9 @@ def test_far_slower_candidate_is_timed_with_one_trial_and_every_verified_call(ev
     t = verdict.timing
     want = "a probe of 8 calls" if probe else "1 of 2 trials"
     assert t.speedup < 0.1 and t.shortened and want in t.shortened, t.shortened
-    assert t.candidate.n == (8 if probe else 10)  # the probe, or one trial of 10 timed calls, not 2
+    s, verified = SETTINGS, SETTINGS.verified_per_trial
+    # the verified calls of every trial, or one full trial of timed calls and the others' verified calls
+    assert t.candidate.n == (s.trials * verified if probe else s.iterations + (s.trials - 1) * verified)
     assert verdict.correctness.calls_checked >= 3 + 2 * 3  # the same verified calls as in full
     assert "cut-off" in verdict.message
 

@@ -289,3 +289,25 @@ def test_a_scratch_with_locked_folders_is_renewed(tmp_path):
     os.chmod(locked.parent, 0)
     assert dirs.renew_scratch() and list(dirs.scratch.iterdir()) == []
     dirs.remove()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the driver must fail at CUDA to show where it got")
+@pytest.mark.parametrize("mode", ["memcheck", "profile"])
+def test_under_compute_sanitizer_the_driver_is_jailed_before_cuda(tmp_path, monkeypatch, mode):
+    """Memcheck's driver applies the sandbox before CUDA starts, Nsight Compute's only after (``driver``).
+
+    The sanitizer's injected library starts its helper threads at CUDA's start-up; jailed there they are
+    born inside the sandbox instead of being reached by a signal they did not survive. On a machine
+    without a GPU the driver fails at CUDA, so its sandbox report shows only where it comes first.
+    """
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    argv = driver_argv(_inputs(tmp_path / "i.pt"), tmp_path / "c.so", "run", 0, mode, scratch=scratch)
+    run = run_tool(argv, 120, env=tool_environ(scratch), cwd=scratch)
+    assert run.returncode not in (0, None) and not run.timed_out, run.output[-2000:]
+    assert "set_device" in run.output or "CUDA" in run.output, run.output[-2000:]
+    jailed = "driver: sandbox" in run.output
+    assert jailed is (mode in driver.EARLY_JAIL_MODES) is (mode == "memcheck"), run.output[-2000:]
+    if jailed:
+        assert "'network': 'active" in run.output, run.output[-2000:]

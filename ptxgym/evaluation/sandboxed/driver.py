@@ -7,11 +7,17 @@ outputs, loads the candidate with TVM-FFI (or, with ``--baseline``, takes a func
 any NVTX range (module loading, lazy initialisation), then once inside the NVTX range ``candidate`` that
 the profiler filters on. It exits 0 only if both calls returned.
 
-With ``--scratch`` it applies the host sandbox (``sandbox.apply``, mode ``--sandbox``) after CUDA, torch,
-TVM-FFI and the buffers are set up and before the candidate is loaded, exactly as the worker does: from
-then on the process writes only beneath that scratch directory, so it cannot touch the report the tool
-writes elsewhere (``trusted/tools.py``), and has no network. Nothing the driver or the candidate prints
-is a proof; the tools' reports are read from their own files.
+With ``--scratch`` it applies the host sandbox (``sandbox.apply``, mode ``--sandbox``) before the
+candidate is loaded: from then on the process writes only beneath that scratch directory, so it cannot
+touch the report the tool writes elsewhere (``trusted/tools.py``), and has no network. Nothing the driver
+or the candidate prints is a proof; the tools' reports are read from their own files. When depends on
+the tool (``EARLY_JAIL_MODES``): under compute-sanitizer before CUDA is initialised, so the threads its
+injected library starts at CUDA's start-up are born inside the sandbox (below Landlock ABI 8 the
+sandbox reaches threads that already exist only through a signal, and the sanitizer's helper threads
+did not survive it: memcheck of a faulting candidate then hung until its time limit,
+``bench/results/profiled_probe_2026-12-05_h100*.txt``); under Nsight Compute after CUDA, torch, TVM-FFI
+and the buffers are set up, exactly as the worker does (its injected library talks to the front end
+over a connection it opens at CUDA's start-up, which the network filter would refuse).
 
 With ``--gate DIR --gate-key HASH`` (``trusted/tools.py``, ``Gate``) it stops before CUDA is
 initialised, once torch is imported and the input file read: it creates ``ready`` in that directory and
@@ -32,6 +38,8 @@ from pathlib import Path
 
 from ptxgym.evaluation.protocol import MODES
 
+EARLY_JAIL_MODES = ("memcheck",)
+"""Tool modes whose driver applies the sandbox before CUDA is initialised (module docstring)."""
 GATE_WAIT_S = 3600.0
 """How long the driver waits at its gate before giving up (the caller died or forgot it)."""
 
@@ -90,6 +98,19 @@ def _target(args, outputs):
     return call
 
 
+def _jail(args) -> bool:
+    """Apply the host sandbox (``--sandbox`` beneath ``--scratch``) and print its report; False: it failed."""
+    from ptxgym.evaluation.sandboxed import sandbox
+
+    try:
+        report = sandbox.apply(args.sandbox, Path(args.scratch), shm=True)  # the profiler's channel
+    except sandbox.SandboxError as exc:
+        print(f"driver: the sandbox could not be applied: {exc}", file=sys.stderr)
+        return False
+    print(f"driver: sandbox {report.summary()}", file=sys.stderr)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(prog="ptxgym.evaluation.sandboxed.driver")
@@ -117,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     if not wait_at_gate(args.gate, args.gate_key):
         print(f"driver: no go at the gate within {GATE_WAIT_S:.0f} s", file=sys.stderr)
         return 4
+    early = bool(args.scratch) and args.mode in EARLY_JAIL_MODES
+    if early and not _jail(args):
+        return 3
     import tvm_ffi  # after the gate: its import initialises CUDA (module docstring)
 
     torch.cuda.set_device(args.device)
@@ -130,15 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.set_stream(stream)
     push, pop, how = _range()
     torch.cuda.synchronize()
-    if args.scratch:
-        from ptxgym.evaluation.sandboxed import sandbox
-
-        try:
-            report = sandbox.apply(args.sandbox, Path(args.scratch), shm=True)  # the profiler's channel
-        except sandbox.SandboxError as exc:
-            print(f"driver: the sandbox could not be applied: {exc}", file=sys.stderr)
-            return 3
-        print(f"driver: sandbox {report.summary()}", file=sys.stderr)
+    if args.scratch and not early and not _jail(args):
+        return 3
     fn = _target(args, outputs)
     with tvm_ffi.use_torch_stream():
         for out in outputs:
