@@ -98,8 +98,11 @@ def _waves(envs: list, items: list[tuple[str, str]]) -> list:
 
 
 def _stream(envs: list, items: list[tuple[str, str]]) -> list:
-    """Each env steps the next candidate as soon as its last one returned (a thread per env, as
-    ``ptxgym eval --concurrency N`` runs its trajectories): builds and GPU turns overlap across envs."""
+    """Each env steps the next candidate as soon as its last one returned.
+
+    A thread per env, as ``ptxgym eval --concurrency N`` runs its trajectories: builds and GPU turns
+    overlap across envs.
+    """
     feedbacks: list = [None] * len(items)
     order = iter(range(len(items)))
     lock = threading.Lock()
@@ -120,7 +123,7 @@ def _stream(envs: list, items: list[tuple[str, str]]) -> list:
 
 
 def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") -> dict:
-    """``n`` candidates through ``size`` envs (``schedule``: ``_waves`` or ``_stream``); the pass's figures."""
+    """``n`` candidates through ``size`` envs (``schedule``: ``_waves`` or ``_stream``); its figures."""
     import gymnasium
 
     envs = [
@@ -209,7 +212,8 @@ def header(args: argparse.Namespace) -> str:
 
 def format_pass(r: dict) -> list[str]:
     return [
-        f"{r['envs']:>3} envs ({r.get('schedule', 'waves')}): {r['candidates']} candidates in {r['wall_s']:.1f} s -> {r['per_min']:.2f} "
+        f"{r['envs']:>3} envs ({r.get('schedule', 'waves')}): {r['candidates']} candidates in "
+        f"{r['wall_s']:.1f} s -> {r['per_min']:.2f} "
         f"candidates/min, {r['correct_per_min']:.2f} verified correct/min ({r['correct']} correct)",
         f"         time (s, summed over candidates): build {r['build_s']:.1f}, queue {r['queue_s']:.1f}, "
         f"prepare {r.get('prepare_s', 0):.1f}, worker {r.get('worker_s', 0):.1f}, "
