@@ -348,6 +348,8 @@ def test_verdict_cache_answers_a_known_wrong_artifact_without_the_gpu(evaluator,
 def test_still_healthy_and_memory_returned(evaluator, gemm):
     verdict = _evaluate(evaluator, gemm, "naive")
     assert verdict.status is Status.PASSED, verdict.message
+    if evaluator.free_at_start is None:  # a selection (-k) without the module's first test
+        pytest.skip("the free memory at the start is taken by test_naive_gemm_passes_with_target_no, not run here")
     assert abs(_free_gib(evaluator) - evaluator.free_at_start) < 1.0
 
 
