@@ -247,11 +247,16 @@ class TimingInfo(_Part):
     )
 
 
-def work_verdict(mma_share: float | None, tma_share: float | None = None) -> Verdict:
+def work_verdict(mma_share: float | None, tma_share: float | None = None, mma: bool = True) -> Verdict:
     """Whether the target family did the task's work: yes when ``mma_share >= MIN_MMA_SHARE``.
 
     ``tma_share`` (None: not measured, the rule is the MMA share's alone) must also reach ``MIN_TMA_SHARE``.
+    ``mma`` False: the family has no MMA (TMA alone): the TMA share decides alone, unknown when unmeasured.
     """
+    if not mma:
+        if tma_share is None:
+            return Verdict.UNKNOWN
+        return Verdict.YES if tma_share >= MIN_TMA_SHARE else Verdict.NO
     if mma_share is None:
         return Verdict.UNKNOWN
     if tma_share is not None and tma_share < MIN_TMA_SHARE:
@@ -285,8 +290,9 @@ class TargetInfo(_Part):
     work: Verdict = Field(
         Verdict.NOT_CHECKED,
         description="Whether the target family did the task's work (work_verdict: mma_share >= "
-        "MIN_MMA_SHARE, and tma_share >= MIN_TMA_SHARE where it is measured); unknown when the MMA share "
-        "could not be measured, never counted as a yes.",
+        "MIN_MMA_SHARE, and tma_share >= MIN_TMA_SHARE where it is measured; a family without MMA, TMA "
+        "alone, by tma_share alone); unknown when the deciding share could not be measured, never counted "
+        "as a yes.",
     )
 
     @property

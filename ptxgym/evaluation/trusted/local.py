@@ -1165,7 +1165,8 @@ class LocalGpuEvaluator(Evaluator):
         elif result.sass_rows is not None or result.count_error or result.counted is not None:
             # a counted call made that brought neither rows nor an error is a count error (the reply is
             # the candidate's process's: a reviewer forged one to reach the counters-only path)
-            record = counted_target(turn.candidate, result, self.arch, turn.task.flops)
+            arch = turn.task.arch_spec  # the task's families, as the SASS census and Nsight Compute judge
+            record = counted_target(turn.candidate, result, arch, turn.task.flops)
             turn.details["in_band_target"] = record
             if self.arch is not None:
                 timed_census = (
@@ -1173,16 +1174,14 @@ class LocalGpuEvaluator(Evaluator):
                     if result.census_trials
                     else None
                 )
-                counted, why = in_band_info(record, self.arch, timed_census)
+                counted, why = in_band_info(record, arch, timed_census)
                 missing, hw = self._hw_missing(turn), None
                 if result.hw_counted is not None:
                     hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
                     turn.details["hw_counters"] = {**hw, "call": result.hw_counted.record()}
                 elif missing:
                     hw = turn.details["hw_counters"] = {"error": missing}
-                counted = (
-                    with_hw(counted, hw, self.arch) if counted is not None and hw is not None else counted
-                )
+                counted = with_hw(counted, hw, arch) if counted is not None and hw is not None else counted
                 turn.in_band = replace(turn.in_band, target=counted, note=why, hw=hw)
         census, proved = in_band_census(result, turn.candidate, self.backend == CUPTI, turn.details)
         if census:
@@ -1215,7 +1214,7 @@ class LocalGpuEvaluator(Evaluator):
         if turn.candidate is None or self.arch is None or result.hw_counted is None:
             return
         task = turn.task
-        info, record = hw_only_target(turn.candidate, result, self.arch, task.flops, task.min_bytes)
+        info, record = hw_only_target(turn.candidate, result, task.arch_spec, task.flops, task.min_bytes)
         turn.details["hw_counters"] = {**record, "call": result.hw_counted.record(), "alone": True}
         note = "" if info is not None else f"hardware counters: {record['error']}"
         hw = None if info is not None else {"error": record["error"]}  # Nsight Compute is held to it

@@ -266,7 +266,7 @@ def with_hw(info: TargetInfo, record: dict, arch: ArchSpec) -> TargetInfo:
     mma = combined(info.mma_share, record["mma_share"])
     tma = record["tma_share"]
     required = tma if arch.is_target_opcode("UTMALDG") else None
-    work = work_verdict(mma, required) if info.executed is Verdict.YES else info.work
+    work = work_verdict(mma, required, bool(arch.mma_opcodes)) if info.executed is Verdict.YES else info.work
     message = f"{info.message}; {record['message']}"
     return info.model_copy(update={"mma_share": mma, "tma_share": tma, "work": work, "message": message})
 
@@ -296,12 +296,13 @@ def hw_only_target(
         return None, {"error": str(exc.args[0])}
     mmas = metrics[GMMA_INST_METRIC] / WARPGROUP_WARPS
     loads = metrics.get(TMA_INST_METRIC, 0.0)
-    counts = {k: int(v) for k, v in (("GMMA", mmas), ("TMA loads", loads)) if v > 0}
+    families = (("GMMA", mmas, "HGMMA"), ("TMA loads", loads, "UTMALDG"))
+    counts = {k: int(v) for k, v, op in families if v > 0 and arch.is_target_opcode(op)}
     required = share.tma_share if arch.is_target_opcode("UTMALDG") else None
     record = {"metrics": dict(metrics), **asdict(share), "flops_per_mma": per_mma, "error": ""}
     message = (
         f"{share.message} (hardware counters only, FLOPs per MMA from the module's smallest tile: "
         "a lower bound)"
     )
-    work = work_verdict(share.mma_share, required)
+    work = work_verdict(share.mma_share, required, bool(arch.mma_opcodes))
     return _executed(arch, counts, message, share.mma_flops, share.mma_share, work, share.tma_share), record

@@ -34,6 +34,9 @@ Assumptions, each from a measurement or the instruction's definition:
   descriptor register) cannot be sized from counts: the share is unknown, never a yes.
 * TMA bytes: a ``UTMALDG`` count says how many copies ran, not how many bytes each moved (the box size
   is in the tensor map, in memory), so SASS counts leave the TMA share unknown (``tma_share`` None).
+  A family with no MMA (TMA alone: GqaPagedDecode) is judged by the bytes its loads moved alone
+  (``work_verdict(..., mma=False)``), so from counts its work is unknown, never a no that an in-band
+  yes from the hardware counters would contradict; only those counters can credit it.
 
 Hardware counters (``hw_share``): the native runner reads CUPTI's range profiler over a second, unpatched
 verified call (``Call.hw_count``; the metrics in ``runner/hw_logic.h``, chosen from the host API's list
@@ -108,6 +111,14 @@ def warpgroup_mmas(inst_executed: int, threads_true: int) -> float:
 
 def work_share(rows: Iterable[tuple[str, int, int]], arch: ArchSpec, task_flops: float) -> WorkShare:
     """The share of ``task_flops`` the family's MMAs executed in the rows of one call (module docstring)."""
+    if not arch.mma_opcodes:  # a copy family (TMA): its work is bytes, which counts cannot size
+        return WorkShare(
+            None,
+            None,
+            None,
+            Verdict.UNKNOWN,
+            "the target family has no MMA; its TMA bytes are unknown from counts",
+        )
     flops, mmas, unsized = 0.0, 0.0, set()
     for opcode, inst, threads in rows:
         if not arch.is_mma_opcode(opcode) or inst <= 0 or threads <= 0:
