@@ -349,7 +349,9 @@ def test_still_healthy_and_memory_returned(evaluator, gemm):
     verdict = _evaluate(evaluator, gemm, "naive")
     assert verdict.status is Status.PASSED, verdict.message
     if evaluator.free_at_start is None:  # a selection (-k) without the module's first test
-        pytest.skip("the free memory at the start is taken by test_naive_gemm_passes_with_target_no, not run here")
+        pytest.skip(
+            "the free memory at the start is taken by test_naive_gemm_passes_with_target_no, not run here"
+        )
     assert abs(_free_gib(evaluator) - evaluator.free_at_start) < 1.0
 
 

@@ -169,6 +169,15 @@ class EvalSettings(BaseModel):
     wall_slack_fraction: float = Field(
         0.10, ge=0, description="Same allowance as a fraction of the median latency (the larger wins)."
     )
+    wall_retries: int = Field(
+        1,
+        ge=0,
+        le=3,
+        description="Timings repeated after one fails the wall cross-check by its allowance alone (a "
+        "transient load on the host, not a forged figure): the last timing decides, the Feedback says so "
+        "(``Session.retime``). Each costs about one timing of GPU and runs only when the step's budget "
+        "holds twice the time the timing took. 0: the first failure is the verdict.",
+    )
     matched_calibration: bool = Field(
         True,
         description="Calibrate a candidate's harness overhead also with a no-op as long as the baseline's "

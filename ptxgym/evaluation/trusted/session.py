@@ -181,6 +181,9 @@ class SessionResult:
     """Where the hardware-counted call went (None: none was made)."""
     shortened: str = ""
     """Why the timing stopped after the first trial (``timing.slow_cutoff``); "" when timed in full."""
+    retimed: str = ""
+    """The wall cross-check an earlier timing failed by its allowance, when ``Session.retime`` timed the
+    subject again ("" when timed once)."""
     pool: PoolDraws | None = None
     """This subject's draws from the arena's verified pool (None: its verified calls drew new values)."""
     trusted_s: dict[str, float] = field(default_factory=dict)
@@ -733,6 +736,36 @@ class Session:
             lat = [x for t in result.trials for x in t]
             slack_ms, fraction = s.wall_slack_ms, s.wall_slack_fraction
             result.crosscheck = cross_check(result.walls, lat, reference, slack_ms, fraction)
+
+    def retime_due(self, result: SessionResult, took_s: float) -> bool:
+        """Whether ``retime`` may run after a timing that took ``took_s``.
+
+        Its wall cross-check failed by the allowance alone (not a forged figure, no missing GPU time, no
+        other failure), and the step's budget holds twice what that timing took.
+        """
+        cc = result.crosscheck
+        if result.failure is not None or cc is None or cc.ok or cc.forged or result.missing_spans:
+            return False
+        return self.clock is None or self.clock.run_left() > 2 * took_s
+
+    def retime(self, result: SessionResult, strict: bool = True, baseline_ms: float | None = None) -> None:
+        """Time the subject once more after its timing failed the wall cross-check by the allowance alone.
+
+        The harness's per-call overhead rises with the host's load (builds, other processes), and an
+        honest expert's median excess went past its allowance under load (H100, 16 envs streaming, 1 of
+        16; an MHA forward's first turn beside its task's preparation: bench/results/
+        throughput_2026-12-05_stream_h100.txt, gpu_cost_2026-12-05_default_h100.txt). Transient load
+        rarely lasts through a second timing; work a subject hides outside the GPU timer goes with it, so
+        the second timing's cross-check, its latencies and its walls replace the first's, which is kept
+        in ``result.retimed``. No counted call again (the first timing's stand); the verified calls of
+        both timings count. The calibration is not redone: the subject is loaded in this process now,
+        and its host code could slow a no-op to widen its own allowance.
+        """
+        first = result.crosscheck
+        result.retimed = first.message if first is not None else "timed again"
+        result.trials, result.walls, result.missing_spans, result.shortened = [], [], 0, ""
+        result.crosscheck = None
+        self.timing(result, strict=strict, baseline_ms=baseline_ms)
 
     def _probe(self, result: SessionResult, baseline_ms: float | None, rotate: int, strict: bool) -> bool:
         """A short trial before the others; a candidate it finds below the slow cut-off is timed by it.

@@ -116,6 +116,8 @@ class CrossCheck:
     message: str = ""
     tight_allowed_ms: float | None = None
     """What a statistical allowance would allow (``tight_allowance``): recorded, not yet applied."""
+    forged: bool = False
+    """A call's reported GPU time exceeded its wall time: no measurement at all (never timed again)."""
 
 
 def cross_check(
@@ -133,7 +135,7 @@ def cross_check(
                 f"a call's reported GPU time ({g:.3f} ms) exceeds the evaluator's wall time for the whole "
                 f"call ({w:.3f} ms): a forged timing"
             )
-            return CrossCheck(False, w - g, 0.0, message)
+            return CrossCheck(False, w - g, 0.0, message, forged=True)
     overheads = [w - g for w, g in zip(walls_ms, latencies_ms, strict=True)]
     median_overhead = statistics.median(overheads)
     median_latency = statistics.median(latencies_ms)
