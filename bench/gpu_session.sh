@@ -45,7 +45,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -66,6 +66,17 @@ jail_probe() {
     > "$out/runner_jail_probe.log" 2>&1
 }
 case "$stage" in
+  s19)
+    # s17/s18's follow-ups: memcheck's driver with its rlimits deferred to just before the candidate loads,
+    # the GEMM and MHA forward experts after the TMA-only change (in-band counts judged by the task's
+    # families), then 16 envs streaming 4 candidates each with the wall cross-check's retime
+    timeout 100 python3 bench/profiled_probe.py --out "$out/profiled_probe.txt" \
+      --variants shipped --cases oob_read naive --timeout 30 --dump-after 20
+    timeout 150 bash bench/gpu_tests.sh "$out/tests" --timeout 140 -q tests/evaluation/test_gpu_evaluator.py \
+      tests/knowledge_packs/test_expert_solutions.py -k "memcheck_clean or executed and (Gemm or MhaFwd)"
+    timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
+      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream16.txt"
+    ;;
   s17)
     # thirteenth session: memcheck's driver jailed before CUDA (driver.EARLY_JAIL_MODES), against the
     # broadcast after it ("late"), on the faulting and the clean GEMM; then the evaluator's GPU tests that
