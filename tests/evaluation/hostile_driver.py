@@ -48,7 +48,7 @@ def main() -> int:
     if not driver.wait_at_gate(args.gate, args.gate_key):
         return 4
     scratch = Path(args.scratch)
-    sandbox.apply(args.sandbox, scratch)
+    sandbox.apply(args.sandbox, scratch, shm=True)  # as the real driver (its profiler's channel)
     initial = dict(
         item.split("=", 1) for item in Path("/proc/self/environ").read_text().split("\0") if "=" in item
     )

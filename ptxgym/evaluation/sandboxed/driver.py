@@ -17,7 +17,11 @@ sandbox reaches threads that already exist only through a signal, and the saniti
 did not survive it: memcheck of a faulting candidate then hung until its time limit,
 ``bench/results/profiled_probe_2026-12-05_h100*.txt``); under Nsight Compute after CUDA, torch, TVM-FFI
 and the buffers are set up, exactly as the worker does (its injected library talks to the front end
-over a connection it opens at CUDA's start-up, which the network filter would refuse).
+over a connection it opens at CUDA's start-up, which the network filter would refuse). Memcheck's early
+sandbox leaves out its rlimits layer (``sandbox.apply_rlimits``), which comes just before the candidate
+loads: CUDA and the sanitizer's injected library start up free of its file-size cap (which also caps
+the shared buffers they may size with ftruncate) and of its task and open-file caps, and no candidate
+code runs in between.
 
 With ``--gate DIR --gate-key HASH`` (``trusted/tools.py``, ``Gate``) it stops before CUDA is
 initialised, once torch is imported and the input file read: it creates ``ready`` in that directory and
@@ -98,16 +102,33 @@ def _target(args, outputs):
     return call
 
 
-def _jail(args) -> bool:
-    """Apply the host sandbox (``--sandbox`` beneath ``--scratch``) and print its report; False: it failed."""
+def _jail(args, rlimits: bool = True) -> bool:
+    """Apply the host sandbox (``--sandbox`` beneath ``--scratch``) and print its report; False: it failed.
+
+    ``rlimits=False`` leaves the rlimits layer to ``_limit`` (module docstring).
+    """
     from ptxgym.evaluation.sandboxed import sandbox
 
-    try:
-        report = sandbox.apply(args.sandbox, Path(args.scratch), shm=True)  # the profiler's channel
+    try:  # shm: the profiler's channel
+        report = sandbox.apply(args.sandbox, Path(args.scratch), shm=True, rlimits=rlimits)
     except sandbox.SandboxError as exc:
         print(f"driver: the sandbox could not be applied: {exc}", file=sys.stderr)
         return False
     print(f"driver: sandbox {report.summary()}", file=sys.stderr)
+    return True
+
+
+def _limit(args) -> bool:
+    """Apply the rlimits layer ``_jail`` left out (mode ``--sandbox``) and print it; False: it failed."""
+    from ptxgym.evaluation.protocol import SandboxReport
+    from ptxgym.evaluation.sandboxed import sandbox
+
+    try:
+        layer = sandbox.apply_rlimits(args.sandbox)
+    except sandbox.SandboxError as exc:
+        print(f"driver: the sandbox's rlimits could not be applied: {exc}", file=sys.stderr)
+        return False
+    print(f"driver: sandbox {SandboxReport(mode=args.sandbox, layers=[layer]).summary()}", file=sys.stderr)
     return True
 
 
@@ -139,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"driver: no go at the gate within {GATE_WAIT_S:.0f} s", file=sys.stderr)
         return 4
     early = bool(args.scratch) and args.mode in EARLY_JAIL_MODES
-    if early and not _jail(args):
+    if early and not _jail(args, rlimits=False):
         return 3
     import tvm_ffi  # after the gate: its import initialises CUDA (module docstring)
 
@@ -154,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.set_stream(stream)
     push, pop, how = _range()
     torch.cuda.synchronize()
-    if args.scratch and not early and not _jail(args):
+    if args.scratch and not (_limit(args) if early else _jail(args)):
         return 3
-    fn = _target(args, outputs)
+    fn = _target(args, outputs)  # no candidate code ran before this line
     with tvm_ffi.use_torch_stream():
         for out in outputs:
             poison_(out)

@@ -30,7 +30,9 @@ Nothing lifts it again. The layers, in the order they are reported:
    write fails with EFBIG; this covers the worker's log too), a cap on open files, and a cap on the
    tasks of the user (RLIMIT_NPROC counts every thread of the uid, so the cap is the visible count plus
    headroom; the kernel does not enforce it for root or CAP_SYS_RESOURCE/CAP_SYS_ADMIN). No
-   address-space limit: CUDA reserves huge virtual ranges.
+   address-space limit: CUDA reserves huge virtual ranges. ``apply(..., rlimits=False)`` leaves this layer
+   to ``apply_rlimits``, later: the profiled process jailed before CUDA (``driver.py``) takes it just
+   before the candidate loads, after CUDA and the sanitizer's injected library have started.
 5. ``environment``: working directory and TMPDIR in scratch, credential-like and proxy variables
    removed. The pool spawns a sandboxed worker with ``worker_environ`` already, so the secrets never
    reach it (not even ``/proc/self/environ``) and CUDA's JIT cache is private to the worker (a candidate
@@ -98,6 +100,8 @@ MAX_OPEN_FILES = 4096
 """RLIMIT_NOFILE of a sandboxed worker (raised above the highest descriptor already open, if need be)."""
 TASK_HEADROOM = 512
 """RLIMIT_NPROC = tasks of the user visible now + this."""
+DEFERRED = "deferred: applied later by apply_rlimits, just before the candidate loads"
+"""The rlimits layer's detail in a report of ``apply(..., rlimits=False)``."""
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts")
 """Writable /dev entries besides ``nvidia*`` (``/dev/shm`` is not writable: module docstring)."""
 
@@ -106,11 +110,12 @@ class SandboxError(InfraError):
     """The sandbox cannot be applied as asked (strict mode with a layer unavailable, or no scratch dir)."""
 
 
-def apply(mode: str, scratch: Path, shm: bool = False) -> SandboxReport:
+def apply(mode: str, scratch: Path, shm: bool = False, rlimits: bool = True) -> SandboxReport:
     """Sandbox this process (every layer, best effort) and report what is enforced.
 
     ``shm``: also let it write ``/dev/shm`` (the one-shot profiled process of ``driver.py``, whose
     profiler or sanitizer front end may talk through it; never a worker: module docstring, layer 3).
+    ``rlimits=False``: leave the rlimits layer to ``apply_rlimits`` (reported ``off``, deferred).
 
     Raises ``SandboxError`` when ``scratch`` is not a directory, or in mode ``strict`` when a layer is
     unavailable (the layers that did apply stay applied; the process should be discarded).
@@ -121,7 +126,7 @@ def apply(mode: str, scratch: Path, shm: bool = False) -> SandboxReport:
         raise SandboxError(f"the worker's scratch directory {scratch} does not exist; the pool creates it")
     if mode == "off":
         return SandboxReport(mode="off", layers=[SandboxLayer(name=n, state="off") for n in LAYERS])
-    tasks = None if privileged() else user_tasks()  # before Landlock hides other processes' /proc entries
+    tasks = None if not rlimits or privileged() else user_tasks()  # before Landlock hides /proc entries
     nnp_error = set_no_new_privs()
     if nnp_error:
         network = _unavailable("network", f"needs no_new_privs ({nnp_error})")
@@ -129,7 +134,8 @@ def apply(mode: str, scratch: Path, shm: bool = False) -> SandboxReport:
     else:
         filesystem = _landlock(scratch, shm)
         network = _seccomp()  # last of the two: its TSYNC spreads no_new_privs to every thread
-    layers = [_no_new_privs_coverage(nnp_error), network, filesystem, _rlimits(tasks), _environment(scratch)]
+    limits = _rlimits(tasks) if rlimits else SandboxLayer(name="rlimits", state="off", detail=DEFERRED)
+    layers = [_no_new_privs_coverage(nnp_error), network, filesystem, limits, _environment(scratch)]
     report = SandboxReport(mode=mode, layers=layers)
     missing = [x for x in layers if x.state == "unavailable"]
     if mode == "strict" and missing:
@@ -362,8 +368,24 @@ def _cap(which: int, value: int) -> int:
     return new
 
 
+def apply_rlimits(mode: str) -> SandboxLayer:
+    """Apply the rlimits layer alone (module docstring, layer 4), for a process that deferred it.
+
+    It counts the user's tasks now, so ``/proc`` must still show them: before ``apply``, or after
+    ``apply(..., shm=True)``, which keeps every read. Mode ``off`` applies nothing; mode ``strict`` raises
+    ``SandboxError`` when the layer is unavailable.
+    """
+    mode = check_mode(mode)
+    if mode == "off":
+        return SandboxLayer(name="rlimits", state="off")
+    layer = _rlimits(None if privileged() else user_tasks())
+    if mode == "strict" and layer.state == "unavailable":
+        raise SandboxError(f"strict sandbox mode, but the rlimits layer is unavailable here: {layer.detail}")
+    return layer
+
+
 def _rlimits(tasks: int | None) -> SandboxLayer:
-    """``tasks``: the user's tasks, counted before the sandbox (None: privileged, nproc not enforced)."""
+    """``tasks``: the user's tasks, counted while /proc shows them (None: privileged, nproc not enforced)."""
     done, gaps = [], []
     try:
         done.append(f"core={_cap(resource.RLIMIT_CORE, 0)}")
