@@ -4,6 +4,7 @@ The parent starts ``command(jail, argv)`` with a plain fork+exec (no ``preexec_f
 a process with threads). The launcher is a bare interpreter (``python -I -S``) that imports this module
 without running ``ptxgym/__init__`` and applies, in this order, before ``execvp``:
 
+0. the CPU priority (``Jail.nice``: a build yields the cores to the evaluator's GPU turns);
 1. resource limits (``Jail.rlimits``; a limit is lowered to the hard limit, never raised);
 2. ``no_new_privs``;
 3. Landlock, when ``Jail.landlock`` is set: every file-system right the kernel's ABI knows is handled, so
@@ -67,6 +68,8 @@ class Jail:
     """None: no Landlock (where it is unavailable)."""
     families: tuple[int, ...] | None = None
     """Address families that may open sockets; None: no seccomp filter."""
+    nice: int = 0
+    """Added to the program's niceness before anything else (0: its parent's CPU priority)."""
 
 
 def command(jail: Jail, argv: list[str]) -> list[str]:
@@ -126,9 +129,11 @@ def main(args: list[str]) -> None:
     rules = raw.get("landlock")
     families = raw.get("families")
     try:
+        if raw.get("nice", 0) > 0:
+            os.nice(raw["nice"])
         _set_rlimits(raw.get("rlimits", {}))
     except (OSError, ValueError, AttributeError) as exc:
-        _fail(f"setrlimit: {exc}")
+        _fail(f"nice or setrlimit: {exc}")
     if rules is not None or families is not None:
         error = set_no_new_privs()
         if error:

@@ -120,6 +120,15 @@ def test_limits_apply_before_exec() -> None:
     assert done.stdout.split() == ["0", "8"]  # ulimit -f counts 512-byte blocks
 
 
+def test_the_program_runs_at_the_niceness_asked() -> None:
+    script = [sys.executable, "-c", "import os; print(os.nice(0))"]
+    base = int(subprocess.run(script, capture_output=True, text=True, timeout=60).stdout)
+    done = subprocess.run(command(Jail(nice=7), script), capture_output=True, text=True, timeout=60)
+    assert int(done.stdout) == min(base + 7, 19), done.stderr
+    plain = subprocess.run(command(Jail(), script), capture_output=True, text=True, timeout=60)
+    assert int(plain.stdout) == base
+
+
 def test_a_jail_that_cannot_be_applied_runs_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     done = subprocess.run(

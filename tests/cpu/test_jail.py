@@ -240,3 +240,11 @@ def test_a_capped_log_keeps_whole_lines_on_both_sides_of_the_cut(tmp_path) -> No
     after = tail.split("\n", 1)[1]
     assert all(ln in ("", "x" * 99) for ln in after.split("\n")), "the tail starts at a whole line"
     assert len(text) < len(body)
+
+
+def test_every_build_runs_below_the_evaluators_cpu_priority() -> None:
+    from ptxgym.cpu.jail import BUILD_NICE
+
+    for kind in ("off", "landlock"):
+        jail = build_jail(find_toolchain(), (), Path("/tmp"), (120.0, 8192), Confinement(kind, "", True))
+        assert jail.nice == BUILD_NICE > 0
