@@ -189,6 +189,23 @@ def test_one_failed_runner_set_up_costs_one_subject_three_in_a_row_drop_the_runn
     assert note == "python: " + runners.why and f"failure {DROP_AFTER_FAILURES - 1}" in note
 
 
+def test_set_ups_failing_only_with_the_counter_query_are_counted_apart(tmp_path):
+    """Failures with the counter query are not reset by the set-ups without it that come between."""
+    from ptxgym.evaluation.trusted.native_worker import DROP_AFTER_FAILURES
+
+    runners = NativeRunners(True, 0, 0, tmp_path, sandboxed=False)
+    for i in range(DROP_AFTER_FAILURES):
+        assert runners.why == "", i
+        runners.failed(f"a native runner could not be set up: query {i}", hw=True)
+        runners.worked(hw=False)  # a candidate that needs no query, between
+    assert runners.why.startswith(f"{DROP_AFTER_FAILURES} runner set-ups with the counter query failed")
+    other = NativeRunners(True, 0, 0, tmp_path, sandboxed=False)
+    for _ in range(2 * DROP_AFTER_FAILURES):
+        other.failed("a native runner could not be set up: query", hw=True)
+        other.worked(hw=True)  # the same kind worked: the count starts again
+    assert other.why == ""
+
+
 def test_an_unavailable_runner_is_recorded_once(tmp_path, monkeypatch, caplog):
     def unavailable(device, cupti):
         raise NativeUnavailable("no cuda.h was found")

@@ -16,11 +16,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import test_baseline_path as tb  # noqa: E402
-from inprocess_worker import InProcessWorker  # noqa: E402
+from inprocess_worker import IN_BAND_KERNEL, InProcessWorker  # noqa: E402
+from test_counted_position import Honest, _loaded, arena  # noqa: E402, F401 - arena: a fixture
 
-from ptxgym.evaluation.protocol import Call, Load, TrialBegin  # noqa: E402
+from ptxgym.evaluation.protocol import Call, Load, Reply, Spans, TrialBegin, TrialEnd  # noqa: E402
+from ptxgym.evaluation.trusted.sass_join import Census  # noqa: E402
 from ptxgym.evaluation.trusted.session import Session, SessionResult  # noqa: E402
-from ptxgym.evaluation.trusted.timing import CrossCheck  # noqa: E402
+from ptxgym.evaluation.trusted.timing import CUPTI, CrossCheck  # noqa: E402
 from ptxgym.records.feedback import Status  # noqa: E402
 
 DELAY_S = 0.08
@@ -48,14 +50,35 @@ class Loaded(InProcessWorker):
         return super().request(cmd, timeout_s, pickler, fds)
 
 
-def _evaluate(tmp_path, slow_trials: int, retries: int):
+class Mover(Loaded):
+    """Hides ``DELAY_S`` outside its GPU time in its first timing; once timed again, does it inside."""
+
+    def request(self, cmd, timeout_s, pickler=None, fds=()):
+        if not (isinstance(cmd, Call) and self.subject and cmd.timed and self.trials_seen > self.slow_trials):
+            return super().request(cmd, timeout_s, pickler, fds)
+        inner = self.candidate
+
+        def slow(*args):  # the measured worker reports the candidate's own time as GPU time
+            until = time.perf_counter() + DELAY_S
+            while time.perf_counter() < until:
+                pass
+            return inner(*args)
+
+        self.candidate, self.slowed = slow, self.slowed + 1
+        try:
+            return super().request(cmd, timeout_s, pickler, fds)
+        finally:
+            self.candidate = inner
+
+
+def _evaluate(tmp_path, slow_trials: int, retries: int, kind: type[Loaded] = Loaded):
     made: list[InProcessWorker] = []
 
     def make():
         if not made:  # the baseline
             worker = InProcessWorker(tb.honest, tmp_path, measured=True)
         else:
-            worker = Loaded(tb.honest, tmp_path, measured=True, slow_trials=slow_trials)
+            worker = kind(tb.honest, tmp_path, measured=True, slow_trials=slow_trials)
         made.append(worker)
         return worker
 
@@ -114,3 +137,62 @@ def test_no_second_timing_past_the_step_budget() -> None:
     assert session.retime_due(result, 1.0)  # room for twice the timing
     session.clock = Clock(1.5)
     assert not session.retime_due(result, 1.0)
+
+
+def test_work_moved_inside_the_timer_once_timed_again_is_still_an_anomaly(tmp_path) -> None:
+    """A hider whose first timing failed moves the work inside the timer: its GPU time rose by it."""
+    verdict = _evaluate(tmp_path, slow_trials=SETTINGS.trials, retries=1, kind=Mover)
+    assert verdict.status is Status.TIMING_ANOMALY, verdict.message
+    assert "median GPU time rose" in verdict.message and verdict.details["retimed"]
+
+
+def test_the_counted_calls_of_a_second_timing_are_at_new_secret_slots(arena, tmp_path) -> None:  # noqa: F811
+    """The first timing's counted slots are known to the subject once it ran; the second draws again."""
+    same = 0
+    for seed in range(12):
+        fake = InProcessWorker(Honest(), tmp_path)
+        session = _loaded(arena, fake, seed)
+        result = SessionResult()
+        session.correctness(result)
+        session.timing(result, crosscheck=False, count=True, hw_count=True)
+        first = (result.counted.trial, result.counted.slot, result.hw_counted.trial, result.hw_counted.slot)
+        session.retime(result)
+        second = (result.counted.trial, result.counted.slot, result.hw_counted.trial, result.hw_counted.slot)
+        assert len(fake.counted_calls) == 2 and len(fake.hw_counted_calls) == 2
+        same += first == second
+    assert same < 12, "every counted call of a second timing sat where the first's had been"
+
+
+class Banker(InProcessWorker):
+    """CUPTI census: its target kernel twice per timed call in ``phase`` 1, a non-target kernel in 2."""
+
+    phase = 1
+
+    def request(self, cmd, timeout_s, pickler=None, fds=()):
+        if not isinstance(cmd, TrialEnd):
+            return super().request(cmd, timeout_s, pickler, fds)
+        self.seq += 1
+        self.in_trial = False
+        name, per = (IN_BAND_KERNEL, 2) if self.phase == 1 else ("fast_fma_kernel", 1)
+        spans = Spans(
+            spans=dict.fromkeys(self.windows, 1.0),
+            activities=dict.fromkeys(self.windows, 1),
+            kernels={name: per * len(self.windows)} if self.windows else {},
+        )
+        return Reply(seq=self.seq, ok=True, spans=spans)
+
+
+def test_the_census_vouching_for_the_paid_calls_is_the_paid_timings(arena, tmp_path) -> None:  # noqa: F811
+    """Launches banked in the discarded timing cannot make up for a paid timing without the target."""
+    fake = Banker(Honest(), tmp_path)
+    fake.spans = True
+    session = _loaded(arena, fake, 5, backend=CUPTI)
+    result = SessionResult()
+    session.correctness(result)
+    session.timing(result, crosscheck=False)
+    fake.phase = 2
+    session.retime(result)
+    census = Census(result.kernels, result.census_calls, result.census_error)
+    # sass_join.in_band_info: a target kernel launched fewer times than the timed calls is a decoy
+    assert census.launches(IN_BAND_KERNEL) < census.calls, dict(result.kernels)
+    assert "fast_fma_kernel" in result.kernels and IN_BAND_KERNEL in result.kernels  # the name stays

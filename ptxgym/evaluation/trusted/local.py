@@ -848,11 +848,11 @@ class LocalGpuEvaluator(Evaluator):
                     turn.arena, turn.seed, sandboxed, pool, match_ms, hw_prepare, turn.walls
                 )
                 if pool is not None:
-                    self.native.worked()
+                    self.native.worked(hw_prepare)
             except WorkerSetupError as exc:
                 if pool is None:
                     raise
-                fallback = self.native.failed(f"a native runner could not be set up: {exc}")
+                fallback = self.native.failed(f"a native runner could not be set up: {exc}", hw_prepare)
                 pool = None
                 turn.session, turn.handle, turn.free_before = self._session(
                     turn.arena, turn.seed, sandboxed, match_ms=match_ms, walls=turn.walls

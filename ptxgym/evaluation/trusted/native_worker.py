@@ -250,8 +250,9 @@ class NativeRunners:
         self.spec: NativeSpec | None = None
         self.why = "" if wanted else "candidate_process is 'python' (PTXGYM_CANDIDATE_PROCESS)"
         """Why candidates do not run in a runner ('' while they do)."""
-        self.failures = 0
-        """Runner set-ups that failed since the last one that worked (``failed``)."""
+        self.failures = {False: 0, True: 0}
+        """Runner set-ups that failed since the last one of the same kind that worked (``failed``), by
+        whether they made the counter query (``hw``)."""
 
     def _start(self, cupti_needed: bool) -> WorkerPool | None:
         if self.pool is not None or self.why:
@@ -291,24 +292,28 @@ class NativeRunners:
             return "python: the arena has no guard pages (the native runner maps only guard-page blobs)"
         return f"python: {self.why}" if self.wanted else "python"
 
-    def failed(self, why: str) -> str:
+    def failed(self, why: str, hw: bool = False) -> str:
         """A runner could not be set up for one subject, which falls back to the Python worker; the note.
 
-        After ``DROP_AFTER_FAILURES`` in a row the runners are dropped for the evaluator's life. One
-        failure (a start that timed out under load, say) costs that subject alone: in the worker it
-        reads no hardware counters, so its target credit is withheld, and before, one such failure
-        withheld every later candidate's (a reviewer's find).
+        After ``DROP_AFTER_FAILURES`` in a row of one kind (``hw``: set-ups that made the counter query,
+        ``Attach.hw_prepare``, or not) the runners are dropped for the evaluator's life. One failure (a
+        start that timed out under load, say) costs that subject alone: in the worker it reads no hardware
+        counters, so its target credit is withheld, and before, one such failure withheld every later
+        candidate's (a reviewer's find). Counted by kind because a failure that comes only with the query
+        would otherwise be reset by every candidate between that needs none (a later review's find), and
+        every target candidate would fall back for the evaluator's life without a word.
         """
-        self.failures += 1
-        if self.failures >= DROP_AFTER_FAILURES:
-            self.drop(f"{self.failures} runner set-ups failed in a row; the last: {why}")
+        self.failures[hw] += 1
+        if self.failures[hw] >= DROP_AFTER_FAILURES:
+            kind = " with the counter query" if hw else ""
+            self.drop(f"{self.failures[hw]} runner set-ups{kind} failed in a row; the last: {why}")
             return f"python: {self.why}"
         logging.getLogger(__name__).warning("ptxgym: one candidate runs in the Python worker: %s", why)
         return f"python: {why}"[:800]
 
-    def worked(self) -> None:
-        """A runner was set up (the count of ``failed`` starts again)."""
-        self.failures = 0
+    def worked(self, hw: bool = False) -> None:
+        """A runner was set up (``hw``: with the counter query): ``failed``'s count of that kind restarts."""
+        self.failures[hw] = 0
 
     def drop(self, why: str) -> None:
         """Stop using runners for this evaluator's life (the reason is kept and logged once)."""

@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import logging
 import random
+import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ptxgym.evaluation.child_errors import WorkerError, WorkerTimeout
@@ -757,15 +758,46 @@ class Session:
         throughput_2026-12-05_stream_h100.txt, gpu_cost_2026-12-05_default_h100.txt). Transient load
         rarely lasts through a second timing; work a subject hides outside the GPU timer goes with it, so
         the second timing's cross-check, its latencies and its walls replace the first's, which is kept
-        in ``result.retimed``. No counted call again (the first timing's stand); the verified calls of
-        both timings count. The calibration is not redone: the subject is loaded in this process now,
-        and its host code could slow a no-op to widen its own allowance.
+        in ``result.retimed``. What vouches for the paid calls is the second timing's (a reviewer's
+        finds): its counted calls, at new secret slots (the first's are known to the subject now), and
+        its launches in the census (a target kernel launched only in the discarded timing would
+        otherwise make up for a paid timing without it; a name the first saw stays, so a foreign kernel
+        there is still one). The verified calls of both timings count. A median GPU time that rose by
+        more than ``RETIME_RISE`` of the slack is the work the first timing hid, moved inside the timer:
+        still an anomaly (an honest subject's GPU time does not follow the host's load). The
+        calibration is not redone: the subject is loaded in this process now, and its host code could
+        slow a no-op to widen its own allowance.
         """
         first = result.crosscheck
         result.retimed = first.message if first is not None else "timed again"
+        first_ms = [x for t in result.trials for x in t]
+        # the counted calls again, at new secret slots of the timing that is paid (the old slots are known)
+        count, hw_count = result.counted is not None, result.hw_counted is not None
+        result.counted = result.hw_counted = None
+        result.sass_rows, result.count_error, result.hw_counts, result.hw_count_error = None, "", None, ""
+        # launches that vouch for the paid calls (sass_join.in_band_info) are the paid timing's; a name the
+        # first timing saw stays in the census (a foreign kernel there is still one)
+        seen = dict.fromkeys(result.kernels, 0)
+        result.kernels, result.census_calls = {}, 0
         result.trials, result.walls, result.missing_spans, result.shortened = [], [], 0, ""
         result.crosscheck = None
-        self.timing(result, strict=strict, baseline_ms=baseline_ms)
+        self.timing(result, strict=strict, baseline_ms=baseline_ms, count=count, hw_count=hw_count)
+        for name in seen:
+            result.kernels.setdefault(name, 0)
+        cc = result.crosscheck
+        if result.failure is None and cc is not None and cc.ok and first_ms and result.trials:
+            before = statistics.median(first_ms)
+            after = statistics.median([x for t in result.trials for x in t])
+            s = self.settings
+            limit = RETIME_RISE * max(s.wall_slack_ms, s.wall_slack_fraction * before)
+            if after - before > limit:
+                result.crosscheck = replace(
+                    cc,
+                    ok=False,
+                    message=f"timed again after its wall cross-check failed, its median GPU time rose from "
+                    f"{before:.4f} ms to {after:.4f} ms (more than {limit:.4f} ms): the work its first "
+                    "timing did outside the GPU timer moved inside it",
+                )
 
     def _probe(self, result: SessionResult, baseline_ms: float | None, rotate: int, strict: bool) -> bool:
         """A short trial before the others; a candidate it finds below the slow cut-off is timed by it.
@@ -806,6 +838,9 @@ class Session:
             result.trials.append(trial)
 
 
+RETIME_RISE = 0.5
+"""How much of the wall allowance's slack a retimed subject's median GPU time may rise over its first
+timing's (an honest subject's GPU time does not follow the host's load; a hider's moved work does)."""
 PROBE_MEMSETS = 4
 """Memsets of the flush buffer per call of the matched calibration's probe (3 calls)."""
 MATCHED_BUDGET_MS = 100.0
