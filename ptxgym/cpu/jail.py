@@ -244,12 +244,14 @@ def jail_rules(toolchain: Toolchain, include_dirs: Sequence[Path], stage: Path) 
     )
 
 
-BUILD_NICE = 10
+BUILD_NICE = 5
 """Niceness added to every build (nvcc and the tools it runs), so that a batch of concurrent builds on
 every core gives way to the evaluator's host side while it holds the GPU: on an H100 host where 16
 concurrent builds took 9.4 s each, a GPU turn's calibration took 0.20 s a candidate, against 0.13 s on
 one where they took 4.6 s (bench/results/throughput_2026-12-05_stream16_s19_h100.txt; two machines, so a
-hint, not a measurement of this change). On an idle host a build runs as fast as before."""
+hint, not a measurement of this change). On an idle host a build runs as fast as before. Not more: the
+build's time limit is wall time, and on a host kept busy at niceness 0 (a trainer, an inference server)
+a build at +10 would get about a tenth of a core and could reach it (a reviewer's caution)."""
 
 
 def build_jail(
