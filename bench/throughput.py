@@ -160,6 +160,7 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
         "queue_s": queue,
         "gpu_busy": gpu / wall,
         "shortened": sum(bool(fb.timing and fb.timing.shortened) for fb in feedbacks),
+        "retimed": sum("timed again after a wall cross-check" in fb.message for fb in feedbacks),
         "statuses": dict(sorted(by_kind.items())),
     }
 
@@ -219,7 +220,8 @@ def format_pass(r: dict) -> list[str]:
         f"prepare {r.get('prepare_s', 0):.1f}, worker {r.get('worker_s', 0):.1f}, "
         f"check {r['check_s']:.1f}, time {r['time_s']:.1f}, proofs {r['proofs_s']:.1f} "
         f"(GPU {r['proofs_gpu_s']:.1f}), GPU total "
-        f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}",
+        f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}, "
+        f"passed on a second timing {r.get('retimed', 0)}",
         "         worker stage: " + ", ".join(f"{p} {s:.1f}" for p, s in r.get("worker_parts", {}).items()),
         f"         {r['statuses']}",
     ]
