@@ -203,6 +203,8 @@ def test_set_ups_failing_only_with_the_counter_query_are_counted_apart(tmp_path)
     for _ in range(2 * DROP_AFTER_FAILURES):
         other.failed("a native runner could not be set up: query", hw=True)
         other.worked(hw=True)  # the same kind worked: the count starts again
+        other.failed("a native runner could not be set up: start timed out", hw=False)
+        other.worked(hw=True)  # one with the query also shows a plain set-up works (a review's find)
     assert other.why == ""
 
 

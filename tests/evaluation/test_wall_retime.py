@@ -196,3 +196,68 @@ def test_the_census_vouching_for_the_paid_calls_is_the_paid_timings(arena, tmp_p
     # sass_join.in_band_info: a target kernel launched fewer times than the timed calls is a decoy
     assert census.launches(IN_BAND_KERNEL) < census.calls, dict(result.kernels)
     assert "fast_fma_kernel" in result.kernels and IN_BAND_KERNEL in result.kernels  # the name stays
+
+
+def test_one_retime_at_most() -> None:
+    """One retime at most: a second try would be another draw for a hider near the allowance.
+
+    A review's find: with two, the rise was measured from the moved work and a hider passed.
+    """
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        SETTINGS.model_validate({**SETTINGS.model_dump(), "wall_retries": 2})
+    session = Session.__new__(Session)
+    session.clock = None
+    failed = CrossCheck(False, 2.0, 1.0, "past its allowance")
+    assert not session.retime_due(SessionResult(crosscheck=failed, retimed="the first timing's"), 0.5)
+    moved = CrossCheck(False, 0.5, 1.0, "its median GPU time rose", moved=True)
+    assert not session.retime_due(SessionResult(crosscheck=moved), 0.5)
+
+
+def _stub_session(latencies: list[float], overhead_ms: float = 0.5):
+    """A Session whose next timing gives ``latencies`` and passes its cross-check."""
+    from ptxgym.evaluation.trusted.timing import Calibration
+
+    session = Session.__new__(Session)
+    session.clock, session.cal_matched = None, None
+    session.cal = Calibration(overhead_ms=overhead_ms, overhead_iqr_ms=0.01, sync_gap_ms=0.0, n=20)
+    session.settings = SETTINGS.model_copy(update={"wall_slack_ms": 0.3, "wall_slack_fraction": 0.1})
+    session.slack_scale = 1.0
+    scales = []
+
+    def timing(result, crosscheck=True, strict=True, baseline_ms=None, count=False, hw_count=False):
+        scales.append(session.slack_scale)
+        result.trials, result.walls = [list(latencies)], [x + overhead_ms for x in latencies]
+        result.crosscheck = CrossCheck(True, overhead_ms, overhead_ms + 0.15)
+
+    session.timing = timing
+    return session, scales
+
+
+def test_a_second_timing_gets_half_the_slack() -> None:
+    session, scales = _stub_session([1.0] * 30)
+    session.retime(SessionResult(trials=[[1.0] * 30], crosscheck=CrossCheck(False, 1.0, 0.8, "past")))
+    assert scales == [0.5] and session.slack_scale == 1.0
+
+
+def test_an_honest_drift_is_not_taken_for_moved_work() -> None:
+    """A long call 6% slower in its second timing after a first 2 ms over its overhead (a loaded host).
+
+    A review's case: the rise is far under what the first timing showed beyond its overhead.
+    """
+    session, _ = _stub_session([7.4] * 150)
+    result = SessionResult(trials=[[7.0] * 150], crosscheck=CrossCheck(False, 2.5, 1.2, "host load"))
+    session.retime(result)
+    assert result.crosscheck.ok, result.crosscheck.message
+
+
+def test_a_timing_shortened_by_the_slow_cut_off_is_judged_with_its_noise() -> None:
+    """Nine verified calls of input-dependent time: their medians differ by more than a full trial's."""
+    first = [10.0, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7, 11.8]
+    session, _ = _stub_session([11.0] * 9)
+    result = SessionResult(
+        trials=[first], crosscheck=CrossCheck(False, 3.0, 1.6, "host load"), shortened="the probe's"
+    )
+    session.retime(result)
+    assert result.crosscheck.ok, result.crosscheck.message

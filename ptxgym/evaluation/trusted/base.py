@@ -172,11 +172,12 @@ class EvalSettings(BaseModel):
     wall_retries: int = Field(
         1,
         ge=0,
-        le=3,
-        description="Timings repeated after one fails the wall cross-check by its allowance alone (a "
-        "transient load on the host, not a forged figure): the last timing decides, the Feedback says so "
-        "(``Session.retime``). Each costs about one timing of GPU and runs only when the step's budget "
-        "holds twice the time the timing took. 0: the first failure is the verdict.",
+        le=1,
+        description="Whether a timing that fails the wall cross-check by its allowance alone (a transient "
+        "load on the host, not a forged figure) is timed once more, with half the slack: the second timing "
+        "decides, the Feedback says so (``Session.retime``). It costs about one timing of GPU and runs only "
+        "when the step's budget holds twice the time the timing took. 0: the first failure is the verdict. "
+        "At most 1: each further try would be another draw for a hider near the allowance.",
     )
     matched_calibration: bool = Field(
         True,

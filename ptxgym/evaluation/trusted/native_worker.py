@@ -312,8 +312,13 @@ class NativeRunners:
         return f"python: {why}"[:800]
 
     def worked(self, hw: bool = False) -> None:
-        """A runner was set up (``hw``: with the counter query): ``failed``'s count of that kind restarts."""
+        """A runner was set up (``hw``: with the counter query): ``failed``'s count of that kind restarts.
+
+        One with the query also shows that a plain set-up works, so it restarts both counts.
+        """
         self.failures[hw] = 0
+        if hw:
+            self.failures[False] = 0
 
     def drop(self, why: str) -> None:
         """Stop using runners for this evaluator's life (the reason is kept and logged once)."""

@@ -50,6 +50,7 @@ share from the counters can lower the work verdict there, never raise it: ``sass
 from __future__ import annotations
 
 import logging
+import math
 import random
 import statistics
 import time
@@ -87,6 +88,8 @@ from ptxgym.evaluation.trusted.timing import (
     call_latency,
     cross_check,
     cutoff_applies,
+    iqr,
+    median_se,
     slow_cutoff,
 )
 from ptxgym.evaluation.trusted.verified_pool import PoolDraws, PoolEntry
@@ -235,6 +238,8 @@ class Session:
         self._pool_rng = random.Random(f"verified-pool:{seed}")
         """The secret order of this session's pool entries (apart from ``rng``: its draws are unchanged)."""
         self.pool_off = "not enabled for this session"
+        self.slack_scale = 1.0
+        """Of the wall allowance's slack, for the timing under way (``RETIME_SLACK`` in ``retime``)."""
         """Why verified calls draw new values ("" once ``use_pool`` gave this session the arena's pool)."""
         self.draws: PoolDraws | None = None
         """This session's draws from the pool (one per session: no entry serves two of its calls)."""
@@ -735,8 +740,8 @@ class Session:
         reference = self.reference_calibration()
         if crosscheck and reference is not None and result.trials:
             lat = [x for t in result.trials for x in t]
-            slack_ms, fraction = s.wall_slack_ms, s.wall_slack_fraction
-            result.crosscheck = cross_check(result.walls, lat, reference, slack_ms, fraction)
+            slack = (s.wall_slack_ms, s.wall_slack_fraction, self.slack_scale)
+            result.crosscheck = cross_check(result.walls, lat, reference, *slack)
 
     def retime_due(self, result: SessionResult, took_s: float) -> bool:
         """Whether ``retime`` may run after a timing that took ``took_s``.
@@ -745,7 +750,9 @@ class Session:
         other failure), and the step's budget holds twice what that timing took.
         """
         cc = result.crosscheck
-        if result.failure is not None or cc is None or cc.ok or cc.forged or result.missing_spans:
+        if result.retimed or result.failure is not None or cc is None or cc.ok or cc.forged or cc.moved:
+            return False
+        if result.missing_spans:
             return False
         return self.clock is None or self.clock.run_left() > 2 * took_s
 
@@ -762,15 +769,25 @@ class Session:
         finds): its counted calls, at new secret slots (the first's are known to the subject now), and
         its launches in the census (a target kernel launched only in the discarded timing would
         otherwise make up for a paid timing without it; a name the first saw stays, so a foreign kernel
-        there is still one). The verified calls of both timings count. A median GPU time that rose by
-        more than ``RETIME_RISE`` of the slack is the work the first timing hid, moved inside the timer:
-        still an anomaly (an honest subject's GPU time does not follow the host's load). The
-        calibration is not redone: the subject is loaded in this process now, and its host code could
-        slow a no-op to widen its own allowance.
+        there is still one). The verified calls of both timings count. The calibration is not redone:
+        the subject is loaded in this process now, and its host code could slow a no-op to widen its own
+        allowance.
+
+        A failed first timing must not be a free try for a hider (a later review: hide past the
+        allowance, and once timed again hide the usual safe amount, or move the work inside the timer
+        and be paid the honest speed): the second timing's slack is ``RETIME_SLACK`` of the first's,
+        and a median GPU time that rose by more than ``RETIME_RISE`` of what the first timing showed
+        beyond its calibrated overhead (at least of the slack; and more than the medians' noise) is that
+        hidden work moved inside the timer, still an anomaly
+        (an honest subject's GPU time does not follow the host's load; a timing the slow cut-off
+        shortened to its verified calls has few latencies, which the noise term covers; the baseline is
+        not judged). One retime per subject (``retime_due``).
         """
         first = result.crosscheck
         result.retimed = first.message if first is not None else "timed again"
         first_ms = [x for t in result.trials for x in t]
+        cal = self.reference_calibration()
+        hidden = first.median_overhead_ms - cal.overhead_ms if first is not None and cal is not None else 0.0
         # the counted calls again, at new secret slots of the timing that is paid (the old slots are known)
         count, hw_count = result.counted is not None, result.hw_counted is not None
         result.counted = result.hw_counted = None
@@ -781,19 +798,27 @@ class Session:
         result.kernels, result.census_calls = {}, 0
         result.trials, result.walls, result.missing_spans, result.shortened = [], [], 0, ""
         result.crosscheck = None
-        self.timing(result, strict=strict, baseline_ms=baseline_ms, count=count, hw_count=hw_count)
+        self.slack_scale = RETIME_SLACK
+        try:
+            self.timing(result, strict=strict, baseline_ms=baseline_ms, count=count, hw_count=hw_count)
+        finally:
+            self.slack_scale = 1.0
         for name in seen:
             result.kernels.setdefault(name, 0)
         cc = result.crosscheck
-        if result.failure is None and cc is not None and cc.ok and first_ms and result.trials:
-            before = statistics.median(first_ms)
-            after = statistics.median([x for t in result.trials for x in t])
+        second_ms = [x for t in result.trials for x in t]
+        if strict and result.failure is None and cc is not None and cc.ok and first_ms and second_ms:
+            before, after = statistics.median(first_ms), statistics.median(second_ms)
             s = self.settings
-            limit = RETIME_RISE * max(s.wall_slack_ms, s.wall_slack_fraction * before)
+            spread = [median_se(iqr(x), len(x)) for x in (first_ms, second_ms)]
+            noise = RISE_Z * math.hypot(*spread)
+            slack = max(s.wall_slack_ms, s.wall_slack_fraction * before)
+            limit = max(RETIME_RISE * max(slack, hidden), noise)
             if after - before > limit:
                 result.crosscheck = replace(
                     cc,
                     ok=False,
+                    moved=True,
                     message=f"timed again after its wall cross-check failed, its median GPU time rose from "
                     f"{before:.4f} ms to {after:.4f} ms (more than {limit:.4f} ms): the work its first "
                     "timing did outside the GPU timer moved inside it",
@@ -838,9 +863,17 @@ class Session:
             result.trials.append(trial)
 
 
+RETIME_SLACK = 0.5
+"""Of the wall allowance's slack, what a second timing gets (``Session.retime``): a hider whose first
+timing failed may not hide the usual safe amount in the second."""
+RISE_Z = 4.0
+"""Standard errors of the difference of two medians that a retimed subject's GPU time may rise by."""
 RETIME_RISE = 0.5
-"""How much of the wall allowance's slack a retimed subject's median GPU time may rise over its first
-timing's (an honest subject's GPU time does not follow the host's load; a hider's moved work does)."""
+"""How much of what its first timing showed beyond the calibrated overhead (at least of the slack) a
+retimed subject's median GPU time may rise by (an honest subject's GPU time does not follow the host's
+load; a hider's moved work does). With ``RETIME_SLACK`` a hider can neither move much of its first
+timing's hidden work inside the timer nor keep much of it hidden: together at most about the slack,
+which would have passed the first timing."""
 PROBE_MEMSETS = 4
 """Memsets of the flush buffer per call of the matched calibration's probe (3 calls)."""
 MATCHED_BUDGET_MS = 100.0

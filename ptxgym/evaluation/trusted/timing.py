@@ -118,16 +118,24 @@ class CrossCheck:
     """What a statistical allowance would allow (``tight_allowance``): recorded, not yet applied."""
     forged: bool = False
     """A call's reported GPU time exceeded its wall time: no measurement at all (never timed again)."""
+    moved: bool = False
+    """A second timing's median GPU time rose past ``session.RETIME_RISE``: never timed again."""
 
 
 def cross_check(
-    walls_ms: list[float], latencies_ms: list[float], cal: Calibration, slack_ms: float, slack_fraction: float
+    walls_ms: list[float],
+    latencies_ms: list[float],
+    cal: Calibration,
+    slack_ms: float,
+    slack_fraction: float,
+    scale: float = 1.0,
 ) -> CrossCheck:
     """Whether the median per-call wall time is explained by GPU time plus calibrated overhead.
 
     A call whose reported GPU time exceeds the evaluator's wall time for it (beyond
     ``WALL_TOLERANCE_MS`` or ``WALL_TOLERANCE_FRACTION`` of it) fails at once: its GPU work ran inside
-    that wall, so such a figure is not a measurement.
+    that wall, so such a figure is not a measurement. ``scale``: of the slack beyond the calibrated
+    overhead (``session.RETIME_SLACK`` for a second timing).
     """
     for w, g in zip(walls_ms, latencies_ms, strict=True):
         if g > w + max(WALL_TOLERANCE_MS, WALL_TOLERANCE_FRACTION * w):
@@ -139,7 +147,8 @@ def cross_check(
     overheads = [w - g for w, g in zip(walls_ms, latencies_ms, strict=True)]
     median_overhead = statistics.median(overheads)
     median_latency = statistics.median(latencies_ms)
-    allowed = cal.overhead_ms + max(slack_ms, slack_fraction * median_latency, 5 * cal.overhead_iqr_ms)
+    slack = max(slack_ms, slack_fraction * median_latency, 5 * cal.overhead_iqr_ms)
+    allowed = cal.overhead_ms + scale * slack
     tight = tight_allowance(overheads, cal)
     if median_overhead <= allowed:
         return CrossCheck(True, median_overhead, allowed, tight_allowed_ms=tight)
@@ -167,20 +176,22 @@ TIGHT_FLOOR_MS = 0.01
 """The least a tight allowance admits per call, ms."""
 
 
+def median_se(iqr_ms: float, n: int) -> float:
+    """A median's standard error from its values' IQR: sigma ~ IQR / 1.349, SE(median) ~ 1.2533 sigma / √n."""
+    return 1.2533 * (iqr_ms / 1.349) / math.sqrt(max(n, 1))
+
+
 def tight_allowance(overheads_ms: list[float], cal: Calibration) -> float:
     """The calibrated overhead plus ``TIGHT_Z`` standard errors of (subject median - calibration median).
 
-    Each median's standard error from its IQR (sigma ~ IQR / 1.349, SE(median) ~ 1.2533 sigma / sqrt(n)).
+    Each median's standard error from its IQR (``median_se``).
     With 150 timed calls and a 20-call calibration at the H200's IQRs (0.05-0.2 ms) this is ~0.02-0.09
     ms, against the 0.3-0.9 ms the slack floors allow today; it is recorded beside the verdict so the
     wall-allowance bench can show, on the GPU, what it would decide for honest and hiding candidates
     before it decides anything.
     """
-
-    def se(iqr_ms: float, n: int) -> float:
-        return 1.2533 * (iqr_ms / 1.349) / math.sqrt(max(n, 1))
-
-    spread = math.hypot(se(iqr(overheads_ms), len(overheads_ms)), se(cal.overhead_iqr_ms, cal.n))
+    subject = median_se(iqr(overheads_ms), len(overheads_ms))
+    spread = math.hypot(subject, median_se(cal.overhead_iqr_ms, cal.n))
     return cal.overhead_ms + max(TIGHT_FLOOR_MS, TIGHT_Z * spread)
 
 
