@@ -435,3 +435,24 @@ def test_on_the_gpu_pool_entries_serve_verified_calls_and_the_reserve_is_kept(tm
     before = len(runs)  # the seeded sets' references of the second arena
     result, session = judge(ByReference(run, n_in), huge, tmp_path)
     assert result.failure is None and session.draws is None and len(runs) - before == VERIFIED
+
+
+def test_a_closed_arena_frees_its_pool_while_a_pending_turn_still_holds_it(tmp_path):
+    """An arena dropped for room must free its device memory at once (a reviewer's find).
+
+    A turn whose proofs still run keeps the arena object alive; the pool's entries, the sets' tensors
+    and a plain blob must go with ``close`` all the same.
+    """
+    import gc
+    import weakref
+
+    arena = Arena(task_of("gemm"), [1, 2], "cpu", tmp_path, pool_size=2)
+    pending = [arena]  # what a pending turn holds
+    entry = arena.pool.entries[None][0]
+    tensors = [*entry.fresh.values(), *entry.reference.values(), arena.blob]
+    refs = [weakref.ref(t) for t in tensors]
+    del entry, tensors
+    arena.close()
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+    assert not pending[0].pool.active and "closed" in pending[0].pool.describe()

@@ -602,7 +602,13 @@ class Arena:
         return self._inputs_file
 
     def close(self) -> None:
-        """Drop the saved inputs file and a guard-page blob's mappings (a plain blob goes with the object)."""
+        """Drop the saved inputs file, a guard-page blob's mappings and the device memory the arena holds.
+
+        The verified pool's entries (2.7-24 GB of tensors outside the blob), the sets' tensors and a plain
+        blob go too: a turn whose proofs still run keeps this object alive, and an arena closed to make
+        room (``LocalGpuEvaluator._new_arena``) must free its memory now, not when the last such turn
+        ends (a reviewer's find). A closed arena serves nothing more.
+        """
         if self._inputs_file is not None:
             self._inputs_file.unlink(missing_ok=True)
         if self._vmm is not None and self.device.type == "cuda":
@@ -610,3 +616,9 @@ class Arena:
 
             torch.cuda.synchronize(self.device)
         self._release_vmm()
+        if hasattr(self, "pool"):
+            self.pool = VerifiedPool(size=0, error="the arena is closed")
+        if hasattr(self, "guards"):
+            del self.guards  # its views of the blob
+        self.sets = []
+        self.blob = None
