@@ -45,7 +45,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -66,6 +66,17 @@ jail_probe() {
     > "$out/runner_jail_probe.log" 2>&1
 }
 case "$stage" in
+  s20)
+    # next: the retime's review fixes and the build niceness at 16 envs streaming, then the batch refill
+    # of spares (PTXGYM_SPARE_REFILL=batch, 4 spares) against each (4 spares), the same mix side by side
+    timeout 200 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
+      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
+    PTXGYM_MAX_SPARES=4 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
+      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_each4.txt"
+    PTXGYM_MAX_SPARES=4 PTXGYM_SPARE_REFILL=batch timeout 120 python3 bench/throughput.py --evaluator local \
+      --sizes 16 --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
+      --out "$out/throughput_batch4.txt"
+    ;;
   s19)
     # s17/s18's follow-ups: memcheck's driver with its rlimits deferred to just before the candidate loads,
     # the GEMM and MHA forward experts after the TMA-only change (in-band counts judged by the task's

@@ -18,6 +18,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_CANDIDATE_PROCESS`` | where candidates run: ``native`` or ``python`` | ``native`` |
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
 | ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | the spares (2) |
+| ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``each`` |
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ def device_index() -> int:
 
 MAX_SPARES_LIMIT = 32
 """The most ``PTXGYM_MAX_SPARES`` may ask for (each spare is a process with its own CUDA context)."""
+
+
+SPARE_REFILLS = ("each", "batch")
+"""How the local evaluator replaces the spares a GPU turn took (``LocalGpuEvaluator._refill``)."""
+
+
+def spare_refill() -> str:
+    """``PTXGYM_SPARE_REFILL``: ``each`` (default) or ``batch`` (``LocalGpuEvaluator._refill``)."""
+    value = (_get("SPARE_REFILL") or "each").lower()
+    if value not in SPARE_REFILLS:
+        raise ValueError(f"PTXGYM_SPARE_REFILL must be one of {', '.join(SPARE_REFILLS)}, got {value!r}")
+    return value
 
 
 def max_spares() -> int | None:

@@ -87,7 +87,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.scratch, ev.sandbox_mode, ev.pool = tmp_path, "on", _Pool()  # type: ignore[assignment]
     ev.backend, ev.cupti_error, ev.guard_pages_error, ev.count_outside = EVENTS, "", "", ""
     ev._arenas, ev._current, ev._held = collections.OrderedDict(), None, None
-    ev.quiet_spares, ev.spares_wait_s, ev.spares_range = True, 0.0, (2, 2)
+    ev.quiet_spares, ev.spares_wait_s, ev.spares_range, ev.spare_refill = True, 0.0, (2, 2), "each"
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
     ev.queue = GpuQueue()
     ev.verdicts = VerdictCache(0)
@@ -407,6 +407,35 @@ def test_spares_follow_the_candidates_waiting_for_the_gpu_within_their_range(tmp
     assert runners.fills[-1] == 8 and ev.pool.fills[-1] == 1
 
 
+def test_batch_refill_starts_the_missing_spares_together_once_half_are_gone(tmp_path):
+    """``spare_refill`` ``batch``: no refill while half or more are left; then every missing one."""
+
+    class Pool(_Pool):
+        def __init__(self) -> None:
+            self.spares, self.stock, self.fills = 4, 4, []
+
+        def fill(self) -> None:
+            self.fills.append(self.spares - self.stock)
+            self.stock = self.spares
+
+    class Queue:
+        waiting = 20
+
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path))
+    ev.pool, ev.queue, ev.spares_range, ev.spare_refill = Pool(), Queue(), (4, 4), "batch"  # type: ignore[assignment]
+    started = []
+    for _ in range(6):  # each GPU turn takes a spare, then refills
+        ev.pool.stock -= 1
+        before = len(ev.pool.fills)
+        ev._refill()
+        started.append(ev.pool.fills[-1] if len(ev.pool.fills) > before else 0)
+    assert started == [0, 0, 3, 0, 0, 3]
+    ev.spare_refill = "each"
+    ev.pool.stock -= 1
+    ev._refill()
+    assert ev.pool.fills[-1] == 1
+
+
 def test_max_spares_comes_from_the_environment(monkeypatch):
     from ptxgym.records import settings
 
@@ -418,6 +447,13 @@ def test_max_spares_comes_from_the_environment(monkeypatch):
         monkeypatch.setenv("PTXGYM_MAX_SPARES", bad)
         with pytest.raises(ValueError, match="PTXGYM_MAX_SPARES"):
             settings.max_spares()
+    monkeypatch.delenv("PTXGYM_SPARE_REFILL", raising=False)
+    assert settings.spare_refill() == "each"
+    monkeypatch.setenv("PTXGYM_SPARE_REFILL", "Batch")
+    assert settings.spare_refill() == "batch"
+    monkeypatch.setenv("PTXGYM_SPARE_REFILL", "sometimes")
+    with pytest.raises(ValueError, match="PTXGYM_SPARE_REFILL"):
+        settings.spare_refill()
 
 
 def test_an_infra_error_says_whether_the_candidate_had_been_loaded(tmp_path, monkeypatch):

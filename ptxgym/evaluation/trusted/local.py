@@ -191,6 +191,8 @@ class LocalGpuEvaluator(Evaluator):
         self.pool = WorkerPool(
             self.device, spares, log_dir=self.scratch, sandboxed=self.sandbox_mode != "off"
         )
+        self.spare_refill = user_settings.spare_refill()
+        """``each``: replace the spares taken after every GPU turn; ``batch``: once half are gone."""
         most = user_settings.max_spares() if max_spares is None else max_spares
         self.spares_range = (spares, max(spares, spares if most is None else most))
         """Spares kept warming: the first when no candidate waits for the GPU, up to the second while
@@ -683,6 +685,13 @@ class LocalGpuEvaluator(Evaluator):
         not dropped, started or not) the Python workers serve only baselines and plain arenas: at most
         one of them warms (a reviewer found up to ``max_spares`` of them started after a task's baseline,
         warming beside the first runners' timing and idle after).
+
+        ``spare_refill`` ``batch`` (``PTXGYM_SPARE_REFILL``): the busy pool is refilled only once fewer
+        than half its spares are left, all missing ones at once. Back to back, each replaced spare is
+        still starting when the next subject's calibration must wait for it (``worker_settle``, 0.30 s
+        of a 1.08 s GPU turn at 16 envs on the H100, ``throughput_2026-12-05_stream_h100.txt``); started
+        together, several warm in one such wait, if they start in parallel (not yet measured: ``each``
+        stays the default until a GPU run compares them).
         """
         low, high = self.spares_range
         runners = self._runners_serve()
@@ -690,6 +699,8 @@ class LocalGpuEvaluator(Evaluator):
         for pool in self._pools():  # only the pool the waiting candidates will take from grows
             if pool is busy:
                 pool.spares = min(high, max(low, self.queue.waiting))
+                if self.spare_refill == "batch" and 0 < pool.spares <= 2 * pool.stock:
+                    continue  # half or more left: the missing ones start together later (``batch``)
             else:  # the Python workers, while runners serve: only baselines and plain arenas take them
                 pool.spares = min(low, 1) if runners else low
             pool.fill()

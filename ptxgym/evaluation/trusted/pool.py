@@ -399,6 +399,11 @@ class WorkerPool:
         while len(self._ready) < self.spares:
             self._ready.append(self._spawn())
 
+    @property
+    def stock(self) -> int:
+        """Spares warming or ready now."""
+        return len(self._ready)
+
     def take(self, refill: bool = True) -> WorkerHandle:
         """A worker for one candidate (the oldest spare, or a new one).
 
