@@ -645,3 +645,24 @@ def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may
     ev.native.pool = Spares()  # type: ignore[assignment]
     with ev._proof_gpu():
         assert settled == [1]
+
+
+def test_an_evicted_arena_is_no_longer_the_current_one(tmp_path, monkeypatch):
+    """Eviction by ``max_arenas`` forgets the arena, ``_current`` included, before the new one is made.
+
+    A reviewer's find: were the new arena's construction to fail, the primer would go on attaching new
+    spares to the closed (emptied) arena.
+    """
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path))
+    ev.max_arenas = 1
+    first = ev._arena(gemm_task())
+    assert ev._current is first
+
+    def fails(*a, **kw):
+        raise MemoryError("no room for the new arena")
+
+    monkeypatch.setattr(ev, "_new_arena", fails)
+    other = tiny_task("MhaFwd-sm90a", batch=1, seq=16)
+    with pytest.raises(MemoryError):
+        ev._arena(other)
+    assert ev._current is None and not ev._arenas and first.sets == []

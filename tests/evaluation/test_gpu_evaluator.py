@@ -41,6 +41,7 @@ def evaluator():
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
     ev = LocalGpuEvaluator(settings=SETTINGS, spares=3)
+    ev.spare_refill = "each"  # whatever PTXGYM_SPARE_REFILL says: the spares test expects each replaced
     ev.free_at_start = None
     yield ev
     ev.close()

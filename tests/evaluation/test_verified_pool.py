@@ -444,10 +444,12 @@ def test_a_closed_arena_frees_its_pool_while_a_pending_turn_still_holds_it(tmp_p
     and a plain blob must go with ``close`` all the same.
     """
     import gc
+    import random
     import weakref
 
     arena = Arena(task_of("gemm"), [1, 2], "cpu", tmp_path, pool_size=2)
-    pending = [arena]  # what a pending turn holds
+    draws = verified_pool.PoolDraws(arena.pool, random.Random(0))
+    pending = [arena, draws]  # what a pending turn holds: the arena, its session's and result's draws
     entry = arena.pool.entries[None][0]
     tensors = [*entry.fresh.values(), *entry.reference.values(), arena.blob]
     refs = [weakref.ref(t) for t in tensors]
@@ -456,3 +458,4 @@ def test_a_closed_arena_frees_its_pool_while_a_pending_turn_still_holds_it(tmp_p
     gc.collect()
     assert [r() for r in refs] == [None] * len(refs)
     assert not pending[0].pool.active and "closed" in pending[0].pool.describe()
+    assert draws.take(0) is None  # nothing left to serve

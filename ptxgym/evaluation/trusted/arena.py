@@ -616,8 +616,9 @@ class Arena:
 
             torch.cuda.synchronize(self.device)
         self._release_vmm()
-        if hasattr(self, "pool"):
-            self.pool = VerifiedPool(size=0, error="the arena is closed")
+        if hasattr(self, "pool"):  # in place: a pending turn's draws (Session.draws, result.pool) hold it
+            self.pool.entries.clear()
+            self.pool.nbytes, self.pool.error = 0, "the arena is closed"
         if hasattr(self, "guards"):
             del self.guards  # its views of the blob
         self.sets = []

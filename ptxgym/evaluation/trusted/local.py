@@ -513,7 +513,7 @@ class LocalGpuEvaluator(Evaluator):
             self._arenas.move_to_end(key)
         else:
             while len(self._arenas) >= self.max_arenas:
-                self._arenas.popitem(last=False)[1].close()
+                self._forget(next(iter(self._arenas.values())))  # the oldest; ``_current`` too if it is
             self._arenas[key] = self._new_arena(task, pooled, evict=not retry)
         arena = self._arenas[key]
         if arena is not self._current:
@@ -804,7 +804,9 @@ class LocalGpuEvaluator(Evaluator):
         else, or where it gives no latency even unsandboxed, its fallback (the torch reference), with the
         reason in ``BaselineRecord.fallback`` (the Feedback names the baseline that ran).
         """
-        arena = arena or self._arena(task)
+        if arena is None:  # from outside a GPU turn: choosing the arena may close another one in use
+            with self.queue.turn():
+                return self.measure_baseline(task, self._arena(task), warm)
         self._ensure_backend(arena)
         task, why = resolve_baseline(task)
         record = self._measure_baseline(task, arena, warm)
