@@ -4,18 +4,14 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (after the twelfth session, 2026-12-05: s12, audit_native, s11b, s11c on an H200; s13-s16 on an
-# H100; candidate_process now defaults to native), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh flip $OUT   (~9 min: the five
-#                                      experts and the evaluator's GPU suite in the default path)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh flip2 $OUT  (~7 min: counted
-#                                      position, in-band vs Nsight Compute, the runner's tests)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s11b $OUT   (native throughput
-#                                      with the spares awaited before the calibration, hw_counters on and
-#                                      the counter query on spares: its "worker stage" line and the gpu
-#                                      cost's worker_sandbox/worker_settle show both changes)
-#   then spares, ray_load (+ .raybundle), benches, gate.
-# Done on 2026-12-05: s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
+# Next (after the thirteenth session, 2026-12-05: flip, flip2, s17, s18, s19 on an H100), in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s20 $OUT   (~8 min: throughput
+#                                      streaming at 1 and 16 envs at HEAD, then the batch refill of spares
+#                                      against each at 4 spares)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh evaluator $OUT   (~8 min: the
+#                                      evaluator's whole GPU suite, with the retime and Arena.close changes)
+#   then s11c (the wall allowance, now with the retime), spares, ray_load (+ .raybundle), benches, gate.
+# Done on 2026-12-05: flip, flip2, s17-s19, s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
 #
 # checks:  the ninth session's timing changes (the wall ends after the trusted output copy; a GPU time
 #          above its wall is forged): the experts GEMM and MHA forward in the default path; the runner's
@@ -45,7 +41,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -66,6 +62,10 @@ jail_probe() {
     > "$out/runner_jail_probe.log" 2>&1
 }
 case "$stage" in
+  evaluator)
+    # the evaluator's whole GPU suite in the default path (flip's 260 s limit cut it after 26 of 28)
+    timeout 540 bash bench/gpu_tests.sh "$out/evaluator" --timeout 200 -q tests/evaluation/test_gpu_evaluator.py
+    ;;
   s20)
     # next: the retime's review fixes and the build niceness at 16 envs streaming, then the batch refill
     # of spares (PTXGYM_SPARE_REFILL=batch, 4 spares) against each (4 spares), the same mix side by side
