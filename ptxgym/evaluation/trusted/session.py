@@ -238,9 +238,9 @@ class Session:
         self._pool_rng = random.Random(f"verified-pool:{seed}")
         """The secret order of this session's pool entries (apart from ``rng``: its draws are unchanged)."""
         self.pool_off = "not enabled for this session"
+        """Why verified calls draw new values ("" once ``use_pool`` gave this session the arena's pool)."""
         self.slack_scale = 1.0
         """Of the wall allowance's slack, for the timing under way (``RETIME_SLACK`` in ``retime``)."""
-        """Why verified calls draw new values ("" once ``use_pool`` gave this session the arena's pool)."""
         self.draws: PoolDraws | None = None
         """This session's draws from the pool (one per session: no entry serves two of its calls)."""
         self.new_draws = 0
@@ -778,10 +778,8 @@ class Session:
         and be paid the honest speed): the second timing's slack is ``RETIME_SLACK`` of the first's,
         and a median GPU time that rose by more than ``RETIME_RISE`` of what the first timing showed
         beyond its calibrated overhead (at least of the slack; and more than the medians' noise) is that
-        hidden work moved inside the timer, still an anomaly
-        (an honest subject's GPU time does not follow the host's load; a timing the slow cut-off
-        shortened to its verified calls has few latencies, which the noise term covers; the baseline is
-        not judged). One retime per subject (``retime_due``).
+        hidden work moved inside the timer, still an anomaly (``moved_work``; the baseline is not
+        judged). One retime per subject (``retime_due``).
         """
         first = result.crosscheck
         result.retimed = first.message if first is not None else "timed again"
@@ -806,23 +804,11 @@ class Session:
         for name in seen:
             result.kernels.setdefault(name, 0)
         cc = result.crosscheck
-        second_ms = [x for t in result.trials for x in t]
-        if strict and result.failure is None and cc is not None and cc.ok and first_ms and second_ms:
-            before, after = statistics.median(first_ms), statistics.median(second_ms)
-            s = self.settings
-            spread = [median_se(iqr(x), len(x)) for x in (first_ms, second_ms)]
-            noise = RISE_Z * math.hypot(*spread)
-            slack = max(s.wall_slack_ms, s.wall_slack_fraction * before)
-            limit = max(RETIME_RISE * max(slack, hidden), noise)
-            if after - before > limit:
-                result.crosscheck = replace(
-                    cc,
-                    ok=False,
-                    moved=True,
-                    message=f"timed again after its wall cross-check failed, its median GPU time rose from "
-                    f"{before:.4f} ms to {after:.4f} ms (more than {limit:.4f} ms): the work its first "
-                    "timing did outside the GPU timer moved inside it",
-                )
+        if strict and result.failure is None and cc is not None and cc.ok:
+            second_ms = [x for t in result.trials for x in t]
+            why = moved_work(first_ms, second_ms, hidden, self.settings)
+            if why:
+                result.crosscheck = replace(cc, ok=False, moved=True, message=why)
 
     def _probe(self, result: SessionResult, baseline_ms: float | None, rotate: int, strict: bool) -> bool:
         """A short trial before the others; a candidate it finds below the slow cut-off is timed by it.
@@ -861,6 +847,31 @@ class Session:
             result.walls.append(r.wall_ms)
         if trial:
             result.trials.append(trial)
+
+
+def moved_work(
+    first_ms: list[float], second_ms: list[float], hidden_ms: float, settings: EvalSettings
+) -> str:
+    """Why a second timing's latencies hold the first's hidden work, moved inside the timer ("" if not).
+
+    Its median rose over the first's by more than ``RETIME_RISE`` of ``hidden_ms`` (what the first timing
+    showed beyond its calibrated overhead; at least of the slack) and more than ``RISE_Z`` standard errors
+    of the two medians' difference (a timing the slow cut-off shortened to its verified calls has few
+    latencies). An honest subject's GPU time does not follow the host's load.
+    """
+    if not first_ms or not second_ms:
+        return ""
+    before, after = statistics.median(first_ms), statistics.median(second_ms)
+    noise = RISE_Z * math.hypot(*(median_se(iqr(x), len(x)) for x in (first_ms, second_ms)))
+    slack = max(settings.wall_slack_ms, settings.wall_slack_fraction * before)
+    limit = max(RETIME_RISE * max(slack, hidden_ms), noise)
+    if after - before <= limit:
+        return ""
+    return (
+        f"timed again after its wall cross-check failed, its median GPU time rose from {before:.4f} ms to "
+        f"{after:.4f} ms (more than {limit:.4f} ms): the work its first timing did outside the GPU timer "
+        "moved inside it"
+    )
 
 
 RETIME_SLACK = 0.5
