@@ -126,6 +126,8 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
     """``n`` candidates through ``size`` envs (``schedule``: ``_waves`` or ``_stream``); its figures."""
     import gymnasium
 
+    from ptxgym.evaluation.protocol import ATTACH_PHASES as steps
+
     envs = [
         gymnasium.make(f"ptxgym/{TASK}-v0", evaluator=evaluator, max_turns=1, variant=None)
         for _ in range(size)
@@ -152,6 +154,8 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
         "check_s": sum(walls(fb, ("check",)) for fb in feedbacks),
         "worker_s": sum(walls(fb, ("worker",)) for fb in feedbacks),
         "worker_parts": {p: sum(walls(fb, (f"worker_{p}",)) for fb in feedbacks) for p in WORKER_PARTS},
+        # a runner's attach steps (``spare_attach_<step>``: a spare's warm-up, mostly before the turn)
+        "attach_steps": {p: sum(walls(fb, (f"spare_attach_{p}",)) for fb in feedbacks) for p in steps},
         "prepare_s": sum(walls(fb, ("prepare",)) for fb in feedbacks),
         "time_s": sum(walls(fb, ("time",)) for fb in feedbacks),
         "proofs_s": sum(walls(fb, PROOF_STAGES) for fb in feedbacks),
@@ -223,6 +227,8 @@ def format_pass(r: dict) -> list[str]:
         f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}, "
         f"passed on a second timing {r.get('retimed', 0)}",
         "         worker stage: " + ", ".join(f"{p} {s:.1f}" for p, s in r.get("worker_parts", {}).items()),
+        "         the spares' attach (their warm-up, mostly before the turn): "
+        + ", ".join(f"{p} {s:.2f}" for p, s in r.get("attach_steps", {}).items()),
         f"         {r['statuses']}",
     ]
 

@@ -232,6 +232,16 @@ class AttachResult(_Msg):
     cupti: bool = Field(description="Whether CUPTI activity tracing works in this worker.")
     cupti_error: str = ""
     flush_bytes: int
+    phases_ms: dict[str, Measure] = Field(
+        default_factory=dict,
+        description="Wall ms of each step of the attach, as the native runner saw it (``ATTACH_PHASES``; a "
+        "spare's warm-up, before any candidate code: diagnostic only, never a proof).",
+    )
+
+
+ATTACH_PHASES = ("cuda", "map", "flush", "cupti", "hw_prepare", "sets")
+"""The steps a native runner's attach reports (``AttachResult.phases_ms``): CUDA's start-up (driver,
+context, runtime), mapping the arena, the L2-flush buffer, CUPTI's start, the counter query, the sets."""
 
 
 class CallResult(_Msg):

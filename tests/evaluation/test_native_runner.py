@@ -213,6 +213,24 @@ def test_an_attach_may_ask_for_the_counter_query(handle, blob):
     assert sandbox.ok and sandbox.sandbox is not None, sandbox
 
 
+def test_an_attach_reports_the_wall_of_its_steps(handle, blob):
+    """``AttachResult.phases_ms``: the runner's own walls of its attach (a spare's warm-up, diagnostic).
+
+    A host blob has no CUDA steps: only the mapping and the sets; on a GPU also cuda, flush, cupti and
+    hw_prepare (``protocol.ATTACH_PHASES``). Only those steps reach a verdict's walls.
+    """
+    from ptxgym.evaluation.protocol import ATTACH_PHASES
+    from ptxgym.evaluation.trusted.local import attach_phases
+
+    reply = attach(handle, blob)
+    assert reply.ok and reply.attach is not None, reply
+    phases = reply.attach.phases_ms
+    assert set(phases) == {"map", "sets"} and set(phases) <= set(ATTACH_PHASES), phases
+    assert all(v >= 0 for v in phases.values())
+    walls = attach_phases({**phases, "chosen by the runner": 1.0})
+    assert set(walls) == {"spare_attach_map", "spare_attach_sets"}, walls
+
+
 def test_hello_names_the_process(handle):
     hello = handle.hello.hello
     assert hello is not None and hello.pid == handle.pid and hello.torch == "" and hello.runner

@@ -257,10 +257,19 @@ class Runner {
     DLDevice device{kDLCPU, 0};
     size_t flushed = 0;
     std::string cupti_error = "not requested";
+    // the wall of each step, for AttachResult.phases_ms (a spare's warm-up, diagnostic only)
+    JsonWriter phases;
+    double t = now_ms();
+    auto phase = [&](const char* name) {
+      double now = now_ms();
+      phases.real(name, now - t);
+      t = now;
+    };
     if (o_.host_blobs) {
       host_ = std::make_unique<HostBlob>(fds, size_t(total), runs);
       base = host_->base();
       if (cmd.at("cupti").b) cupti_error = "a host blob (the CPU test path) has no GPU activity to trace";
+      phase("map");
     } else {
 #ifdef PTXGYM_RUNNER_CUDA
       try {
@@ -271,25 +280,32 @@ class Runner {
         for (int fd : fds) close(fd);
         throw;
       }
+      phase("cuda");
       gpu_.reset();
       auto mapped = std::make_unique<GpuBlob>(cuda_);
       mapped->map(o_.device, fds, size_t(total), size_t(page), runs);
       gpu_ = std::move(mapped);
       base = gpu_->base();
       device = DLDevice{kDLCUDA, o_.device};
+      phase("map");
       flushed = dev_->set_flush(size_t(flush));
+      phase("flush");
       cupti_error = cmd.at("cupti").b ? start_cupti(cmd.has("module_census") && cmd.at("module_census").b)
                                       : "not requested";
+      phase("cupti");
       if (cmd.has("hw_prepare") && cmd.at("hw_prepare").b) prepare_hw_counters();  // a spare's warm-up
+      phase("hw_prepare");
 #else
       for (int fd : fds) close(fd);
       throw std::runtime_error("this runner was built without CUDA (no cuda.h): no GPU blobs");
 #endif
     }
     sets_ = build_sets(cmd.at("sets"), base, runs, device);
+    phase("sets");
     JsonWriter result;
     result.text("arena", cmd.at("arena").as_str("arena")).boolean("cupti", cupti_error.empty());
     result.text("cupti_error", cupti_error.substr(0, 500)).num("flush_bytes", int64_t(flushed));
+    result.object("phases_ms", phases);
     return ok().object("attach", result);
   }
 

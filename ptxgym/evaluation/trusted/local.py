@@ -52,7 +52,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ptxgym.evaluation.child_errors import WorkerError
-from ptxgym.evaluation.protocol import Load, check_mode
+from ptxgym.evaluation.protocol import ATTACH_PHASES, Load, check_mode
 from ptxgym.evaluation.trusted.arena import Arena
 from ptxgym.evaluation.trusted.base import (
     BuiltCandidate,
@@ -114,6 +114,15 @@ def runner_phases(host_ms: dict[str, float]) -> dict[str, float]:
     """
     ok = [k for k in HW_PHASES if k in host_ms and math.isfinite(host_ms[k]) and host_ms[k] >= 0]
     return {f"runner_hw_{k}": round(host_ms[k] / 1e3, 4) for k in ok}
+
+
+def attach_phases(phases_ms: dict[str, float]) -> dict[str, float]:
+    """Stage walls (s) of a runner's attach (``protocol.ATTACH_PHASES`` only), as ``spare_attach_<step>``.
+
+    A spare's warm-up, mostly before the subject's turn (diagnostic: where the ``worker_settle`` wait of
+    a later subject goes).
+    """
+    return {f"spare_attach_{k}": round(phases_ms[k] / 1e3, 4) for k in ATTACH_PHASES if k in phases_ms}
 
 
 COUNT_OUTSIDE_TRIALS = (
@@ -748,6 +757,7 @@ class LocalGpuEvaluator(Evaluator):
                 self.flush_bytes, self.backend == CUPTI, self.settings.module_census and self.backend == CUPTI
             )
             part("attach")
+            walls.update(attach_phases(attached.phases_ms))
             if self.backend == CUPTI and not attached.cupti:
                 handle.discard()
                 error = WorkerSetupError if pool is not None else InfraError
