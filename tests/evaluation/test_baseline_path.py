@@ -666,3 +666,14 @@ def test_an_evicted_arena_is_no_longer_the_current_one(tmp_path, monkeypatch):
     with pytest.raises(MemoryError):
         ev._arena(other)
     assert ev._current is None and not ev._arenas and first.sets == []
+
+
+def test_a_fall_back_set_up_drops_the_abandoned_runners_attach_walls(tmp_path):
+    """``_session`` again after a runner's set-up failed: the runner's ``spare_attach_*`` walls go."""
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path))
+    arena = ev._arena(gemm_task())
+    walls = {"spare_attach_cuda": 0.4, "spare_attach_hw_prepare": 0.17, "prepare": 1.0}
+    session, handle, _ = ev._session(arena, 1, walls=walls)
+    handle.discard()
+    assert not [k for k in walls if k.startswith("spare_attach_")] and walls["prepare"] == 1.0, walls
+    assert "worker_attach" in walls

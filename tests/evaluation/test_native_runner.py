@@ -284,6 +284,10 @@ def test_no_interpreter_or_vendor_library_mapped(handle, blob, candidate):
 def test_missing_symbol_is_an_error_reply(handle, blob, candidate):
     reply = ready(handle, blob, candidate, entry="nope")
     assert not reply.ok and "loading 'nope' failed" in reply.error and "__tvm_ffi_nope" in reply.error
+    # its constructors ran: it counts as loaded (no second load, no attach), and no call runs a null entry
+    assert not handle.request(Load(kind="so", path=str(candidate), entry="run"), 30.0).ok
+    failed = call(handle, 0)
+    assert not failed.ok and "no subject is loaded" in failed.error, failed
 
 
 def test_candidate_exception_is_an_error_reply(handle, blob, candidate):

@@ -442,12 +442,12 @@ class Runner {
       if (!dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL))
         throw std::runtime_error("cannot preload " + lib + ": " + dlerror());
     std::string prefix = "loading '" + entry + "' failed: ";
+    subject_ = Subject::kSo;  // from here candidate code may run (its ELF constructors), loaded or not
     lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib_) throw std::runtime_error(prefix + "dlopen: " + dlerror());
     std::string symbol = "__tvm_ffi_" + entry;
     fn_ = reinterpret_cast<TVMFFISafeCallType>(dlsym(lib_, symbol.c_str()));
     if (!fn_) throw std::runtime_error(prefix + "the shared object exports no " + symbol);
-    subject_ = Subject::kSo;
   }
 
   // ------------------------------------------------------------------------------------ trials
@@ -485,6 +485,7 @@ class Runner {
 #endif
       return;
     }
+    if (!fn_) throw std::runtime_error("no subject is loaded (a failed load, or none yet)");
     TVMFFIAny result;
     std::memset(&result, 0, sizeof result);
     result.type_index = kTVMFFINone;

@@ -757,6 +757,8 @@ class LocalGpuEvaluator(Evaluator):
                 self.flush_bytes, self.backend == CUPTI, self.settings.module_census and self.backend == CUPTI
             )
             part("attach")
+            for key in [k for k in walls if k.startswith("spare_attach_")]:
+                del walls[key]  # an abandoned runner's, before a fall-back to the Python worker
             walls.update(attach_phases(attached.phases_ms))
             if self.backend == CUPTI and not attached.cupti:
                 handle.discard()
