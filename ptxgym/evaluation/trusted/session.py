@@ -857,7 +857,8 @@ def moved_work(
     Its median rose over the first's by more than ``RETIME_RISE`` of ``hidden_ms`` (what the first timing
     showed beyond its calibrated overhead; at least of the slack) and more than ``RISE_Z`` standard errors
     of the two medians' difference (a timing the slow cut-off shortened to its verified calls has few
-    latencies). An honest subject's GPU time does not follow the host's load.
+    latencies). An honest subject's GPU time does not follow the host's load. A rise that is no number
+    (medians forged to infinity) counts as moved.
     """
     if not first_ms or not second_ms:
         return ""
