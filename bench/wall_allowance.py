@@ -13,7 +13,9 @@ GEMM with a host-side busy wait of ``h`` microseconds after a stream synchronisa
 the calibrated overhead and its IQR (the matched calibration's, a no-op as long as the baseline's call,
 where there is one; the trivial no-op's overhead beside it), the measured excess per call (median
 wall - GPU - overhead), the allowance, whether it was caught, and what the tight statistical allowance
-(``timing.tight_allowance``, recorded, not applied) would allow and decide. The smallest caught ``h`` as a
+(``timing.tight_allowance``, recorded, not applied) would allow and decide, and whether the subject was
+timed twice (``Session.retime``: a first timing failed by its allowance; the figures are then the second
+timing's, at ``session.RETIME_SLACK`` of the slack). The smallest caught ``h`` as a
 share of the median latency is the forgery a candidate can no longer hide. The evaluator replaces a spare
 process only after a subject's timed calls and waits for every warming spare before the next set-up
 (``local.QUIET_SPARES``); ``--noisy-spares`` plays the old way (taking a worker starts the next one at
@@ -105,6 +107,7 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
         if cc and cal and cc.get("tight_allowed_ms") is not None
         else None,
         "matched_latency_ms": cal.get("latency_ms") if cal is not trivial else None,
+        "retimed": bool(details.get("retimed")),
     }
     f = lambda v: "-" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))  # noqa: E731
     share = None if (hidden_us is None or not median) else hidden_us / 1e3 / median
@@ -114,7 +117,7 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
         f"{f(row['allowed_ms'])} | {'-' if share is None else f'{share:.1%}'} | "
         f"{'yes' if row['caught'] else 'no'} | {f(row['trivial_overhead_ms'])} | "
         f"{f(row['matched_latency_ms'])} | {f(row['tight_allowed_ms'])} | "
-        f"{_tight(row)}"
+        f"{_tight(row)} | {'yes' if row['retimed'] else 'no'}"
     )
     if fb.status.value not in ("PASSED", "TIMING_ANOMALY"):
         say(f"#   {fb.message[:300]}")
@@ -164,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     say(
         "process | hidden us | status | median ms | overhead ms | overhead iqr ms | excess ms | allowed ms | "
-        "hidden share | caught | trivial overhead ms | matched no-op ms | tight allowed ms | tight caught"
+        "hidden share | caught | trivial overhead ms | matched no-op ms | tight allowed ms | tight caught | "
+        "timed twice"
     )
     rows = []
     for process in args.process:
