@@ -107,22 +107,27 @@ HW_PHASES = ("setup", "enable", "run", "read")
 """The phases of the runner's hardware-counted call (``HwCounts.host_ms``, ``runner/cupti_range.h``)."""
 
 
-def runner_phases(host_ms: dict[str, float]) -> dict[str, float]:
-    """Stage walls (s) from the runner's phase report: only the phases it names, finite and >= 0.
+def _phase_walls(ms: dict[str, float], names: Sequence[str], prefix: str) -> dict[str, float]:
+    """Stage walls (s) ``<prefix><name>`` from a runner's report in ms: only ``names``, finite and >= 0.
 
-    The report is the candidate process's word: no other key (text it chose) reaches the Feedback.
+    The report is the runner's word: no other key (text it chose) reaches the Feedback.
     """
-    ok = [k for k in HW_PHASES if k in host_ms and math.isfinite(host_ms[k]) and host_ms[k] >= 0]
-    return {f"runner_hw_{k}": round(host_ms[k] / 1e3, 4) for k in ok}
+    ok = [k for k in names if k in ms and math.isfinite(ms[k]) and ms[k] >= 0]
+    return {f"{prefix}{k}": round(ms[k] / 1e3, 4) for k in ok}
+
+
+def runner_phases(host_ms: dict[str, float]) -> dict[str, float]:
+    """Stage walls (s) of the hardware-counted call's phases (``HW_PHASES``), as ``runner_hw_<phase>``."""
+    return _phase_walls(host_ms, HW_PHASES, "runner_hw_")
 
 
 def attach_phases(phases_ms: dict[str, float]) -> dict[str, float]:
-    """Stage walls (s) of a runner's attach (``protocol.ATTACH_PHASES`` only), as ``spare_attach_<step>``.
+    """Stage walls (s) of a runner's attach (``protocol.ATTACH_PHASES``), as ``spare_attach_<step>``.
 
     A spare's warm-up, mostly before the subject's turn (diagnostic: where the ``worker_settle`` wait of
     a later subject goes).
     """
-    return {f"spare_attach_{k}": round(phases_ms[k] / 1e3, 4) for k in ATTACH_PHASES if k in phases_ms}
+    return _phase_walls(phases_ms, ATTACH_PHASES, "spare_attach_")
 
 
 COUNT_OUTSIDE_TRIALS = (
@@ -979,11 +984,8 @@ class LocalGpuEvaluator(Evaluator):
                     count=self._counts(turn) and not (hw and not self.settings.sass_count_with_hw),
                     hw_count=hw,
                 )
-                for _ in range(self.settings.wall_retries):
-                    if not session.retime_due(result, time.perf_counter() - started):
-                        break
-                    started = time.perf_counter()
-                    session.retime(result, strict, base.median_ms if base else None)
+                if self.settings.wall_retries and session.retime_due(result, time.perf_counter() - started):
+                    session.retime(result, strict, base.median_ms if base else None)  # one at most
             self._note_counted(turn, session)
             turn.details["verified_pool"] = session.pool_record()
             turn.clocks.append(sm_clock_mhz(self.device))
