@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ptxgym.cpu import scan_helpers
 from ptxgym.cpu.cache_size import Pruner, evict, touch
 from ptxgym.cpu.compile_log import clean_log, error_message, shown_log
 from ptxgym.cpu.host_asm import ALLOWED, host_asm_in_assembly, host_asm_in_translation
@@ -358,7 +359,12 @@ def _compile(
             if verdict is not None:
                 info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, confinement=jailing.detail)
                 return _failure(
-                    Status.STATIC_REJECT, verdict.message, screen_verdict=verdict, info=info, key=key
+                    Status.STATIC_REJECT,
+                    verdict.message,
+                    screen_verdict=verdict,
+                    info=info,
+                    key=key,
+                    cacheable=verdict.rule != scan_helpers.TIMEOUT_RULE,
                 )
             info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
             limit_text = f"{memory_mb} MiB address space, {FSIZE_LIMIT_BYTES >> 20} MiB per file"
@@ -368,7 +374,15 @@ def _compile(
         if verdict is not None:
             so_path.unlink()
             info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
-            return _failure(Status.STATIC_REJECT, verdict.message, screen_verdict=verdict, info=info, key=key)
+            cacheable = verdict.rule != scan_helpers.TIMEOUT_RULE  # a loaded host, not the source
+            return _failure(
+                Status.STATIC_REJECT,
+                verdict.message,
+                screen_verdict=verdict,
+                info=info,
+                key=key,
+                cacheable=cacheable,
+            )
         return _inspect(solution, arch, toolchain, so_path, log, base, start, key)
     finally:
         shutil.rmtree(stage / KEEP_DIR, ignore_errors=True)
@@ -396,6 +410,16 @@ def _host_asm_backstop(keep: Path, inputs: Sequence[str], complete: bool = True)
     if any(p.stat().st_size > MAX_KEPT_BYTES for p in kept):
         message = f"host-asm: nvcc's host translation is over {MAX_KEPT_BYTES >> 20} MiB, too large to check"
         return ScreenVerdict(False, "host-asm", message)
+    return scan_helpers.scan(kept, scan_kept)  # off the interpreter that times candidates
+
+
+def scan_kept(kept: Sequence[Path]) -> ScreenVerdict | None:
+    """The backstop's scan of nvcc's kept files (``_host_asm_backstop``): the first host asm, or None.
+
+    ``.s`` files are host assembly (``host_asm_in_assembly``); ``.ii`` the host compiler's preprocessed
+    input and the rest nvcc's host translation (``host_asm_in_translation``). Run by a helper process
+    (``scan_helpers.py``) where there is one.
+    """
     for path in kept:
         text = path.read_text(errors="replace")
         if path.suffix == ".s":

@@ -19,6 +19,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
 | ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | the spares (2) |
 | ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``each`` |
+| ``PTXGYM_SCAN_HELPERS`` | most helper processes for the build's backstop scan; ``0``: in-process | 1 to 4 |
 """
 
 from __future__ import annotations
@@ -96,6 +97,30 @@ def max_spares() -> int | None:
         number = -1
     if not 0 <= number <= MAX_SPARES_LIMIT:
         raise ValueError(f"PTXGYM_MAX_SPARES must be an integer from 0 to {MAX_SPARES_LIMIT}, got {value!r}")
+    return number
+
+
+SCAN_HELPERS_LIMIT = 64
+"""The most ``PTXGYM_SCAN_HELPERS`` may ask for."""
+
+
+def scan_helpers() -> int:
+    """Most helper processes for the build's backstop scan (``cpu/scan_helpers.py``); 0: none.
+
+    Default: half the host's cores, from 1 to 4. Raises ``ValueError`` for a value that is not an integer
+    from 0 to ``SCAN_HELPERS_LIMIT``.
+    """
+    value = _get("SCAN_HELPERS")
+    if value is None:
+        return max(1, min(4, (os.cpu_count() or 1) // 2))
+    try:
+        number = int(value, 10) if value.isascii() else -1
+    except ValueError:
+        number = -1
+    if not 0 <= number <= SCAN_HELPERS_LIMIT:
+        raise ValueError(
+            f"PTXGYM_SCAN_HELPERS must be an integer from 0 to {SCAN_HELPERS_LIMIT}, got {value!r}"
+        )
     return number
 
 

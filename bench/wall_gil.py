@@ -1,0 +1,231 @@
+"""The trusted wall clock of a call while builds run beside it in the same interpreter (CPU host).
+
+    python bench/wall_gil.py --calls 3000 --build-threads 2 --out bench/results/wall_gil.txt
+
+The local evaluator measures every timed call's wall in the env's own process (``trusted/session.py``,
+``_call``), where the builds of other envs run on threads (``pipeline.run_batch``, one thread per env
+with ``ptxgym eval --concurrency``). The interpreter's lock is shared: a thread back from a blocking call
+(the reply's read) waits for it while another runs Python. This bench drives a real native runner on the
+CPU (its host-blob path: ``--host-blobs``, the trusted side's ``NativeHandle``, the worker protocol) with
+a trivial candidate (``c = a + alpha * b`` over 1024 floats), ``--calls`` round trips a row, each call's
+wall taken as the session takes it (command sent to reply read), 1 ms apart, under:
+
+* ``idle``: nothing else runs;
+* ``python all the time``: one thread parsing a SASS listing without pause (the mechanism at its worst);
+* ``builds, scan in this process``: ``--build-threads`` threads building distinct expert-GEMM variants
+  one after another (real nvcc), the backstop's scan in this process (``PTXGYM_SCAN_HELPERS=0``);
+* ``builds, scan in helpers``: the same with the scan in helper processes (``cpu/scan_helpers.py``, the
+  default).
+
+Per row: median, quartiles, p90, p99 and maximum of the wall (ms), and for the build rows the builds
+finished during the row and their interpreter CPU (the building thread's ``thread_time``). A GPU call's
+wall has the same round trip inside it (plus the GPU's work), so what the rows add to the round trip they
+add to a timed call's wall, and to the overhead the wall cross-check must allow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from provenance import commit
+from throughput import candidate
+
+from ptxgym.cpu.sass import dump_sass, parse_sass
+from ptxgym.cpu.toolchain import find_toolchain
+from ptxgym.evaluation.protocol import ApplySandbox, Attach, Call, Load, ScalarArg, TensorArg, VmmBlob, VmmRun
+from ptxgym.evaluation.runner import jail as runner_jail
+from ptxgym.evaluation.runner.build import build_runner, plan
+from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeSpec
+from ptxgym.pipeline import Pipeline, Submission
+from ptxgym.records.tasks import get_task
+
+N = 1024
+PAGE = 4096
+RUN = 3 * N * 4
+
+SOURCE = r"""
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+using tvm::ffi::TensorView;
+void run(TensorView a, TensorView b, TensorView c, double alpha) {
+  const float* x = static_cast<const float*>(a.data_ptr());
+  const float* y = static_cast<const float*>(b.data_ptr());
+  float* z = static_cast<float*>(c.data_ptr());
+  for (int64_t i = 0; i < a.numel(); ++i) z[i] = x[i] + float(alpha) * y[i];
+}
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);
+"""
+
+
+def build_candidate(out: Path) -> Path:
+    """The trivial TVM-FFI candidate, built with g++ for the runner's host path."""
+    import tvm_ffi.libinfo as info
+
+    (out / "cand.cc").write_text(SOURCE)
+    lib_dir = Path(info.find_libtvm_ffi()).parent
+    cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{info.find_include_path()}"]
+    cmd += [f"-I{info.find_dlpack_include_path()}", str(out / "cand.cc"), "-o", str(out / "cand.so")]
+    cmd += [f"-L{lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{lib_dir}"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out / "cand.so"
+
+
+def runner(binary: Path, so: Path, work: Path) -> tuple[NativeHandle, list[int]]:
+    """A runner attached to a one-run host blob, sandboxed, with the candidate loaded."""
+    handle = NativeHandle(NativeSpec(binary, 0, None, runner_jail.cupti_files(plan().cupti_lib)), work)
+    handle.hello = handle.receive(30.0)
+    fds = [os.memfd_create("ptxgym-bench-run0")]
+    os.ftruncate(fds[0], RUN)
+
+    def t(role: str, off: int) -> TensorArg:
+        return TensorArg(role=role, offset=off, shape=(N,), dtype="float32")
+
+    sets = [[t("in", 0), t("in", N * 4), t("out", 2 * N * 4), ScalarArg(value=2.0)]]
+    vmm = VmmBlob(total=RUN, page=PAGE, runs=[VmmRun(offset=0, size=RUN)])
+    attach = Attach(arena="bench", blob=None, vmm=vmm, sets=sets, flush_bytes=0, cupti=False)
+    for reply in (
+        handle.request(attach, 30.0, fds=fds),
+        handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch)), 30.0),
+        handle.request(Load(kind="so", path=str(so), entry="run"), 30.0),
+    ):
+        if not reply.ok:
+            raise SystemExit(f"the runner refused the set-up: {reply}")
+    return handle, fds
+
+
+def walls(handle: NativeHandle, calls: int) -> list[float]:
+    """``calls`` round trips, each as ``Session._call`` times one (command to reply), 1 ms apart."""
+    out = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        reply = handle.request(Call(set=0), 30.0)
+        out.append((time.perf_counter() - t0) * 1e3)
+        if not reply.ok:
+            raise SystemExit(f"a call failed: {reply}")
+        time.sleep(0.001)
+    return out
+
+
+def summary(label: str, ms: list[float], extra: str = "") -> str:
+    q = sorted(ms)
+    n = len(q)
+
+    def at(p: float) -> float:
+        return q[min(n - 1, int(p * n))]
+
+    return (
+        f"{label:32s} | {statistics.median(q):6.3f} | {at(0.25):6.3f} | {at(0.75):6.3f} | {at(0.9):6.3f} | "
+        f"{at(0.99):6.3f} | {q[-1]:7.3f} | {extra}"
+    )
+
+
+class Background:
+    """Threads doing the interpreter work of a row until stopped."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.builds: list[float] = []
+        """Interpreter CPU seconds of each finished build."""
+
+    def start(self, target, count: int) -> None:
+        for k in range(count):
+            thread = threading.Thread(target=target, args=(k,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def join(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--build-threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ptxgym-wall-gil-"))
+    binary = build_runner(work / "cache")
+    so = build_candidate(work)
+    pipeline = Pipeline(get_task("Gemm-sm90a"))
+    warm = pipeline.prepare(Submission(candidate("fast", random.randrange(10**9), "gilwarm")))
+    if warm.candidate is None:
+        raise SystemExit(f"the expert variant did not build: {warm.feedback.status.value}")
+    listing = dump_sass(warm.candidate.so_path, find_toolchain())
+    arch = get_task("Gemm-sm90a").arch_spec
+    header = (
+        f"# bench/wall_gil.py --calls {args.calls} --build-threads {args.build_threads}, "
+        f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, commit {commit()}, this CPU host "
+        f"({os.cpu_count()} cores); the native runner's host path, a trivial candidate"
+    )
+    lines = [
+        header,
+        f"{'row':32s} | median | p25    | p75    | p90    | p99    | max ms  | background",
+    ]
+    print("\n".join(lines), flush=True)
+
+    def row(label: str, background: Background | None) -> None:
+        handle, fds = runner(binary, so, work)
+        try:
+            got = walls(handle, args.calls)
+        finally:
+            handle.kill()
+            for fd in fds:
+                os.close(fd)
+        extra = ""
+        if background is not None:
+            background.join()
+            if background.builds:
+                cpu = statistics.median(background.builds)
+                extra = f"{len(background.builds)} builds, interpreter CPU {cpu:.3f} s each (median)"
+        line = summary(label, got, extra)
+        lines.append(line)
+        print(line, flush=True)
+
+    row("idle", None)
+
+    parsing = Background()
+
+    def parse(_k: int) -> None:
+        while not parsing.stop.is_set():
+            parse_sass(listing, arch)
+
+    parsing.start(parse, 1)
+    time.sleep(0.5)
+    row("python all the time", parsing)
+
+    for label, helpers in (("builds, scan in this process", "0"), ("builds, scan in helpers", "")):
+        os.environ["PTXGYM_SCAN_HELPERS"] = helpers
+        building = Background()
+
+        def build(k: int, building: Background = building, label: str = label) -> None:
+            while not building.stop.is_set():
+                text = candidate("fast", random.randrange(10**9), f"gil{k}")
+                t = time.thread_time()
+                prepared = pipeline.prepare(Submission(text))
+                if prepared.candidate is None:
+                    raise SystemExit(f"a variant did not build ({label}): {prepared.feedback.status.value}")
+                building.builds.append(time.thread_time() - t)
+
+        building.start(build, args.build_threads)
+        time.sleep(1.0)
+        row(label, building)
+    os.environ.pop("PTXGYM_SCAN_HELPERS", None)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

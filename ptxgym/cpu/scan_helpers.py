@@ -1,0 +1,267 @@
+"""Helper processes for the build's backstop scan, off the interpreter that times candidates.
+
+Builds run on threads of the env's own process (``pipeline.run_batch``; one thread per env under
+``ptxgym eval --concurrency`` and the throughput bench's stream schedule), the process in which the
+local evaluator takes the trusted wall clock of every timed call (``trusted/session.py``, ``_call``).
+The interpreter's lock is one for all of them: a timing thread back from a blocking call (the reply's
+read, a device synchronisation) waits for the lock while a build thread runs Python, up to the switch
+interval (5 ms) per wait, and a call's wall holds several such waits. Measured on a CPU host with the
+native runner's host path (``bench/wall_gil.py``): a trusted round trip of ~0.03 ms took 5-10 ms while
+another thread ran Python all the time, and its tail grew at a third of the time. The backstop's scan of
+nvcc's intermediates (``build._host_asm_backstop``) was most of a build's interpreter time (cProfile of
+the expert GEMM's build: ~85%); it runs here instead, in long-lived helper processes of our own code
+(``python -P -m ptxgym.cpu.scan_helpers``, started on first use, each ``HELPERS`` at most), one request
+per scan: the kept files' paths in, the verdict out, a line of JSON each way.
+
+Nothing is trusted less for it: a helper is our code reading the same files, and anything that goes
+wrong with one (it cannot start, dies, or answers nonsense) makes the scan run in this process instead,
+as before, so no build passes unscanned. A scan that outlives ``SCAN_TIMEOUT_S`` kills its helper and
+refuses the build (``TIMEOUT_RULE``; not cached: a loaded host, not the source, may have caused it): the
+same scan in this process would hold the build thread, and the lock, as long. ``PTXGYM_SCAN_HELPERS``
+(``records.settings.scan_helpers``): how many helpers at most; 0 scans in this process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ptxgym.cpu.screen import ScreenVerdict
+from ptxgym.records import settings
+
+log = logging.getLogger(__name__)
+
+SCAN_TIMEOUT_S = 120.0
+"""Longest wait for one scan (an honest translation's takes well under a second; the largest file the
+backstop reads is ``build.MAX_KEPT_BYTES``)."""
+START_TIMEOUT_S = 60.0
+"""Longest wait for a new helper's ready line (its interpreter and imports: ~0.4 s on a CPU host)."""
+TIMEOUT_RULE = "host-asm-timeout"
+"""``ScreenVerdict.rule`` of a scan that did not finish: a refusal that is not cached."""
+READY = "ready"
+
+Scan = Callable[[Sequence[Path]], ScreenVerdict | None]
+
+
+class HelperFailed(Exception):
+    """A helper could not give a verdict (start, death, malformed answer): scan in this process instead."""
+
+
+class _Helper:
+    """One helper process and its pipes."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        line = self._line(time.monotonic() + START_TIMEOUT_S)
+        if line.strip() != READY:
+            self.kill()
+            raise HelperFailed(f"a scan helper started without its ready line (got {line[:80]!r})")
+
+    def _line(self, deadline: float) -> str:
+        """The next line of the helper's output by ``deadline`` ('' at its end)."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        return self.proc.stdout.readline()
+
+    def scan(self, files: Sequence[Path], timeout_s: float) -> ScreenVerdict | None:
+        """The helper's verdict on ``files``; ``TimeoutError`` past ``timeout_s``, else ``HelperFailed``."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"files": [str(p) for p in files]}) + "\n")
+            self.proc.stdin.flush()
+            line = self._line(time.monotonic() + timeout_s)
+        except TimeoutError:
+            raise  # an OSError too, but no broken pipe: the caller refuses the build
+        except (OSError, ValueError) as exc:
+            raise HelperFailed(f"the scan helper's pipe broke ({exc})") from exc
+        if not line:
+            raise HelperFailed(f"the scan helper ended (exit {self.proc.poll()})")
+        return _decode(line)
+
+    def kill(self) -> None:
+        """Kill the helper and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        try:
+            self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _decode(line: str) -> ScreenVerdict | None:
+    try:
+        answer = json.loads(line)
+        if answer.get("error"):
+            raise HelperFailed(f"the scan helper failed: {answer['error']}")
+        raw = answer["verdict"]
+        if raw is None:
+            return None
+        return ScreenVerdict(
+            ok=bool(raw["ok"]),
+            rule=raw["rule"],
+            message=str(raw["message"]),
+            file=raw.get("file"),
+            line=raw.get("line"),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise HelperFailed(f"the scan helper answered {line[:80]!r}") from exc
+
+
+def _encode(verdict: ScreenVerdict | None) -> str:
+    if verdict is None:
+        return json.dumps({"verdict": None})
+    raw = {"ok": verdict.ok, "rule": verdict.rule, "message": verdict.message}
+    return json.dumps({"verdict": {**raw, "file": verdict.file, "line": verdict.line}})
+
+
+class HelperPool:
+    """At most ``size`` helpers, each serving one scan at a time; callers beyond that wait for one."""
+
+    def __init__(self, size: int, argv: Sequence[str] | None = None) -> None:
+        self.size = size
+        self.argv = list(argv or [sys.executable, "-P", "-m", __name__])
+        self._cond = threading.Condition()
+        self._idle: list[_Helper] = []
+        self._count = 0
+        self._pid = os.getpid()
+        self.fallbacks = 0
+        """Scans that ran in this process because a helper failed (``HelperFailed``)."""
+
+    def _take(self) -> _Helper | None:
+        """An idle helper, a new one while fewer than ``size`` exist, else wait; None if one cannot start."""
+        with self._cond:
+            while not self._idle and self._count >= self.size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._count += 1
+        try:
+            return _Helper(self.argv)
+        except (OSError, HelperFailed, TimeoutError) as exc:
+            log.warning("a scan helper did not start (%s): scanning in this process", exc)
+            self._drop()
+            return None
+
+    def _give(self, helper: _Helper) -> None:
+        with self._cond:
+            self._idle.append(helper)
+            self._cond.notify()
+
+    def _drop(self) -> None:
+        with self._cond:
+            self._count -= 1
+            self._cond.notify()
+
+    def scan(
+        self, files: Sequence[Path], local: Scan, timeout_s: float = SCAN_TIMEOUT_S
+    ) -> ScreenVerdict | None:
+        """``local(files)`` as a helper computes it; in this process if no helper can."""
+        helper = self._take()
+        if helper is None:
+            self.fallbacks += 1
+            return local(files)
+        try:
+            verdict = helper.scan(files, timeout_s)
+        except TimeoutError:
+            helper.kill()
+            self._drop()
+            message = (
+                f"host-asm: the scan of nvcc's host translation did not finish within {timeout_s:g} s; "
+                "the build is refused (not cached: try again on a quieter host)"
+            )
+            return ScreenVerdict(False, TIMEOUT_RULE, message)
+        except HelperFailed as exc:
+            log.warning("%s: scanning in this process", exc)
+            helper.kill()
+            self._drop()
+            self.fallbacks += 1
+            return local(files)
+        self._give(helper)
+        return verdict
+
+    def pids(self) -> list[int]:
+        """The process ids of the idle helpers (a diagnostic: ``bench/build_cpu.py`` reads their CPU)."""
+        with self._cond:
+            return [h.proc.pid for h in self._idle]
+
+    def close(self) -> None:
+        """Kill every idle helper (busy ones end with their scan's pipe)."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+        for helper in idle:
+            helper.kill()
+
+
+_pool: HelperPool | None = None
+_pool_lock = threading.Lock()
+
+
+def pool() -> HelperPool | None:
+    """This process's helpers (None: ``PTXGYM_SCAN_HELPERS`` is 0); a forked child makes its own."""
+    global _pool
+    size = settings.scan_helpers()
+    if size == 0:
+        return None
+    with _pool_lock:
+        if _pool is None or _pool._pid != os.getpid() or _pool.size != size:
+            _pool = HelperPool(size)
+        return _pool
+
+
+def scan(files: Sequence[Path], local: Scan) -> ScreenVerdict | None:
+    """``local(files)`` (the backstop's scan), run by a helper process when there are helpers."""
+    helpers = pool()
+    return local(files) if helpers is None else helpers.scan(files, local)
+
+
+@atexit.register
+def _close() -> None:
+    if _pool is not None and _pool._pid == os.getpid():
+        _pool.close()
+
+
+def main() -> int:
+    """A helper: one JSON request per line on stdin (``{"files": [...]}``), one verdict per line out."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the evaluator's Ctrl-C is its own; stdin's end stops us
+    from ptxgym.cpu.build import scan_kept
+
+    print(READY, flush=True)
+    for line in sys.stdin:
+        try:
+            files = [Path(p) for p in json.loads(line)["files"]]
+            answer = _encode(scan_kept(files))
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, which scans in its own process
+            answer = json.dumps({"error": f"{type(exc).__name__}: {exc}"[:500]})
+        print(answer, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""The build's backstop scan in helper processes (``ptxgym.cpu.scan_helpers``).
+
+The helpers are real processes of our own code; what is checked: they give the verdict the scan gives
+in this process, they run it elsewhere (this process's scan function is not called), and every way a
+helper can fail (cannot start, dies, answers nonsense, never answers) still ends in a scanned build: in
+this process, or refused and not cached when the scan outlived its limit. Test doubles here are helpers
+that misbehave (our own error paths), not stand-ins for the scan.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ptxgym.cpu import build, scan_helpers
+from ptxgym.cpu.build import scan_kept
+from ptxgym.cpu.scan_helpers import TIMEOUT_RULE, HelperPool
+from ptxgym.records import settings
+
+HOSTILE = """# 1 "kernel.cu"
+# 12 "/usr/include/string.h" 3
+extern void *memchr(void *, int, unsigned long) __asm__("memchr");
+# 9 "src/kernel.cu"
+void run() { const char* s = "asm"; }
+# 11
+void run2() { __asm__ volatile("nop"); }
+"""
+
+
+def _kept(tmp_path: Path, hostile: bool) -> list[Path]:
+    translation = tmp_path / "kernel.cudafe1.cpp"
+    translation.write_text(HOSTILE if hostile else HOSTILE.replace('__asm__ volatile("nop")', ""))
+    assembly = tmp_path / "kernel.s"
+    assembly.write_text("\t.text\n\t.globl\trun\nrun:\n\tret\n")
+    return [translation, assembly]
+
+
+class Local:
+    """This process's scan, counting its calls (a helper that served leaves it uncalled)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, files):
+        self.calls += 1
+        return scan_kept(files)
+
+
+@pytest.fixture
+def pool():
+    helpers = HelperPool(2)
+    yield helpers
+    helpers.close()
+
+
+@pytest.mark.parametrize("hostile", [True, False])
+def test_a_helper_gives_the_verdict_of_the_scan_in_this_process(tmp_path, pool, hostile) -> None:
+    files = _kept(tmp_path, hostile)
+    local = Local()
+    got = pool.scan(files, local)
+    assert local.calls == 0 and pool.fallbacks == 0  # the helper scanned, not this process
+    assert got == scan_kept(files)
+    if hostile:
+        assert got is not None and got.rule == "host-asm" and (got.file, got.line) == ("kernel.cu", 11)
+        assert "__asm__ volatile" in got.message
+    else:
+        assert got is None
+    assert pool.scan(files, local) == got and local.calls == 0  # the helper serves again
+
+
+def test_concurrent_scans_share_the_helpers(tmp_path, pool) -> None:
+    files = _kept(tmp_path, True)
+    local, out = Local(), []
+    threads = [threading.Thread(target=lambda: out.append(pool.scan(files, local))) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(out) == 5 and all(v == scan_kept(files) for v in out) and local.calls == 0
+    assert pool._count <= 2
+
+
+@pytest.mark.parametrize(
+    ("name", "script"),
+    [
+        ("cannot start", None),
+        ("no ready line", "print('hello', flush=True)"),
+        ("dies on the request", "print('ready', flush=True); import sys; sys.stdin.readline()"),
+        ("answers nonsense", "print('ready', flush=True); import sys; sys.stdin.readline(); print('{oops')"),
+        ("reports an error", "print('ready', flush=True); import sys; sys.stdin.readline(); print('{\"error\": \"x\"}')"),
+    ],
+)
+def test_a_failed_helper_leaves_the_scan_to_this_process(tmp_path, name, script) -> None:
+    argv = ["/nonexistent/python"] if script is None else [sys.executable, "-c", script]
+    helpers = HelperPool(1, argv)
+    files = _kept(tmp_path, True)
+    local = Local()
+    try:
+        got = helpers.scan(files, local)
+        assert local.calls == 1 and helpers.fallbacks == 1, name
+        assert got == scan_kept(files) and got is not None and got.rule == "host-asm", name
+        assert helpers._count == 0  # the failed helper is gone; the next scan may start a new one
+    finally:
+        helpers.close()
+
+
+def test_a_scan_past_its_limit_is_a_refusal_and_kills_its_helper(tmp_path) -> None:
+    script = "print('ready', flush=True); import sys, time; sys.stdin.readline(); time.sleep(60)"
+    helpers = HelperPool(1, [sys.executable, "-c", script])
+    local = Local()
+    try:
+        got = helpers.scan(_kept(tmp_path, False), local, timeout_s=0.5)
+        assert got is not None and not got.ok and got.rule == TIMEOUT_RULE and "0.5 s" in got.message
+        assert local.calls == 0 and helpers._count == 0  # not scanned again here: it would hang as long
+    finally:
+        helpers.close()
+
+
+def test_a_timed_out_scan_refuses_the_build_without_caching_it(tmp_path, monkeypatch) -> None:
+    """The refusal of a scan that ran out of time is not kept: a loaded host may have caused it."""
+    refusal = scan_helpers.ScreenVerdict(False, TIMEOUT_RULE, "host-asm: the scan ... did not finish")
+    monkeypatch.setattr(scan_helpers, "scan", lambda files, local: refusal)
+    for name in ("kernel.cudafe1.cpp", "kernel.ii", "kernel.s", "kernel_dlink.s"):
+        (tmp_path / name).write_text("\t.text\n")
+    assert build._host_asm_backstop(tmp_path, ["src/kernel.cu"]) is refusal
+    assert build._failure(build.Status.STATIC_REJECT, refusal.message, cacheable=False).cacheable is False
+
+
+def test_the_backstop_goes_through_the_helpers_by_default(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("PTXGYM_SCAN_HELPERS", raising=False)
+    seen = []
+    real = scan_helpers.scan
+    monkeypatch.setattr(scan_helpers, "scan", lambda files, local: seen.append(files) or real(files, local))
+    for name in ("kernel.cudafe1.cpp", "kernel.ii", "kernel.s", "kernel_dlink.s"):
+        (tmp_path / name).write_text("\t.text\n")
+    (tmp_path / "kernel.cudafe1.cpp").write_text(HOSTILE)
+    verdict = build._host_asm_backstop(tmp_path, ["src/kernel.cu"])
+    assert verdict is not None and verdict.rule == "host-asm" and len(seen) == 1
+    assert scan_helpers.pool() is not None  # the process's helpers exist by default
+
+
+def test_zero_helpers_scan_in_this_process(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PTXGYM_SCAN_HELPERS", "0")
+    assert scan_helpers.pool() is None
+    local = Local()
+    files = _kept(tmp_path, True)
+    assert scan_helpers.scan(files, local) == scan_kept(files) and local.calls == 1
+
+
+def test_the_setting_is_checked(monkeypatch) -> None:
+    monkeypatch.delenv("PTXGYM_SCAN_HELPERS", raising=False)
+    assert 1 <= settings.scan_helpers() <= 4
+    monkeypatch.setenv("PTXGYM_SCAN_HELPERS", "3")
+    assert settings.scan_helpers() == 3
+    for bad in ("-1", "x", "65", "٣"):
+        monkeypatch.setenv("PTXGYM_SCAN_HELPERS", bad)
+        with pytest.raises(ValueError, match="PTXGYM_SCAN_HELPERS must be an integer from 0 to 64"):
+            settings.scan_helpers()
