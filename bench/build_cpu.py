@@ -83,7 +83,7 @@ def main() -> int:
         for mode in rows:
             os.environ["PTXGYM_SCAN_HELPERS"] = "" if mode == "helpers" else "0"
             host_asm._may_match = (lambda line: True) if "no prefilter" in mode else shipped
-            tag = f"cpu{r}_{mode.replace(' ', '_').replace(',', '')}_{random.randrange(10**9)}"
+            tag = f"cpu{r}_{''.join(c if c.isalnum() else '_' for c in mode)}_{random.randrange(10**9)}"
             rows[mode].append(one_build(pipeline, tag))
     host_asm._may_match = shipped
     os.environ.pop("PTXGYM_SCAN_HELPERS", None)
