@@ -239,6 +239,13 @@ class AttachResult(_Msg):
     )
 
 
+CALL_PHASES = ("sync", "flush", "flushed", "launch", "kernel", "after")
+"""The steps of a plain call a native runner reports (``CallResult.phases_ms``): the device synchronised
+before it, the L2 flush enqueued, the flush waited for, the candidate's entry (its launches and host code
+between the call's start and end events), the wait for its GPU work, and the events and context check
+after it. With the trusted side's own split of the wall (``Session._call``: the round trip, then the copy
+of the outputs) they say where the calibrated overhead goes (``bench/wall_allowance.py``)."""
+
 ATTACH_PHASES = ("cuda", "map", "flush", "cupti", "hw_prepare", "sets")
 """The steps a native runner's attach reports (``AttachResult.phases_ms``): CUDA's start-up (driver,
 context, runtime), mapping the arena, the L2-flush buffer, CUPTI's start, the counter query, the sets."""
@@ -250,6 +257,12 @@ class CallResult(_Msg):
     ev_stream_ms: Measure = Field(description="Event time on the caller stream, start to return.")
     ev_device_ms: Measure = Field(description="Event time from start to after a device-wide synchronisation.")
     host_ms: Measure = Field(description="Worker host time of the call up to the device synchronisation.")
+    phases_ms: dict[str, Measure] = Field(
+        default_factory=dict,
+        description="Wall ms of each step of the call, as the native runner saw it (``CALL_PHASES``): "
+        "where a call's wall goes beside its GPU time. The candidate's process's word: diagnostic only, "
+        "never a proof.",
+    )
 
 
 class LoadedModule(_Msg):

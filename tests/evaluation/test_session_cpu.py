@@ -95,6 +95,8 @@ def test_candidate_stops_at_the_first_failed_check(arena, fake_worker_argv, tmp_
     try:
         cal = session.calibrate(n=5)
         assert cal.n == 5 and cal.sync_gap_ms == pytest.approx(0.02)
+        assert set(cal.parts_ms) == {"request", "copy"}  # the fake worker reports no steps of its own
+        assert 0 <= cal.parts_ms["copy"] and 0 < cal.parts_ms["request"] <= cal.overhead_ms + 1.0 + 0.1
         session.load(Load(kind="so", path="x.so", entry="run"))
         result = SessionResult()
         session.correctness(result)
@@ -116,6 +118,7 @@ def test_baseline_is_timed_even_when_a_check_fails(arena, fake_worker_argv, tmp_
         assert result.calls_checked == 2 + 2 * 3
         assert [len(t) for t in result.trials] == [4, 4]
         assert all(x == pytest.approx(1.0) for t in result.trials for x in t)
+        assert len(result.wall_parts) == len(result.walls) == 8  # the calls behind the walls
     finally:
         session.worker.kill()
 

@@ -96,6 +96,7 @@ def test_a_timing_slowed_by_a_transient_load_is_timed_again_and_paid(tmp_path) -
     assert "exceeds the reported GPU time" in verdict.details["retimed"], verdict.details["retimed"]
     assert "timed again after a wall cross-check" in verdict.message
     assert verdict.details["crosscheck"]["ok"] is True  # the second timing's
+    assert {"request", "copy"} <= set(verdict.details["wall_parts"])  # where the paid walls went
     assert verdict.timing.speedup is not None
 
 
@@ -192,6 +193,7 @@ def test_the_census_vouching_for_the_paid_calls_is_the_paid_timings(arena, tmp_p
     session.timing(result, crosscheck=False)
     fake.phase = 2
     session.retime(result)
+    assert len(result.wall_parts) == len(result.walls) > 0  # the paid timing's calls alone
     census = Census(result.kernels, result.census_calls, result.census_error)
     # sass_join.in_band_info: a target kernel launched fewer times than the timed calls is a decoy
     assert census.launches(IN_BAND_KERNEL) < census.calls, dict(result.kernels)

@@ -516,9 +516,20 @@ class Runner {
     JsonWriter result;
 #ifdef PTXGYM_RUNNER_CUDA
     if (dev_ && !host_) {
+      // the wall of each step, for CallResult.phases_ms (protocol.CALL_PHASES; diagnostic only)
+      JsonWriter phases;
+      double t = now_ms();
+      auto phase = [&](const char* name) {
+        double now = now_ms();
+        phases.real(name, now - t);
+        t = now;
+      };
       dev_->sync();
+      phase("sync");
       if (flush) dev_->flush_l2();
+      phase("flush");
       dev_->sync();
+      phase("flushed");
 #ifdef PTXR_WITH_CUPTI
       timed = timed && cupti_;
       uint64_t t_start = timed ? cupti::now() : 0;
@@ -527,16 +538,19 @@ class Runner {
       dev_->record(0);
       invoke(set);
       dev_->record(1);
+      phase("launch");
       dev_->sync();
       double host_ms = now_ms() - h0;
+      phase("kernel");
 #ifdef PTXR_WITH_CUPTI
       if (timed) cupti::window(seq, t_start, cupti::now());
 #endif
       dev_->record(2);
       dev_->wait(2);
       check_context();
+      phase("after");
       result.real("ev_stream_ms", dev_->elapsed(0, 1)).real("ev_device_ms", dev_->elapsed(0, 2));
-      result.real("host_ms", host_ms);
+      result.real("host_ms", host_ms).object("phases_ms", phases);
       return ok().object("call", result);
     }
 #endif

@@ -84,7 +84,7 @@ from ptxgym.evaluation.trusted.sass_join import (
     in_band_info,
     with_hw,
 )
-from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult
+from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult, wall_parts
 from ptxgym.evaluation.trusted.timing import CUPTI, EVENTS, latency_stats
 from ptxgym.evaluation.trusted.tools import GateError
 from ptxgym.evaluation.trusted.turn import Turn
@@ -1170,6 +1170,7 @@ class LocalGpuEvaluator(Evaluator):
         extra["details"].update(
             {
                 "crosscheck": cc.__dict__ if cc else None,
+                "wall_parts": wall_parts(result.wall_parts) or None,
                 "retimed": result.retimed or None,
                 "baseline_source": baseline.source,
                 "baseline_correct": baseline.correct,

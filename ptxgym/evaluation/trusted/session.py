@@ -60,6 +60,7 @@ from typing import Any
 from ptxgym.evaluation.child_errors import WorkerError, WorkerTimeout
 from ptxgym.evaluation.compare import SetCheck
 from ptxgym.evaluation.protocol import (
+    CALL_PHASES,
     ApplySandbox,
     AttachResult,
     Call,
@@ -130,6 +131,8 @@ class TimedCall:
     call: CallResult
     span_ms: float | None = None
     latency_ms: float | None = None
+    request_ms: float | None = None
+    """The part of ``wall_ms`` up to the reply (the rest: the trusted copy of the outputs and its sync)."""
 
 
 @dataclass
@@ -161,6 +164,8 @@ class SessionResult:
     failure: Failure | None = None
     trials: list[list[float]] = field(default_factory=list)
     walls: list[float] = field(default_factory=list)
+    wall_parts: list[TimedCall] = field(default_factory=list)
+    """The timed calls behind ``walls`` (``wall_parts``: where their walls went; diagnostic)."""
     crosscheck: CrossCheck | None = None
     missing_spans: int = 0
     kernels: dict[str, int] = field(default_factory=dict)
@@ -372,6 +377,7 @@ class Session:
             result.spend("inputs_wait", t)
         t0 = time.perf_counter()
         reply = self._request(Call(set=index, timed=timed, flush=True), Stage.RUN)
+        t1 = time.perf_counter()
         outputs = self.arena.copy_outputs(index)
         self._sync()
         if result is not None:
@@ -380,7 +386,8 @@ class Session:
         self.calls += 1
         if reply.call is None:
             raise CandidateFault("the worker acknowledged a call without its timings", "", Stage.RUN)
-        return TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call), outputs
+        record = TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call, request_ms=(t1 - t0) * 1e3)
+        return record, outputs
 
     def _trial(
         self,
@@ -644,7 +651,8 @@ class Session:
             call_latency(self.backend, r.call.ev_stream_ms, r.call.ev_device_ms, r.span_ms, gap) or 0.0
             for r in timed
         ]
-        return calibrate([r.wall_ms for r in timed], lat, ev_s, ev_d, busy_memsets)
+        cal = calibrate([r.wall_ms for r in timed], lat, ev_s, ev_d, busy_memsets)
+        return replace(cal, parts_ms=wall_parts(timed))
 
     def correctness(self, result: SessionResult, strict: bool = True) -> None:
         """Check ``correctness_sets`` calls, each on freshly perturbed values of a rotating set.
@@ -795,6 +803,7 @@ class Session:
         seen = dict.fromkeys(result.kernels, 0)
         result.kernels, result.census_calls = {}, 0
         result.trials, result.walls, result.missing_spans, result.shortened = [], [], 0, ""
+        result.wall_parts = []
         result.crosscheck = None
         self.slack_scale = RETIME_SLACK
         try:
@@ -845,8 +854,29 @@ class Session:
                 continue
             trial.append(lat)
             result.walls.append(r.wall_ms)
+            result.wall_parts.append(r)
         if trial:
             result.trials.append(trial)
+
+
+def wall_parts(calls: list[TimedCall]) -> dict[str, float]:
+    """Where the calls' walls went, medians in ms (diagnostic: ``bench/wall_allowance.py``).
+
+    The trusted side's own split: ``request`` (command to reply) and ``copy`` (the copy of the outputs
+    and its sync, which ends the wall); and the native runner's steps (``protocol.CALL_PHASES``, as
+    ``runner_<step>``: the candidate's process's word, only ever shown), from the calls that report them.
+    """
+    out: dict[str, float] = {}
+    mine = [(c.request_ms, c.wall_ms - c.request_ms) for c in calls if c.request_ms is not None]
+    if mine:
+        out["request"] = statistics.median(r for r, _ in mine)
+        out["copy"] = statistics.median(c for _, c in mine)
+    for step in CALL_PHASES:
+        got = [c.call.phases_ms[step] for c in calls if step in c.call.phases_ms]
+        got = [x for x in got if math.isfinite(x) and x >= 0]
+        if got:
+            out[f"runner_{step}"] = statistics.median(got)
+    return {k: round(v, 4) for k, v in out.items()}
 
 
 def moved_work(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ptxgym.records.feedback import LatencyStats
 
@@ -70,6 +70,8 @@ class Calibration:
     """Median GPU time of the calibration's calls (the no-op's duration)."""
     busy_memsets: int = 0
     """Memsets of the flush buffer per call (0: the trivial no-op; more: the matched calibration)."""
+    parts_ms: dict[str, float] = field(default_factory=dict)
+    """Where its calls' walls went (``session.wall_parts``; diagnostic, never part of the allowance)."""
 
 
 def call_latency(

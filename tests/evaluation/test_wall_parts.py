@@ -1,0 +1,56 @@
+"""Where a call's wall goes (``session.wall_parts``): the trusted side's split and the runner's steps.
+
+Diagnostic figures for the wall allowance's study (``bench/wall_allowance.py``): the trusted round trip
+and the copy that ends the wall, measured by the trusted side, and the native runner's own steps
+(``protocol.CALL_PHASES``), which are the candidate's process's word and so only ever shown: unknown
+steps and impossible values are dropped, and no verdict reads them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from ptxgym.evaluation.protocol import CALL_PHASES, CallResult
+from ptxgym.evaluation.trusted.session import TimedCall, wall_parts
+
+
+def _call(wall: float, request: float | None, **phases: float) -> TimedCall:
+    result = CallResult.model_construct(ev_stream_ms=0.5, ev_device_ms=0.5, host_ms=0.1, phases_ms=phases)
+    return TimedCall(seq=1, wall_ms=wall, call=result, request_ms=request)
+
+
+def test_the_trusted_split_and_the_runner_steps_are_medians() -> None:
+    calls = [
+        _call(1.0, 0.7, sync=0.01, flush=0.02, kernel=0.5),
+        _call(1.2, 0.8, sync=0.03, flush=0.02, kernel=0.6),
+        _call(1.1, 0.9, sync=0.02, flush=0.04, kernel=0.7),
+    ]
+    parts = wall_parts(calls)
+    assert parts == {
+        "request": 0.8,
+        "copy": 0.3,
+        "runner_sync": 0.02,
+        "runner_flush": 0.02,
+        "runner_kernel": 0.6,
+    }
+
+
+def test_only_the_runner_s_known_steps_with_possible_values_are_kept() -> None:
+    calls = [_call(1.0, 0.5, sync=float("nan"), launch=-1.0, chosen_by_the_candidate=9.0, after=0.1)]
+    assert wall_parts(calls) == {"request": 0.5, "copy": 0.5, "runner_after": 0.1}
+    assert wall_parts([_call(1.0, None)]) == {}  # a call the trusted side did not split: nothing
+
+
+def test_the_protocol_takes_the_runner_s_steps_and_refuses_impossible_ones() -> None:
+    got = CallResult.model_validate_json(
+        '{"ev_stream_ms": 1, "ev_device_ms": 1, "host_ms": 1, "phases_ms": {"sync": 0.01, "kernel": 0.9}}'
+    )
+    assert got.phases_ms == {"sync": 0.01, "kernel": 0.9}
+    plain = '{"ev_stream_ms": 1, "ev_device_ms": 1, "host_ms": 1}'
+    assert CallResult.model_validate_json(plain).phases_ms == {}  # the Python worker reports none
+    with pytest.raises(ValidationError):
+        CallResult.model_validate_json(
+            '{"ev_stream_ms": 1, "ev_device_ms": 1, "host_ms": 1, "phases_ms": {"sync": -0.5}}'
+        )
+    assert set(CALL_PHASES) == {"sync", "flush", "flushed", "launch", "kernel", "after"}
