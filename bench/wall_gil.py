@@ -17,8 +17,11 @@ wall taken as the session takes it (command sent to reply read), 1 ms apart, und
 * ``builds, scan in helpers``: the same with the scan in helper processes (``cpu/scan_helpers.py``, the
   default).
 
-Per row: median, quartiles, p90, p99 and maximum of the wall (ms), and for the build rows the builds
-finished during the row and their interpreter CPU (the building thread's ``thread_time``). A GPU call's
+The two build rows run ``--rounds`` times, their order alternating. Per row: median, quartiles, p90, p99
+and maximum of the wall (ms), and for the build rows the builds that ended while the calls ran and their
+interpreter CPU (the building thread's ``thread_time``); a build thread's failure is printed in its row
+(and the script exits 1). On a host with few cores the builds' compilers also take CPU from the runner
+and the timing thread: the difference between the two build rows is the interpreter's lock alone. A GPU call's
 wall has the same round trip inside it (plus the GPU's work), so what the rows add to the round trip they
 add to a timed call's wall, and to the overhead the wall cross-check must allow.
 """
@@ -129,17 +132,24 @@ def summary(label: str, ms: list[float], extra: str = "") -> str:
 
 
 class Background:
-    """Threads doing the interpreter work of a row until stopped."""
+    """Threads doing the interpreter work of a row until stopped; a thread's failure is kept, not lost."""
 
     def __init__(self) -> None:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
-        self.builds: list[float] = []
-        """Interpreter CPU seconds of each finished build."""
+        self.builds: list[tuple[float, float]] = []
+        """(end time, interpreter CPU seconds) of each finished build."""
+        self.errors: list[str] = []
 
     def start(self, target, count: int) -> None:
+        def guarded(k: int) -> None:
+            try:
+                target(k)
+            except BaseException as exc:  # noqa: BLE001 - reported in the row (a thread's exit is silent)
+                self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
         for k in range(count):
-            thread = threading.Thread(target=target, args=(k,), daemon=True)
+            thread = threading.Thread(target=guarded, args=(k,), daemon=True)
             thread.start()
             self.threads.append(thread)
 
@@ -153,6 +163,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--build-threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="build rows' rounds, their order alternating")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ptxgym-wall-gil-"))
@@ -165,7 +176,8 @@ def main() -> int:
     listing = dump_sass(warm.candidate.so_path, find_toolchain())
     arch = get_task("Gemm-sm90a").arch_spec
     header = (
-        f"# bench/wall_gil.py --calls {args.calls} --build-threads {args.build_threads}, "
+        f"# bench/wall_gil.py --calls {args.calls} --build-threads {args.build_threads} "
+        f"--rounds {args.rounds}, "
         f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, commit {commit()}, this CPU host "
         f"({os.cpu_count()} cores); the native runner's host path, a trivial candidate"
     )
@@ -175,10 +187,14 @@ def main() -> int:
     ]
     print("\n".join(lines), flush=True)
 
+    failed: list[str] = []
+
     def row(label: str, background: Background | None) -> None:
         handle, fds = runner(binary, so, work)
         try:
+            started = time.perf_counter()
             got = walls(handle, args.calls)
+            ended = time.perf_counter()
         finally:
             handle.kill()
             for fd in fds:
@@ -186,9 +202,15 @@ def main() -> int:
         extra = ""
         if background is not None:
             background.join()
-            if background.builds:
-                cpu = statistics.median(background.builds)
-                extra = f"{len(background.builds)} builds, interpreter CPU {cpu:.3f} s each (median)"
+            within = [cpu for end, cpu in background.builds if started <= end <= ended]
+            if within:
+                cpu = statistics.median(within)
+                extra = (
+                    f"{len(within)} builds ended during the calls, interpreter CPU {cpu:.3f} s each (median)"
+                )
+            if background.errors:
+                extra += f"; FAILED: {background.errors[0]}"
+                failed.append(label)
         line = summary(label, got, extra)
         lines.append(line)
         print(line, flush=True)
@@ -205,7 +227,8 @@ def main() -> int:
     time.sleep(0.5)
     row("python all the time", parsing)
 
-    for label, helpers in (("builds, scan in this process", "0"), ("builds, scan in helpers", "")):
+    order = (("builds, scan in this process", "0"), ("builds, scan in helpers", ""))
+    for label, helpers in [x for r in range(args.rounds) for x in (order if r % 2 == 0 else order[::-1])]:
         os.environ["PTXGYM_SCAN_HELPERS"] = helpers
         building = Background()
 
@@ -216,7 +239,7 @@ def main() -> int:
                 prepared = pipeline.prepare(Submission(text))
                 if prepared.candidate is None:
                     raise SystemExit(f"a variant did not build ({label}): {prepared.feedback.status.value}")
-                building.builds.append(time.thread_time() - t)
+                building.builds.append((time.perf_counter(), time.thread_time() - t))
 
         building.start(build, args.build_threads)
         time.sleep(1.0)
@@ -224,7 +247,7 @@ def main() -> int:
     os.environ.pop("PTXGYM_SCAN_HELPERS", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -421,7 +421,7 @@ def scan_kept(kept: Sequence[Path]) -> ScreenVerdict | None:
     (``scan_helpers.py``) where there is one.
     """
     for path in kept:
-        text = path.read_text(errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")  # the same text in a helper and here
         if path.suffix == ".s":
             at = host_asm_in_assembly(text)
             if at:

@@ -10,15 +10,19 @@ native runner's host path (``bench/wall_gil.py``): a trusted round trip of ~0.03
 another thread ran Python all the time, and its tail grew at a third of the time. The backstop's scan of
 nvcc's intermediates (``build._host_asm_backstop``) was most of a build's interpreter time (cProfile of
 the expert GEMM's build: ~85%); it runs here instead, in long-lived helper processes of our own code
-(``python -P -m ptxgym.cpu.scan_helpers``, started on first use, each ``HELPERS`` at most), one request
-per scan: the kept files' paths in, the verdict out, a line of JSON each way.
+(this interpreter with its flags, this process's ``ptxgym`` first on its path: ``helper_argv``; started
+on first use, ``PTXGYM_SCAN_HELPERS`` at most), one request per scan: the kept files' paths in, the
+verdict out, a line of JSON each way.
 
 Nothing is trusted less for it: a helper is our code reading the same files, and anything that goes
 wrong with one (it cannot start, dies, or answers nonsense) makes the scan run in this process instead,
-as before, so no build passes unscanned. A scan that outlives ``SCAN_TIMEOUT_S`` kills its helper and
-refuses the build (``TIMEOUT_RULE``; not cached: a loaded host, not the source, may have caused it): the
-same scan in this process would hold the build thread, and the lock, as long. ``PTXGYM_SCAN_HELPERS``
-(``records.settings.scan_helpers``): how many helpers at most; 0 scans in this process.
+as before, so no build passes unscanned; a helper that imported another ``ptxgym`` than this process's
+(its ready line names the files of its scan) serves none. A scan that outlives ``SCAN_TIMEOUT_S`` (an
+ordinary kernel's takes under a second) kills its helper and refuses the build (``TIMEOUT_RULE``, a
+STATIC_REJECT: only a source that makes the scan crawl gets near that limit; not cached, in case a
+stalled host did): the same scan in this process would hold the build thread, and the lock, as long.
+``PTXGYM_SCAN_HELPERS`` (``records.settings.scan_helpers``): how many helpers at most; 0 scans in this
+process.
 """
 
 from __future__ import annotations
@@ -66,20 +70,25 @@ class _Helper:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            text=True,
+            encoding="utf-8",
+            errors="replace",
             bufsize=1,
         )
-        line = self._line(time.monotonic() + START_TIMEOUT_S)
-        if line.strip() != READY:
-            self.kill()
-            raise HelperFailed(f"a scan helper started without its ready line (got {line[:80]!r})")
+        try:
+            line = self._line(time.monotonic() + START_TIMEOUT_S)
+            if line.strip() != ready_line():
+                raise HelperFailed(f"a scan helper started without our ready line (got {line[:120]!r})")
+        except BaseException:
+            self.kill()  # a slow, silent or foreign helper goes at once
+            raise
 
     def _line(self, deadline: float) -> str:
-        """The next line of the helper's output by ``deadline`` ('' at its end)."""
+        """The next line of the helper's output by ``deadline`` ('' at its end); ``TimeoutError`` past it."""
         assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
+        poller = select.poll()  # not select(): no limit on the descriptor's number
+        poller.register(self.proc.stdout.fileno(), select.POLLIN)
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not poller.poll(left * 1e3):
             raise TimeoutError
         return self.proc.stdout.readline()
 
@@ -114,7 +123,27 @@ class _Helper:
             pass
 
 
+def ready_line() -> str:
+    """What a helper says once it has imported its scan: ``READY`` and the files of that scan.
+
+    The caller compares it with its own: a helper that found another ``ptxgym`` (an older install beside
+    a checkout: a reviewer's find) would scan by other rules, so it serves no scan.
+    """
+    from ptxgym.cpu import build, host_asm
+
+    return f"{READY} {Path(build.__file__).resolve()} {Path(host_asm.__file__).resolve()}"
+
+
+def helper_argv() -> list[str]:
+    """The command of a helper: this interpreter with its flags, this ``ptxgym`` first on its path."""
+    root = str(Path(__file__).resolve().parents[2])
+    code = f"import sys; sys.path.insert(0, {root!r}); from {__name__} import main; raise SystemExit(main())"
+    flags: list[str] = getattr(subprocess, "_args_from_interpreter_flags", list)()  # -X utf8, -E: ours
+    return [sys.executable, *flags, "-P", "-c", code]
+
+
 def _decode(line: str) -> ScreenVerdict | None:
+    """A helper's answer line as a verdict; ``HelperFailed`` for an error or anything malformed."""
     try:
         answer = json.loads(line)
         if answer.get("error"):
@@ -134,6 +163,7 @@ def _decode(line: str) -> ScreenVerdict | None:
 
 
 def _encode(verdict: ScreenVerdict | None) -> str:
+    """A verdict as a helper's answer line (JSON, ASCII)."""
     if verdict is None:
         return json.dumps({"verdict": None})
     raw = {"ok": verdict.ok, "rule": verdict.rule, "message": verdict.message}
@@ -145,10 +175,12 @@ class HelperPool:
 
     def __init__(self, size: int, argv: Sequence[str] | None = None) -> None:
         self.size = size
-        self.argv = list(argv or [sys.executable, "-P", "-m", __name__])
+        self.argv = list(argv) if argv is not None else helper_argv()
         self._cond = threading.Condition()
         self._idle: list[_Helper] = []
+        self._live: set[_Helper] = set()
         self._count = 0
+        """Helpers started or starting (a slot each), idle or serving."""
         self._pid = os.getpid()
         self.fallbacks = 0
         """Scans that ran in this process because a helper failed (``HelperFailed``)."""
@@ -161,62 +193,89 @@ class HelperPool:
             if self._idle:
                 return self._idle.pop()
             self._count += 1
+        helper = None
         try:
-            return _Helper(self.argv)
-        except (OSError, HelperFailed, TimeoutError) as exc:
-            log.warning("a scan helper did not start (%s): scanning in this process", exc)
-            self._drop()
-            return None
+            helper = _Helper(self.argv)
+        except Exception as exc:  # noqa: BLE001 - any failure to start: this process scans instead
+            log.warning(
+                "a scan helper did not start (%s): scanning in this process", exc or type(exc).__name__
+            )
+        finally:
+            if helper is None:
+                self._drop(None)  # the slot is freed whatever ended the start, an interrupt included
+        if helper is not None:
+            with self._cond:
+                self._live.add(helper)
+        return helper
 
     def _give(self, helper: _Helper) -> None:
         with self._cond:
             self._idle.append(helper)
             self._cond.notify()
 
-    def _drop(self) -> None:
+    def _drop(self, helper: _Helper | None) -> None:
+        """Kill ``helper`` (if any) and free its slot."""
+        if helper is not None:
+            helper.kill()
         with self._cond:
+            if helper is not None:
+                self._live.discard(helper)
             self._count -= 1
             self._cond.notify()
+
+    def _fallback(self, files: Sequence[Path], local: Scan) -> ScreenVerdict | None:
+        with self._cond:
+            self.fallbacks += 1
+        return local(files)
 
     def scan(
         self, files: Sequence[Path], local: Scan, timeout_s: float = SCAN_TIMEOUT_S
     ) -> ScreenVerdict | None:
         """``local(files)`` as a helper computes it; in this process if no helper can."""
+        files = [Path(p).resolve() for p in files]  # the helper's working folder is not ours
         helper = self._take()
         if helper is None:
-            self.fallbacks += 1
-            return local(files)
+            return self._fallback(files, local)
         try:
             verdict = helper.scan(files, timeout_s)
         except TimeoutError:
-            helper.kill()
-            self._drop()
+            self._drop(helper)
             message = (
-                f"host-asm: the scan of nvcc's host translation did not finish within {timeout_s:g} s; "
-                "the build is refused (not cached: try again on a quieter host)"
+                f"host-asm: the scan of nvcc's host translation did not finish within {timeout_s:g} s (an "
+                "ordinary kernel's takes under a second): the build is refused; make its host code smaller"
             )
             return ScreenVerdict(False, TIMEOUT_RULE, message)
-        except HelperFailed as exc:
+        except Exception as exc:  # noqa: BLE001 - HelperFailed or anything else: this process scans instead
             log.warning("%s: scanning in this process", exc)
-            helper.kill()
-            self._drop()
-            self.fallbacks += 1
-            return local(files)
+            self._drop(helper)
+            return self._fallback(files, local)
+        except BaseException:
+            self._drop(helper)  # an interrupt mid-scan: the helper's answer would be read by no one
+            raise
         self._give(helper)
         return verdict
 
     def pids(self) -> list[int]:
-        """The process ids of the idle helpers (a diagnostic: ``bench/build_cpu.py`` reads their CPU)."""
+        """The process ids of the live helpers (a diagnostic: ``bench/build_cpu.py`` reads their CPU)."""
         with self._cond:
-            return [h.proc.pid for h in self._idle]
+            return [h.proc.pid for h in self._live]
 
     def close(self) -> None:
         """Kill every idle helper (busy ones end with their scan's pipe)."""
         with self._cond:
             idle, self._idle = self._idle, []
-            self._count -= len(idle)
         for helper in idle:
-            helper.kill()
+            self._drop(helper)
+
+    def forget(self) -> None:
+        """In a forked child: close the pipes of the parent's helpers, which stay the parent's."""
+        for helper in list(self._live):
+            for stream in (helper.proc.stdin, helper.proc.stdout):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
 
 
 _pool: HelperPool | None = None
@@ -230,9 +289,23 @@ def pool() -> HelperPool | None:
     if size == 0:
         return None
     with _pool_lock:
-        if _pool is None or _pool._pid != os.getpid() or _pool.size != size:
+        if _pool is None or _pool.size != size:
+            if _pool is not None:
+                _pool.close()  # a new size: the old pool's idle helpers go
             _pool = HelperPool(size)
         return _pool
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with no helpers of its own (and a lock no thread of the parent holds)."""
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    if _pool is not None:
+        _pool.forget()
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def scan(files: Sequence[Path], local: Scan) -> ScreenVerdict | None:
@@ -252,7 +325,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the evaluator's Ctrl-C is its own; stdin's end stops us
     from ptxgym.cpu.build import scan_kept
 
-    print(READY, flush=True)
+    print(ready_line(), flush=True)
     for line in sys.stdin:
         try:
             files = [Path(p) for p in json.loads(line)["files"]]

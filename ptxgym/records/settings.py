@@ -107,12 +107,12 @@ SCAN_HELPERS_LIMIT = 64
 def scan_helpers() -> int:
     """Most helper processes for the build's backstop scan (``cpu/scan_helpers.py``); 0: none.
 
-    Default: half the host's cores, from 1 to 4. Raises ``ValueError`` for a value that is not an integer
-    from 0 to ``SCAN_HELPERS_LIMIT``.
+    Default: half the cores this process may run on, from 1 to 4. Raises ``ValueError`` for a value that
+    is not an integer from 0 to ``SCAN_HELPERS_LIMIT``.
     """
     value = _get("SCAN_HELPERS")
     if value is None:
-        return max(1, min(4, (os.cpu_count() or 1) // 2))
+        return max(1, min(4, len(os.sched_getaffinity(0)) // 2))  # the cores this process may use
     try:
         number = int(value, 10) if value.isascii() else -1
     except ValueError:

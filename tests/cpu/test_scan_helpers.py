@@ -9,8 +9,11 @@ that misbehave (our own error paths), not stand-ins for the scan.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -83,14 +86,24 @@ def test_concurrent_scans_share_the_helpers(tmp_path, pool) -> None:
     assert pool._count <= 2
 
 
+READY_LINE = scan_helpers.ready_line()
+SAY_READY = f"print({READY_LINE!r}, flush=True); import sys, time; "
+ERROR_LINE = json.dumps({"error": "x"})
+FOREIGN = (  # a helper whose ptxgym is not ours (an older install), whose rules would pass anything
+    "import sys; print('ready /elsewhere/ptxgym/cpu/build.py /elsewhere/host_asm.py', flush=True)\n"
+    "for line in sys.stdin: print('{\"verdict\": null}', flush=True)"
+)
+
+
 @pytest.mark.parametrize(
     ("name", "script"),
     [
         ("cannot start", None),
         ("no ready line", "print('hello', flush=True)"),
-        ("dies on the request", "print('ready', flush=True); import sys; sys.stdin.readline()"),
-        ("answers nonsense", "print('ready', flush=True); import sys; sys.stdin.readline(); print('{oops')"),
-        ("reports an error", "print('ready', flush=True); import sys; sys.stdin.readline(); print('{\"error\": \"x\"}')"),
+        ("another ptxgym", FOREIGN),
+        ("dies on the request", SAY_READY + "sys.stdin.readline()"),
+        ("answers nonsense", SAY_READY + "sys.stdin.readline(); print('{oops')"),
+        ("reports an error", SAY_READY + f"sys.stdin.readline(); print({ERROR_LINE!r})"),
     ],
 )
 def test_a_failed_helper_leaves_the_scan_to_this_process(tmp_path, name, script) -> None:
@@ -102,14 +115,30 @@ def test_a_failed_helper_leaves_the_scan_to_this_process(tmp_path, name, script)
         got = helpers.scan(files, local)
         assert local.calls == 1 and helpers.fallbacks == 1, name
         assert got == scan_kept(files) and got is not None and got.rule == "host-asm", name
-        assert helpers._count == 0  # the failed helper is gone; the next scan may start a new one
+        assert helpers._count == 0 and not helpers.pids()  # the failed helper is gone, its slot free
     finally:
         helpers.close()
 
 
+def test_a_helper_silent_past_its_start_limit_is_killed(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(scan_helpers, "START_TIMEOUT_S", 0.5)
+    started: list = []
+    real = scan_helpers._Helper.__init__
+
+    def spy(self, argv):
+        started.append(self)
+        real(self, argv)
+
+    monkeypatch.setattr(scan_helpers._Helper, "__init__", spy)
+    helpers = HelperPool(1, [sys.executable, "-c", "import time; time.sleep(60)"])
+    local = Local()
+    assert helpers.scan(_kept(tmp_path, True), local) is not None and local.calls == 1
+    (helper,) = started
+    assert helper.proc.poll() is not None and helpers._count == 0  # killed, not left sleeping
+
+
 def test_a_scan_past_its_limit_is_a_refusal_and_kills_its_helper(tmp_path) -> None:
-    script = "print('ready', flush=True); import sys, time; sys.stdin.readline(); time.sleep(60)"
-    helpers = HelperPool(1, [sys.executable, "-c", script])
+    helpers = HelperPool(1, [sys.executable, "-c", SAY_READY + "sys.stdin.readline(); time.sleep(60)"])
     local = Local()
     try:
         got = helpers.scan(_kept(tmp_path, False), local, timeout_s=0.5)
@@ -119,14 +148,69 @@ def test_a_scan_past_its_limit_is_a_refusal_and_kills_its_helper(tmp_path) -> No
         helpers.close()
 
 
-def test_a_timed_out_scan_refuses_the_build_without_caching_it(tmp_path, monkeypatch) -> None:
-    """The refusal of a scan that ran out of time is not kept: a loaded host may have caused it."""
-    refusal = scan_helpers.ScreenVerdict(False, TIMEOUT_RULE, "host-asm: the scan ... did not finish")
-    monkeypatch.setattr(scan_helpers, "scan", lambda files, local: refusal)
-    for name in ("kernel.cudafe1.cpp", "kernel.ii", "kernel.s", "kernel_dlink.s"):
-        (tmp_path / name).write_text("\t.text\n")
-    assert build._host_asm_backstop(tmp_path, ["src/kernel.cu"]) is refusal
-    assert build._failure(build.Status.STATIC_REJECT, refusal.message, cacheable=False).cacheable is False
+def test_helpers_work_with_descriptors_past_select_s_limit(tmp_path) -> None:
+    """``select`` refuses descriptors from 1024 on; a process holding many files still gets its scans."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the descriptor limit ({hard}) leaves no room past 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    helpers = HelperPool(1)
+    try:
+        local = Local()
+        files = _kept(tmp_path, True)
+        assert helpers.scan(files, local) == scan_kept(files) and local.calls == 0
+    finally:
+        helpers.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_new_size_closes_the_old_helpers_and_a_forked_child_starts_none(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PTXGYM_SCAN_HELPERS", "1")
+    first = scan_helpers.pool()
+    assert first is not None
+    scan_helpers.scan(_kept(tmp_path, True), Local())
+    (pid,) = first.pids()
+    monkeypatch.setenv("PTXGYM_SCAN_HELPERS", "2")
+    assert scan_helpers.pool() is not first and first.pids() == []
+    with pytest.raises(ChildProcessError):  # killed and reaped by the close
+        os.waitpid(pid, os.WNOHANG)
+    child = os.fork()
+    if child == 0:  # the child: none of the parent's helpers is its own
+        os._exit(0 if scan_helpers._pool is None else 1)
+    assert os.waitpid(child, 0)[1] == 0
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow  # one nvcc build
+def test_a_timed_out_scan_refuses_the_build_and_is_not_cached(monkeypatch) -> None:
+    """The refusal of a scan that ran out of time is not kept: a stalled host may have caused it."""
+    from ptxgym.records.arch import HOPPER
+    from ptxgym.records.schema import BuildSpec, Solution, SourceFile, SupportedLanguage
+
+    kernels = Path(__file__).parents[1] / "kernels"
+    files = {name: (kernels / name).read_text() for name in ("plain.cu", "plain_scale.cuh")}
+    files["plain.cu"] += f"\n// {os.getpid()} {time.time()}\n"  # a key no earlier build has
+    spec = BuildSpec(
+        language=SupportedLanguage.CUDA,
+        target_hardware=["sm_90a"],
+        entry_point="plain.cu::scale_add",
+        binding="tvm-ffi",
+    )
+    sources = [SourceFile(path=k, content=v) for k, v in files.items()]
+    solution = Solution(name="t", definition="t", author="ptxgym-tests", spec=spec, sources=sources)
+    refusal = scan_helpers.ScreenVerdict(False, TIMEOUT_RULE, "host-asm: the scan did not finish")
+    calls = []
+    monkeypatch.setattr(scan_helpers, "scan", lambda files, local: calls.append(files) or refusal)
+    first = build.build_solution(solution, HOPPER)
+    assert first.status is build.Status.STATIC_REJECT and first.message == refusal.message
+    assert not first.cacheable
+    again = build.build_solution(solution, HOPPER)
+    assert not again.info.cache_hit and len(calls) == 2  # built and scanned again, not answered from disk
 
 
 def test_the_backstop_goes_through_the_helpers_by_default(tmp_path, monkeypatch) -> None:
