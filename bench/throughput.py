@@ -16,6 +16,11 @@ stream`` each env instead steps its next candidate as soon as its last one retur
 as ``ptxgym eval --concurrency N`` runs trajectories), so one env's build overlaps another's GPU turn
 in steady state rather than only within a batch (several candidates per env: ``--candidates-per-env``).
 
+Printed per pass (besides the lines below): the passed candidates' wall cross-checks (median and
+worst excess of a call's wall over its GPU time beyond the calibrated overhead, beside the allowance:
+whether the load moves an honest candidate's excess) and how late a thread of this process wakes from
+a 1 ms sleep (``WakeProbe``: the wait for the interpreter's lock that the timing thread also meets, with
+builds on threads beside it: ``ptxgym/cpu/scan_helpers.py``).
 Printed per pass: candidates/min, verified-correct/min, the statuses, and where the time goes, summed
 over candidates: build (extract + screen + nvcc + SASS), check, time, proofs (memcheck + ncu; in brackets
 the part that held the GPU: their tools start up and read back outside the GPU turn), GPU total
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import threading
 import time
@@ -122,19 +128,111 @@ def _stream(envs: list, items: list[tuple[str, str]]) -> list:
     return feedbacks
 
 
+def recorder(ev):
+    """``ev`` behind a ``Verdicts`` (an ``Evaluator``: the env takes only those), named as ``ev``."""
+    from ptxgym.evaluation.trusted.base import Evaluator
+
+    class Verdicts(Evaluator):
+        """The evaluator, keeping every verdict it gives (their ``details`` hold the wall cross-checks)."""
+
+        name = ev.name
+
+        def __init__(self) -> None:
+            self.ev, self.verdicts, self._lock = ev, [], threading.Lock()
+
+        def evaluate(self, task, candidate):
+            verdict = self.ev.evaluate(task, candidate)
+            with self._lock:
+                self.verdicts.append(verdict)
+            return verdict
+
+        def evaluate_many(self, task_candidates):
+            verdicts = self.ev.evaluate_many(task_candidates)
+            with self._lock:
+                self.verdicts.extend(verdicts)
+            return verdicts
+
+        def close(self) -> None:
+            pass  # the pass's caller closes the evaluator
+
+        def __getattr__(self, name):
+            return getattr(self.ev, name)
+
+    return Verdicts()
+
+
+def excess(verdicts: list) -> dict:
+    """The wall cross-checks of the passed candidates: excess over the calibrated overhead and allowance.
+
+    Per verdict: median (wall - GPU time) - the reference calibration's overhead, ms (what hidden work
+    would add to), and the allowance beyond that overhead; their median and worst over the pass.
+    """
+    got = []
+    for v in verdicts:
+        cc = (v.details or {}).get("crosscheck") or {}
+        cal = (v.details or {}).get("calibration_matched") or (v.details or {}).get("calibration") or {}
+        if v.status.value == "PASSED" and cc and cal:
+            got.append((cc["median_overhead_ms"] - cal["overhead_ms"], cc["allowed_ms"] - cal["overhead_ms"]))
+    if not got:
+        return {}
+    return {
+        "n": len(got),
+        "median": statistics.median(e for e, _ in got),
+        "max": max(e for e, _ in got),
+        "allowed": statistics.median(a for _, a in got),
+    }
+
+
+class WakeProbe:
+    """A thread that sleeps 1 ms at a time and records how late it wakes (ms): the interpreter's lock.
+
+    A thread of this process back from a blocking call (the timing thread after a worker's reply) waits
+    for the interpreter's lock while another thread runs Python; the probe's lateness samples that wait
+    (and the host's scheduling) all through a pass.
+    """
+
+    def __init__(self) -> None:
+        self.late: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="wake-probe")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            time.sleep(0.001)
+            self.late.append((time.perf_counter() - t) * 1e3 - 1.0)
+
+    def __enter__(self) -> WakeProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def quantiles(self) -> dict:
+        q = sorted(self.late)
+        if not q:
+            return {}
+        return {
+            k: q[min(len(q) - 1, int(f * len(q)))] for k, f in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+        }
+
+
 def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") -> dict:
     """``n`` candidates through ``size`` envs (``schedule``: ``_waves`` or ``_stream``); its figures."""
     import gymnasium
 
     from ptxgym.evaluation.protocol import ATTACH_PHASES as steps
 
+    seen = recorder(evaluator)
     envs = [
-        gymnasium.make(f"ptxgym/{TASK}-v0", evaluator=evaluator, max_turns=1, variant=None)
-        for _ in range(size)
+        gymnasium.make(f"ptxgym/{TASK}-v0", evaluator=seen, max_turns=1, variant=None) for _ in range(size)
     ]
     items = mix(n, tag)
     start = time.perf_counter()
-    feedbacks = (_stream if schedule == "stream" else _waves)(envs, items)
+    with WakeProbe() as probe:
+        feedbacks = (_stream if schedule == "stream" else _waves)(envs, items)
     wall = time.perf_counter() - start
     queue = sum(walls(fb, ("queue",)) for fb in feedbacks)
     for e in envs:
@@ -166,6 +264,8 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
         "shortened": sum(bool(fb.timing and fb.timing.shortened) for fb in feedbacks),
         "retimed": sum("timed again after a wall cross-check" in fb.message for fb in feedbacks),
         "statuses": dict(sorted(by_kind.items())),
+        "excess": excess(seen.verdicts),
+        "wake": probe.quantiles(),
     }
 
 
@@ -230,6 +330,15 @@ def format_pass(r: dict) -> list[str]:
         "         the spares' attach (their warm-up, mostly before the turn): "
         + ", ".join(f"{p} {s:.2f}" for p, s in r.get("attach_steps", {}).items()),
         f"         {r['statuses']}",
+        "         passed candidates' wall excess over the calibrated overhead (ms): "
+        + (
+            f"median {r['excess']['median']:.4f}, worst {r['excess']['max']:.4f} of {r['excess']['n']}; "
+            f"allowance median {r['excess']['allowed']:.4f}"
+            if r.get("excess")
+            else "-"
+        )
+        + "; a 1 ms sleep's lateness in this process (ms): "
+        + (", ".join(f"{k} {v:.3f}" for k, v in r["wake"].items()) if r.get("wake") else "-"),
     ]
 
 
