@@ -32,7 +32,6 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,7 +45,7 @@ from ptxgym.cpu.sass import dump_sass, parse_sass
 from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.protocol import ApplySandbox, Attach, Call, Load, ScalarArg, TensorArg, VmmBlob, VmmRun
 from ptxgym.evaluation.runner import jail as runner_jail
-from ptxgym.evaluation.runner.build import build_runner, plan
+from ptxgym.evaluation.runner.build import build_host_library, build_runner, plan
 from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeSpec
 from ptxgym.pipeline import Pipeline, Submission
 from ptxgym.records.tasks import get_task
@@ -67,19 +66,6 @@ void run(TensorView a, TensorView b, TensorView c, double alpha) {
 }
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(run, run);
 """
-
-
-def build_candidate(out: Path) -> Path:
-    """The trivial TVM-FFI candidate, built with g++ for the runner's host path."""
-    import tvm_ffi.libinfo as info
-
-    (out / "cand.cc").write_text(SOURCE)
-    lib_dir = Path(info.find_libtvm_ffi()).parent
-    cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{info.find_include_path()}"]
-    cmd += [f"-I{info.find_dlpack_include_path()}", str(out / "cand.cc"), "-o", str(out / "cand.so")]
-    cmd += [f"-L{lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{lib_dir}"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out / "cand.so"
 
 
 def runner(binary: Path, so: Path, work: Path) -> tuple[NativeHandle, list[int]]:
@@ -168,7 +154,7 @@ def main() -> int:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ptxgym-wall-gil-"))
     binary = build_runner(work / "cache")
-    so = build_candidate(work)
+    so = build_host_library(SOURCE, work)
     pipeline = Pipeline(get_task("Gemm-sm90a"))
     warm = pipeline.prepare(Submission(candidate("fast", random.randrange(10**9), "gilwarm")))
     if warm.candidate is None:

@@ -358,14 +358,7 @@ def _compile(
             verdict = _host_asm_backstop(stage / KEEP_DIR, inputs, complete=False)
             if verdict is not None:
                 info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, confinement=jailing.detail)
-                return _failure(
-                    Status.STATIC_REJECT,
-                    verdict.message,
-                    screen_verdict=verdict,
-                    info=info,
-                    key=key,
-                    cacheable=verdict.rule != scan_helpers.TIMEOUT_RULE,
-                )
+                return _backstop_refusal(verdict, info, key)
             info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
             limit_text = f"{memory_mb} MiB address space, {FSIZE_LIMIT_BYTES >> 20} MiB per file"
             message, deterministic = error_message(log, shown, returncode, limit_text)
@@ -374,18 +367,22 @@ def _compile(
         if verdict is not None:
             so_path.unlink()
             info = CompileInfo(ok=False, wall_s=time.perf_counter() - start, **base)
-            cacheable = verdict.rule != scan_helpers.TIMEOUT_RULE  # a loaded host, not the source
-            return _failure(
-                Status.STATIC_REJECT,
-                verdict.message,
-                screen_verdict=verdict,
-                info=info,
-                key=key,
-                cacheable=cacheable,
-            )
+            return _backstop_refusal(verdict, info, key)
         return _inspect(solution, arch, toolchain, so_path, log, base, start, key)
     finally:
         shutil.rmtree(stage / KEEP_DIR, ignore_errors=True)
+
+
+def _backstop_refusal(verdict: ScreenVerdict, info: CompileInfo, key: str) -> BuildOutcome:
+    """The STATIC_REJECT of a backstop verdict.
+
+    One whose scan ran out of time is not cached: a stalled host may have caused it
+    (``scan_helpers.TIMEOUT_RULE``).
+    """
+    cacheable = verdict.rule != scan_helpers.TIMEOUT_RULE
+    return _failure(
+        Status.STATIC_REJECT, verdict.message, screen_verdict=verdict, info=info, key=key, cacheable=cacheable
+    )
 
 
 def _host_asm_backstop(keep: Path, inputs: Sequence[str], complete: bool = True) -> ScreenVerdict | None:

@@ -107,16 +107,20 @@ class _Helper:
             raise HelperFailed(f"the scan helper ended (exit {self.proc.poll()})")
         return _decode(line)
 
-    def kill(self) -> None:
-        """Kill the helper and reap it."""
-        if self.proc.poll() is None:
-            self.proc.kill()
+    def close_pipes(self) -> None:
+        """Close this process's ends of the helper's pipes."""
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
                 try:
                     stream.close()
                 except OSError:
                     pass
+
+    def kill(self) -> None:
+        """Kill the helper and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.close_pipes()
         try:
             self.proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
@@ -270,12 +274,7 @@ class HelperPool:
     def forget(self) -> None:
         """In a forked child: close the pipes of the parent's helpers, which stay the parent's."""
         for helper in list(self._live):
-            for stream in (helper.proc.stdin, helper.proc.stdout):
-                if stream is not None:
-                    try:
-                        stream.close()
-                    except OSError:
-                        pass
+            helper.close_pipes()
 
 
 _pool: HelperPool | None = None

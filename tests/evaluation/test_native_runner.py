@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ from ptxgym.evaluation.protocol import (
     VmmRun,
 )
 from ptxgym.evaluation.runner import jail as runner_jail_module
-from ptxgym.evaluation.runner.build import build_runner, plan
+from ptxgym.evaluation.runner.build import build_host_library, build_runner, plan
 from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeSpec
 
 pytestmark = pytest.mark.slow
@@ -126,16 +125,7 @@ def runner_bin(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def candidate(tmp_path_factory) -> Path:
-    import tvm_ffi.libinfo as info
-
-    out = tmp_path_factory.mktemp("cand")
-    (out / "cand.cc").write_text(CANDIDATE)
-    lib_dir = Path(info.find_libtvm_ffi()).parent
-    cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{info.find_include_path()}"]
-    cmd += [f"-I{info.find_dlpack_include_path()}", str(out / "cand.cc"), "-o", str(out / "cand.so")]
-    cmd += [f"-L{lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{lib_dir}"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out / "cand.so"
+    return build_host_library(CANDIDATE, tmp_path_factory.mktemp("cand"))
 
 
 @pytest.fixture

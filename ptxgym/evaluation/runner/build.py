@@ -112,6 +112,23 @@ def _cupti(cuda: Path | None) -> tuple[Path | None, Path | None, str]:
     return None, None, f"no libcupti.so* in {', '.join(map(str, lib_dirs))}"
 
 
+def build_host_library(source: str, out: Path, name: str = "cand") -> Path:
+    """A TVM-FFI C++ ``source`` built with the host compiler into ``out/<name>.so`` (the runner's CPU path).
+
+    The candidates of the runner's CPU tests and benches (``--host-blobs``: no GPU); raises
+    ``subprocess.CalledProcessError`` with the compiler's output when the source does not build.
+    """
+    import tvm_ffi.libinfo as info
+
+    (out / f"{name}.cc").write_text(source)
+    lib_dir = Path(info.find_libtvm_ffi()).parent
+    cmd = [_compiler(), "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{info.find_include_path()}"]
+    cmd += [f"-I{info.find_dlpack_include_path()}", str(out / f"{name}.cc"), "-o", str(out / f"{name}.so")]
+    cmd += [f"-L{lib_dir}", "-ltvm_ffi", f"-Wl,-rpath,{lib_dir}"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out / f"{name}.so"
+
+
 def plan() -> RunnerBuild:
     """The compiler and flags for this host."""
     import tvm_ffi.libinfo as info

@@ -132,6 +132,18 @@ double now_ms() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// The walls of consecutive steps, as a JSON object of step name -> ms (an attach's and a call's reports:
+// diagnostic only). Each call of the clock closes the step that ended now.
+struct PhaseClock {
+  JsonWriter phases;
+  double t = now_ms();
+  void operator()(const char* name) {
+    double now = now_ms();
+    phases.real(name, now - t);
+    t = now;
+  }
+};
+
 struct Options {
   int in = -1, out = -1, sock = -1, device = 0;
   long parent = 0;
@@ -258,13 +270,7 @@ class Runner {
     size_t flushed = 0;
     std::string cupti_error = "not requested";
     // the wall of each step, for AttachResult.phases_ms (a spare's warm-up, diagnostic only)
-    JsonWriter phases;
-    double t = now_ms();
-    auto phase = [&](const char* name) {
-      double now = now_ms();
-      phases.real(name, now - t);
-      t = now;
-    };
+    PhaseClock phase;
     if (o_.host_blobs) {
       host_ = std::make_unique<HostBlob>(fds, size_t(total), runs);
       base = host_->base();
@@ -305,7 +311,7 @@ class Runner {
     JsonWriter result;
     result.text("arena", cmd.at("arena").as_str("arena")).boolean("cupti", cupti_error.empty());
     result.text("cupti_error", cupti_error.substr(0, 500)).num("flush_bytes", int64_t(flushed));
-    result.object("phases_ms", phases);
+    result.object("phases_ms", phase.phases);
     return ok().object("attach", result);
   }
 
@@ -517,13 +523,7 @@ class Runner {
 #ifdef PTXGYM_RUNNER_CUDA
     if (dev_ && !host_) {
       // the wall of each step, for CallResult.phases_ms (protocol.CALL_PHASES; diagnostic only)
-      JsonWriter phases;
-      double t = now_ms();
-      auto phase = [&](const char* name) {
-        double now = now_ms();
-        phases.real(name, now - t);
-        t = now;
-      };
+      PhaseClock phase;
       dev_->sync();
       phase("sync");
       if (flush) dev_->flush_l2();
@@ -550,7 +550,7 @@ class Runner {
       check_context();
       phase("after");
       result.real("ev_stream_ms", dev_->elapsed(0, 1)).real("ev_device_ms", dev_->elapsed(0, 2));
-      result.real("host_ms", host_ms).object("phases_ms", phases);
+      result.real("host_ms", host_ms).object("phases_ms", phase.phases);
       return ok().object("call", result);
     }
 #endif
