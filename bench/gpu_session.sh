@@ -73,7 +73,8 @@ case "$stage" in
   s21)
     # sixteenth session (no GPU that day): where a call's wall goes (session.wall_parts: the trusted round
     # trip and output copy, the runner's steps) for the honest expert and 20-80 us hiders, then 16 envs
-    # streaming with the backstop scan in helper processes (cpu/scan_helpers.py) against in-process
+    # streaming with the backstop scan in helper processes (cpu/scan_helpers.py) against in-process: the
+    # passed candidates' wall excess and a 1 ms sleep's lateness in the process, side by side
     timeout 240 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
       --out "$out/wall_allowance_parts.txt"
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
