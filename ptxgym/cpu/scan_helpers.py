@@ -22,7 +22,9 @@ ordinary kernel's takes under a second) kills its helper and refuses the build (
 STATIC_REJECT: only a source that makes the scan crawl gets near that limit; not cached, in case a
 stalled host did): the same scan in this process would hold the build thread, and the lock, as long.
 ``PTXGYM_SCAN_HELPERS`` (``records.settings.scan_helpers``): how many helpers at most; 0 scans in this
-process.
+process. A helper starts only when every other one is busy scanning, so a process whose builds come one
+at a time (a Ray worker's task) has one; each holds ~50 MB (its interpreter and ``ptxgym``'s imports,
+measured on the CPU host).
 """
 
 from __future__ import annotations
