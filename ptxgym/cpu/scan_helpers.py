@@ -203,9 +203,8 @@ class HelperPool:
         try:
             helper = _Helper(self.argv)
         except Exception as exc:  # noqa: BLE001 - any failure to start: this process scans instead
-            log.warning(
-                "a scan helper did not start (%s): scanning in this process", exc or type(exc).__name__
-            )
+            why = str(exc) or type(exc).__name__  # a TimeoutError says nothing of itself
+            log.warning("a scan helper did not start (%s): scanning in this process", why)
         finally:
             if helper is None:
                 self._drop(None)  # the slot is freed whatever ended the start, an interrupt included
