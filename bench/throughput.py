@@ -16,11 +16,11 @@ stream`` each env instead steps its next candidate as soon as its last one retur
 as ``ptxgym eval --concurrency N`` runs trajectories), so one env's build overlaps another's GPU turn
 in steady state rather than only within a batch (several candidates per env: ``--candidates-per-env``).
 
-Printed per pass (besides the lines below): the passed candidates' wall cross-checks (median and
-worst excess of a call's wall over its GPU time beyond the calibrated overhead, beside the allowance:
-whether the load moves an honest candidate's excess) and how late a thread of this process wakes from
-a 1 ms sleep (``WakeProbe``: the wait for the interpreter's lock that the timing thread also meets, with
-builds on threads beside it: ``ptxgym/cpu/scan_helpers.py``).
+Printed per pass (besides the lines below): the timed candidates' wall cross-checks (median and worst
+excess of a call's wall over its GPU time beyond the calibrated overhead, beside the allowance, and how
+many were anomalies: the mix hides no work, so whether the load moves an honest candidate's excess) and
+how late a thread of this process wakes from a 1 ms sleep (``WakeProbe``: the wait for the interpreter's
+lock that the timing thread also meets, with builds on threads beside it: ``ptxgym/cpu/scan_helpers.py``).
 Printed per pass: candidates/min, verified-correct/min, the statuses, and where the time goes, summed
 over candidates: build (extract + screen + nvcc + SASS), check, time, proofs (memcheck + ncu; in brackets
 the part that held the GPU: their tools start up and read back outside the GPU turn), GPU total
@@ -129,8 +129,16 @@ def _stream(envs: list, items: list[tuple[str, str]]) -> list:
 
 
 def recorder(ev):
-    """``ev`` behind a ``Verdicts`` (an ``Evaluator``: the env takes only those), named as ``ev``."""
+    """``ev`` behind a ``Verdicts`` (an ``Evaluator``: the env takes only those), named as ``ev``.
+
+    Not for an evaluator whose steps run elsewhere (``remote_builds``: the Ray backend's steps are Ray
+    tasks, which would have to pickle the wrapper and its lock): that one is returned as it is, and its
+    pass shows no cross-check figures.
+    """
     from ptxgym.evaluation.trusted.base import Evaluator
+
+    if getattr(ev, "remote_builds", False):
+        return ev
 
     class Verdicts(Evaluator):
         """The evaluator, keeping every verdict it gives (their ``details`` hold the wall cross-checks)."""
@@ -162,24 +170,31 @@ def recorder(ev):
 
 
 def excess(verdicts: list) -> dict:
-    """The wall cross-checks of the passed candidates: excess over the calibrated overhead and allowance.
+    """The timed candidates' wall cross-checks: excess over the calibrated overhead, and the allowance.
 
-    Per verdict: median (wall - GPU time) - the reference calibration's overhead, ms (what hidden work
-    would add to), and the allowance beyond that overhead; their median and worst over the pass.
+    Per verdict with a cross-check (every status: the mix hides no work, so an anomaly here is an honest
+    candidate the load pushed out), answered now (not from the verdict cache): median (wall - GPU time)
+    minus the overhead of the calibration the cross-check used (``calibration_used``), ms, and the
+    allowance beyond that overhead (a second timing's is ``session.RETIME_SLACK`` of a first's); their
+    median and worst over the pass, and how many were anomalies.
     """
     got = []
     for v in verdicts:
-        cc = (v.details or {}).get("crosscheck") or {}
-        cal = (v.details or {}).get("calibration_matched") or (v.details or {}).get("calibration") or {}
-        if v.status.value == "PASSED" and cc and cal:
-            got.append((cc["median_overhead_ms"] - cal["overhead_ms"], cc["allowed_ms"] - cal["overhead_ms"]))
+        details = v.details or {}
+        cc = details.get("crosscheck") or {}
+        used = "calibration_matched" if details.get("calibration_used") == "matched" else "calibration"
+        cal = details.get(used) or {}
+        if cc and cal and not v.cache_hit:
+            over = cc["median_overhead_ms"] - cal["overhead_ms"]
+            got.append((over, cc["allowed_ms"] - cal["overhead_ms"], v.status.value == "TIMING_ANOMALY"))
     if not got:
         return {}
     return {
         "n": len(got),
-        "median": statistics.median(e for e, _ in got),
-        "max": max(e for e, _ in got),
-        "allowed": statistics.median(a for _, a in got),
+        "median": statistics.median(e for e, _, _ in got),
+        "max": max(e for e, _, _ in got),
+        "allowed": statistics.median(a for _, a, _ in got),
+        "anomalies": sum(bad for *_, bad in got),
     }
 
 
@@ -188,8 +203,11 @@ class WakeProbe:
 
     A thread of this process back from a blocking call (the timing thread after a worker's reply) waits
     for the interpreter's lock while another thread runs Python; the probe's lateness samples that wait
-    (and the host's scheduling) all through a pass.
+    all through a pass, on top of the host's scheduling and timer slack (tens of microseconds: compare
+    a pass with few envs). At most ``LIMIT`` samples are kept.
     """
+
+    LIMIT = 2_000_000
 
     def __init__(self) -> None:
         self.late: list[float] = []
@@ -200,7 +218,8 @@ class WakeProbe:
         while not self._stop.is_set():
             t = time.perf_counter()
             time.sleep(0.001)
-            self.late.append((time.perf_counter() - t) * 1e3 - 1.0)
+            if len(self.late) < self.LIMIT:
+                self.late.append((time.perf_counter() - t) * 1e3 - 1.0)
 
     def __enter__(self) -> WakeProbe:
         self._thread.start()
@@ -330,10 +349,10 @@ def format_pass(r: dict) -> list[str]:
         "         the spares' attach (their warm-up, mostly before the turn): "
         + ", ".join(f"{p} {s:.2f}" for p, s in r.get("attach_steps", {}).items()),
         f"         {r['statuses']}",
-        "         passed candidates' wall excess over the calibrated overhead (ms): "
+        "         timed candidates' wall excess over the calibrated overhead (ms): "
         + (
-            f"median {r['excess']['median']:.4f}, worst {r['excess']['max']:.4f} of {r['excess']['n']}; "
-            f"allowance median {r['excess']['allowed']:.4f}"
+            f"median {r['excess']['median']:.4f}, worst {r['excess']['max']:.4f} of {r['excess']['n']} "
+            f"({r['excess']['anomalies']} anomalies); allowance median {r['excess']['allowed']:.4f}"
             if r.get("excess")
             else "-"
         )

@@ -90,7 +90,8 @@ def play(ev, hidden_us: int | None, say, label: str) -> dict:
     action = f"```cpp\n{variant(hidden_us)}\n```"
     fb = Pipeline(task, seen).run(action, turn=1, episode_id="wall", first_correct=False)
     details = seen.verdict.details if seen.verdict is not None else {}
-    cal = details.get("calibration_matched") or details.get("calibration") or {}
+    used = "calibration_matched" if details.get("calibration_used") == "matched" else "calibration"
+    cal = details.get(used) or {}  # the calibration the cross-check used (Session.reference_calibration)
     trivial = details.get("calibration") or {}
     cc = details.get("crosscheck") or {}
     median = fb.timing.candidate.median_ms if fb.timing and fb.timing.candidate else None

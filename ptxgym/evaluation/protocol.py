@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 MAX_REPLY_BYTES = 1 << 20
 """A reply longer than this is a protocol violation."""
@@ -259,10 +259,18 @@ class CallResult(_Msg):
     host_ms: Measure = Field(description="Worker host time of the call up to the device synchronisation.")
     phases_ms: dict[str, Measure] = Field(
         default_factory=dict,
-        description="Wall ms of each step of the call, as the native runner saw it (``CALL_PHASES``): "
-        "where a call's wall goes beside its GPU time. The candidate's process's word: diagnostic only, "
-        "never a proof.",
+        description="Wall ms of each step of the call, as the native runner saw it (``CALL_PHASES``, no "
+        "other key: a reply may not grow the trusted side's memory with it): where a call's wall goes "
+        "beside its GPU time. The candidate's process's word: diagnostic only, never a proof.",
     )
+
+    @field_validator("phases_ms")
+    @classmethod
+    def _known_steps(cls, phases: dict[str, float]) -> dict[str, float]:
+        unknown = set(phases) - set(CALL_PHASES)
+        if unknown:
+            raise ValueError(f"phases_ms names {len(unknown)} step(s) outside CALL_PHASES")
+        return phases
 
 
 class LoadedModule(_Msg):

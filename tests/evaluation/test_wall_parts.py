@@ -2,8 +2,8 @@
 
 Diagnostic figures for the wall allowance's study (``bench/wall_allowance.py``): the trusted round trip
 and the copy that ends the wall, measured by the trusted side, and the native runner's own steps
-(``protocol.CALL_PHASES``), which are the candidate's process's word and so only ever shown: unknown
-steps and impossible values are dropped, and no verdict reads them.
+(``protocol.CALL_PHASES``), which are the candidate's process's word and so only ever shown: a reply
+naming another step is refused, impossible values are dropped, and no verdict reads them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ptxgym.evaluation.trusted.session import TimedCall, wall_parts
 
 
 def _call(wall: float, request: float | None, **phases: float) -> TimedCall:
+    # model_construct: the values as a forged reply could not even bring them, to test our own filter
     result = CallResult.model_construct(ev_stream_ms=0.5, ev_device_ms=0.5, host_ms=0.1, phases_ms=phases)
     return TimedCall(seq=1, wall_ms=wall, call=result, request_ms=request)
 
@@ -40,6 +41,8 @@ def test_only_the_runner_s_known_steps_with_possible_values_are_kept() -> None:
     calls = [_call(1.0, 0.5, sync=float("nan"), launch=-1.0, chosen_by_the_candidate=9.0, after=0.1)]
     assert wall_parts(calls) == {"request": 0.5, "copy": 0.5, "runner_after": 0.1}
     assert wall_parts([_call(1.0, None)]) == {}  # a call the trusted side did not split: nothing
+    huge = [_call(1.0, 0.5, sync=1.7e308), _call(1.0, 0.5, sync=1.7e308)]
+    assert wall_parts(huge)["runner_sync"] == 1.7e308  # one of the values, never an overflowed mean
 
 
 def test_the_protocol_takes_the_runner_s_steps_and_refuses_impossible_ones() -> None:
@@ -53,4 +56,8 @@ def test_the_protocol_takes_the_runner_s_steps_and_refuses_impossible_ones() -> 
         CallResult.model_validate_json(
             '{"ev_stream_ms": 1, "ev_device_ms": 1, "host_ms": 1, "phases_ms": {"sync": -0.5}}'
         )
+    many = ", ".join(f'"k{i}": 0.1' for i in range(1000))  # a reply may not grow our memory with keys
+    flood = '{"ev_stream_ms": 1, "ev_device_ms": 1, "host_ms": 1, "phases_ms": {' + many + "}}"
+    with pytest.raises(ValidationError, match="outside CALL_PHASES"):
+        CallResult.model_validate_json(flood)
     assert set(CALL_PHASES) == {"sync", "flush", "flushed", "launch", "kernel", "after"}

@@ -132,15 +132,24 @@ double now_ms() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-// The walls of consecutive steps, as a JSON object of step name -> ms (an attach's and a call's reports:
-// diagnostic only). Each call of the clock closes the step that ended now.
+// The walls of consecutive steps (an attach's and a call's reports: diagnostic only). Each call of the
+// clock closes the step that ended now, taking only a clock reading (no formatting inside a call's timed
+// region); json() writes them as an object of step name -> ms.
 struct PhaseClock {
-  JsonWriter phases;
+  static constexpr int kMax = 8;
+  const char* names[kMax] = {};
+  double ms[kMax] = {};
+  int n = 0;
   double t = now_ms();
   void operator()(const char* name) {
     double now = now_ms();
-    phases.real(name, now - t);
+    if (n < kMax) names[n] = name, ms[n++] = now - t;
     t = now;
+  }
+  JsonWriter json() const {
+    JsonWriter out;
+    for (int i = 0; i < n; ++i) out.real(names[i], ms[i]);
+    return out;
   }
 };
 
@@ -311,7 +320,7 @@ class Runner {
     JsonWriter result;
     result.text("arena", cmd.at("arena").as_str("arena")).boolean("cupti", cupti_error.empty());
     result.text("cupti_error", cupti_error.substr(0, 500)).num("flush_bytes", int64_t(flushed));
-    result.object("phases_ms", phase.phases);
+    result.object("phases_ms", phase.json());
     return ok().object("attach", result);
   }
 
@@ -550,7 +559,7 @@ class Runner {
       check_context();
       phase("after");
       result.real("ev_stream_ms", dev_->elapsed(0, 1)).real("ev_device_ms", dev_->elapsed(0, 2));
-      result.real("host_ms", host_ms).object("phases_ms", phase.phases);
+      result.real("host_ms", host_ms).object("phases_ms", phase.json());
       return ok().object("call", result);
     }
 #endif

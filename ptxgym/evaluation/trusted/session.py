@@ -874,8 +874,8 @@ def wall_parts(calls: list[TimedCall]) -> dict[str, float]:
     for step in CALL_PHASES:
         got = [c.call.phases_ms[step] for c in calls if step in c.call.phases_ms]
         got = [x for x in got if math.isfinite(x) and x >= 0]
-        if got:
-            out[f"runner_{step}"] = statistics.median(got)
+        if got:  # one of the values (an average of two huge ones could overflow to inf)
+            out[f"runner_{step}"] = statistics.median_low(got)
     return {k: round(v, 4) for k, v in out.items()}
 
 
