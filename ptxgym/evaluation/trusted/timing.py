@@ -70,7 +70,7 @@ class Calibration:
     """Median GPU time of the calibration's calls (the no-op's duration)."""
     busy_memsets: int = 0
     """Memsets of the flush buffer per call (0: the trivial no-op; more: the matched calibration)."""
-    parts_ms: dict[str, float] = field(default_factory=dict)
+    parts_ms: dict[str, float] = field(default_factory=dict, hash=False)
     """Where its calls' walls went (``session.wall_parts``; diagnostic, never part of the allowance)."""
 
 
