@@ -6,9 +6,11 @@
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
 # Next (after the thirteenth session, 2026-12-05: flip, flip2, s17, s18, s19 on an H100; none lent to the
 # sixteenth), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21 $OUT   (~8 min: where a
-#                                      call's wall goes, honest and hiding; 16 envs streaming with the scan
-#                                      in helper processes against in-process)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21 $OUT   (~7 min: where a
+#                                      call's wall goes, honest and hiding, with and without the runner
+#                                      spinning for its commands)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21b $OUT  (~4 min: 16 envs
+#                                      streaming with the scan in helper processes against in-process)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s20 $OUT   (~8 min: throughput
 #                                      streaming at 1 and 16 envs at HEAD, then the batch refill of spares
 #                                      against each at 4 spares)
@@ -45,7 +47,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -72,11 +74,18 @@ case "$stage" in
     ;;
   s21)
     # sixteenth session (no GPU that day): where a call's wall goes (session.wall_parts: the trusted round
-    # trip and output copy, the runner's steps) for the honest expert and 20-80 us hiders, then 16 envs
+    # trip and output copy, the runner's steps) for the honest expert and 20-80 us hiders, with and
+    # without the runner spinning for its commands (EvalSettings.runner_spin_us); s21b then runs 16 envs
     # streaming with the backstop scan in helper processes (cpu/scan_helpers.py) against in-process: the
-    # passed candidates' wall excess and a 1 ms sleep's lateness in the process, side by side
-    timeout 240 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
+    # timed candidates' wall excess and a 1 ms sleep's lateness in the process, side by side
+    timeout 200 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
       --out "$out/wall_allowance_parts.txt"
+    # the runner polling for its next command in each trial (no blocked thread's wake-up in a call)
+    timeout 200 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
+      --set runner_spin_us=20000 --out "$out/wall_allowance_spin.txt"
+    ;;
+  s21b)
+    # s21's second half: 16 envs streaming, the backstop scan in helper processes against in-process
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
       --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_helpers.txt"
     PTXGYM_SCAN_HELPERS=0 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 \

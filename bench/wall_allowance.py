@@ -151,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-us", nargs="*", type=int, default=None, help="busy-wait microseconds")
     parser.add_argument("--repeats", type=int, default=2, help="plays of the shipped expert per process")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override an EvalSettings field (e.g. runner_spin_us=20000); printed in the header",
+    )
+    parser.add_argument(
         "--spares",
         type=int,
         default=2,
@@ -173,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     from ptxgym.evaluation.trusted.base import EvalSettings
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
 
+    overrides = dict(item.split("=", 1) for item in args.set)
+    settings = EvalSettings.model_validate({**EvalSettings().model_dump(), **overrides})
     hidden = [None, *args.hidden_us] if args.hidden_us is not None else list(HIDDEN_US)
     say(
-        f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}; spares {args.spares}"
+        f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}; spares {args.spares}; "
+        f"overrides {overrides or 'none'}"
         + ("; noisy spares (replaced at once)" if args.noisy_spares else "; quiet spares")
     )
     say(
@@ -185,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows = []
     for process in args.process:
-        ev = LocalGpuEvaluator(settings=EvalSettings(), spares=args.spares, candidate_process=process)
+        ev = LocalGpuEvaluator(settings=settings, spares=args.spares, candidate_process=process)
         ev.quiet_spares = not args.noisy_spares
         try:
             for h in hidden:

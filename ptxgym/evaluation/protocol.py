@@ -143,11 +143,23 @@ class Load(_Cmd):
     )
 
 
+MAX_SPIN_US = 50_000
+"""The longest a native runner spins for its next command in a trial (``TrialBegin.spin_us``)."""
+
+
 class TrialBegin(_Cmd):
     """Start a timing trial (CUPTI activity collection when asked)."""
 
     op: Literal["trial_begin"] = "trial_begin"
     cupti: bool = True
+    spin_us: int = Field(
+        0,
+        ge=0,
+        le=MAX_SPIN_US,
+        description="A native runner waits for each next command of the trial by polling its command pipe "
+        "for up to this long before it blocks (``EvalSettings.runner_spin_us``; 0: it blocks at once). "
+        "The Python worker ignores it.",
+    )
 
 
 class TrialEnd(_Cmd):

@@ -541,3 +541,36 @@ def test_landlock_from_exec_and_the_rest_at_the_sandbox_command(runner_bin, blob
         assert not reply.ok and reply.error == "RuntimeError: denied: Permission denied", reply
     finally:
         h.kill()
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_trial_may_ask_the_runner_to_spin_for_its_next_command(handle, blob, candidate):
+    """``TrialBegin.spin_us``: within a trial the runner polls for each next command, then blocks.
+
+    Four 0.15 s gaps between calls: with 50 ms of spinning the runner burns CPU for about 0.2 s; without
+    it, and after the trial's end, it sleeps in its read.
+    """
+    import time
+
+    assert ready(handle, blob, candidate).ok
+
+    def gaps() -> float:
+        before = _cpu_s(handle.pid)
+        for _ in range(4):
+            time.sleep(0.15)
+            assert call(handle, 0).ok
+        return _cpu_s(handle.pid) - before
+
+    assert handle.request(TrialBegin(cupti=False, spin_us=50_000), 30.0).ok
+    spun = gaps()
+    assert handle.request(TrialEnd(), 30.0).ok
+    after = gaps()
+    assert handle.request(TrialBegin(cupti=False), 30.0).ok
+    blocked = gaps()
+    assert spun >= 0.08, spun
+    assert after < 0.05 and blocked < 0.05, (after, blocked)

@@ -61,3 +61,36 @@ def test_the_protocol_takes_the_runner_s_steps_and_refuses_impossible_ones() -> 
     with pytest.raises(ValidationError, match="outside CALL_PHASES"):
         CallResult.model_validate_json(flood)
     assert set(CALL_PHASES) == {"sync", "flush", "flushed", "launch", "kernel", "after"}
+
+
+def test_the_runner_spin_setting_reaches_every_trial_begin(tmp_path) -> None:
+    """``EvalSettings.runner_spin_us`` goes with each ``TrialBegin`` (a trial and its resumptions)."""
+    pytest.importorskip("torch")
+    from inprocess_worker import InProcessWorker
+    from test_counted_position import SETTINGS, Honest, _loaded, tiny_task
+
+    from ptxgym.evaluation.protocol import TrialBegin
+    from ptxgym.evaluation.trusted.arena import Arena
+    from ptxgym.evaluation.trusted.session import SessionResult
+    from ptxgym.evaluation.trusted.timing import CUPTI
+
+    class Seen(InProcessWorker):
+        begins: list[int] = []
+
+        def request(self, cmd, timeout_s, pickler=None, fds=()):
+            if isinstance(cmd, TrialBegin):
+                self.begins.append(cmd.spin_us)
+            return super().request(cmd, timeout_s, pickler, fds)
+
+    arena = Arena(tiny_task("Gemm-sm90a", M=16, N=16, K=16), [1, 2, 3], "cpu", tmp_path / "arena")
+    fake = Seen(Honest(), tmp_path)
+    fake.spans = True  # the CUPTI backend: the counted calls close the activity trial and begin it again
+    settings = SETTINGS.model_copy(update={"runner_spin_us": 777})
+    session = _loaded(arena, fake, 3, settings, backend=CUPTI)
+    session.count_outside = "counted outside the trials, as the local evaluator does"
+    result = SessionResult()
+    session.correctness(result)
+    session.timing(result, crosscheck=False, count=True, hw_count=True)
+    assert len(fake.begins) > SETTINGS.trials and set(fake.begins) == {777}, fake.begins
+    with pytest.raises(ValidationError):
+        TrialBegin(spin_us=50_001)

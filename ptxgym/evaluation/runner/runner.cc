@@ -47,6 +47,7 @@ constexpr const char* kVersion = "0.2";
 constexpr uint32_t kMaxCommand = 1u << 20;  // a longer command is refused (the runner exits)
 constexpr size_t kMaxError = 4000;          // characters of an error text kept in a reply
 constexpr size_t kMaxSassRows = 200000;     // protocol.MAX_SASS_ROWS
+constexpr int64_t kMaxSpinUs = 50000;  // protocol.MAX_SPIN_US
 constexpr int kMaxFds = 250;                // file descriptors one attach may carry (SCM_MAX_FD 253)
 
 // ------------------------------------------------------------------------------------------ framing
@@ -132,6 +133,17 @@ double now_ms() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// Poll `fd` until it has input or `us` microseconds have passed (0: return at once), so that a command
+// sent within that time is read without the wake-up of a blocked thread (TrialBegin.spin_us: an
+// experiment on the calibrated overhead's spread; the caller then reads, blocking as ever).
+void spin_for(int fd, int64_t us) {
+  if (us <= 0) return;
+  double until = now_ms() + us / 1e3;
+  pollfd pfd = {fd, POLLIN, 0};
+  while (poll(&pfd, 1, 0) == 0 && now_ms() < until) {
+  }
+}
+
 // The walls of consecutive steps (an attach's and a call's reports: diagnostic only). Each call of the
 // clock closes the step that ended now, taking only a clock reading (no formatting inside a call's timed
 // region); json() writes them as an object of step name -> ms.
@@ -180,7 +192,9 @@ class Runner {
     send_message(o_.out, JsonWriter().num("seq", 0).boolean("ok", true).object("hello", hello).str());
     std::string text;
     int64_t expected = 1;
-    while (read_message(o_.in, &text)) {
+    for (;;) {
+      spin_for(o_.in, spin_us_);  // in a trial that asked for it (TrialBegin.spin_us)
+      if (!read_message(o_.in, &text)) break;
       int64_t seq = expected;
       std::string op;
       JsonWriter reply;
@@ -204,6 +218,7 @@ class Runner {
   int sock_;
   enum class Subject { kNone, kNoop, kSo } subject_ = Subject::kNone;
   int64_t busy_ = 0;  // the no-op's memsets of the flush buffer per call (Load.busy_memsets)
+  int64_t spin_us_ = 0;  // in a trial: how long to poll for the next command before blocking (TrialBegin)
   void* lib_ = nullptr;
   TVMFFISafeCallType fn_ = nullptr;
   std::vector<std::unique_ptr<ArgSet>> sets_;
@@ -468,6 +483,9 @@ class Runner {
   // ------------------------------------------------------------------------------------ trials
 
   JsonWriter trial_begin(const Json& cmd) {
+    int64_t spin = cmd.has("spin_us") ? cmd.at("spin_us").as_int("spin_us") : 0;
+    if (spin < 0 || spin > kMaxSpinUs) throw std::runtime_error("spin_us must be 0 to 50000");
+    spin_us_ = spin;
 #ifdef PTXGYM_RUNNER_CUDA
     if (dev_) dev_->zero_persisting_limit();
 #endif
@@ -480,6 +498,7 @@ class Runner {
   }
 
   JsonWriter trial_end() {
+    spin_us_ = 0;
     std::string json = "{}";
 #ifdef PTXR_WITH_CUPTI
     if (cupti_) {

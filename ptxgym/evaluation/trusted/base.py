@@ -169,6 +169,15 @@ class EvalSettings(BaseModel):
     wall_slack_fraction: float = Field(
         0.10, ge=0, description="Same allowance as a fraction of the median latency (the larger wins)."
     )
+    runner_spin_us: int = Field(
+        0,
+        ge=0,
+        le=50_000,  # protocol.MAX_SPIN_US
+        description="In each trial a native runner polls its command pipe for the next command for up to "
+        "this many microseconds before it blocks (``TrialBegin.spin_us``), so no call waits for a blocked "
+        "thread's wake-up (a suspect for the calibrated overhead's spread between runs; an experiment: "
+        "``bench/gpu_session.sh s21`` compares it, 0 until it is measured). Costs a core while a trial runs.",
+    )
     wall_retries: int = Field(
         1,
         ge=0,

@@ -409,7 +409,7 @@ class Session:
         ``new_draws``: verified positions that draw new values even with the pool (``_new_draws``).
         """
         cupti = self.backend == CUPTI
-        self._request(TrialBegin(cupti=cupti), stage)
+        self._request(TrialBegin(cupti=cupti, spin_us=self.settings.runner_spin_us), stage)
         timed: list[TimedCall] = []
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         defer = fresh and 0 < len(verify) < len(calls)  # checked at the trial's end (Arena.hold)
@@ -531,7 +531,7 @@ class Session:
         where.outside = "" if inside else why or "no CUPTI activity trial"
         result.counted = where
         if cupti and not inside:
-            self._request(TrialBegin(cupti=True), stage)
+            self._request(TrialBegin(cupti=True, spin_us=self.settings.runner_spin_us), stage)
         if not ok:
             return False
         result.sass_rows, result.count_error = reply.counts, reply.count_error
@@ -559,7 +559,7 @@ class Session:
         )
         result.hw_counted = where
         if cupti and not inside:
-            self._request(TrialBegin(cupti=True), stage)
+            self._request(TrialBegin(cupti=True, spin_us=self.settings.runner_spin_us), stage)
         if not ok:
             return False
         result.hw_counts, result.hw_count_error = reply.hw_counts, reply.hw_count_error
