@@ -35,6 +35,20 @@ def _get(name: str) -> str | None:
     return value if value not in (None, "") else None
 
 
+def _count(name: str, limit: int) -> int | None:
+    """``PTXGYM_<name>`` as an integer from 0 to ``limit`` (None: unset); ``ValueError`` for anything else."""
+    value = _get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value, 10) if value.isascii() else -1
+    except ValueError:
+        number = -1
+    if not 0 <= number <= limit:
+        raise ValueError(f"{_PREFIX}{name} must be an integer from 0 to {limit}, got {value!r}")
+    return number
+
+
 def cache_dir() -> Path:
     """Root of every on-disk cache; created on first use."""
     root = Path(_get("CACHE_DIR") or Path.home() / ".cache" / "ptxgym").expanduser()
@@ -88,16 +102,7 @@ def max_spares() -> int | None:
 
     Raises ``ValueError`` for a value that is not an integer from 0 to ``MAX_SPARES_LIMIT``.
     """
-    value = _get("MAX_SPARES")
-    if value is None:
-        return None
-    try:
-        number = int(value, 10) if value.isascii() else -1
-    except ValueError:
-        number = -1
-    if not 0 <= number <= MAX_SPARES_LIMIT:
-        raise ValueError(f"PTXGYM_MAX_SPARES must be an integer from 0 to {MAX_SPARES_LIMIT}, got {value!r}")
-    return number
+    return _count("MAX_SPARES", MAX_SPARES_LIMIT)
 
 
 SCAN_HELPERS_LIMIT = 64
@@ -110,17 +115,9 @@ def scan_helpers() -> int:
     Default: half the cores this process may run on, from 1 to 4. Raises ``ValueError`` for a value that
     is not an integer from 0 to ``SCAN_HELPERS_LIMIT``.
     """
-    value = _get("SCAN_HELPERS")
-    if value is None:
+    number = _count("SCAN_HELPERS", SCAN_HELPERS_LIMIT)
+    if number is None:
         return max(1, min(4, len(os.sched_getaffinity(0)) // 2))  # the cores this process may use
-    try:
-        number = int(value, 10) if value.isascii() else -1
-    except ValueError:
-        number = -1
-    if not 0 <= number <= SCAN_HELPERS_LIMIT:
-        raise ValueError(
-            f"PTXGYM_SCAN_HELPERS must be an integer from 0 to {SCAN_HELPERS_LIMIT}, got {value!r}"
-        )
     return number
 
 
