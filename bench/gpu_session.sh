@@ -9,6 +9,8 @@
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21 $OUT   (~7 min: where a
 #                                      call's wall goes, honest and hiding, with and without the runner
 #                                      spinning for its commands)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s22 $OUT   (~5 min: GPU cost
+#                                      with verified new draws checked on a sample, against whole)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21b $OUT  (~4 min: 16 envs
 #                                      streaming with the scan in helper processes against in-process)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s20 $OUT   (~8 min: throughput
@@ -47,7 +49,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -83,6 +85,14 @@ case "$stage" in
     # the runner polling for its next command in each trial (no blocked thread's wake-up in a call)
     timeout 200 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
       --set runner_spin_us=20000 --out "$out/wall_allowance_spin.txt"
+    ;;
+  s22)
+    # seventeenth session: verified calls on new draws checked on a secret quarter of the heads / rows
+    # (trusted/sampled.py, EvalSettings.verify_sample_share), the GPU cost against whole references
+    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_sampled.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 3 --no-crosscheck-turn
+    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_whole.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 3 --no-crosscheck-turn --set verify_sample_share=1
     ;;
   s21b)
     # s21's second half: 16 envs streaming, the backstop scan in helper processes against in-process

@@ -10,6 +10,7 @@ Rule per element (the paper's, every element must pass): ``|out - ref| <= atol``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ptxgym.records.feedback import Status
@@ -137,15 +138,25 @@ def compare_output(name: str, out, expected, tol: Tolerance) -> OutputCheck:
     Written for 100M-element outputs checked many times per turn: a handful of full passes and one
     device-to-host transfer of all statistics when the output is fine.
     """
-    numel = out.numel()
     shape = tuple(out.shape)
     if tuple(expected.shape) != shape:
         return OutputCheck(
             name,
             Status.INCORRECT_SHAPE,
-            numel,
+            out.numel(),
             message=f"{name}: shape {shape}, expected {tuple(expected.shape)}",
         )
+    o = out.float()
+    return unwritten_or_nonfinite(name, out, o) or numerical(name, o, expected.float(), tol)
+
+
+def unwritten_or_nonfinite(name: str, out, o=None) -> OutputCheck | None:
+    """The failed check of an output that holds poison or a NaN or infinity anywhere, else None.
+
+    ``o``: ``out`` as fp32, if the caller has it.
+    """
+    numel = out.numel()
+    shape = tuple(out.shape)
     unwritten = unwritten_mask(out)
     if bool(unwritten.any()):
         n_unwritten = int(unwritten.sum())
@@ -159,8 +170,7 @@ def compare_output(name: str, out, expected, tol: Tolerance) -> OutputCheck:
             first_bad_index=first,
             message=f"{name}: {n_unwritten} of {numel} elements were never written (first at {first})",
         )
-    o = out.float()
-    finite = o.isfinite()
+    finite = (out.float() if o is None else o).isfinite()
     if not bool(finite.all()):
         n_nonfinite = numel - int(finite.sum())
         first = _index(_first_true(~finite), shape)
@@ -173,12 +183,20 @@ def compare_output(name: str, out, expected, tol: Tolerance) -> OutputCheck:
             first_bad_index=first,
             message=f"{name}: {n_nonfinite} of {numel} elements are NaN or infinite (first at {first})",
         )
-    return _numerical(name, o, expected.float(), tol, shape)
+    return None
 
 
-def _numerical(name: str, o, r, tol: Tolerance, shape: tuple[int, ...]) -> OutputCheck:
+def numerical(
+    name: str, o, r, tol: Tolerance, locate: Callable[[list[int]], list[int]] | None = None, of: str = ""
+) -> OutputCheck:
+    """The element rule and the norm rule of ``tol`` on fp32 ``o`` against ``r`` (same shape).
+
+    ``locate``: where an index of ``o`` lies in the whole output (``o`` a sample of it: ``sampled.py``);
+    ``of``: what the counted elements are, in messages (e.g. " sampled").
+    """
     import torch
 
+    shape = tuple(o.shape)
     numel = o.numel()
     diff = (o - r).abs_()
     ref_abs = r.abs()
@@ -201,20 +219,20 @@ def _numerical(name: str, o, r, tol: Tolerance, shape: tuple[int, ...]) -> Outpu
     )
     allowed_bad = int((1.0 - tol.required_match) * numel)
     if n_bad > allowed_bad:
-        first = _index(_first_true(bad), shape)
-        at = tuple(first)
+        at = _index(_first_true(bad), shape)
+        first = locate(at) if locate is not None else at
         check.status = Status.INCORRECT_NUMERICAL
         check.first_bad_index = first
         check.message = (
-            f"{name}: {n_bad} of {numel} elements ({n_bad / numel:.2%}) exceed atol={tol.atol} and "
+            f"{name}: {n_bad} of {numel}{of} elements ({n_bad / numel:.2%}) exceed atol={tol.atol} and "
             f"rtol={tol.rtol}; max abs error {max_abs:.4g}, max rel error {max_rel:.4g}; first at {first}: "
-            f"got {float(o[at]):.6g}, expected {float(r[at]):.6g}"
+            f"got {float(o[tuple(at)]):.6g}, expected {float(r[tuple(at)]):.6g}"
         )
     elif rel_norm > tol.rel_norm:
         check.status = Status.INCORRECT_NUMERICAL
         check.message = (
-            f"{name}: relative norm error {rel_norm:.4g} exceeds {tol.rel_norm} although every element "
-            f"is within atol/rtol"
+            f"{name}: relative norm error {rel_norm:.4g}{' over the sample' if of else ''} exceeds "
+            f"{tol.rel_norm} although every element is within atol/rtol"
         )
     return check
 
@@ -239,7 +257,11 @@ def check_call(
             mutated_inputs=mutated,
             message=f"the candidate modified its input(s) {', '.join(mutated)}; inputs are read-only",
         )
-    checks = [compare_output(n, outputs[n], expected[n], tol) for n in outputs]
+    return outcome([compare_output(n, outputs[n], expected[n], tol) for n in outputs])
+
+
+def outcome(checks: list[OutputCheck]) -> SetCheck:
+    """A call's outcome from its outputs' checks: passed, or the first failure by ``_ORDER``'s rank."""
     failed = [c for c in checks if c.status is not Status.PASSED]
     if not failed:
         return SetCheck(Status.PASSED, outputs=checks)

@@ -156,6 +156,14 @@ class TaskRecord(BaseModel):
         False,
         description="The operator is a generalisation probe: no train-split task shares its definition.",
     )
+    independent_axes: list[str] = Field(
+        default_factory=list,
+        description="Leading axes along which the reference's outputs are independent: the outputs at one "
+        "index of them depend only on the inputs at that index (the batch and heads of attention, the rows "
+        "M of a GEMM). Every tensor either starts with exactly these axes, in order, or has none of them. "
+        "A verified call on new values then checks a secret sample of those indices against a reference "
+        "run on that sample alone (``trusted/sampled.py``); empty: every check runs the whole reference.",
+    )
     primary: bool = Field(False, description="One of the paper's five primary problems (default task set).")
     multi_file_prompt: bool = Field(
         True,

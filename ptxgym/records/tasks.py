@@ -86,6 +86,9 @@ class Task(BaseModel):
     byte_formula: str | None = Field(None, description="The record's byte formula; None: tensor sizes.")
     split: Split = "train"
     held_out: bool = False
+    independent_axes: tuple[str, ...] = Field(
+        (), description="Leading axes the reference's outputs are independent along (``TaskRecord``)."
+    )
     primary: bool = Field(False, description="One of the paper's five primary problems.")
     multi_file_prompt: bool = Field(False, description="The prompt documents the several-file answer format.")
     source: str | None = Field(None, description="The dataset folder of a dataset task; None: the catalog.")
@@ -205,7 +208,10 @@ def count_bytes(defn: Definition, wl: Workload, formula: str | None) -> float:
 
 
 def default_record(defn: Definition) -> TaskRecord:
-    """The record of a dataset definition that has none: cuBLAS for a plain GEMM, else the torch reference."""
+    """The record of a dataset definition that has none: cuBLAS for a plain GEMM, else the torch reference.
+
+    A plain GEMM's rows are independent (``independent_axes``); nothing else is assumed of other operators.
+    """
     gemm = _plain_gemm(defn)
     return TaskRecord(
         name=defn.name,
@@ -214,6 +220,7 @@ def default_record(defn: Definition) -> TaskRecord:
         summary=" ".join((defn.description or defn.name).split())[:160],
         baseline="cublas" if gemm else TORCH_REFERENCE,
         flops="2 * M * N * K" if gemm else None,
+        independent_axes=["M"] if gemm else [],
     )
 
 
@@ -268,6 +275,7 @@ def _build(
         raise SchemaError(f"{where}: default_workload {rec.default_workload} is not in its family")
     wl = by_uuid[rec.default_workload] if rec.default_workload else family[0]
     counts = [_counts(defn, w, rec, where) for w in family]  # every workload must count cleanly
+    _check_independent(defn, rec.independent_axes, where)
     flops, min_bytes = counts[[w.uuid for w in family].index(wl.uuid)]
     return Task(
         name=rec.name,
@@ -287,9 +295,33 @@ def _build(
         split=rec.split,
         held_out=rec.held_out,
         primary=rec.primary,
+        independent_axes=tuple(rec.independent_axes),
         multi_file_prompt=rec.multi_file_prompt,
         source=source,
     )
+
+
+def _check_independent(defn: Definition, axes: list[str], where: str) -> None:
+    """``independent_axes`` names axes of the definition that lead every tensor having any of them."""
+    if not axes:
+        return
+    unknown = [a for a in axes if a not in defn.axes]
+    if unknown or len(set(axes)) != len(axes):
+        raise SchemaError(f"{where}: independent_axes {axes} must name distinct axes of {defn.name}")
+    lead = list(axes)
+    having = []
+    for name, spec in [*defn.inputs.items(), *defn.outputs.items()]:
+        shape = spec.shape or []
+        if not set(shape) & set(lead):
+            continue
+        if shape[: len(lead)] != lead or set(shape[len(lead) :]) & set(lead):
+            raise SchemaError(
+                f"{where}: independent_axes {lead} must lead {name} {shape} in that order, or be absent"
+            )
+        having.append(name)
+    alone = [n for n in defn.outputs if n not in having]
+    if alone:
+        raise SchemaError(f"{where}: independent_axes {lead} must lead every output, not only some ({alone})")
 
 
 def _counts(defn: Definition, wl: Workload, rec: TaskRecord, where: str) -> tuple[float, float]:

@@ -377,6 +377,7 @@ def test_a_pool_that_cannot_be_allocated_leaves_the_path_without_one_with_the_re
     assert result.failure is None and session.draws is None and len(runs) == VERIFIED
     assert session.pool_record() == {
         "arena": arena.pool.describe(),
+        "sampling": arena.sampling,
         "session": f"new draws: {arena.pool.describe()}",
     }
 

@@ -68,6 +68,7 @@ from __future__ import annotations
 import contextlib
 import io
 import pickle
+import random
 import secrets
 import time
 import uuid
@@ -75,8 +76,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ptxgym.evaluation.compare import SetCheck, check_call, poison_, same_bits
+from ptxgym.evaluation.compare import SetCheck, check_call, compare_output, outcome, poison_, same_bits
 from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg, VmmBlob, VmmRun
+from ptxgym.evaluation.trusted import sampled
 from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout, vmm_layout
 from ptxgym.evaluation.trusted.inputs import (
     draw_fresh,
@@ -163,11 +165,14 @@ class Arena:
         pool_size: int = 0,
         pool_reserve: int = 0,
         pool_max_uses: int = 0,
+        sample_share: float = 1.0,
     ) -> None:
         """Build the blob, the seeded sets and their references, and the verified pool.
 
         ``pool_size``: entries of the verified pool per key (``verified_pool.py``; 0: no pool), built
         only if ``pool_reserve`` device bytes stay free; each renewed after ``pool_max_uses`` sessions.
+        ``sample_share``: of the task's independent indices, what a verified call on a new draw checks
+        (``sampled.py``; 1: the whole reference).
         """
         import torch
 
@@ -203,6 +208,13 @@ class Arena:
             self.guards = Guards(self.blob, self.layout, secrets.randbits(63))
             """The guard regions around every buffer, filled with this arena's secret pattern."""
             self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
+            self._sample_rng = random.Random(secrets.randbits(63))
+            self.sample_share = 1.0
+            """Of the independent indices, what a verified call on a new draw checks (``sampled.py``)."""
+            self.sampling = self._test_sampling(sample_share)
+            """Whether verified calls on new draws are checked on a sample, and why not (``sampled.py``)."""
+            self.sampled_checks = 0
+            """Verified calls checked on a sample so far."""
             self._pool_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
             t = time.perf_counter()
             self.pool: VerifiedPool = build_pool(
@@ -339,6 +351,55 @@ class Arena:
             state=self.perturb.identity(self.device),
         )
 
+    def _test_sampling(self, share: float) -> str:
+        """Turn sampled checks on if the reference on a sample matches that sample of a whole reference."""
+        axes = ", ".join(self.task.independent_axes)
+        if share >= 1.0:
+            return "off: EvalSettings.verify_sample_share is 1 (every check runs the whole reference)"
+        if not axes:
+            return "off: the task declares no independent axes"
+        sample = sampled.draw(self.task, share, self._sample_rng)
+        if sample is None:
+            n = sampled.units(self.task)
+            return f"off: its independent axes ({axes}) have {n} indices, too few to sample"
+        t = time.perf_counter()
+        s = self.sets[0]
+        try:
+            got = self._sampled_reference(s.base_in, sample)
+        except Exception as exc:  # noqa: BLE001 - a reference that cannot run on a cut: whole checks
+            return f"off: the reference does not run on a sample of ({axes}): {exc}"[:500]
+        finally:
+            self.build_s["references"] += time.perf_counter() - t
+        whole = sampled.cut(self.task, s.reference, sample)
+        check = outcome([compare_output(n, got[n], whole[n], self.task.tolerance) for n in whole])
+        bound = sampled.AGREEMENT * self.task.tolerance.rel_norm
+        drift = [c for c in check.outputs if c.rel_norm_error is not None and c.rel_norm_error > bound]
+        if check.passed and drift:
+            check.message = (
+                f"{drift[0].name}: relative norm difference {drift[0].rel_norm_error:.3g} > {bound:g}"
+            )
+        if not check.passed or drift:
+            return (
+                f"off: the reference on {sample.describe()} of ({axes}) differs from that cut of the whole "
+                f"reference ({check.message}): the task's independent_axes do not hold"
+            )[:500]
+        self.sample_share = share
+        return f"on: {sample.describe()} of ({axes}) per verified call on a new draw (share {share:g})"
+
+    def _sampled_reference(self, inputs: dict[str, Any], sample: sampled.Sample) -> dict[str, Any]:
+        cut = sampled.cut(self.task, inputs, sample)
+        return run_reference(self.task, self.namespace, cut, sampled.cut_shapes(self.task, sample))
+
+    def _sampled_check(self, outputs: dict[str, Any], inputs: dict[str, Any]) -> SetCheck | None:
+        """``outputs`` checked on a new secret sample against the reference for ``inputs``; None: off."""
+        sample = (
+            sampled.draw(self.task, self.sample_share, self._sample_rng) if self.sample_share < 1 else None
+        )
+        if sample is None:
+            return None
+        self.sampled_checks += 1
+        return sampled.check(outputs, self._sampled_reference(inputs, sample), self.task, sample)
+
     # ------------------------------------------------------------------------------------- per call
 
     def attach_command(
@@ -454,6 +515,13 @@ class Arena:
         """Inputs of set ``index`` intact and its outputs equal to the reference for its current values."""
         s = self.sets[index]
         want = self.expected_inputs(index)
+        if s.fresh is not None and s.pool_reference is None and s.fresh_reference is None:
+            inputs = check_call({}, {}, s.shared_in, want, self.task.tolerance)
+            if not inputs.passed:
+                return inputs
+            check = self._sampled_check(s.shared_out, want)  # a new draw: its reference on a sample
+            if check is not None:
+                return check
         return check_call(
             s.shared_out, self.expected_outputs(index, want), s.shared_in, want, self.task.tolerance
         )
@@ -523,6 +591,9 @@ class Arena:
         else:
             want = self.perturb.expected_inputs(s.base_in, held.state, skip=tuple(held.fresh))
             want.update(held.fresh)
+            check = self._sampled_check(held.outputs, want)  # a new draw: its reference on a sample
+            if check is not None:
+                return check
             expected = run_reference(self.task, self.namespace, want)
         return check_call(held.outputs, expected, {}, {}, self.task.tolerance)
 

@@ -94,6 +94,16 @@ class EvalSettings(BaseModel):
         "92%; 0.5: 99.8%) and then paid nothing. 0.25 (39 calls) was the default until the cost measure: "
         "it spent 0.6 s (GEMM) and 4.1 s (MHA forward) of GPU per candidate on references.",
     )
+    verify_sample_share: float = Field(
+        0.25,
+        gt=0.0,
+        le=1.0,
+        description="Of a task's independent indices (``TaskRecord.independent_axes``: heads, GEMM rows), "
+        "the secret share on which a verified call on a new draw is checked, its reference run on that "
+        "share alone; every output is still scanned whole for unwritten and non-finite elements, and "
+        "correctness calls and pool entries are checked whole (``sampled.py``). 1: the whole reference "
+        "(H100, MHA forward 4x48x4096x128: its 6 such calls per evaluation took 0.63 s).",
+    )
     verified_pool: int | None = Field(
         None,
         ge=0,

@@ -160,9 +160,11 @@ def _checked(task: Task, name: str, produced: dict, origin: str):
     return _check_tensor(task, name, produced[name], origin)
 
 
-def _check_tensor(task: Task, name: str, tensor, origin: str):
+def _check_tensor(
+    task: Task, name: str, tensor, origin: str, shapes: dict[str, tuple[int, ...]] | None = None
+):
     spec = task.definition.inputs.get(name) or task.definition.outputs[name]
-    want_shape, want_dtype = task.shapes()[name], torch_dtype(spec.dtype)
+    want_shape, want_dtype = (shapes or task.shapes())[name], torch_dtype(spec.dtype)
     if tuple(tensor.shape) != want_shape or tensor.dtype != want_dtype:
         raise InfraError(
             f"{origin} of {task.definition.name} produced {name} as {tuple(tensor.shape)} "
@@ -171,8 +173,16 @@ def _check_tensor(task: Task, name: str, tensor, origin: str):
     return tensor.contiguous()
 
 
-def run_reference(task: Task, namespace: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
-    """Reference outputs for one input set, checked against the definition."""
+def run_reference(
+    task: Task,
+    namespace: dict[str, Any],
+    inputs: dict[str, Any],
+    shapes: dict[str, tuple[int, ...]] | None = None,
+) -> dict[str, Any]:
+    """Reference outputs for one input set, checked against the definition.
+
+    ``shapes``: the outputs' shapes where the inputs are a cut of a set (``sampled.cut_shapes``).
+    """
     try:
         with reference_precision():
             result = namespace["run"](*inputs.values())
@@ -185,4 +195,4 @@ def run_reference(task: Task, namespace: dict[str, Any], inputs: dict[str, Any])
         raise InfraError(
             f"the reference of {task.definition.name} returned {len(result)} values for outputs {names}"
         )
-    return {n: _check_tensor(task, n, t, "reference run") for n, t in zip(names, result, strict=True)}
+    return {n: _check_tensor(task, n, t, "reference run", shapes) for n, t in zip(names, result, strict=True)}

@@ -586,6 +586,7 @@ class LocalGpuEvaluator(Evaluator):
                 pool_size=self.settings.pool_entries if pooled else 0,
                 pool_reserve=self.settings.pool_reserve_bytes,
                 pool_max_uses=self.settings.verified_pool_uses,
+                sample_share=self.settings.verify_sample_share,
             )
 
         try:

@@ -332,7 +332,7 @@ class Session:
 
     def pool_record(self) -> dict:
         """How this session's verified calls were served, for a verdict's ``details["verified_pool"]``."""
-        record: dict = {"arena": self.arena.pool.describe()}
+        record: dict = {"arena": self.arena.pool.describe(), "sampling": self.arena.sampling}
         if self.draws is None:
             record["session"] = f"new draws: {self.pool_off}"
         else:

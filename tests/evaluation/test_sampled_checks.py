@@ -1,0 +1,249 @@
+"""Verified calls on new draws checked on a secret sample of independent indices (``sampled.py``).
+
+The trusted ``Arena`` and ``Session`` run against the in-process worker on CPU tensors with small axes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from evaltest_helpers import tiny_task  # noqa: E402
+from inprocess_worker import run_in_session  # noqa: E402
+
+import ptxgym.evaluation.trusted.arena as arena_module  # noqa: E402
+from ptxgym.evaluation.trusted import sampled  # noqa: E402
+from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
+from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
+from ptxgym.evaluation.trusted.inputs import load_reference, run_reference  # noqa: E402
+from ptxgym.records.errors import SchemaError  # noqa: E402
+from ptxgym.records.feedback import Status  # noqa: E402
+from ptxgym.records.task_record import TaskRecord  # noqa: E402
+from ptxgym.records.tasks import _check_independent, catalog, default_record  # noqa: E402
+
+SETTINGS = EvalSettings(warmup=1, iterations=8, trials=2, correctness_sets=3, rotate_sets=3)
+MHA = ("MhaFwd-sm90a", {"B": 2, "H": 4, "S": 16, "D": 8})  # 8 heads: a quarter is 2 of them
+
+
+def mha(task_id: str = MHA[0]):
+    return tiny_task(task_id, **MHA[1])
+
+
+class Heads:
+    """The task's reference on every call, then ``spoil(outputs, call)`` applied to its outputs."""
+
+    def __init__(self, task, spoil=None) -> None:
+        self.run = load_reference(task)["run"]
+        self.n_in = len(task.definition.inputs)
+        self.spoil, self.calls = spoil, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        ins, outs = args[: self.n_in], args[self.n_in :]
+        result = self.run(*ins)
+        values = list(result) if len(outs) > 1 else [result]
+        for out, value in zip(outs, values, strict=True):
+            out.copy_(value)
+        if self.spoil is not None:
+            self.spoil(outs, self.calls)
+
+
+def reference_runs(monkeypatch) -> list[tuple]:
+    """The shapes of the first input of every reference run a session makes."""
+    runs: list[tuple] = []
+    real = arena_module.run_reference
+
+    def counted(task, namespace, inputs, *rest):
+        runs.append(tuple(next(iter(inputs.values())).shape))
+        return real(task, namespace, inputs, *rest)
+
+    monkeypatch.setattr(arena_module, "run_reference", counted)
+    return runs
+
+
+def test_the_catalog_declares_heads_and_rows_and_a_plain_gemm_dataset_gets_rows():
+    tasks = catalog()
+    assert tasks["MhaFwd-sm90a"].independent_axes == ("B", "H")
+    assert tasks["MhaBwdCausal-sm90a"].independent_axes == ("B", "H")
+    assert tasks["Gemm-sm90a"].independent_axes == ("M",)
+    assert tasks["GqaPagedDecode-sm90a"].independent_axes == ()  # ragged batches: nothing declared
+    assert default_record(tasks["Gemm-sm90a"].definition).independent_axes == ["M"]
+    assert default_record(tasks["MhaFwd-sm90a"].definition).independent_axes == []
+
+
+@pytest.mark.parametrize(
+    ("axes", "why"),
+    [
+        (["X"], "distinct axes"),
+        (["H", "B"], "must lead"),  # not in the tensors' order
+        (["S"], "must lead"),  # not leading
+        (["B", "B"], "distinct axes"),
+    ],
+)
+def test_a_declaration_the_tensors_do_not_bear_out_is_refused(axes, why):
+    defn = catalog()["MhaFwd-sm90a"].definition
+    with pytest.raises(SchemaError, match=why):
+        _check_independent(defn, axes, "test")
+    TaskRecord(name="x", definition="d", family="f", baseline="cublas", independent_axes=axes)  # data only
+
+
+def test_a_declaration_must_lead_every_output():
+    gemm = catalog()["Gemm-sm90a"].definition  # A [M, K], B [N, K], C [M, N]
+    _check_independent(gemm, ["M"], "test")
+    spec = gemm.outputs["C"].model_copy(update={"shape": ["N"]})
+    summed = gemm.model_copy(update={"outputs": {**gemm.outputs, "colsum": spec}})  # a sum over rows
+    with pytest.raises(SchemaError, match=r"every output, not only some \(\['colsum'\]\)"):
+        _check_independent(summed, ["M"], "test")
+
+
+def test_a_cut_keeps_the_rank_and_an_index_of_it_lies_where_it_came_from():
+    task = mha()
+    sample = sampled.Sample((2, 4), (1, 6))  # (b 0, h 1) and (b 1, h 2)
+    q = torch.arange(2 * 4 * 3 * 2, dtype=torch.float32).reshape(2, 4, 3, 2)
+    got = sampled.cut(task, {"Q": q, "causal": True}, sample)
+    assert got["causal"] is True and got["Q"].shape == (1, 2, 3, 2)
+    assert torch.equal(got["Q"][0, 0], q[0, 1]) and torch.equal(got["Q"][0, 1], q[1, 2])
+    locate = sampled.locator(sample)
+    assert locate([0, 1, 2, 1]) == [1, 2, 2, 1] and locate([0, 0, 0]) == [0, 1, 0]
+    assert sampled.cut_shapes(task, sample)["LSE"] == (1, 2, 16)
+    gemm = tiny_task("Gemm-sm90a", M=8, N=4, K=2)
+    rows = sampled.Sample((8,), (3, 5))
+    assert sampled.locator(rows)([1, 2]) == [5, 2]
+    assert sampled.cut_shapes(gemm, rows) == {"A": (2, 2), "B": (4, 2), "C": (2, 4)}
+
+
+def test_draws_take_at_least_one_index_and_none_means_the_whole():
+    task, rng = mha(), random.Random(1)
+    assert len(sampled.draw(task, 0.25, rng).picks) == 2
+    assert len(sampled.draw(task, 0.01, rng).picks) == 1
+    assert sampled.draw(task, 1.0, rng) is None
+    assert sampled.draw(tiny_task("MhaFwd-sm90a", B=1, H=1, S=16, D=8), 0.25, rng) is None
+    draws = {sampled.draw(task, 0.25, rng).picks for _ in range(200)}
+    assert len(draws) == 28  # every pair of the 8 heads comes up: the sample is not fixed
+
+
+def test_an_honest_candidate_passes_with_each_new_draw_referenced_on_a_quarter(tmp_path, monkeypatch):
+    task = mha()
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
+    assert arena.sampling.startswith("on: 2 of 8 indices of (B, H)"), arena.sampling
+    runs = reference_runs(monkeypatch)
+    result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
+    assert result.failure is None, result.failure
+    verified = SETTINGS.trials * SETTINGS.verified_per_trial
+    assert arena.sampled_checks == verified and runs == [(1, 2, 16, 8)] * verified
+
+
+def test_whole_references_where_sampling_is_off(tmp_path, monkeypatch):
+    task = mha()
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path)  # share 1: the default of an Arena
+    assert arena.sampling.startswith("off: EvalSettings.verify_sample_share is 1")
+    runs = reference_runs(monkeypatch)
+    result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
+    assert result.failure is None and arena.sampled_checks == 0
+    assert runs == [(2, 4, 16, 8)] * (SETTINGS.trials * SETTINGS.verified_per_trial)
+    gqa_like = task.model_copy(update={"independent_axes": ()})
+    none = Arena(gqa_like, [1], "cpu", tmp_path, sample_share=0.25)
+    assert none.sampling.startswith("off: the task declares")
+
+
+@pytest.mark.parametrize(
+    ("divisor", "why"),
+    [(1000, "exceed atol"), (50000, "relative norm difference")],  # ~0.3 off on LSE ~3.3; ~0.006 off
+)
+def test_a_false_declaration_turns_sampling_off_at_the_arena_with_the_reason(
+    tmp_path, monkeypatch, divisor, why
+):
+    task = mha()
+    coupled = task.definition.reference + (
+        "\n\n_run = run\n\ndef run(Q, K, V, causal=False):\n"
+        "    O, LSE = _run(Q, K, V, causal)\n"
+        f"    return O, LSE + LSE.sum() / {divisor}  # every head's LSE now depends on all heads\n"
+    )
+    task = task.model_copy(update={"definition": task.definition.model_copy(update={"reference": coupled})})
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
+    assert arena.sampling.startswith("off: the reference on 2 of 8 indices"), arena.sampling
+    assert "do not hold" in arena.sampling and why in arena.sampling
+    runs = reference_runs(monkeypatch)
+    result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
+    assert result.failure is None and arena.sampled_checks == 0 and runs[0] == (2, 4, 16, 8)
+
+
+def test_a_head_left_unwritten_or_nan_anywhere_fails_whatever_the_sample(tmp_path):
+    task = mha()
+    for spoil, status in [
+        (lambda outs, call: outs[0][1, 3, 5].fill_(float("nan")), Status.NONFINITE),
+        (lambda outs, call: arena_module.poison_(outs[1][1, 3]), Status.UNWRITTEN),
+    ]:
+        arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.125)  # one head of 8 sampled
+
+        def timed_only(outs, call, spoil=spoil):
+            if call > SETTINGS.correctness_sets + 3:  # correctness calls and the calibration pass
+                spoil(outs, call)
+
+        result, _ = run_in_session(Heads(task, timed_only), arena, SETTINGS, tmp_path)
+        assert result.failure is not None and result.failure.status is status, result.failure
+        assert result.failure.check.outputs and arena.sampled_checks >= 1
+
+
+def test_a_wrong_head_is_named_where_it_lies_in_the_whole_output():
+    task = mha()
+    torch.manual_seed(0)
+    outputs = {"O": torch.randn(2, 4, 16, 8).bfloat16(), "LSE": torch.randn(2, 4, 16)}
+    sample = sampled.Sample((2, 4), (2, 7))
+    expected = sampled.cut(task, {k: v.clone() for k, v in outputs.items()}, sample)
+    assert sampled.check(outputs, expected, task, sample).passed
+    outputs["LSE"][1, 3, 9] += 5.0  # head (1, 3) = index 7, the sample's second
+    check = sampled.check(outputs, expected, task, sample)
+    assert check.status is Status.INCORRECT_NUMERICAL
+    lse = next(c for c in check.outputs if c.name == "LSE")
+    assert lse.first_bad_index == [1, 3, 9] and "of 32 sampled elements" in lse.message
+    outputs["O"][0, 0, 0, 0] = float("inf")  # outside the sample: the whole scan still finds it
+    assert sampled.check(outputs, expected, task, sample).status is Status.NONFINITE
+
+
+def test_a_kernel_wrong_on_half_the_heads_of_new_draws_fails(tmp_path):
+    """Wrong on heads 4-7 (batch 1) of every timed call.
+
+    Each sampled check of 2 heads misses them with probability 6/28, all six verified calls with ~1e-4
+    (the draws seeded here, so the test cannot flake).
+    """
+    task = mha()
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
+    arena._sample_rng = random.Random(5)
+
+    def half(outs, call):
+        if call > SETTINGS.correctness_sets + 3:
+            outs[0][1].mul_(1.5)
+
+    result, _ = run_in_session(Heads(task, half), arena, SETTINGS, tmp_path)
+    assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
+    assert result.failure.check.outputs[0].first_bad_index[0] == 1  # batch 1, where the error is
+
+
+def test_the_backward_and_the_gemm_run_their_references_on_a_sample(tmp_path, monkeypatch):
+    for task, cut in [
+        (tiny_task("MhaBwd-sm90a", B=2, H=4, S=16, D=8), (1, 2, 16, 8)),
+        (tiny_task("Gemm-sm90a", M=64, N=48, K=32), (16, 32)),
+    ]:
+        arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
+        assert arena.sampling.startswith("on:"), arena.sampling
+        runs = reference_runs(monkeypatch)
+        result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
+        assert result.failure is None, result.failure
+        assert runs and set(runs) == {cut}
+        monkeypatch.undo()
+
+
+def test_the_sampled_reference_equals_that_cut_of_the_whole_one():
+    task = tiny_task("MhaFwdCausal-sm90a", B=2, H=3, S=16, D=8)
+    ns = load_reference(task)
+    g = torch.Generator().manual_seed(3)
+    ins = {n: torch.randn(task.shapes()[n], generator=g).bfloat16() for n in ("Q", "K", "V")}
+    whole = run_reference(task, ns, ins)
+    sample = sampled.Sample((2, 3), (0, 4, 5))
+    part = run_reference(task, ns, sampled.cut(task, ins, sample), sampled.cut_shapes(task, sample))
+    for name, value in sampled.cut(task, whole, sample).items():
+        assert torch.equal(part[name], value), name
