@@ -236,6 +236,7 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
     assert first.status is second.status is Status.PASSED
     assert len(made) == 1 and len(workers.made) == 3  # one arena; baseline + two candidates
     seeded = max(SETTINGS.correctness_sets, SETTINGS.rotate_sets)
+    seeded += ev._arenas[next(iter(ev._arenas))].sampling_runs  # sampled checks' self-test (sampled.py)
     verified = SETTINGS.trials * SETTINGS.verified_per_trial
     if pool == 0:
         assert after_first == seeded + 2 * verified  # seeded sets once; fresh draws of baseline and turn 1

@@ -26,6 +26,14 @@ from ptxgym.records.tasks import _check_independent, catalog, default_record  # 
 
 SETTINGS = EvalSettings(warmup=1, iterations=8, trials=2, correctness_sets=3, rotate_sets=3)
 MHA = ("MhaFwd-sm90a", {"B": 2, "H": 4, "S": 16, "D": 8})  # 8 heads: a quarter is 2 of them
+WHOLE = 1  # one new draw a timing is checked whole
+SAMPLED = SETTINGS.trials * SETTINGS.verified_per_trial - WHOLE
+
+
+@pytest.fixture(autouse=True)
+def few_units(monkeypatch):
+    """Sample tiny tasks' few heads (the floor of 64 has its own test)."""
+    monkeypatch.setattr(sampled, "MIN_UNITS", 1)
 
 
 def mha(task_id: str = MHA[0]):
@@ -132,8 +140,39 @@ def test_an_honest_candidate_passes_with_each_new_draw_referenced_on_a_quarter(t
     runs = reference_runs(monkeypatch)
     result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
     assert result.failure is None, result.failure
-    verified = SETTINGS.trials * SETTINGS.verified_per_trial
-    assert arena.sampled_checks == verified and runs == [(1, 2, 16, 8)] * verified
+    assert arena.sampled_checks == SAMPLED
+    assert sorted(runs) == [(1, 2, 16, 8)] * SAMPLED + [(2, 4, 16, 8)] * WHOLE
+
+
+def test_too_few_indices_or_a_tolerance_that_lets_elements_fail_keep_whole_checks(tmp_path, monkeypatch):
+    monkeypatch.undo()  # the floor as shipped
+    assert sampled.MIN_UNITS == 64
+    few = Arena(mha(), [1], "cpu", tmp_path, sample_share=0.25)
+    assert few.sampling == "off: its independent axes (B, H) have 8 indices, fewer than 64"
+    enough = tiny_task("MhaFwd-sm90a", B=2, H=32, S=4, D=8)
+    assert Arena(enough, [1], "cpu", tmp_path, sample_share=0.25).sampling.startswith("on: 16 of 64")
+    loose = enough.model_copy(
+        update={"tolerance": enough.tolerance.model_copy(update={"required_match": 0.99})}
+    )
+    assert "required_match" in Arena(loose, [1], "cpu", tmp_path, sample_share=0.25).sampling
+
+
+def test_a_kernel_that_skips_one_head_on_every_timed_call_fails_every_session(tmp_path):
+    """A reviewer's cheat: full work on correctness calls, one head of eight at zero on timed ones.
+
+    The worker knows which calls are timed. Sampled checks alone passed 4 of 60 such sessions; one new
+    draw a timing checked whole, at a secret place, fails them all.
+    """
+    task = mha()
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
+
+    def skip(outs, call):
+        if call > SETTINGS.correctness_sets + 3:
+            outs[0][0, 0].zero_()
+
+    for seed in range(8):
+        result, _ = run_in_session(Heads(task, skip), arena, SETTINGS, tmp_path, seed=seed)
+        assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
 
 
 def test_whole_references_where_sampling_is_off(tmp_path, monkeypatch):
@@ -142,7 +181,7 @@ def test_whole_references_where_sampling_is_off(tmp_path, monkeypatch):
     assert arena.sampling.startswith("off: EvalSettings.verify_sample_share is 1")
     runs = reference_runs(monkeypatch)
     result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
-    assert result.failure is None and arena.sampled_checks == 0
+    assert result.failure is None and arena.sampled_checks == 0 and arena.sampling_runs == 0
     assert runs == [(2, 4, 16, 8)] * (SETTINGS.trials * SETTINGS.verified_per_trial)
     gqa_like = task.model_copy(update={"independent_axes": ()})
     none = Arena(gqa_like, [1], "cpu", tmp_path, sample_share=0.25)
@@ -224,17 +263,20 @@ def test_a_kernel_wrong_on_half_the_heads_of_new_draws_fails(tmp_path):
 
 
 def test_the_backward_and_the_gemm_run_their_references_on_a_sample(tmp_path, monkeypatch):
-    for task, cut in [
-        (tiny_task("MhaBwd-sm90a", B=2, H=4, S=16, D=8), (1, 2, 16, 8)),
-        (tiny_task("Gemm-sm90a", M=64, N=48, K=32), (16, 32)),
+    real = arena_module.run_reference
+    bwd = tiny_task("MhaBwd-sm90a", B=2, H=4, S=16, D=8)  # its derived O and LSE cut like the rest
+    strict = bwd.tolerance.model_copy(update={"required_match": 1.0})  # its own lets 1e-6 fail: whole
+    for task, cut, whole in [
+        (bwd.model_copy(update={"tolerance": strict}), (1, 2, 16, 8), (2, 4, 16, 8)),
+        (tiny_task("Gemm-sm90a", M=64, N=48, K=32), (16, 32), (64, 32)),
     ]:
         arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
         assert arena.sampling.startswith("on:"), arena.sampling
         runs = reference_runs(monkeypatch)
         result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
         assert result.failure is None, result.failure
-        assert runs and set(runs) == {cut}
-        monkeypatch.undo()
+        assert set(runs) == {cut, whole} and runs.count(whole) == WHOLE
+        monkeypatch.setattr(arena_module, "run_reference", real)
 
 
 def test_the_sampled_reference_equals_that_cut_of_the_whole_one():

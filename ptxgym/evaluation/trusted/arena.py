@@ -131,6 +131,8 @@ class Held:
     """The new draw the call ran on (None: a pool entry, or the seeded values x ``state``)."""
     pool_reference: dict[str, Any] | None
     """The pool entry's stored reference (None: a new draw, or no fresh values)."""
+    whole: bool = False
+    """A new draw checked against its whole reference even where others are sampled (``sampled.py``)."""
 
 
 def torch_zeros_on(device) -> None:
@@ -208,9 +210,11 @@ class Arena:
             self.guards = Guards(self.blob, self.layout, secrets.randbits(63))
             """The guard regions around every buffer, filled with this arena's secret pattern."""
             self.sets = [self._make_set(i, seed) for i, seed in enumerate(seeds)]
-            self._sample_rng = random.Random(secrets.randbits(63))
+            self._sample_rng: random.Random = random.SystemRandom()
             self.sample_share = 1.0
             """Of the independent indices, what a verified call on a new draw checks (``sampled.py``)."""
+            self.sampling_runs = 0
+            """Reference runs of the self-test of sampling (``_test_sampling``: 0 or 1)."""
             self.sampling = self._test_sampling(sample_share)
             """Whether verified calls on new draws are checked on a sample, and why not (``sampled.py``)."""
             self.sampled_checks = 0
@@ -358,12 +362,21 @@ class Arena:
             return "off: EvalSettings.verify_sample_share is 1 (every check runs the whole reference)"
         if not axes:
             return "off: the task declares no independent axes"
+        if self.task.tolerance.required_match < 1.0:
+            share = 1 - self.task.tolerance.required_match
+            return (
+                f"off: the task's tolerance lets {share:.2g} of the elements fail (required_match): a "
+                "sample's share of that allowance is a noisier test than the whole's"
+            )
+        n = sampled.units(self.task)
+        if n < sampled.MIN_UNITS:
+            return f"off: its independent axes ({axes}) have {n} indices, fewer than {sampled.MIN_UNITS}"
         sample = sampled.draw(self.task, share, self._sample_rng)
         if sample is None:
-            n = sampled.units(self.task)
-            return f"off: its independent axes ({axes}) have {n} indices, too few to sample"
+            return f"off: a share {share:g} of the {n} indices of ({axes}) is all of them"
         t = time.perf_counter()
         s = self.sets[0]
+        self.sampling_runs += 1
         try:
             got = self._sampled_reference(s.base_in, sample)
         except Exception as exc:  # noqa: BLE001 - a reference that cannot run on a cut: whole checks
@@ -511,11 +524,14 @@ class Arena:
             s.fresh_reference = run_reference(self.task, self.namespace, want)
         return s.fresh_reference
 
-    def verify(self, index: int) -> SetCheck:
-        """Inputs of set ``index`` intact and its outputs equal to the reference for its current values."""
+    def verify(self, index: int, whole: bool = False) -> SetCheck:
+        """Inputs of set ``index`` intact and its outputs equal to the reference for its current values.
+
+        A new draw's outputs are checked on a sample (``sampled.py``) unless ``whole``.
+        """
         s = self.sets[index]
         want = self.expected_inputs(index)
-        if s.fresh is not None and s.pool_reference is None and s.fresh_reference is None:
+        if not whole and s.fresh is not None and s.pool_reference is None and s.fresh_reference is None:
             inputs = check_call({}, {}, s.shared_in, want, self.task.tolerance)
             if not inputs.passed:
                 return inputs
@@ -536,7 +552,7 @@ class Arena:
         """
         return {name: t.clone() for name, t in self.sets[index].shared_out.items()}
 
-    def hold(self, index: int, keep: bool, outputs: dict[str, Any]) -> Held | None:
+    def hold(self, index: int, keep: bool, outputs: dict[str, Any], whole: bool = False) -> Held | None:
         """Keep a timed call's output copies (``copy_outputs``) if ``keep``: a verified call (``check_held``).
 
         Every call of a trial that verifies some of its calls takes the copy, kept or not, and none is
@@ -547,6 +563,7 @@ class Arena:
         The inputs are compared with what they must hold then too (every input of the set, bit for bit;
         a write is noted for ``mutated_inputs``), the check a verified call made before it was deferred:
         a candidate that wrote into its inputs after computing would otherwise restore them unseen.
+        ``whole``: a new draw's check runs its whole reference, never a sample (``sampled.py``).
         """
         s = self.sets[index]
         want = self.expected_inputs(index)
@@ -555,7 +572,7 @@ class Arena:
         if not keep:
             return None
         fresh = s.fresh if s.pool_reference is None else None  # an entry's outputs need only its reference
-        return Held(index, outputs, s.state, fresh, s.pool_reference)
+        return Held(index, outputs, s.state, fresh, s.pool_reference, whole)
 
     def reserve_holds(self, kept: int) -> None:
         """Have the allocator hold room for ``kept`` held calls before the first trial that defers.
@@ -591,7 +608,7 @@ class Arena:
         else:
             want = self.perturb.expected_inputs(s.base_in, held.state, skip=tuple(held.fresh))
             want.update(held.fresh)
-            check = self._sampled_check(held.outputs, want)  # a new draw: its reference on a sample
+            check = None if held.whole else self._sampled_check(held.outputs, want)  # on a sample
             if check is not None:
                 return check
             expected = run_reference(self.task, self.namespace, want)

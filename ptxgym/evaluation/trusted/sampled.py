@@ -10,13 +10,27 @@ the indices (``EvalSettings.verify_sample_share``, drawn in the trusted process)
 input, the unchanged reference runs on that cut alone, and the same cut of the outputs must match it.
 The whole of every output is still scanned for poison (an element never written) and NaN or infinity.
 
-What it leaves. The sample is drawn after the call, in the trusted process, so a candidate cannot aim
-its errors at indices outside it; an output wrong at a share f of the indices passes one sampled check
-with probability about (1 - f)^n for n sampled indices (MHA forward: n = 48 of 192 heads at 0.25, so a
-kernel wrong on one head passes 75% of such calls and one wrong on 1 head in 48, 2% of the work,
-passes 0.4%; on every call it would also fail the correctness calls and the pool entries, which are
-always checked whole). Calls whose expected outputs are at hand are checked whole: correctness calls
-(sign flips of the seeded sets) and pool entries (their stored references).
+What it leaves, and what closes it. The sample is drawn after the call, in the trusted process, so a
+candidate cannot aim its errors at indices outside it. But it knows which calls are timed (the command
+says so) and can do the whole work on correctness calls alone; and where it recognises the verified
+pool's entries, on those too. Against sampled checks alone, an output wrong at k of U indices passes one
+check with probability about (1 - n/U)^k for n sampled (MHA forward: n = 48 of 192 heads at 0.25, so a
+kernel skipping one head passes 75% of checks, one skipping 4 heads 32%; a reviewer's cheat skipping
+one head of eight on timed calls passed 4 of 60 sessions). So in every timing one verified call on a
+new draw, at a secret place among them in a secret trial (``Session._whole_place``), is checked against
+its whole reference: a kernel that skips work on every timed call fails it. One that skips k indices on
+a share g of its timed calls passes that check with probability 1 - g and each sampled one with about
+1 - g (1 - (1 - n/U)^k), for a gain of g x k / U of the work (skipping 10 heads of 192 on half the
+calls, 2.6% of the work, passes the MHA forward's five sampled checks and its whole one with ~2%:
+0.53^5 x 0.5). With the pool's six
+new draws per evaluation that is one whole reference and five sampled: ~0.24 s of reference work instead
+of 0.63 s (an estimate from those figures, taking a sample's cost as its share); without the pool, one
+whole and eight sampled of nine.
+
+Whole checks, always: correctness calls (sign flips of the seeded sets) and pool entries (their stored
+references); and every check where sampling would be a weaker test: fewer than ``MIN_UNITS`` indices,
+or a tolerance that lets some elements fail (``required_match`` below 1, as the MHA backward's: a
+sample's share of that allowance is a noisier test, and honest kernels near it would fail more often).
 
 A declaration that is false would make wrong references, so it is tested once per arena, where the
 whole reference of the first seeded set is at hand: the reference on a sample must match that sample
@@ -35,6 +49,9 @@ from typing import Any
 from ptxgym.evaluation.compare import OutputCheck, SetCheck, numerical, outcome, unwritten_or_nonfinite
 from ptxgym.records.tasks import Task
 
+MIN_UNITS = 64
+"""Fewer independent indices than this: every check runs the whole reference (a GEMM of 4 rows would
+have a sample of one row, and skipping a quarter of it would pass three checks in four)."""
 AGREEMENT = 0.05
 """How close the self-test wants the two references: every element within the task's tolerance and each
 output's relative norm difference within this share of the task's ``rel_norm`` (a reference on fewer

@@ -11,7 +11,9 @@ lengthen the gap before the next call and tell the worker which calls were verif
 session given the arena's verified pool (``use_pool``), each verified call takes a pool entry instead
 (a secret draw whose reference was run with the arena, never two calls of the session on one entry,
 ``verified_pool.py``), both counted calls included, except ``pool_new_draws_per_trial`` of each trial's
-(secret places among them: ``_new_draws``).
+(secret places among them: ``_new_draws``). A verified call on a new draw is checked on a secret sample of
+the task's independent indices (``sampled.py``), except one per timing at a secret place among them
+(``_whole_place``), checked against its whole reference.
 
 The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
 ``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
@@ -52,6 +54,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import secrets
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -250,6 +253,8 @@ class Session:
         """This session's draws from the pool (one per session: no entry serves two of its calls)."""
         self.new_draws = 0
         """Verified calls that drew new values although the pool served the session (``_new_draws``)."""
+        self._whole_rng = random.Random(secrets.randbits(63))
+        """Which new draw of a trial gets its whole reference (``_whole_place``; apart from ``rng``)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -356,6 +361,21 @@ class Session:
         k = min(self.settings.pool_new_draws_per_trial, len(verify))
         return frozenset(self._pool_rng.sample(sorted(verify), k))
 
+    def _whole_place(
+        self, verify: set[int], new_draws: frozenset[int], counted: int | None, hw_counted: int | None
+    ) -> int | None:
+        """The position whose new draw is checked whole while others are sampled (``sampled.py``).
+
+        One per timing, in a secret trial (``timing``), among its verified positions that draw new values:
+        the pool's ``new_draws``, or without the pool every verified one, the counted calls' included.
+        Drawn in this process from its own RNG, so a kernel that skips work on every timed call fails it.
+        """
+        if self.draws is not None:
+            places = sorted(new_draws)
+        else:
+            places = sorted(verify | {p for p in (counted, hw_counted) if p is not None})
+        return self._whole_rng.choice(places) if places else None
+
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
         if self.arena.device.type == "cuda":
@@ -400,6 +420,7 @@ class Session:
         counted: int | None = None,
         hw_counted: int | None = None,
         new_draws: frozenset[int] = frozenset(),
+        whole_check: bool = False,
     ) -> list[TimedCall] | None:
         """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
 
@@ -407,12 +428,16 @@ class Session:
         ``counted``: the position of the counted call in ``calls`` (``_counted``; module docstring).
         ``hw_counted``: the position of the hardware-counted call (``_hw_counted``).
         ``new_draws``: verified positions that draw new values even with the pool (``_new_draws``).
+        ``whole_check``: the timing's one new draw checked whole is in this trial (``_whole_place``).
         """
         cupti = self.backend == CUPTI
         self._request(TrialBegin(cupti=cupti, spin_us=self.settings.runner_spin_us), stage)
         timed: list[TimedCall] = []
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         defer = fresh and 0 < len(verify) < len(calls)  # checked at the trial's end (Arena.hold)
+        whole_at = (
+            self._whole_place(verify, new_draws, counted, hw_counted) if fresh and whole_check else None
+        )
         held: list[Held] = []
         try:
             for pos, (index, is_timed) in enumerate(calls):
@@ -423,11 +448,11 @@ class Session:
                 self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
                 result.spend("inputs", t)
                 if pos == counted:
-                    if not self._counted(index, result, stage, segment) and strict:
+                    if not self._counted(index, result, stage, segment, pos == whole_at) and strict:
                         return None
                     continue
                 if pos == hw_counted:
-                    if not self._hw_counted(index, result, stage, segment) and strict:
+                    if not self._hw_counted(index, result, stage, segment, pos == whole_at) and strict:
                         return None
                     continue
                 record, outputs = self._call(index, is_timed, result)
@@ -441,12 +466,12 @@ class Session:
                     return None
                 if defer:
                     t = time.perf_counter()
-                    kept = self.arena.hold(index, pos in verify, outputs)
+                    kept = self.arena.hold(index, pos in verify, outputs, whole=pos == whole_at)
                     result.spend("hold", t)
                     if kept is not None:
                         held.append(kept)
                 elif pos in verify:  # checked now, on the copy that ended the call's wall like any other
-                    kept = self.arena.hold(index, True, outputs)
+                    kept = self.arena.hold(index, True, outputs, whole=pos == whole_at)
                     if not self._verified(index, result, stage, kept) and strict:
                         return None
                 del outputs
@@ -489,20 +514,25 @@ class Session:
         ):
             _add_counted_names(result, windowed[1])  # CUPTI recorded nothing in its window: its rows tell
 
-    def _verified(self, index: int, result: SessionResult, stage: Stage, held: Held | None = None) -> bool:
+    def _verified(
+        self, index: int, result: SessionResult, stage: Stage, held: Held | None = None, whole: bool = False
+    ) -> bool:
         """Verify set ``index`` after a call, or ``held``; a failure is recorded (the first), False returned.
 
-        ``held``: a call of the trial that just ended (``Arena.hold``).
+        ``held``: a call of the trial that just ended (``Arena.hold``); ``whole``: a new draw of set
+        ``index`` checked against its whole reference (``_whole_place``).
         """
         t = time.perf_counter()
-        check = self.arena.verify(index) if held is None else self.arena.check_held(held)
+        check = self.arena.verify(index, whole) if held is None else self.arena.check_held(held)
         result.spend("verify", t)
         result.calls_checked += 1
         if not check.passed and result.failure is None:
             result.failure = Failure(check.status, stage, self._where(stage, check), check)
         return check.passed
 
-    def _counted(self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall]) -> bool:
+    def _counted(
+        self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall], whole: bool = False
+    ) -> bool:
         """The counted call at its secret position (module docstring); False when it failed a check.
 
         Inside the activity trial first; a count error there splits the trial around a second counted
@@ -515,7 +545,7 @@ class Session:
         if cupti and not inside:
             self._split(stage, segment, result)
         why = self.count_outside
-        reply, ok = self._count_once(index, result, stage, inside)
+        reply, ok = self._count_once(index, result, stage, inside, whole=whole)
         zero = ok and inside and not reply.count_error and not any(row.inst for row in reply.counts or ())
         if ok and inside and (reply.count_error or zero):
             error = reply.count_error or "every executed count read zero"
@@ -523,7 +553,7 @@ class Session:
             log.warning("%s; counting again outside the trial", why)
             self._split(stage, segment, result)
             self.arena.prepare(index, self.generator, fresh=True, entry=self._entry(index, result))
-            reply, ok = self._count_once(index, result, stage, False)
+            reply, ok = self._count_once(index, result, stage, False, whole=whole)
             inside = False
             if ok and not reply.count_error:  # learnt: here CUPTI counts only outside activity trials
                 self.count_outside = why
@@ -541,7 +571,9 @@ class Session:
             self._windowed = (reply.seq, reply.counts)
         return True
 
-    def _hw_counted(self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall]) -> bool:
+    def _hw_counted(
+        self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall], whole: bool = False
+    ) -> bool:
         """The hardware-counted call at its secret position (module docstring); False when it failed a check.
 
         Outside the activity trial, unless ``EvalSettings.hw_count_in_trial`` (its kernels then join the
@@ -552,7 +584,7 @@ class Session:
         inside = cupti and self.settings.hw_count_in_trial
         if cupti and not inside:
             self._split(stage, segment, result)
-        reply, ok = self._count_once(index, result, stage, inside, hw=True)
+        reply, ok = self._count_once(index, result, stage, inside, hw=True, whole=whole)
         where.call, where.in_trial = self.calls, inside
         where.outside = (
             "" if inside else "the range profiler runs outside activity trials (hw_count_in_trial)"
@@ -568,12 +600,19 @@ class Session:
         return True
 
     def _count_once(
-        self, index: int, result: SessionResult, stage: Stage, window: bool, hw: bool = False
+        self,
+        index: int,
+        result: SessionResult,
+        stage: Stage,
+        window: bool,
+        hw: bool = False,
+        whole: bool = False,
     ) -> tuple[Reply, bool]:
         """One counted call on set ``index`` (values already fresh), guards and outputs checked.
 
         ``window``: the worker records its CUPTI window (the census sees its kernels; no latency taken).
-        ``hw``: hardware counters (``Call.hw_count``) instead of SASS counts.
+        ``hw``: hardware counters (``Call.hw_count``) instead of SASS counts. ``whole``: a new draw's check
+        runs its whole reference (``_whole_place``).
         """
         self._sync()
         t = time.perf_counter()
@@ -583,7 +622,7 @@ class Session:
         t = time.perf_counter()
         breached = self._breached(result, stage)
         result.spend("guards", t)
-        return reply, not breached and self._verified(index, result, stage)
+        return reply, not breached and self._verified(index, result, stage, whole=whole)
 
     def _breached(self, result: SessionResult, stage: Stage) -> bool:
         """Check the guard regions after a call (outside the timed window); a breach is a MEMORY_ERROR."""
@@ -706,6 +745,7 @@ class Session:
         if probing and not self._probe(result, baseline_ms, rotate, strict):
             return
         self.arena.reserve_holds(s.verified_per_trial)
+        whole_trial = self._whole_rng.randrange(s.trials)  # its one new draw checked whole (_whole_place)
         for trial in range(s.trials):
             extras = [x for x in (result.counted, result.hw_counted) if x is not None and x.trial == trial]
             if result.shortened:
@@ -716,7 +756,15 @@ class Session:
                 verify = set(range(n)) - {at, hw_at}
                 new = self._new_draws(verify)
                 done = self._trial(
-                    checks, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at, new_draws=new
+                    checks,
+                    verify,
+                    result,
+                    Stage.TIME,
+                    strict,
+                    counted=at,
+                    hw_counted=hw_at,
+                    new_draws=new,
+                    whole_check=trial == whole_trial,
                 )
                 if done is None:
                     return
@@ -730,7 +778,15 @@ class Session:
             verify = set(self.rng.sample(timed_pos, s.verified_per_trial))
             new = self._new_draws(verify)
             timed = self._trial(
-                calls, verify, result, Stage.TIME, strict, counted=at, hw_counted=hw_at, new_draws=new
+                calls,
+                verify,
+                result,
+                Stage.TIME,
+                strict,
+                counted=at,
+                hw_counted=hw_at,
+                new_draws=new,
+                whole_check=trial == whole_trial,
             )
             if timed is None:
                 return
