@@ -89,6 +89,7 @@ case "$stage" in
   s22)
     # seventeenth session: verified calls on new draws checked on a secret quarter of the heads / rows
     # (trusted/sampled.py, EvalSettings.verify_sample_share), the GPU cost against whole references
+    timeout 100 bash bench/gpu_tests.sh "$out/sampled_tests" --timeout 90 -q tests/evaluation/test_sampled_checks.py
     timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_sampled.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 3 --no-crosscheck-turn
     timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_whole.txt" \

@@ -289,3 +289,29 @@ def test_the_sampled_reference_equals_that_cut_of_the_whole_one():
     part = run_reference(task, ns, sampled.cut(task, ins, sample), sampled.cut_shapes(task, sample))
     for name, value in sampled.cut(task, whole, sample).items():
         assert torch.equal(part[name], value), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("task_id", "axes"),
+    [
+        ("MhaFwdCausal-sm90a", {"B": 2, "H": 32, "S": 256, "D": 64}),
+        ("Gemm-sm90a", {"M": 1024, "N": 512, "K": 256}),
+    ],
+)
+def test_on_the_gpu_the_self_test_holds_and_sampled_checks_pass_an_honest_kernel(
+    tmp_path, monkeypatch, task_id, axes
+):
+    """CUDA tensors: the self-test passes and a session's new draws are checked on a sample.
+
+    The reference on a cut must agree with the whole one within ``AGREEMENT`` (cuBLAS may pick another
+    algorithm for fewer GEMM rows).
+    """
+    monkeypatch.undo()  # the floor as shipped
+    task = tiny_task(task_id, **axes)
+    arena = Arena(task, [1, 2, 3], 0, tmp_path, sample_share=0.25)
+    assert arena.sampling.startswith("on:"), arena.sampling
+    runs = reference_runs(monkeypatch)
+    result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
+    assert result.failure is None, result.failure
+    assert arena.sampled_checks == SAMPLED and len(runs) == SAMPLED + WHOLE
