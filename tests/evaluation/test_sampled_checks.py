@@ -26,8 +26,8 @@ from ptxgym.records.tasks import _check_independent, catalog, default_record  # 
 
 SETTINGS = EvalSettings(warmup=1, iterations=8, trials=2, correctness_sets=3, rotate_sets=3)
 MHA = ("MhaFwd-sm90a", {"B": 2, "H": 4, "S": 16, "D": 8})  # 8 heads: a quarter is 2 of them
-WHOLE = 1  # one new draw a timing is checked whole
-SAMPLED = SETTINGS.trials * SETTINGS.verified_per_trial - WHOLE
+WHOLE = 1  # one new draw a timing is checked whole too, after its last trial
+VERIFIED = SETTINGS.trials * SETTINGS.verified_per_trial
 
 
 @pytest.fixture(autouse=True)
@@ -140,8 +140,8 @@ def test_an_honest_candidate_passes_with_each_new_draw_referenced_on_a_quarter(t
     runs = reference_runs(monkeypatch)
     result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
     assert result.failure is None, result.failure
-    assert arena.sampled_checks == SAMPLED
-    assert sorted(runs) == [(1, 2, 16, 8)] * SAMPLED + [(2, 4, 16, 8)] * WHOLE
+    assert arena.sampled_checks == VERIFIED  # the whole place's too, at its trial's end like the others
+    assert sorted(runs) == [(1, 2, 16, 8)] * VERIFIED + [(2, 4, 16, 8)] * WHOLE
 
 
 def test_too_few_indices_or_a_tolerance_that_lets_elements_fail_keep_whole_checks(tmp_path, monkeypatch):
@@ -167,7 +167,7 @@ def test_a_kernel_that_skips_one_head_on_every_timed_call_fails_every_session(tm
     arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
 
     def skip(outs, call):
-        if call > SETTINGS.correctness_sets + 3:
+        if call > SETTINGS.correctness_sets:
             outs[0][0, 0].zero_()
 
     for seed in range(8):
@@ -219,7 +219,7 @@ def test_a_head_left_unwritten_or_nan_anywhere_fails_whatever_the_sample(tmp_pat
         arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.125)  # one head of 8 sampled
 
         def timed_only(outs, call, spoil=spoil):
-            if call > SETTINGS.correctness_sets + 3:  # correctness calls and the calibration pass
+            if call > SETTINGS.correctness_sets:  # after the correctness calls
                 spoil(outs, call)
 
         result, _ = run_in_session(Heads(task, timed_only), arena, SETTINGS, tmp_path)
@@ -254,7 +254,7 @@ def test_a_kernel_wrong_on_half_the_heads_of_new_draws_fails(tmp_path):
     arena._sample_rng = random.Random(5)
 
     def half(outs, call):
-        if call > SETTINGS.correctness_sets + 3:
+        if call > SETTINGS.correctness_sets:
             outs[0][1].mul_(1.5)
 
     result, _ = run_in_session(Heads(task, half), arena, SETTINGS, tmp_path)
@@ -314,4 +314,50 @@ def test_on_the_gpu_the_self_test_holds_and_sampled_checks_pass_an_honest_kernel
     runs = reference_runs(monkeypatch)
     result, _ = run_in_session(Heads(task), arena, SETTINGS, tmp_path)
     assert result.failure is None, result.failure
-    assert arena.sampled_checks == SAMPLED and len(runs) == SAMPLED + WHOLE
+    assert arena.sampled_checks == VERIFIED and len(runs) == VERIFIED + WHOLE
+
+
+def test_the_whole_check_runs_after_the_last_trial_so_no_trial_end_is_longer(tmp_path, monkeypatch):
+    """No trial's end is longer than another's: the whole reference runs after the timing's last call.
+
+    A reviewer timed the gap after each trial: a whole reference there (~4x a quarter's) told the worker
+    which trial held it, and a kernel honest until then passed 13 of 30 sessions.
+    """
+    task = mha()
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, sample_share=0.25)
+    candidate = Heads(task)
+    order: list[tuple[int, tuple]] = []
+    real = arena_module.run_reference
+
+    def counted(task_, namespace, inputs, *rest):
+        order.append((candidate.calls, tuple(next(iter(inputs.values())).shape)))
+        return real(task_, namespace, inputs, *rest)
+
+    monkeypatch.setattr(arena_module, "run_reference", counted)
+    for seed in range(4):
+        order.clear()
+        result, session = run_in_session(candidate, arena, SETTINGS, tmp_path, seed=seed)
+        assert result.failure is None and session.whole_checks == 1
+        whole = [calls for calls, shape in order if shape == (2, 4, 16, 8)]
+        assert whole == [candidate.calls]  # after the last call of the timing, and only there
+        assert session.pool_record()["whole_checks"] == 1
+
+
+def test_a_pool_without_new_draws_still_checks_one_call_whole(tmp_path, monkeypatch):
+    """Without the pool's new draws, the whole place is drawn among every verified call.
+
+    With ``pool_new_draws_per_trial`` 0 and a pool too small for the session, the fall-back draws were
+    all sampled and none checked whole (a reviewer's find). Now one call is, an entry's (whole anyway)
+    or a fall-back draw's (a whole reference run after the last call).
+    """
+    task = mha()
+    arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=2, sample_share=0.25)
+    settings = SETTINGS.model_copy(update={"pool_new_draws_per_trial": 0})
+    runs = reference_runs(monkeypatch)
+    whole_runs = 0
+    for seed in range(8):
+        runs.clear()
+        result, session = run_in_session(Heads(task), arena, settings, tmp_path, seed=seed, pool=True)
+        assert result.failure is None and session.draws is not None and session.whole_checks == 1
+        whole_runs += runs.count((2, 4, 16, 8))
+    assert whole_runs >= 1  # some sessions' whole place fell on a new draw (4 of the 6 verified calls)

@@ -379,6 +379,7 @@ def test_a_pool_that_cannot_be_allocated_leaves_the_path_without_one_with_the_re
         "arena": arena.pool.describe(),
         "sampling": arena.sampling,
         "session": f"new draws: {arena.pool.describe()}",
+        "whole_checks": 0,  # the Arena default checks every call whole (no sampled.py)
     }
 
 

@@ -524,14 +524,14 @@ class Arena:
             s.fresh_reference = run_reference(self.task, self.namespace, want)
         return s.fresh_reference
 
-    def verify(self, index: int, whole: bool = False) -> SetCheck:
+    def verify(self, index: int) -> SetCheck:
         """Inputs of set ``index`` intact and its outputs equal to the reference for its current values.
 
-        A new draw's outputs are checked on a sample (``sampled.py``) unless ``whole``.
+        A new draw's outputs are checked on a sample (``sampled.py``).
         """
         s = self.sets[index]
         want = self.expected_inputs(index)
-        if not whole and s.fresh is not None and s.pool_reference is None and s.fresh_reference is None:
+        if s.fresh is not None and s.pool_reference is None and s.fresh_reference is None:
             inputs = check_call({}, {}, s.shared_in, want, self.task.tolerance)
             if not inputs.passed:
                 return inputs

@@ -17,15 +17,17 @@ pool's entries, on those too. Against sampled checks alone, an output wrong at k
 check with probability about (1 - n/U)^k for n sampled (MHA forward: n = 48 of 192 heads at 0.25, so a
 kernel skipping one head passes 75% of checks, one skipping 4 heads 32%; a reviewer's cheat skipping
 one head of eight on timed calls passed 4 of 60 sessions). So in every timing one verified call on a
-new draw, at a secret place among them in a secret trial (``Session._whole_place``), is checked against
-its whole reference: a kernel that skips work on every timed call fails it. One that skips k indices on
-a share g of its timed calls passes that check with probability 1 - g and each sampled one with about
-1 - g (1 - (1 - n/U)^k), for a gain of g x k / U of the work (skipping 10 heads of 192 on half the
-calls, 2.6% of the work, passes the MHA forward's five sampled checks and its whole one with ~2%:
-0.53^5 x 0.5). With the pool's six
-new draws per evaluation that is one whole reference and five sampled: ~0.24 s of reference work instead
-of 0.63 s (an estimate from those figures, taking a sample's cost as its share); without the pool, one
-whole and eight sampled of nine.
+new draw, at a secret place in a secret trial (``Session._whole_place``), is also checked against its
+whole reference: a kernel that skips work on every timed call fails it. That whole check runs after the
+timing's last call, never at its trial's end (where its longer reference lengthened the gap before the
+next trial: a kernel honest until it saw that gap passed 13 of 30 sessions in a reviewer's test). One
+that skips k indices on a share g of its timed calls passes the whole check with probability 1 - g and
+each sampled one with about 1 - g (1 - (1 - n/U)^k), for a gain of g x k / U of the work (skipping 10
+heads of 192 on half the calls, 2.6% of the work, passes the MHA forward's six sampled checks and its
+whole one with ~1%: 0.53^6 x 0.5). With the pool's six new draws per evaluation that is six sampled
+references and one whole: ~0.26 s of reference work instead of 0.63 s (an estimate from those figures,
+taking a sample's cost as its share); without the pool (whose counted calls draw new values too), 11
+sampled and one whole instead of 11 whole.
 
 Whole checks, always: correctness calls (sign flips of the seeded sets) and pool entries (their stored
 references); and every check where sampling would be a weaker test: fewer than ``MIN_UNITS`` indices,

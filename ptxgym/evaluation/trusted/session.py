@@ -12,8 +12,8 @@ session given the arena's verified pool (``use_pool``), each verified call takes
 (a secret draw whose reference was run with the arena, never two calls of the session on one entry,
 ``verified_pool.py``), both counted calls included, except ``pool_new_draws_per_trial`` of each trial's
 (secret places among them: ``_new_draws``). A verified call on a new draw is checked on a secret sample of
-the task's independent indices (``sampled.py``), except one per timing at a secret place among them
-(``_whole_place``), checked against its whole reference.
+the task's independent indices (``sampled.py``); one per timing, at a secret place among them
+(``_whole_place``), is also checked against its whole reference once the timing's last trial has ended.
 
 The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
 ``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
@@ -54,7 +54,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import secrets
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -253,8 +252,12 @@ class Session:
         """This session's draws from the pool (one per session: no entry serves two of its calls)."""
         self.new_draws = 0
         """Verified calls that drew new values although the pool served the session (``_new_draws``)."""
-        self._whole_rng = random.Random(secrets.randbits(63))
-        """Which new draw of a trial gets its whole reference (``_whole_place``; apart from ``rng``)."""
+        self._whole_rng = random.Random(f"whole-check:{seed}")
+        """Which new draw of a timing gets its whole reference (``_whole_place``; apart from ``rng``)."""
+        self._whole_due: list[Held] = []
+        """That call's held outputs, checked whole after the timing's last trial (``_check_whole``)."""
+        self.whole_checks = 0
+        """Verified calls checked against their whole reference after sampled ones (``_check_whole``)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -342,6 +345,7 @@ class Session:
             record["session"] = f"new draws: {self.pool_off}"
         else:
             record.update(self.draws.record(), session="pool", new_draws=self.new_draws)
+        record["whole_checks"] = self.whole_checks
         return record
 
     def _entry(self, index: int, result: SessionResult) -> PoolEntry | None:
@@ -361,20 +365,32 @@ class Session:
         k = min(self.settings.pool_new_draws_per_trial, len(verify))
         return frozenset(self._pool_rng.sample(sorted(verify), k))
 
-    def _whole_place(
-        self, verify: set[int], new_draws: frozenset[int], counted: int | None, hw_counted: int | None
-    ) -> int | None:
+    def _whole_place(self, verify: set[int], new_draws: frozenset[int]) -> int | None:
         """The position whose new draw is checked whole while others are sampled (``sampled.py``).
 
-        One per timing, in a secret trial (``timing``), among its verified positions that draw new values:
-        the pool's ``new_draws``, or without the pool every verified one, the counted calls' included.
-        Drawn in this process from its own RNG, so a kernel that skips work on every timed call fails it.
+        One per timing, in a secret trial (``timing``), among its held verified positions that draw new
+        values: the pool's ``new_draws`` (every verified one where there are none: one served by an entry
+        is checked whole anyway), or without the pool every verified one. Drawn in this process from its
+        own RNG, so a kernel that skips work on every timed call fails it. Its check at the trial's end
+        is a sampled one like the others (the gap a whole reference makes there would tell the worker
+        which trial had it); its whole check comes after the last trial (``_check_whole``). Never a
+        counted call: its check runs right after it, so it has no such cover.
         """
-        if self.draws is not None:
-            places = sorted(new_draws)
-        else:
-            places = sorted(verify | {p for p in (counted, hw_counted) if p is not None})
+        if self.arena.sample_share >= 1:
+            return None  # every check is whole already
+        places = sorted(new_draws if self.draws is not None and new_draws else verify)
         return self._whole_rng.choice(places) if places else None
+
+    def _check_whole(self, result: SessionResult, strict: bool) -> bool:
+        """The timing's whole check (``_whole_place``), after its last trial; False if it failed."""
+        due, self._whole_due = self._whole_due, []
+        passed = True
+        for held in due:
+            self.whole_checks += 1
+            passed = self._verified(held.index, result, Stage.TIME, held, again=True) and passed
+            if not passed and strict:
+                break
+        return passed
 
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
@@ -435,9 +451,7 @@ class Session:
         timed: list[TimedCall] = []
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         defer = fresh and 0 < len(verify) < len(calls)  # checked at the trial's end (Arena.hold)
-        whole_at = (
-            self._whole_place(verify, new_draws, counted, hw_counted) if fresh and whole_check else None
-        )
+        whole_at = self._whole_place(verify, new_draws) if fresh and whole_check else None
         held: list[Held] = []
         try:
             for pos, (index, is_timed) in enumerate(calls):
@@ -448,11 +462,11 @@ class Session:
                 self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
                 result.spend("inputs", t)
                 if pos == counted:
-                    if not self._counted(index, result, stage, segment, pos == whole_at) and strict:
+                    if not self._counted(index, result, stage, segment) and strict:
                         return None
                     continue
                 if pos == hw_counted:
-                    if not self._hw_counted(index, result, stage, segment, pos == whole_at) and strict:
+                    if not self._hw_counted(index, result, stage, segment) and strict:
                         return None
                     continue
                 record, outputs = self._call(index, is_timed, result)
@@ -515,24 +529,26 @@ class Session:
             _add_counted_names(result, windowed[1])  # CUPTI recorded nothing in its window: its rows tell
 
     def _verified(
-        self, index: int, result: SessionResult, stage: Stage, held: Held | None = None, whole: bool = False
+        self, index: int, result: SessionResult, stage: Stage, held: Held | None = None, again: bool = False
     ) -> bool:
         """Verify set ``index`` after a call, or ``held``; a failure is recorded (the first), False returned.
 
-        ``held``: a call of the trial that just ended (``Arena.hold``); ``whole``: a new draw of set
-        ``index`` checked against its whole reference (``_whole_place``).
+        ``held``: a call of the trial that just ended (``Arena.hold``). The timing's whole place
+        (``held.whole``, ``_whole_place``) is checked on a sample here like the others and kept for
+        ``_check_whole``; ``again``: that call's whole check (not counted in ``calls_checked`` twice).
         """
         t = time.perf_counter()
-        check = self.arena.verify(index, whole) if held is None else self.arena.check_held(held)
+        if held is not None and held.whole and not again:
+            self._whole_due.append(held)
+            held = replace(held, whole=False)
+        check = self.arena.verify(index) if held is None else self.arena.check_held(held)
         result.spend("verify", t)
-        result.calls_checked += 1
+        result.calls_checked += not again
         if not check.passed and result.failure is None:
             result.failure = Failure(check.status, stage, self._where(stage, check), check)
         return check.passed
 
-    def _counted(
-        self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall], whole: bool = False
-    ) -> bool:
+    def _counted(self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall]) -> bool:
         """The counted call at its secret position (module docstring); False when it failed a check.
 
         Inside the activity trial first; a count error there splits the trial around a second counted
@@ -545,7 +561,7 @@ class Session:
         if cupti and not inside:
             self._split(stage, segment, result)
         why = self.count_outside
-        reply, ok = self._count_once(index, result, stage, inside, whole=whole)
+        reply, ok = self._count_once(index, result, stage, inside)
         zero = ok and inside and not reply.count_error and not any(row.inst for row in reply.counts or ())
         if ok and inside and (reply.count_error or zero):
             error = reply.count_error or "every executed count read zero"
@@ -553,7 +569,7 @@ class Session:
             log.warning("%s; counting again outside the trial", why)
             self._split(stage, segment, result)
             self.arena.prepare(index, self.generator, fresh=True, entry=self._entry(index, result))
-            reply, ok = self._count_once(index, result, stage, False, whole=whole)
+            reply, ok = self._count_once(index, result, stage, False)
             inside = False
             if ok and not reply.count_error:  # learnt: here CUPTI counts only outside activity trials
                 self.count_outside = why
@@ -571,9 +587,7 @@ class Session:
             self._windowed = (reply.seq, reply.counts)
         return True
 
-    def _hw_counted(
-        self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall], whole: bool = False
-    ) -> bool:
+    def _hw_counted(self, index: int, result: SessionResult, stage: Stage, segment: list[TimedCall]) -> bool:
         """The hardware-counted call at its secret position (module docstring); False when it failed a check.
 
         Outside the activity trial, unless ``EvalSettings.hw_count_in_trial`` (its kernels then join the
@@ -584,7 +598,7 @@ class Session:
         inside = cupti and self.settings.hw_count_in_trial
         if cupti and not inside:
             self._split(stage, segment, result)
-        reply, ok = self._count_once(index, result, stage, inside, hw=True, whole=whole)
+        reply, ok = self._count_once(index, result, stage, inside, hw=True)
         where.call, where.in_trial = self.calls, inside
         where.outside = (
             "" if inside else "the range profiler runs outside activity trials (hw_count_in_trial)"
@@ -600,19 +614,12 @@ class Session:
         return True
 
     def _count_once(
-        self,
-        index: int,
-        result: SessionResult,
-        stage: Stage,
-        window: bool,
-        hw: bool = False,
-        whole: bool = False,
+        self, index: int, result: SessionResult, stage: Stage, window: bool, hw: bool = False
     ) -> tuple[Reply, bool]:
         """One counted call on set ``index`` (values already fresh), guards and outputs checked.
 
         ``window``: the worker records its CUPTI window (the census sees its kernels; no latency taken).
-        ``hw``: hardware counters (``Call.hw_count``) instead of SASS counts. ``whole``: a new draw's check
-        runs its whole reference (``_whole_place``).
+        ``hw``: hardware counters (``Call.hw_count``) instead of SASS counts.
         """
         self._sync()
         t = time.perf_counter()
@@ -622,7 +629,7 @@ class Session:
         t = time.perf_counter()
         breached = self._breached(result, stage)
         result.spend("guards", t)
-        return reply, not breached and self._verified(index, result, stage, whole=whole)
+        return reply, not breached and self._verified(index, result, stage)
 
     def _breached(self, result: SessionResult, stage: Stage) -> bool:
         """Check the guard regions after a call (outside the timed window); a breach is a MEMORY_ERROR."""
@@ -744,7 +751,8 @@ class Session:
         probing = s.slow_probe_calls and cutoff_applies(baseline_ms, s.slow_cutoff_speedup, s.trials)
         if probing and not self._probe(result, baseline_ms, rotate, strict):
             return
-        self.arena.reserve_holds(s.verified_per_trial)
+        self.arena.reserve_holds(s.verified_per_trial + 1)  # + the whole place's, kept to the end
+        self._whole_due = []
         whole_trial = self._whole_rng.randrange(s.trials)  # its one new draw checked whole (_whole_place)
         for trial in range(s.trials):
             extras = [x for x in (result.counted, result.hw_counted) if x is not None and x.trial == trial]
@@ -793,6 +801,8 @@ class Session:
             self._collect(timed, result)
             if trial == 0 and result.trials and not probing:
                 result.shortened = slow_cutoff(result.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials)
+        if not self._check_whole(result, strict) and strict:
+            return
         mutated = self.arena.mutated_inputs()
         if mutated and result.failure is None:
             result.failure = Failure(
