@@ -236,12 +236,15 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
     assert first.status is second.status is Status.PASSED
     assert len(made) == 1 and len(workers.made) == 3  # one arena; baseline + two candidates
     seeded = max(SETTINGS.correctness_sets, SETTINGS.rotate_sets)
-    seeded += ev._arenas[next(iter(ev._arenas))].sampling_runs  # sampled checks' self-test (sampled.py)
+    arena = ev._arenas[next(iter(ev._arenas))]
+    seeded += arena.sampling_runs  # sampled checks' self-test (sampled.py)
     verified = SETTINGS.trials * SETTINGS.verified_per_trial
+    verified += arena.sample_share < 1  # a timing's one whole check beside its sampled ones
     if pool == 0:
         assert after_first == seeded + 2 * verified  # seeded sets once; fresh draws of baseline and turn 1
     else:  # the baseline's verified calls: pool entries (but one new draw a trial); turn 1: fresh draws
-        assert after_first == seeded + verified + SETTINGS.trials * SETTINGS.pool_new_draws_per_trial
+        baseline = SETTINGS.trials * SETTINGS.pool_new_draws_per_trial + (arena.sample_share < 1)
+        assert after_first == seeded + verified + baseline
         assert first.details["verified_pool"]["session"].startswith("new draws: the Python worker")
         assert ev._arenas[next(iter(ev._arenas))].build_s["pool"] > 0
     assert len(references) - after_first == verified  # turn 2: only its own verified fresh calls
