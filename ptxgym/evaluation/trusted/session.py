@@ -756,34 +756,19 @@ class Session:
         whole_trial = self._whole_rng.randrange(s.trials)  # its one new draw checked whole (_whole_place)
         for trial in range(s.trials):
             extras = [x for x in (result.counted, result.hw_counted) if x is not None and x.trial == trial]
-            if result.shortened:
+            if result.shortened:  # the trial's verified calls alone
                 n = s.verified_per_trial + len(extras)
                 draw = [self.rng.randrange(n)] if len(extras) == 1 else self.rng.sample(range(n), len(extras))
                 at, hw_at = _extra_places(result, extras, draw)
-                checks = [(j % rotate, j not in (at, hw_at)) for j in range(n)]
+                calls = [(j % rotate, j not in (at, hw_at)) for j in range(n)]
                 verify = set(range(n)) - {at, hw_at}
-                new = self._new_draws(verify)
-                done = self._trial(
-                    checks,
-                    verify,
-                    result,
-                    Stage.TIME,
-                    strict,
-                    counted=at,
-                    hw_counted=hw_at,
-                    new_draws=new,
-                    whole_check=trial == whole_trial,
-                )
-                if done is None:
-                    return
-                self._collect(done, result)
-                continue
-            places = [s.warmup + p for p in region_places([x.slot for x in extras])]
-            at, hw_at = _extra_places(result, extras, places)
-            n = s.warmup + s.iterations + len(extras)
-            calls = [(j % rotate, j >= s.warmup and j not in (at, hw_at)) for j in range(n)]
-            timed_pos = [j for j in range(s.warmup, n) if j not in (at, hw_at)]
-            verify = set(self.rng.sample(timed_pos, s.verified_per_trial))
+            else:
+                places = [s.warmup + p for p in region_places([x.slot for x in extras])]
+                at, hw_at = _extra_places(result, extras, places)
+                n = s.warmup + s.iterations + len(extras)
+                calls = [(j % rotate, j >= s.warmup and j not in (at, hw_at)) for j in range(n)]
+                timed_pos = [j for j in range(s.warmup, n) if j not in (at, hw_at)]
+                verify = set(self.rng.sample(timed_pos, s.verified_per_trial))
             new = self._new_draws(verify)
             timed = self._trial(
                 calls,
@@ -799,7 +784,7 @@ class Session:
             if timed is None:
                 return
             self._collect(timed, result)
-            if trial == 0 and result.trials and not probing:
+            if trial == 0 and not result.shortened and result.trials and not probing:
                 result.shortened = slow_cutoff(result.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials)
         if not self._check_whole(result, strict) and strict:
             return
