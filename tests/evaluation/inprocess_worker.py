@@ -290,3 +290,24 @@ class SignedOutputMemory:
         """Keep C (already computed) under these inputs' key."""
         a, b, key = self._key(A, B)
         self.store[key] = (a.clone(), b.clone(), C.clone())
+
+
+class ByReference:
+    """Any task: every call's outputs from the task's own reference (a correct candidate).
+
+    ``wrong_after``: from that call on, off by 1%; ``spoil(outputs, call)``: applied to each call's outputs.
+    """
+
+    def __init__(self, run, n_in: int, wrong_after: int | None = None, spoil=None) -> None:
+        self.run, self.n_in, self.wrong_after, self.spoil, self.calls = run, n_in, wrong_after, spoil, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        ins, outs = args[: self.n_in], args[self.n_in :]
+        result = self.run(*ins)
+        values = list(result) if len(outs) > 1 else [result]
+        for out, value in zip(outs, values, strict=True):
+            wrong = self.wrong_after is not None and self.calls > self.wrong_after
+            out.copy_(value * 1.01 if wrong and out.dtype.is_floating_point else value)
+        if self.spoil is not None:
+            self.spoil(outs, self.calls)

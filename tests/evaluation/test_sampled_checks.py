@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import run_in_session  # noqa: E402
+from inprocess_worker import ByReference, run_in_session  # noqa: E402
 
 import ptxgym.evaluation.trusted.arena as arena_module  # noqa: E402
 from ptxgym.evaluation.trusted import sampled  # noqa: E402
@@ -40,23 +40,9 @@ def mha(task_id: str = MHA[0]):
     return tiny_task(task_id, **MHA[1])
 
 
-class Heads:
+def Heads(task, spoil=None) -> ByReference:  # noqa: N802 - reads as the candidate it makes
     """The task's reference on every call, then ``spoil(outputs, call)`` applied to its outputs."""
-
-    def __init__(self, task, spoil=None) -> None:
-        self.run = load_reference(task)["run"]
-        self.n_in = len(task.definition.inputs)
-        self.spoil, self.calls = spoil, 0
-
-    def __call__(self, *args):
-        self.calls += 1
-        ins, outs = args[: self.n_in], args[self.n_in :]
-        result = self.run(*ins)
-        values = list(result) if len(outs) > 1 else [result]
-        for out, value in zip(outs, values, strict=True):
-            out.copy_(value)
-        if self.spoil is not None:
-            self.spoil(outs, self.calls)
+    return ByReference(load_reference(task)["run"], len(task.definition.inputs), spoil=spoil)
 
 
 def reference_runs(monkeypatch) -> list[tuple]:

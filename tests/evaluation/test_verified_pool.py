@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import SignedOutputMemory, run_in_session  # noqa: E402
+from inprocess_worker import ByReference, SignedOutputMemory, run_in_session  # noqa: E402
 
 import ptxgym.evaluation.trusted.arena as arena_module  # noqa: E402
 import ptxgym.evaluation.trusted.verified_pool as verified_pool  # noqa: E402
@@ -37,22 +37,6 @@ TASKS = {
 def task_of(name: str):
     task_id, axes = TASKS[name]
     return tiny_task(task_id, **axes)
-
-
-class ByReference:
-    """Any task: every call's outputs from the task's own reference; ``wrong_after``: then off by 1%."""
-
-    def __init__(self, run, n_in: int, wrong_after: int | None = None) -> None:
-        self.run, self.n_in, self.wrong_after, self.calls = run, n_in, wrong_after, 0
-
-    def __call__(self, *args):
-        self.calls += 1
-        ins, outs = args[: self.n_in], args[self.n_in :]
-        result = self.run(*ins)
-        values = list(result) if len(outs) > 1 else [result]
-        for out, value in zip(outs, values, strict=True):
-            wrong = self.wrong_after is not None and self.calls > self.wrong_after
-            out.copy_(value * 1.01 if wrong and out.dtype.is_floating_point else value)
 
 
 def judge(candidate, arena: Arena, tmp_path, seed=7, pool=True) -> tuple[SessionResult, Session]:
