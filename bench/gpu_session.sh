@@ -49,7 +49,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s23, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s22s, s23, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -94,6 +94,14 @@ case "$stage" in
       --subjects gemm_expert mha_fwd_expert --turns 3 --no-crosscheck-turn
     timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_whole.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 3 --no-crosscheck-turn --set verify_sample_share=1
+    ;;
+  s22s)
+    # s22 in less device time (a session with little left): 2 turns per subject
+    timeout 90 bash bench/gpu_tests.sh "$out/sampled_tests" --timeout 80 -q tests/evaluation/test_sampled_checks.py
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_sampled.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 2 --no-crosscheck-turn
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_whole.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 2 --no-crosscheck-turn --set verify_sample_share=1
     ;;
   s23)
     # s22, then s21's first half (where the walls go, as shipped), in one device call
