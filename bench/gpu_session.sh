@@ -86,22 +86,18 @@ case "$stage" in
     timeout 200 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
       --set runner_spin_us=20000 --out "$out/wall_allowance_spin.txt"
     ;;
-  s22)
+  s22|s22s)
     # seventeenth session: verified calls on new draws checked on a secret quarter of the heads / rows
-    # (trusted/sampled.py, EvalSettings.verify_sample_share), the GPU cost against whole references
+    # (trusted/sampled.py, EvalSettings.verify_sample_share), the GPU cost against whole references, 3 turns
+    # per subject (s22s: 2, for a session with little device time left)
+    turns=3; limit=150
+    if [ "$stage" = s22s ]; then turns=2; limit=110; fi
     timeout 100 bash bench/gpu_tests.sh "$out/sampled_tests" --timeout 90 -q tests/evaluation/test_sampled_checks.py
-    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_sampled.txt" \
-      --subjects gemm_expert mha_fwd_expert --turns 3 --no-crosscheck-turn
-    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_whole.txt" \
-      --subjects gemm_expert mha_fwd_expert --turns 3 --no-crosscheck-turn --set verify_sample_share=1
-    ;;
-  s22s)
-    # s22 in less device time (a session with little left): 2 turns per subject
-    timeout 90 bash bench/gpu_tests.sh "$out/sampled_tests" --timeout 80 -q tests/evaluation/test_sampled_checks.py
-    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_sampled.txt" \
-      --subjects gemm_expert mha_fwd_expert --turns 2 --no-crosscheck-turn
-    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_whole.txt" \
-      --subjects gemm_expert mha_fwd_expert --turns 2 --no-crosscheck-turn --set verify_sample_share=1
+    for share in sampled whole; do
+      set_share=(); [ "$share" = whole ] && set_share=(--set verify_sample_share=1)
+      timeout $limit python3 bench/gpu_cost.py --out "$out/gpu_cost_$share.txt" \
+        --subjects gemm_expert mha_fwd_expert --turns $turns --no-crosscheck-turn "${set_share[@]}"
+    done
     ;;
   s23)
     # s22, then s21's first half (where the walls go, as shipped), in one device call
