@@ -5,12 +5,13 @@
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
 # Next (after the thirteenth session, 2026-12-05: flip, flip2, s17, s18, s19 on an H100; none lent to the
-# sixteenth), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21 $OUT   (~7 min: where a
-#                                      call's wall goes, honest and hiding, with and without the runner
-#                                      spinning for its commands)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s22 $OUT   (~5 min: GPU cost
-#                                      with verified new draws checked on a sample, against whole)
+# sixteenth and seventeenth), in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s23 $OUT   (~8 min: s22, the
+#                                      sampled checks' GPU tests and the GPU cost with verified new draws
+#                                      checked on a sample against whole, side by side; then where a call's
+#                                      wall goes as shipped, honest and hiding)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21 $OUT   (~7 min: the wall
+#                                      parts again, and with the runner spinning for its commands)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21b $OUT  (~4 min: 16 envs
 #                                      streaming with the scan in helper processes against in-process)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s20 $OUT   (~8 min: throughput
