@@ -254,7 +254,7 @@ class Session:
         """Verified calls that drew new values although the pool served the session (``_new_draws``)."""
         self._whole_rng = random.Random(f"whole-check:{seed}")
         """Which new draw of a timing gets its whole reference (``_whole_place``; apart from ``rng``)."""
-        self._whole_due: list[Held] = []
+        self._whole_due: Held | None = None
         """That call's held outputs, checked whole after the timing's last trial (``_check_whole``)."""
         self.whole_checks = 0
         """Verified calls checked against their whole reference after sampled ones (``_check_whole``)."""
@@ -381,16 +381,13 @@ class Session:
         places = sorted(new_draws if self.draws is not None and new_draws else verify)
         return self._whole_rng.choice(places) if places else None
 
-    def _check_whole(self, result: SessionResult, strict: bool) -> bool:
+    def _check_whole(self, result: SessionResult) -> bool:
         """The timing's whole check (``_whole_place``), after its last trial; False if it failed."""
-        due, self._whole_due = self._whole_due, []
-        passed = True
-        for held in due:
-            self.whole_checks += 1
-            passed = self._verified(held.index, result, Stage.TIME, held, again=True) and passed
-            if not passed and strict:
-                break
-        return passed
+        held, self._whole_due = self._whole_due, None
+        if held is None:
+            return True
+        self.whole_checks += 1
+        return self._verified(held.index, result, Stage.TIME, held, again=True)
 
     def _sync(self) -> None:
         """Wait for the trusted side's own GPU work (prepare, poison) before the worker runs."""
@@ -539,7 +536,7 @@ class Session:
         """
         t = time.perf_counter()
         if held is not None and held.whole and not again:
-            self._whole_due.append(held)
+            self._whole_due = held
             held = replace(held, whole=False)
         check = self.arena.verify(index) if held is None else self.arena.check_held(held)
         result.spend("verify", t)
@@ -752,7 +749,7 @@ class Session:
         if probing and not self._probe(result, baseline_ms, rotate, strict):
             return
         self.arena.reserve_holds(s.verified_per_trial + 1)  # + the whole place's, kept to the end
-        self._whole_due = []
+        self._whole_due = None
         whole_trial = self._whole_rng.randrange(s.trials)  # its one new draw checked whole (_whole_place)
         for trial in range(s.trials):
             extras = [x for x in (result.counted, result.hw_counted) if x is not None and x.trial == trial]
@@ -786,7 +783,7 @@ class Session:
             self._collect(timed, result)
             if trial == 0 and not result.shortened and result.trials and not probing:
                 result.shortened = slow_cutoff(result.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials)
-        if not self._check_whole(result, strict) and strict:
+        if not self._check_whole(result) and strict:
             return
         mutated = self.arena.mutated_inputs()
         if mutated and result.failure is None:
