@@ -68,6 +68,8 @@ SHOWN = (
     "time_hw_count",
     "runner_hw_setup",
     "runner_hw_enable",
+    "runner_hw_config",
+    "runner_hw_start",
     "runner_hw_run",
     "runner_hw_read",
 )

@@ -186,6 +186,7 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
   err = d::failed(cuptiRangeProfilerEnable(&on), "cuptiRangeProfilerEnable");
   if (!err.empty()) return hw_count_error(err);
   prof.object = on.pRangeProfilerObject;
+  phase("enable");
   CUpti_RangeProfiler_GetCounterDataSize_Params size{};
   size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
   size.pRangeProfilerObject = prof.object;
@@ -219,6 +220,7 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
   set.targetNestingLevel = 1;
   err = d::failed(cuptiRangeProfilerSetConfig(&set), "cuptiRangeProfilerSetConfig");
   if (!err.empty()) return hw_count_error(err);
+  phase("config");
   CUpti_RangeProfiler_Start_Params start{};
   start.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
   start.pRangeProfilerObject = prof.object;
@@ -229,7 +231,7 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
   push.pRangeProfilerObject = prof.object;
   push.pRangeName = "call";
   err = d::failed(cuptiRangeProfilerPushRange(&push), "cuptiRangeProfilerPushRange");
-  phase("enable");
+  phase("start");
   CUpti_RangeProfiler_PopRange_Params pop{};
   pop.structSize = CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE;
   pop.pRangeProfilerObject = prof.object;

@@ -103,7 +103,7 @@ from ptxgym.records.errors import EvaluatorUnavailableError, InfraError
 from ptxgym.records.feedback import EnvironmentInfo, Evidence, Proof, Stage, Status, TimingInfo, truncate
 from ptxgym.records.tasks import Task
 
-HW_PHASES = ("setup", "enable", "run", "read")
+HW_PHASES = ("setup", "enable", "config", "start", "run", "read")
 """The phases of the runner's hardware-counted call (``HwCounts.host_ms``, ``runner/cupti_range.h``)."""
 
 
