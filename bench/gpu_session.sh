@@ -10,6 +10,9 @@
 #                                      sampled checks' GPU tests and the GPU cost with verified new draws
 #                                      checked on a sample against whole, side by side; then where a call's
 #                                      wall goes as shipped, honest and hiding)
+#   run(carry=[".whl"]) at once after: COMMIT=<sha> bash bench/gpu_session.sh s24 $OUT   (~8 min: the
+#                                      runner spinning for its commands, then the batch refill of spares
+#                                      against each at 4 spares; it replaces s21's second half and s20's)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21 $OUT   (~7 min: the wall
 #                                      parts again, and with the runner spinning for its commands)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21b $OUT  (~4 min: 16 envs
@@ -50,7 +53,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s22s, s23, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -105,6 +108,17 @@ case "$stage" in
     bash bench/gpu_session.sh s22 "$out"
     timeout 200 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
       --out "$out/wall_allowance_parts.txt"
+    ;;
+  s24)
+    # after s23 on the same warm machine: s21's second half (the runner spinning for its commands), then
+    # s20's refill comparison (4 spares, each replaced at once against all missing ones together)
+    timeout 200 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 3 \
+      --set runner_spin_us=20000 --out "$out/wall_allowance_spin.txt"
+    PTXGYM_MAX_SPARES=4 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
+      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_each4.txt"
+    PTXGYM_MAX_SPARES=4 PTXGYM_SPARE_REFILL=batch timeout 120 python3 bench/throughput.py --evaluator local \
+      --sizes 16 --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
+      --out "$out/throughput_batch4.txt"
     ;;
   s21b)
     # s21's second half: 16 envs streaming, the backstop scan in helper processes against in-process
