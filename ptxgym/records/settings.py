@@ -17,8 +17,8 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_REFERENCE_TF32`` | ``on``: bf16/fp16-input matmuls of references on TF32 cores; ``off`` | ``on`` |
 | ``PTXGYM_CANDIDATE_PROCESS`` | where candidates run: ``native`` or ``python`` | ``native`` |
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
-| ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | the spares (2) |
-| ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``each`` |
+| ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | ``4`` (never below the spares) |
+| ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``batch`` |
 | ``PTXGYM_SCAN_HELPERS`` | most helper processes for the build's backstop scan; ``0``: in-process | 1 to 4 |
 """
 
@@ -85,13 +85,20 @@ MAX_SPARES_LIMIT = 32
 """The most ``PTXGYM_MAX_SPARES`` may ask for (each spare is a process with its own CUDA context)."""
 
 
+DEFAULT_MAX_SPARES = 4
+"""Spares kept warming while candidates queue, when ``PTXGYM_MAX_SPARES`` is unset. With the ``batch``
+refill, 16 envs streaming on an H100 host: 80.3 candidates/min (40.2 verified correct) against 72.5 (35.1)
+replacing each spare at once (``bench/results/throughput_2026-12-06_refill_h100.txt``); with 2 spares
+replaced each, 63.6 (30.8) the day before (``throughput_2026-12-05_stream_h100.txt``)."""
+
+
 SPARE_REFILLS = ("each", "batch")
 """How the local evaluator replaces the spares a GPU turn took (``LocalGpuEvaluator._refill``)."""
 
 
 def spare_refill() -> str:
-    """``PTXGYM_SPARE_REFILL``: ``each`` (default) or ``batch`` (``LocalGpuEvaluator._refill``)."""
-    value = (_get("SPARE_REFILL") or "each").lower()
+    """``PTXGYM_SPARE_REFILL``: ``batch`` (default) or ``each`` (``LocalGpuEvaluator._refill``)."""
+    value = (_get("SPARE_REFILL") or "batch").lower()
     if value not in SPARE_REFILLS:
         raise ValueError(f"PTXGYM_SPARE_REFILL must be one of {', '.join(SPARE_REFILLS)}, got {value!r}")
     return value

@@ -399,7 +399,7 @@ def test_spares_follow_the_candidates_waiting_for_the_gpu_within_their_range(tmp
         ev.queue.waiting = waiting
         ev._refill()
     assert ev.pool.fills == [2, 2, 5, 8, 2]
-    ev.spares_range = (2, 2)  # the default: max_spares unset
+    ev.spares_range = (2, 2)  # max_spares 2
     ev.queue.waiting = 20
     ev._refill()
     assert ev.pool.fills[-1] == 2
@@ -441,20 +441,23 @@ def test_batch_refill_starts_the_missing_spares_together_once_half_are_gone(tmp_
 
 
 def test_max_spares_comes_from_the_environment(monkeypatch):
+    from ptxgym.evaluation.trusted.local import spares_range
     from ptxgym.records import settings
 
     monkeypatch.delenv("PTXGYM_MAX_SPARES", raising=False)
     assert settings.max_spares() is None
+    assert spares_range(2) == (2, settings.DEFAULT_MAX_SPARES) == (2, 4)
+    assert spares_range(6) == (6, 6) and spares_range(2, 3) == (2, 3)
     monkeypatch.setenv("PTXGYM_MAX_SPARES", "8")
-    assert settings.max_spares() == 8
+    assert settings.max_spares() == 8 and spares_range(2) == (2, 8)
     for bad in ("lots", "-1", "\u00b2", str(settings.MAX_SPARES_LIMIT + 1)):
         monkeypatch.setenv("PTXGYM_MAX_SPARES", bad)
         with pytest.raises(ValueError, match="PTXGYM_MAX_SPARES"):
             settings.max_spares()
     monkeypatch.delenv("PTXGYM_SPARE_REFILL", raising=False)
-    assert settings.spare_refill() == "each"
-    monkeypatch.setenv("PTXGYM_SPARE_REFILL", "Batch")
     assert settings.spare_refill() == "batch"
+    monkeypatch.setenv("PTXGYM_SPARE_REFILL", "Each")
+    assert settings.spare_refill() == "each"
     monkeypatch.setenv("PTXGYM_SPARE_REFILL", "sometimes")
     with pytest.raises(ValueError, match="PTXGYM_SPARE_REFILL"):
         settings.spare_refill()

@@ -166,6 +166,15 @@ class WorkerSetupError(InfraError):
     """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
 
 
+def spares_range(spares: int, most: int | None = None) -> tuple[int, int]:
+    """The spares kept warming: ``spares`` with no candidate waiting, up to ``most`` while they queue.
+
+    ``most`` None: ``PTXGYM_MAX_SPARES``, else ``settings.DEFAULT_MAX_SPARES``; never below ``spares``.
+    """
+    most = user_settings.max_spares() if most is None else most
+    return spares, max(spares, user_settings.DEFAULT_MAX_SPARES if most is None else most)
+
+
 class LocalGpuEvaluator(Evaluator):
     """Runs, checks, times and profiles candidates on one local GPU."""
 
@@ -207,8 +216,7 @@ class LocalGpuEvaluator(Evaluator):
         )
         self.spare_refill = user_settings.spare_refill()
         """``each``: replace the spares taken after every GPU turn; ``batch``: once half are gone."""
-        most = user_settings.max_spares() if max_spares is None else max_spares
-        self.spares_range = (spares, max(spares, spares if most is None else most))
+        self.spares_range = spares_range(spares, max_spares)
         """Spares kept warming: the first when no candidate waits for the GPU, up to the second while
         candidates queue (``_refill``; ``max_spares``, ``PTXGYM_MAX_SPARES``)."""
         process = user_settings.candidate_process() if candidate_process is None else candidate_process
@@ -705,8 +713,9 @@ class LocalGpuEvaluator(Evaluator):
         than half its spares are left, all missing ones at once. Back to back, each replaced spare is
         still starting when the next subject's calibration must wait for it (``worker_settle``, 0.30 s
         of a 1.08 s GPU turn at 16 envs on the H100, ``throughput_2026-12-05_stream_h100.txt``); started
-        together, several warm in one such wait, if they start in parallel (not yet measured: ``each``
-        stays the default until a GPU run compares them).
+        together, several warm in one such wait: the default since an H100 run of 16 envs streaming with
+        4 spares at most (settle 8.3 s against 14.4 s over 64 candidates, 80.3 candidates/min against
+        72.5: ``bench/results/throughput_2026-12-06_refill_h100.txt``).
         """
         low, high = self.spares_range
         runners = self._runners_serve()
