@@ -17,7 +17,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_REFERENCE_TF32`` | ``on``: bf16/fp16-input matmuls of references on TF32 cores; ``off`` | ``on`` |
 | ``PTXGYM_CANDIDATE_PROCESS`` | where candidates run: ``native`` or ``python`` | ``native`` |
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
-| ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | ``4`` (never below the spares) |
+| ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | ``4`` |
 | ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``batch`` |
 | ``PTXGYM_SCAN_HELPERS`` | most helper processes for the build's backstop scan; ``0``: in-process | 1 to 4 |
 """
