@@ -1182,6 +1182,7 @@ class LocalGpuEvaluator(Evaluator):
                 "crosscheck": cc.__dict__ if cc else None,
                 "wall_parts": wall_parts(result.wall_parts) or None,
                 "retimed": result.retimed or None,
+                "missing_spans": result.span_gaps or None,
                 "baseline_source": baseline.source,
                 "baseline_correct": baseline.correct,
                 "baseline_fallback": baseline.fallback or None,
@@ -1239,7 +1240,7 @@ class LocalGpuEvaluator(Evaluator):
         if result.shortened:
             note += f"; {result.shortened}"
         if result.retimed:
-            note += f"; timed again after a wall cross-check failed by its allowance ({result.retimed[:200]})"
+            note += f"; timed again after its first timing {result.retimed[:200]}"
         message = (
             f"correct on {info.calls_checked} checked calls; median {stats.median_ms:.4f} ms"
             + (f", {speedup:.3f}x {baseline.name}" if speedup else "")

@@ -170,6 +170,10 @@ class SessionResult:
     """The timed calls behind ``walls`` (``wall_parts``: where their walls went; diagnostic)."""
     crosscheck: CrossCheck | None = None
     missing_spans: int = 0
+    span_gaps: list[dict] = field(default_factory=list)
+    """Each activity trial (or part of one, ``Session._split``) that left timed calls without a GPU time:
+    what began it (``after``), its timed calls, those without a span, and the GPU activities CUPTI put in
+    their windows (diagnostic: ``details["missing_spans"]``)."""
     kernels: dict[str, int] = field(default_factory=dict)
     """In-band census: kernel launches by name inside the timed windows (CUPTI backend only)."""
     modules: list[LoadedModule] = field(default_factory=list)
@@ -242,6 +246,8 @@ class Session:
         """Why the counted call runs outside the activity trial from the start ("": it runs inside)."""
         self._windowed: tuple[int, list[SassRow]] | None = None
         """The counted call inside the open activity trial: its command number and rows (``_close``)."""
+        self._segment_after = "the trial's start"
+        """What began the open activity trial (``SessionResult.span_gaps``)."""
         self._pool_rng = random.Random(f"verified-pool:{seed}")
         """The secret order of this session's pool entries (apart from ``rng``: its draws are unchanged)."""
         self.pool_off = "not enabled for this session"
@@ -445,6 +451,7 @@ class Session:
         """
         cupti = self.backend == CUPTI
         self._request(TrialBegin(cupti=cupti, spin_us=self.settings.runner_spin_us), stage)
+        self._segment_after = "the trial's start"
         timed: list[TimedCall] = []
         segment: list[TimedCall] = []  # the timed calls since the activity trial (re)began
         defer = fresh and 0 < len(verify) < len(calls)  # checked at the trial's end (Arena.hold)
@@ -514,6 +521,17 @@ class Session:
         spans = self._request(TrialEnd(), stage).spans
         for record in segment:
             record.span_ms = spans.spans.get(record.seq) if spans else None
+        missing = sum(record.span_ms is None for record in segment)
+        if missing and len(result.span_gaps) < MAX_SPAN_GAPS:
+            activities = sum(spans.activities.get(r.seq, 0) for r in segment) if spans else None
+            result.span_gaps.append(
+                {
+                    "after": self._segment_after,
+                    "timed": len(segment),
+                    "missing": missing,
+                    "activities": activities,
+                }
+            )
         if spans is not None and self.backend == CUPTI:
             _add_census(result, spans)
             result.census_calls += sum(1 for record in segment if record.span_ms is not None)
@@ -575,6 +593,7 @@ class Session:
         result.counted = where
         if cupti and not inside:
             self._request(TrialBegin(cupti=True, spin_us=self.settings.runner_spin_us), stage)
+            self._segment_after = "the counted call"
         if not ok:
             return False
         result.sass_rows, result.count_error = reply.counts, reply.count_error
@@ -603,6 +622,7 @@ class Session:
         result.hw_counted = where
         if cupti and not inside:
             self._request(TrialBegin(cupti=True, spin_us=self.settings.runner_spin_us), stage)
+            self._segment_after = "the hardware-counted call"
         if not ok:
             return False
         result.hw_counts, result.hw_count_error = reply.hw_counts, reply.hw_count_error
@@ -802,13 +822,23 @@ class Session:
     def retime_due(self, result: SessionResult, took_s: float) -> bool:
         """Whether ``retime`` may run after a timing that took ``took_s``.
 
-        Its wall cross-check failed by the allowance alone (not a forged figure, no missing GPU time, no
-        other failure), and the step's budget holds twice what that timing took.
+        Its wall cross-check failed by the allowance alone (not a forged figure), or timed calls came back
+        without a GPU time (``missing_spans``); no other failure; and the step's budget holds twice what
+        that timing took.
+
+        Missing GPU times: on an H100 an honest MHA forward expert lost every span of the activity trial
+        after a counted call in 1 of 6 evaluations (``bench/results/gpu_cost_2026-12-06_sampled_h100.txt``,
+        turn 2), a TIMING_ANOMALY an honest policy could not avoid. A subject that removes its own spans
+        gains nothing from the retime: the first timing is discarded whole (its latencies; its verified
+        calls still count), the second has new secret slots and half the slack, and it must have every
+        span.
         """
         cc = result.crosscheck
-        if result.retimed or result.failure is not None or cc is None or cc.ok or cc.forged or cc.moved:
+        if result.retimed or result.failure is not None:
             return False
-        if result.missing_spans:
+        if cc is not None and (cc.forged or cc.moved):
+            return False
+        if not result.missing_spans and (cc is None or cc.ok):
             return False
         return self.clock is None or self.clock.run_left() > 2 * took_s
 
@@ -838,7 +868,14 @@ class Session:
         judged). One retime per subject (``retime_due``).
         """
         first = result.crosscheck
-        result.retimed = first.message if first is not None else "timed again"
+        if result.missing_spans:
+            result.retimed = f"had no GPU time for {result.missing_spans} timed call(s)"
+        else:
+            result.retimed = (
+                f"failed its wall cross-check by the allowance: {first.message if first else '?'}"
+            )
+        for gap in result.span_gaps:
+            gap["timing"] = "first"
         first_ms = [x for t in result.trials for x in t]
         cal = self.reference_calibration()
         hidden = first.median_overhead_ms - cal.overhead_ms if first is not None and cal is not None else 0.0
@@ -953,6 +990,8 @@ def moved_work(
     )
 
 
+MAX_SPAN_GAPS = 8
+"""Activity trials with missing GPU times described in ``SessionResult.span_gaps`` (the first ones)."""
 RETIME_SLACK = 0.5
 """Of the wall allowance's slack, what a second timing gets (``Session.retime``): a hider whose first
 timing failed may not hide the usual safe amount in the second."""
