@@ -411,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         f"evaluator {evaluator.name} ready in {ready:.1f} s; {settings.memcheck.value} memcheck, "
         f"{settings.target_mode.value} target, slow cut-off {settings.slow_cutoff_speedup}x; "
         f"candidates in {candidate_process()}, hw_counters {settings.hw_counters}, spares "
-        f"{getattr(evaluator, 'spares_range', '-')} refilled {getattr(evaluator, 'spare_refill', '-')}; "
+        f"{getattr(evaluator, 'spares_range', '-')} refilled {getattr(evaluator, 'spare_refill', '-')}, "
+        f"cores {getattr(getattr(evaluator, 'cores', None), 'timing', '-')} kept for timing; "
         f"overrides {overrides or 'none'}"
     )
     print(lines[-1], flush=True)

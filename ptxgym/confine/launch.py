@@ -4,7 +4,8 @@ The parent starts ``command(jail, argv)`` with a plain fork+exec (no ``preexec_f
 a process with threads). The launcher is a bare interpreter (``python -I -S``) that imports this module
 without running ``ptxgym/__init__`` and applies, in this order, before ``execvp``:
 
-0. the CPU priority (``Jail.nice``: a build yields the cores to the evaluator's GPU turns);
+0. the CPU priority (``Jail.nice``: a build yields the cores to the evaluator's GPU turns) and the
+   cores it may run on (``Jail.cpus``, best effort: ``confine/cores.py``);
 1. resource limits (``Jail.rlimits``; a limit is lowered to the hard limit, never raised);
 2. ``no_new_privs``;
 3. Landlock, when ``Jail.landlock`` is set: every file-system right the kernel's ABI knows is handled, so
@@ -70,6 +71,9 @@ class Jail:
     """Address families that may open sockets; None: no seccomp filter."""
     nice: int = 0
     """Added to the program's niceness before anything else (0: its parent's CPU priority)."""
+    cpus: tuple[int, ...] = ()
+    """The cores the program and its children may run on (empty: its parent's); a mask the kernel
+    refuses is ignored (where a build runs is no confinement)."""
 
 
 def command(jail: Jail, argv: list[str]) -> list[str]:
@@ -128,6 +132,11 @@ def main(args: list[str]) -> None:
     raw = json.loads(args[0])
     rules = raw.get("landlock")
     families = raw.get("families")
+    if raw.get("cpus"):
+        try:
+            os.sched_setaffinity(0, raw["cpus"])
+        except (OSError, ValueError, TypeError):
+            pass  # best effort (Jail.cpus)
     try:
         if raw.get("nice", 0) > 0:
             os.nice(raw["nice"])

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ptxgym.confine import landlock, seccomp
+from ptxgym.confine import cores, landlock, seccomp
 from ptxgym.confine.groups import kill_group
 from ptxgym.confine.launch import JAIL_FAILED, JAIL_PREFIX, Jail, LandlockRules, command
 from ptxgym.confine.tasks import user_tasks
@@ -261,7 +261,10 @@ def build_jail(
     limits: tuple[float, int],
     confined: Confinement,
 ) -> Jail:
-    """The jail of one build: limits and ``BUILD_NICE`` always; Landlock, socket filter per ``confined``."""
+    """The jail of one build: limits and ``BUILD_NICE`` always; Landlock, socket filter per ``confined``.
+
+    It runs on the cores not kept for the GPU turns (``confine/cores.py``).
+    """
     timeout_s, memory_mb = limits
     rlimits = {
         "RLIMIT_FSIZE": FSIZE_LIMIT_BYTES,
@@ -274,7 +277,8 @@ def build_jail(
         rlimits["RLIMIT_NPROC"] = user_tasks() + 512
     rules = jail_rules(toolchain, include_dirs, stage) if confined.kind == "landlock" else None
     families = () if confined.sockets_filtered else None
-    return Jail(rlimits=rlimits, landlock=rules, families=families, nice=BUILD_NICE)
+    builds = cores.split().builds
+    return Jail(rlimits=rlimits, landlock=rules, families=families, nice=BUILD_NICE, cpus=builds)
 
 
 # ------------------------------------------------------------------------------------------ running

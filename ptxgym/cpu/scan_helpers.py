@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ptxgym.confine import cores
 from ptxgym.cpu.screen import ScreenVerdict
 from ptxgym.records import settings
 
@@ -76,6 +77,7 @@ class _Helper:
             errors="replace",
             bufsize=1,
         )
+        cores.pin(self.proc.pid, cores.split().builds)  # with the builds, off the timing cores
         try:
             line = self._line(time.monotonic() + START_TIMEOUT_S)
             if line.strip() != ready_line():

@@ -19,6 +19,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
 | ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | ``4`` |
 | ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``batch`` |
+| ``PTXGYM_TIMING_CORES`` | cores kept for runners and GPU turns, not builds; ``0``: none | 2 (8+ cores) |
 | ``PTXGYM_SCAN_HELPERS`` | most helper processes for the build's backstop scan; ``0``: in-process | 1 to 4 |
 """
 
@@ -110,6 +111,18 @@ def max_spares() -> int | None:
     Raises ``ValueError`` for a value that is not an integer from 0 to ``MAX_SPARES_LIMIT``.
     """
     return _count("MAX_SPARES", MAX_SPARES_LIMIT)
+
+
+TIMING_CORES_LIMIT = 64
+"""The most ``PTXGYM_TIMING_CORES`` may ask for."""
+
+
+def timing_cores() -> int | None:
+    """Cores kept for the GPU turns' host side, apart from builds (``confine/cores.py``); None: unset.
+
+    Raises ``ValueError`` for a value that is not an integer from 0 to ``TIMING_CORES_LIMIT``.
+    """
+    return _count("TIMING_CORES", TIMING_CORES_LIMIT)
 
 
 SCAN_HELPERS_LIMIT = 64

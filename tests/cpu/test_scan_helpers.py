@@ -243,3 +243,21 @@ def test_the_setting_is_checked(monkeypatch) -> None:
         monkeypatch.setenv("PTXGYM_SCAN_HELPERS", bad)
         with pytest.raises(ValueError, match="PTXGYM_SCAN_HELPERS must be an integer from 0 to 64"):
             settings.scan_helpers()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_helpers_run_on_the_build_cores_off_the_timing_ones(tmp_path, monkeypatch) -> None:
+    from ptxgym.confine import cores
+
+    usable = sorted(os.sched_getaffinity(0))
+    monkeypatch.setattr(cores, "_USABLE", frozenset(usable))
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "1")
+    helpers = HelperPool(1)
+    try:
+        helper = helpers._take()
+        assert helper is not None
+        assert sorted(os.sched_getaffinity(helper.proc.pid)) == usable[:-1]
+        helpers._give(helper)
+        assert helpers.scan(_kept(tmp_path, True), Local()) == scan_kept(_kept(tmp_path, True))
+    finally:
+        helpers.close()

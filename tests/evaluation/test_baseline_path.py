@@ -21,6 +21,7 @@ from evaltest_helpers import small_gqa, tiny_task  # noqa: E402
 from inprocess_worker import InProcessWorker  # noqa: E402
 
 import ptxgym.evaluation.trusted.local as local  # noqa: E402
+from ptxgym.confine.cores import CoreSplit  # noqa: E402
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, MemcheckMode, TargetMode  # noqa: E402
 from ptxgym.evaluation.trusted.baseline_store import (  # noqa: E402
     BaselineRecord,
@@ -89,7 +90,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev._arenas, ev._current, ev._held = collections.OrderedDict(), None, None
     ev.quiet_spares, ev.spares_wait_s, ev.spares_range, ev.spare_refill = True, 0.0, (2, 2), "each"
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
-    ev.queue = GpuQueue()
+    ev.queue, ev.cores = GpuQueue(), CoreSplit()
     ev.verdicts = VerdictCache(0)
     ev.proof_slots = threading.BoundedSemaphore(local.PROOF_RUNS_AT_ONCE)
     ev._inflight, ev._inflight_lock = {}, threading.Lock()

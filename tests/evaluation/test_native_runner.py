@@ -154,6 +154,24 @@ def spawn(runner_bin: Path, log_dir: Path, sandboxed: bool = False) -> NativeHan
     return handle
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_a_runner_taken_moves_with_all_its_threads_to_the_timing_cores(runner_bin, tmp_path) -> None:
+    from ptxgym.confine import cores
+
+    usable = sorted(os.sched_getaffinity(0))
+    h = spawn(runner_bin, tmp_path)
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{h.proc.pid}/task")]
+        assert all(sorted(os.sched_getaffinity(t)) == usable for t in tids)  # a spare: anywhere
+        assert cores.pin_process(h.proc.pid, (usable[-1],))
+        tids = [int(t) for t in os.listdir(f"/proc/{h.proc.pid}/task")]
+        assert all(sorted(os.sched_getaffinity(t)) == [usable[-1]] for t in tids), tids
+        assert h.hello.ok
+    finally:
+        h.kill()
+    assert not cores.pin_process(h.proc.pid, (usable[-1],))  # gone
+
+
 @pytest.fixture
 def handle(runner_bin, tmp_path):
     h = spawn(runner_bin, tmp_path)

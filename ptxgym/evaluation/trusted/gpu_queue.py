@@ -21,24 +21,31 @@ What the queue adds over a plain lock:
   (callers blocked there are admitted as room frees, in no particular order among themselves);
   resuming callers are not counted (each belongs to an evaluation that was admitted);
 * **accounting**: ``turn`` yields nothing but records the seconds a caller waited (``last_wait_s`` per
-  thread), which the evaluator reports as the ``queue`` stage of a verdict (``proof_queue`` for resumes).
+  thread), which the evaluator reports as the ``queue`` stage of a verdict (``proof_queue`` for resumes);
+* **cores**: with ``cpus``, the thread holding the GPU runs on those cores for its turn (the ones kept
+  apart from builds, ``confine/cores.py``), and where it ran before after it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ptxgym.confine import cores
+
 
 class GpuQueue:
     """FIFO exclusive access with at most ``capacity`` waiting callers, resumed evaluations first."""
 
-    def __init__(self, capacity: int = 64) -> None:
+    def __init__(self, capacity: int = 64, cpus: tuple[int, ...] = ()) -> None:
         if capacity < 1:
             raise ValueError(f"the GPU queue needs room for at least one waiting caller, got {capacity}")
         self.capacity = capacity
+        self.cpus = cpus
+        """Where the thread holding the GPU runs during its turn (empty: where it was)."""
         self._cond = threading.Condition()
         self._next = 0
         """The ticket the next new caller gets."""
@@ -94,9 +101,13 @@ class GpuQueue:
                 self._serving += 1
             self._busy = True
         self._local.wait_s = time.perf_counter() - t0
+        before = os.sched_getaffinity(0) if self.cpus else None
+        pinned = before is not None and cores.pin(0, self.cpus)
         try:
             yield
         finally:
+            if pinned and before is not None:
+                cores.pin(0, tuple(before))
             with self._cond:
                 self._busy = False
                 self.served += 1

@@ -51,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from ptxgym.confine import cores
 from ptxgym.evaluation.child_errors import WorkerError
 from ptxgym.evaluation.protocol import ATTACH_PHASES, Load, check_mode
 from ptxgym.evaluation.trusted.arena import Arena
@@ -234,7 +235,9 @@ class LocalGpuEvaluator(Evaluator):
         self.count_outside = COUNT_OUTSIDE_TRIALS
         """Why counted calls run outside the activity trials, if so (default ``COUNT_OUTSIDE_TRIALS``)."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
-        self.queue = GpuQueue(queue_capacity)
+        self.cores = cores.split()
+        """Cores kept for the runners and the GPU turns' thread, and the builds' (``confine/cores.py``)."""
+        self.queue = GpuQueue(queue_capacity, self.cores.timing)
         """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""
         self.verdicts = VerdictCache(self.settings.verdict_cache_entries)
         self.proof_slots = threading.BoundedSemaphore(PROOF_RUNS_AT_ONCE)
@@ -764,6 +767,8 @@ class LocalGpuEvaluator(Evaluator):
         arena.restore()  # an earlier candidate may have written to the shared inputs
         part("restore")
         handle = self._take_worker(arena, pool)
+        if pool is not None:  # a runner: on the cores kept for timing from now on (confine/cores.py)
+            cores.pin_process(handle.proc.pid, self.cores.timing)
         part("take")
         backend = self.backend or EVENTS
         session = Session(handle, arena, self.settings, backend, seed, self.settings.call_timeout_s)
@@ -1183,6 +1188,7 @@ class LocalGpuEvaluator(Evaluator):
                 "wall_parts": wall_parts(result.wall_parts) or None,
                 "retimed": result.retimed or None,
                 "missing_spans": result.span_gaps or None,
+                "cores": self.cores.record(),
                 "baseline_source": baseline.source,
                 "baseline_correct": baseline.correct,
                 "baseline_fallback": baseline.fallback or None,

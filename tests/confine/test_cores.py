@@ -1,0 +1,91 @@
+"""Cores kept for the GPU turns apart from builds (``ptxgym.confine.cores``): who runs where.
+
+Real processes and threads: a build's launcher, a runner, a scan helper and the thread holding the GPU
+queue are each asked where the kernel lets them run. Tests that need two usable cores skip on fewer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ptxgym.confine import cores
+from ptxgym.confine.launch import Jail, command
+from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
+
+USABLE = sorted(os.sched_getaffinity(0))
+two_cores = pytest.mark.skipif(len(USABLE) < 2, reason="needs two usable cores")
+WHERE = "import os; print(sorted(os.sched_getaffinity(0)))"
+
+
+def test_a_big_host_keeps_its_last_two_cores_and_a_small_one_none(monkeypatch) -> None:
+    monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
+    big = cores.split(set(range(16)))
+    assert big.timing == (14, 15) and big.builds == tuple(range(14))
+    assert cores.split(set(range(4))) == cores.CoreSplit()  # below MIN_HOST_CORES: no split
+    assert cores.split(set(range(4)), wanted=1) == cores.CoreSplit(timing=(3,), builds=(0, 1, 2))
+    assert cores.split(set(range(4)), wanted=3) == cores.CoreSplit()  # builds would get fewer than timing
+    assert cores.split(set(range(16)), wanted=0) == cores.CoreSplit()
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "4")
+    assert cores.split(set(range(16))).timing == (12, 13, 14, 15)
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "0")
+    assert cores.split(set(range(16))) == cores.CoreSplit()
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "many")
+    with pytest.raises(ValueError, match="PTXGYM_TIMING_CORES"):
+        cores.split(set(range(16)))
+
+
+@two_cores
+def test_the_launcher_runs_its_program_on_the_jail_s_cores(tmp_path: Path) -> None:
+    one = USABLE[0]
+    argv = command(Jail(cpus=(one,)), [sys.executable, "-c", WHERE])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([one])
+    free = subprocess.run(command(Jail(), [sys.executable, "-c", WHERE]), capture_output=True, text=True)
+    assert free.stdout.strip() == str(USABLE)  # no cpus: where its parent may run
+
+
+@two_cores
+def test_a_build_jail_runs_on_the_build_cores(monkeypatch) -> None:
+    from ptxgym.cpu import jail as build_jail_module
+
+    monkeypatch.setattr(cores, "_USABLE", frozenset(USABLE))
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "1")
+    want = cores.split()
+    assert want.timing == (USABLE[-1],) and want.builds == tuple(USABLE[:-1])
+    toolchain = build_jail_module.Toolchain.__new__(build_jail_module.Toolchain)  # not read without Landlock
+    confined = build_jail_module.Confinement(kind="off", detail="off for the test")
+    made = build_jail_module.build_jail(toolchain, [], Path("/tmp"), (60.0, 0), confined)
+    assert made.cpus == want.builds
+
+
+@two_cores
+def test_the_thread_holding_the_gpu_runs_on_the_timing_cores_for_its_turn_only() -> None:
+    queue = GpuQueue(cpus=(USABLE[-1],))
+    seen: dict[str, list[int]] = {}
+
+    def turn() -> None:
+        seen["before"] = sorted(os.sched_getaffinity(0))
+        with queue.turn():
+            seen["during"] = sorted(os.sched_getaffinity(0))
+        seen["after"] = sorted(os.sched_getaffinity(0))
+
+    thread = threading.Thread(target=turn)
+    thread.start()
+    thread.join(30)
+    assert seen == {"before": USABLE, "during": [USABLE[-1]], "after": USABLE}
+    assert sorted(os.sched_getaffinity(0)) == USABLE  # other threads untouched
+    with GpuQueue().turn():  # no cpus: the thread stays where it was
+        assert sorted(os.sched_getaffinity(0)) == USABLE
+
+
+def test_a_refused_mask_is_no_error() -> None:
+    assert not cores.pin(0, ())
+    assert not cores.pin(0, (10**6,))  # no such core
+    assert sorted(os.sched_getaffinity(0)) == USABLE
