@@ -10,6 +10,10 @@
 #                                      sampled checks' GPU tests and the GPU cost with verified new draws
 #                                      checked on a sample against whole, side by side; then where a call's
 #                                      wall goes as shipped, honest and hiding)
+#   (s23 and s24 ran on 2026-12-06, H100)
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s25 $OUT   (~8 min: 1 and 16
+#                                      envs streaming with the cores kept for timing, 16 without; the MHA
+#                                      forward expert over 6 turns)
 #   run(carry=[".whl"]) at once after: COMMIT=<sha> bash bench/gpu_session.sh s24 $OUT   (~8 min: the
 #                                      runner spinning for its commands, then the batch refill of spares
 #                                      against each at 4 spares; it replaces s21's second half and s20's)
@@ -53,7 +57,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -119,6 +123,17 @@ case "$stage" in
     PTXGYM_MAX_SPARES=4 PTXGYM_SPARE_REFILL=batch timeout 120 python3 bench/throughput.py --evaluator local \
       --sizes 16 --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
       --out "$out/throughput_batch4.txt"
+    ;;
+  s25)
+    # eighteenth session: the defaults since s24 (batch refill, 4 spares) and the cores kept for timing
+    # (confine/cores.py): 1 and 16 envs streaming side by side, then 16 without the kept cores; then the
+    # MHA forward expert's GPU cost over 6 turns (spans lost after a counted call are timed again now)
+    timeout 200 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
+      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
+    PTXGYM_TIMING_CORES=0 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
+      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_nocores.txt"
+    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_mha.txt" --subjects mha_fwd_expert --turns 6 \
+      --no-crosscheck-turn --prepare-tasks
     ;;
   s21b)
     # s21's second half: 16 envs streaming, the backstop scan in helper processes against in-process
