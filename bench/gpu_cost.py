@@ -167,6 +167,8 @@ def _play_turn(ev, subject: str, task, turn: int, first_correct: bool, simt: lis
             f"```cpp\n{source}\n```", turn=turn, episode_id="gpu-cost", first_correct=first_correct
         )
         status, timing, walls, message = fb.status, fb.timing, dict(fb.stage_wall_s), fb.message
+        if "timed again" in fb.message:  # the first timing's failure (``Session.retime``), where spans went
+            say(f"#   {subject} turn {turn}: {fb.message[:400]}")
     median = timing.candidate.median_ms if timing and timing.candidate else None
     floor = floor_s(ev.settings, median)
     gpu = walls.get("gpu_total", 0.0)

@@ -318,6 +318,7 @@ def test_gpu_times_lost_after_a_counted_call_are_described_and_timed_again(arena
         session.retime(result)
         assert result.missing_spans == 0 and result.trials and result.failure is None
         assert result.retimed.startswith("had no GPU time for") and result.span_gaps[0]["timing"] == "first"
+        assert "after the counted call (0 GPU activities seen)" in result.retimed
         assert not session.retime_due(result, 0.1)  # one retime at most
         return
     pytest.fail("no seed put the counted call before the end of its trial")

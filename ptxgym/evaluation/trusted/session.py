@@ -869,7 +869,13 @@ class Session:
         """
         first = result.crosscheck
         if result.missing_spans:
-            result.retimed = f"had no GPU time for {result.missing_spans} timed call(s)"
+            where = "; ".join(
+                f"{g['missing']} of {g['timed']} after {g['after']} ({g['activities']} GPU activities seen)"
+                for g in result.span_gaps[:3]
+            )
+            result.retimed = f"had no GPU time for {result.missing_spans} timed call(s)" + (
+                f": {where}" if where else ""
+            )
         else:
             result.retimed = (
                 f"failed its wall cross-check by the allowance: {first.message if first else '?'}"
