@@ -6,27 +6,35 @@ Under load every wake-up in it waits for a core: on an H100 host (16 cores) with
 honest expert GEMM's median per-call excess over its calibrated overhead reached 0.27-0.32 ms and the
 calibration's spread set its allowance at 1.16 ms (median), against 0.003-0.008 ms and 0.01-0.02 ms on
 the quiet host (``bench/results/throughput_2026-12-06_refill_h100.txt``,
-``wall_allowance_2026-12-06_parts_h100.txt``). So on a host with ``MIN_HOST_CORES`` or more the last
-``DEFAULT_TIMING_CORES`` cores this process may use are kept for the runner a subject takes (every thread
-of it, from the take on: spares warm on any core, several at once) and the thread holding the GPU
-(``GpuQueue.turn``), and builds (nvcc and the tools it runs, ``Jail.cpus``) and the backstop's scan
-helpers run on the others. The evaluator's other threads are not moved (the interpreter's lock lets one
-run at a time). Pinning is best effort: a mask the kernel refuses leaves the process where it was.
+``wall_allowance_2026-12-06_parts_h100.txt``). So on a host with one GPU and ``MIN_HOST_CORES`` or more
+usable cores, the last ``DEFAULT_TIMING_CORES`` (with the hardware threads that share their physical
+cores) are kept for the runner a subject takes (every thread of it, from the take on: spares warm on
+any core, several at once) and the thread holding the GPU (``GpuQueue.turn``); builds (nvcc and the tools
+it runs, ``Jail.cpus``) and the backstop's scan helpers run on the others. The evaluator's other threads
+are not moved (the interpreter's lock lets one run at a time). With several GPUs nothing is kept unless
+``PTXGYM_TIMING_CORES`` says how many per GPU (each device then gets its own slice); with none, nothing.
+Pinning is best effort: a mask the kernel refuses leaves the thread where it was.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from ptxgym.records import settings
 
-_USABLE = frozenset(os.sched_getaffinity(0))
+log = logging.getLogger(__name__)
+
+_USABLE = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 """The cores this process could use when this module was imported: a thread pinned for a GPU turn
 (``GpuQueue.turn``) asks ``sched_getaffinity`` about itself, so its answer is not the process's."""
 DEFAULT_TIMING_CORES = 2
 MIN_HOST_CORES = 8
 """Below this many usable cores no core is kept apart by default (builds would lose too large a share)."""
+_SYS_CPU = Path("/sys/devices/system/cpu")
 
 
 @dataclass(frozen=True)
@@ -37,23 +45,76 @@ class CoreSplit:
     builds: tuple[int, ...] = ()
 
     def record(self) -> dict:
-        """JSON-ready fields (``EnvironmentInfo.sandbox``'s neighbour in a verdict's details)."""
+        """JSON-ready fields (a verdict's ``details["cores"]``)."""
         return {"timing": list(self.timing), "builds": list(self.builds)}
 
 
-def split(usable: set[int] | None = None, wanted: int | None = None) -> CoreSplit:
-    """The split for this process: ``wanted`` cores (``PTXGYM_TIMING_CORES``; default above) kept apart.
+def gpus() -> int:
+    """NVIDIA GPUs this host shows (``/dev/nvidia<N>`` device nodes; 0 on a CPU host)."""
+    try:
+        return sum(1 for name in os.listdir("/dev") if re.fullmatch(r"nvidia\d+", name))
+    except OSError:
+        return 0
 
-    None kept when ``wanted`` is 0 or would leave the builds fewer cores than the timing.
+
+def siblings(cpu: int) -> set[int]:
+    """The hardware threads sharing ``cpu``'s physical core (itself included; itself alone if unknown)."""
+    try:
+        text = (_SYS_CPU / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip()
+        found: set[int] = set()
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            found.update(range(int(lo), int(hi or lo) + 1))
+        return found | {cpu}
+    except (OSError, ValueError):
+        return {cpu}
+
+
+def split(
+    usable: set[int] | frozenset[int] | None = None,
+    wanted: int | None = None,
+    device: int = 0,
+    n_gpus: int | None = None,
+) -> CoreSplit:
+    """The split for ``device``: ``wanted`` cores per GPU (``PTXGYM_TIMING_CORES``; default above).
+
+    Timing cores are taken whole physical cores at a time from the end, a slice per GPU (``device``'s
+    for this one); builds get what no GPU keeps, nor any hardware thread sharing a kept core. None kept
+    on a host without GPUs, when ``wanted`` is 0, or when builds would get fewer cores than are kept.
+    Raises ``ValueError`` for a ``PTXGYM_TIMING_CORES`` that is no count (``settings.timing_cores``).
     """
     cores = sorted(_USABLE if usable is None else usable)
+    count = gpus() if n_gpus is None else n_gpus
+    if count <= 0 or not cores:
+        return CoreSplit()
     if wanted is None:
         wanted = settings.timing_cores()
     if wanted is None:
-        wanted = DEFAULT_TIMING_CORES if len(cores) >= MIN_HOST_CORES else 0
-    if wanted <= 0 or len(cores) - wanted < wanted:
+        wanted = DEFAULT_TIMING_CORES if count == 1 and len(cores) >= MIN_HOST_CORES else 0
+    if wanted <= 0:
         return CoreSplit()
-    return CoreSplit(timing=tuple(cores[-wanted:]), builds=tuple(cores[:-wanted]))
+    slots: list[list[int]] = []
+    left = list(cores)
+    for _ in range(count):
+        slot: list[int] = []
+        while left and len(slot) < wanted:
+            whole = sorted(siblings(left[-1]) & set(left), reverse=True)
+            slot += whole
+            left = [c for c in left if c not in whole]
+        slots.append(sorted(slot))
+    kept = sum(len(s) for s in slots)
+    if len(left) < kept or any(len(s) < wanted for s in slots):
+        return CoreSplit()
+    return CoreSplit(timing=tuple(slots[device % count]), builds=tuple(left))
+
+
+def build_cores() -> tuple[int, ...]:
+    """Where builds and the scan helpers run (empty: anywhere); a bad setting is logged, not raised."""
+    try:
+        return split().builds
+    except ValueError as exc:  # the evaluator raises it at its construction; a build goes on
+        log.warning("%s: builds run on any core", exc)
+        return ()
 
 
 def pin_process(pid: int, cores: tuple[int, ...]) -> bool:
@@ -78,6 +139,14 @@ def pin(pid: int, cores: tuple[int, ...]) -> bool:
         return False
     try:
         os.sched_setaffinity(pid, cores)
-    except OSError:  # a process gone, or a mask outside this container's cpuset
+    except (OSError, AttributeError):  # a process gone, a mask outside this cpuset, no such call here
         return False
     return True
+
+
+def unpin() -> None:
+    """Let the calling thread run on every core this process could use (a spawner's first step).
+
+    A thread started during a pinned GPU turn inherits the pin, and so would every process it starts.
+    """
+    pin(0, tuple(sorted(_USABLE)))

@@ -277,7 +277,7 @@ def build_jail(
         rlimits["RLIMIT_NPROC"] = user_tasks() + 512
     rules = jail_rules(toolchain, include_dirs, stage) if confined.kind == "landlock" else None
     families = () if confined.sockets_filtered else None
-    builds = cores.split().builds
+    builds = cores.build_cores()
     return Jail(rlimits=rlimits, landlock=rules, families=families, nice=BUILD_NICE, cpus=builds)
 
 

@@ -77,8 +77,8 @@ class _Helper:
             errors="replace",
             bufsize=1,
         )
-        cores.pin(self.proc.pid, cores.split().builds)  # with the builds, off the timing cores
         try:
+            cores.pin(self.proc.pid, cores.build_cores())  # with the builds, off the timing cores
             line = self._line(time.monotonic() + START_TIMEOUT_S)
             if line.strip() != ready_line():
                 raise HelperFailed(f"a scan helper started without our ready line (got {line[:120]!r})")

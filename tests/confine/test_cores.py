@@ -25,19 +25,44 @@ WHERE = "import os; print(sorted(os.sched_getaffinity(0)))"
 
 def test_a_big_host_keeps_its_last_two_cores_and_a_small_one_none(monkeypatch) -> None:
     monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
-    big = cores.split(set(range(16)))
+    monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})  # one hardware thread per core
+    big = cores.split(set(range(16)), n_gpus=1)
     assert big.timing == (14, 15) and big.builds == tuple(range(14))
-    assert cores.split(set(range(4))) == cores.CoreSplit()  # below MIN_HOST_CORES: no split
-    assert cores.split(set(range(4)), wanted=1) == cores.CoreSplit(timing=(3,), builds=(0, 1, 2))
-    assert cores.split(set(range(4)), wanted=3) == cores.CoreSplit()  # builds would get fewer than timing
-    assert cores.split(set(range(16)), wanted=0) == cores.CoreSplit()
+    assert cores.split(set(range(4)), n_gpus=1) == cores.CoreSplit()  # below MIN_HOST_CORES: no split
+    assert cores.split(set(range(4)), wanted=1, n_gpus=1) == cores.CoreSplit(timing=(3,), builds=(0, 1, 2))
+    assert cores.split(set(range(4)), wanted=3, n_gpus=1) == cores.CoreSplit()  # builds would get fewer
+    assert cores.split(set(range(16)), wanted=0, n_gpus=1) == cores.CoreSplit()
+    assert cores.split(set(range(16)), n_gpus=0) == cores.CoreSplit()  # a CPU host (a build node)
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "4")
-    assert cores.split(set(range(16))).timing == (12, 13, 14, 15)
+    assert cores.split(set(range(16)), n_gpus=1).timing == (12, 13, 14, 15)
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "0")
-    assert cores.split(set(range(16))) == cores.CoreSplit()
+    assert cores.split(set(range(16)), n_gpus=1) == cores.CoreSplit()
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "many")
     with pytest.raises(ValueError, match="PTXGYM_TIMING_CORES"):
-        cores.split(set(range(16)))
+        cores.split(set(range(16)), n_gpus=1)
+    assert cores.build_cores() == ()  # a build goes on anywhere, the setting's error logged
+
+
+def test_several_gpus_keep_nothing_unless_asked_and_then_a_slice_each(monkeypatch) -> None:
+    monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
+    monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
+    assert cores.split(set(range(32)), n_gpus=8) == cores.CoreSplit()
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "2")
+    slices = [cores.split(set(range(32)), device=d, n_gpus=8) for d in range(8)]
+    assert [s.timing for s in slices[:2]] == [(30, 31), (28, 29)] and slices[7].timing == (16, 17)
+    assert all(s.builds == tuple(range(16)) for s in slices)
+    assert len({c for s in slices for c in s.timing}) == 16  # no two GPUs share a core
+    assert cores.split(set(range(16)), n_gpus=8) == cores.CoreSplit()  # builds would get none
+
+
+def test_a_kept_core_takes_its_hardware_threads_out_of_the_builds(monkeypatch) -> None:
+    monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
+    pairs = {c: {c % 8, c % 8 + 8} for c in range(16)}  # cpu c and c + 8 share a physical core
+    monkeypatch.setattr(cores, "siblings", lambda cpu: pairs[cpu])
+    got = cores.split(set(range(16)), n_gpus=1)
+    assert got.timing == (7, 15)  # one whole physical core: both its threads
+    assert 7 not in got.builds and 15 not in got.builds and len(got.builds) == 14
+    assert cores.siblings(0) >= {0}  # this host's own answer always holds the cpu itself
 
 
 @two_cores
@@ -56,6 +81,8 @@ def test_a_build_jail_runs_on_the_build_cores(monkeypatch) -> None:
     from ptxgym.cpu import jail as build_jail_module
 
     monkeypatch.setattr(cores, "_USABLE", frozenset(USABLE))
+    monkeypatch.setattr(cores, "gpus", lambda: 1)
+    monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "1")
     want = cores.split()
     assert want.timing == (USABLE[-1],) and want.builds == tuple(USABLE[:-1])
@@ -89,3 +116,21 @@ def test_a_refused_mask_is_no_error() -> None:
     assert not cores.pin(0, ())
     assert not cores.pin(0, (10**6,))  # no such core
     assert sorted(os.sched_getaffinity(0)) == USABLE
+
+
+@two_cores
+def test_a_spare_started_during_a_turn_does_not_inherit_its_pin(tmp_path: Path) -> None:
+    """The spawner thread may first run inside a pinned turn; its spares must warm on any core."""
+    from ptxgym.evaluation.trusted.pool import WorkerPool
+
+    class Spare:
+        def __init__(self, log_dir, sandboxed) -> None:
+            self.where = sorted(os.sched_getaffinity(0))  # the spawner thread's, which a Popen inherits
+            self.child = subprocess.run([sys.executable, "-c", WHERE], capture_output=True, text=True)
+
+    pool = WorkerPool(0, spares=0, log_dir=tmp_path, factory=Spare)
+    with GpuQueue(cpus=(USABLE[-1],)).turn():
+        assert sorted(os.sched_getaffinity(0)) == [USABLE[-1]]
+        spare = pool._spawn()
+    assert spare.where == USABLE and spare.child.stdout.strip() == str(USABLE)
+    pool._spawner.shutdown(wait=True)

@@ -251,6 +251,8 @@ def test_helpers_run_on_the_build_cores_off_the_timing_ones(tmp_path, monkeypatc
 
     usable = sorted(os.sched_getaffinity(0))
     monkeypatch.setattr(cores, "_USABLE", frozenset(usable))
+    monkeypatch.setattr(cores, "gpus", lambda: 1)
+    monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "1")
     helpers = HelperPool(1)
     try:

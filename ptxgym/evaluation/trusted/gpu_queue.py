@@ -28,6 +28,7 @@ What the queue adds over a plain lock:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -35,6 +36,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ptxgym.confine import cores
+
+log = logging.getLogger(__name__)
 
 
 class GpuQueue:
@@ -101,13 +104,16 @@ class GpuQueue:
                 self._serving += 1
             self._busy = True
         self._local.wait_s = time.perf_counter() - t0
-        before = os.sched_getaffinity(0) if self.cpus else None
-        pinned = before is not None and cores.pin(0, self.cpus)
+        before: tuple[int, ...] = ()
         try:
+            if self.cpus:
+                before = tuple(os.sched_getaffinity(0))
+                if not cores.pin(0, self.cpus):
+                    before = ()
             yield
         finally:
-            if pinned and before is not None:
-                cores.pin(0, tuple(before))
+            if before and not cores.pin(0, before):
+                log.warning("a thread could not leave the GPU turn's cores %s", self.cpus)
             with self._cond:
                 self._busy = False
                 self.served += 1

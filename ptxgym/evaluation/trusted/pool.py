@@ -44,6 +44,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ptxgym.confine import cores
 from ptxgym.confine.groups import kill_group
 from ptxgym.evaluation.child_errors import (
     ProtocolViolation,
@@ -377,7 +378,9 @@ class WorkerPool:
         """Spawns one handle from (log_dir, sandboxed) instead of the Python worker (the native runner)."""
         self._own_dir = tempfile.TemporaryDirectory(prefix="ptxgym-workers-") if log_dir is None else None
         self.log_dir: Path = Path(self._own_dir.name) if self._own_dir else Path(str(log_dir))
-        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ptxgym-spawner")
+        self._spawner = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ptxgym-spawner", initializer=cores.unpin
+        )  # unpinned: it may start in a GPU turn, whose pin (GpuQueue.turn) its spares would inherit
         self._ready: collections.deque[WorkerHandle] = collections.deque()
         self.primer: Callable[[WorkerHandle], None] | None = None
         self.spawned = 0
