@@ -247,6 +247,26 @@ def test_a_second_timing_gets_half_the_slack() -> None:
     assert scales == [0.5] and session.slack_scale == 1.0
 
 
+def test_the_slower_timing_is_paid_so_a_retime_is_no_second_draw() -> None:
+    """A review's find: a subject that drops a span whenever its first timing looks slow re-rolls it."""
+    session, _ = _stub_session([1.00] * 30)  # the second timing: faster
+    slow = SessionResult(trials=[[1.03] * 30], missing_spans=1)
+    session.retime(slow)
+    assert slow.trials == [[1.03] * 30] and "the slower median" in slow.retimed
+    session, _ = _stub_session([1.03] * 30)  # the second timing: slower, and paid
+    fast = SessionResult(trials=[[1.00] * 30], missing_spans=1)
+    session.retime(fast)
+    assert fast.trials == [[1.03] * 30] and "slower median" not in fast.retimed
+    session, _ = _stub_session([1.00] * 30)
+    both = SessionResult(trials=[], missing_spans=60, crosscheck=CrossCheck(False, 1.0, 0.8, "past"))
+    session.retime(both)  # no latency in the first: the second's are paid; both causes named
+    assert both.trials == [[1.00] * 30]
+    assert (
+        both.retimed.startswith("had no GPU time for 60")
+        and "wall cross-check by the allowance: past" in both.retimed
+    )
+
+
 def test_an_honest_drift_is_not_taken_for_moved_work() -> None:
     """A long call 6% slower in its second timing after a first 2 ms over its overhead (a loaded host).
 

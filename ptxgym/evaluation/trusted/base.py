@@ -193,9 +193,11 @@ class EvalSettings(BaseModel):
         ge=0,
         le=1,
         description="Whether a timing that fails the wall cross-check by its allowance alone (a transient "
-        "load on the host, not a forged figure) is timed once more, with half the slack: the second timing "
-        "decides, the Feedback says so (``Session.retime``). It costs about one timing of GPU and runs only "
-        "when the step's budget holds twice the time the timing took. 0: the first failure is the verdict. "
+        "load on the host, not a forged figure), or whose timed calls came back without a GPU time, is timed "
+        "once more, with half the slack: the second timing's checks decide and the slower timing's "
+        "latencies are paid, the Feedback says so (``Session.retime``). It costs about one timing of GPU "
+        "and runs only when the step's budget holds twice the time the timing took. 0: the first failure is "
+        "the verdict. "
         "At most 1: each further try would be another draw for a hider near the allowance.",
     )
     matched_calibration: bool = Field(
