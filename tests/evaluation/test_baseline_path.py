@@ -255,7 +255,8 @@ def test_prepare_is_per_arena_not_per_candidate(tmp_path, monkeypatch, pool):
     assert 0 <= second.stage_wall_s["queue"] < 0.05 and ev.queue.served == 2  # nobody else was waiting
     parts = ("time_inputs", "time_inputs_wait", "time_calls", "time_verify", "time_guards")
     for key in parts:  # the trusted side's own work while timing, and the calls' round trips
-        assert 0 < second.stage_wall_s[key] < second.stage_wall_s["time"]
+        assert 0 <= second.stage_wall_s[key] < second.stage_wall_s["time"]  # rounded to 0.1 ms: may be 0
+    assert second.stage_wall_s["time_calls"] > 0 and second.stage_wall_s["time_verify"] > 0
     assert sum(second.stage_wall_s[k] for k in parts) <= second.stage_wall_s["time"]
     arena = next(iter(ev._arenas.values()))
     assert arena.build_s["inputs"] > 0 and arena.build_s["references"] > 0
