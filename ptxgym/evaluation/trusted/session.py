@@ -168,6 +168,9 @@ class SessionResult:
     walls: list[float] = field(default_factory=list)
     wall_parts: list[TimedCall] = field(default_factory=list)
     """The timed calls behind ``walls`` (``wall_parts``: where their walls went; diagnostic)."""
+    unspanned_walls: list[float] = field(default_factory=list)
+    """The walls of the timed calls that came back without a GPU time (``missing_spans``): the evaluator's
+    own clock, which bounds what they took (``Session.retime`` compares timings with them)."""
     crosscheck: CrossCheck | None = None
     missing_spans: int = 0
     span_gaps: list[dict] = field(default_factory=list)
@@ -885,9 +888,16 @@ class Session:
         result.retimed = "; and ".join(why_first) or "timed again"
         for gap in result.span_gaps:
             gap["timing"] = "first"
+        cal = self.reference_calibration()
         first_trials = [list(t) for t in result.trials]
         first_ms = [x for t in first_trials for x in t]
-        cal = self.reference_calibration()
+        # a call without a GPU time stands in with its wall less the calibrated overhead (the evaluator's
+        # clock: the subject cannot make it shorter than its work), so dropping spans cannot make the first
+        # timing look faster than it ran (a review's find: dropped spans otherwise re-rolled it)
+        overhead = cal.overhead_ms if cal is not None else 0.0
+        stand_ins = [max(0.0, w - overhead) for w in result.unspanned_walls]
+        first_paid = first_trials + ([stand_ins] if stand_ins else [])
+        first_shortened = result.shortened
         hidden = first.median_overhead_ms - cal.overhead_ms if first is not None and cal is not None else 0.0
         # the counted calls again, at new secret slots of the timing that is paid (the old slots are known)
         count, hw_count = result.counted is not None, result.hw_counted is not None
@@ -898,7 +908,7 @@ class Session:
         seen = dict.fromkeys(result.kernels, 0)
         result.kernels, result.census_calls = {}, 0
         result.trials, result.walls, result.missing_spans, result.shortened = [], [], 0, ""
-        result.wall_parts = []
+        result.wall_parts, result.unspanned_walls = [], []
         result.crosscheck = None
         self.slack_scale = RETIME_SLACK
         try:
@@ -913,11 +923,16 @@ class Session:
             why = moved_work(first_ms, second_ms, hidden, self.settings)
             if why:
                 result.crosscheck = replace(cc, ok=False, moved=True, message=why)
-        if first_ms and second_ms and statistics.median(first_ms) > statistics.median(second_ms):
+        first_all = [x for t in first_paid for x in t]
+        slower = bool(first_all and second_ms) and statistics.median(first_all) > statistics.median(second_ms)
+        if strict and slower:
             # the slower of the two is paid: a retime is no second draw (the subject reports its spans
-            # and sees its walls, so it could ask for one whenever its first timing looked unlucky)
-            result.trials = first_trials
+            # and sees its walls, so it could ask for one whenever its first timing looked unlucky); not
+            # for the trusted baseline (strict off), which would only be made slower
+            result.trials, result.shortened = first_paid, first_shortened
             result.retimed += "; the first timing's latencies are paid (the slower median)"
+            if stand_ins:
+                result.retimed += f", {len(stand_ins)} of them walls less the calibrated overhead"
 
     def _probe(self, result: SessionResult, baseline_ms: float | None, rotate: int, strict: bool) -> bool:
         """A short trial before the others; a candidate it finds below the slow cut-off is timed by it.
@@ -951,6 +966,7 @@ class Session:
             lat = call_latency(self.backend, r.call.ev_stream_ms, r.call.ev_device_ms, r.span_ms, gap)
             if lat is None:
                 result.missing_spans += 1
+                result.unspanned_walls.append(r.wall_ms)
                 continue
             trial.append(lat)
             result.walls.append(r.wall_ms)
