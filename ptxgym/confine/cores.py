@@ -7,13 +7,15 @@ honest expert GEMM's median per-call excess over its calibrated overhead reached
 calibration's spread set its allowance at 1.16 ms (median), against 0.003-0.008 ms and 0.01-0.02 ms on
 the quiet host (``bench/results/throughput_2026-12-06_refill_h100.txt``,
 ``wall_allowance_2026-12-06_parts_h100.txt``). So on a host with one GPU and ``MIN_HOST_CORES`` or more
-usable cores, the last ``DEFAULT_TIMING_CORES`` (with the hardware threads that share their physical
-cores) are kept for the runner a subject takes (every thread of it, from the take on: spares warm on
-any core, several at once) and the thread holding the GPU (``GpuQueue.turn``); builds (nvcc and the tools
-it runs, ``Jail.cpus``) and the backstop's scan helpers run on the others. The evaluator's other threads
-are not moved (the interpreter's lock lets one run at a time). With several GPUs nothing is kept unless
-``PTXGYM_TIMING_CORES`` says how many per GPU (each device then gets its own slice); with none, nothing.
-Pinning is best effort: a mask the kernel refuses leaves the thread where it was.
+usable cores, the last ``DEFAULT_TIMING_CORES`` hardware threads (whole physical cores: with SMT, one
+core's two threads) are kept for the runner a subject takes (every thread of it, from the take on:
+spares warm on any core, several at once) and the thread holding the GPU (``GpuQueue.turn``); builds
+(nvcc and the tools it runs, ``Jail.cpus``) and the backstop's scan helpers run on the others. The
+evaluator's other threads are not moved (the interpreter's lock lets one run at a time). With several
+GPUs nothing is kept unless ``PTXGYM_TIMING_CORES`` says how many per GPU (each GPU, by its host number,
+then gets its own slice); with none, nothing. Evaluators sharing one GPU (MIG, fractional Ray GPUs)
+share its slice, as they share its timing. Pinning is best effort: a mask the kernel refuses leaves the
+thread where it was.
 """
 
 from __future__ import annotations
@@ -57,6 +59,31 @@ def gpus() -> int:
         return 0
 
 
+def gpu_minor(pci_bus_id: str, proc: Path = Path("/proc/driver/nvidia/gpus")) -> int | None:
+    """The host's number of the GPU at ``pci_bus_id`` (its ``/dev/nvidia<N>``), None where unknown.
+
+    A process given one GPU of several (``CUDA_VISIBLE_DEVICES``, a Ray actor) calls it device 0, as its
+    neighbours call theirs: this number tells them apart (the driver's ``Device Minor``).
+    """
+
+    def bus(name: str) -> str:  # "0000:18:00.0" -> "18:00.0" (domains are written 4 or 8 digits wide)
+        return name.strip().lower().split(":", 1)[-1]
+
+    want = bus(pci_bus_id)
+    if not pci_bus_id.strip():
+        return None
+    try:
+        for entry in proc.iterdir():
+            if bus(entry.name) == want:
+                for line in (entry / "information").read_text().splitlines():
+                    key, _, value = line.partition(":")
+                    if key.strip() == "Device Minor":
+                        return int(value.strip())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def siblings(cpu: int) -> set[int]:
     """The hardware threads sharing ``cpu``'s physical core (itself included; itself alone if unknown)."""
     try:
@@ -73,15 +100,17 @@ def siblings(cpu: int) -> set[int]:
 def split(
     usable: set[int] | frozenset[int] | None = None,
     wanted: int | None = None,
-    device: int = 0,
+    device: int | None = 0,
     n_gpus: int | None = None,
 ) -> CoreSplit:
-    """The split for ``device``: ``wanted`` cores per GPU (``PTXGYM_TIMING_CORES``; default above).
+    """The split for ``device`` (the host's GPU number, ``gpu_minor``): ``wanted`` hardware threads per GPU.
 
-    Timing cores are taken whole physical cores at a time from the end, a slice per GPU (``device``'s
-    for this one); builds get what no GPU keeps, nor any hardware thread sharing a kept core. None kept
-    on a host without GPUs, when ``wanted`` is 0, or when builds would get fewer cores than are kept.
-    Raises ``ValueError`` for a ``PTXGYM_TIMING_CORES`` that is no count (``settings.timing_cores``).
+    ``wanted``: ``PTXGYM_TIMING_CORES``, default above. Timing threads are taken whole physical cores at a
+    time from the end, a slice per GPU (``device``'s for this one); builds get what no GPU keeps, nor any
+    hardware thread sharing a kept core. None kept on a host without GPUs, when ``wanted`` is 0, when
+    builds would get fewer than are kept, or with several GPUs and ``device`` unknown (None): every
+    process would take the same slice. Raises ``ValueError`` for a ``PTXGYM_TIMING_CORES`` that is no
+    count (``settings.timing_cores``).
     """
     cores = sorted(_USABLE if usable is None else usable)
     count = gpus() if n_gpus is None else n_gpus
@@ -103,18 +132,30 @@ def split(
             left = [c for c in left if c not in whole]
         slots.append(sorted(slot))
     kept = sum(len(s) for s in slots)
-    if len(left) < kept or any(len(s) < wanted for s in slots):
+    if len(left) < kept or any(len(s) < wanted for s in slots) or (device is None and count > 1):
         return CoreSplit()
-    return CoreSplit(timing=tuple(slots[device % count]), builds=tuple(left))
+    return CoreSplit(timing=tuple(slots[(device or 0) % count]), builds=tuple(left))
+
+
+def for_gpu(pci_bus_id: str) -> CoreSplit:
+    """The split of the evaluator of the GPU at ``pci_bus_id`` (``split`` with its host number)."""
+    count = gpus()
+    return split(device=gpu_minor(pci_bus_id) if count > 1 else 0, n_gpus=count)
 
 
 def build_cores() -> tuple[int, ...]:
-    """Where builds and the scan helpers run (empty: anywhere); a bad setting is logged, not raised."""
+    """Where builds and the scan helpers run (empty: anywhere); a bad setting is logged once, not raised."""
+    global _WARNED
     try:
         return split().builds
     except ValueError as exc:  # the evaluator raises it at its construction; a build goes on
-        log.warning("%s: builds run on any core", exc)
+        if not _WARNED:
+            log.warning("%s: builds run on any core", exc)
+            _WARNED = True
         return ()
+
+
+_WARNED = False
 
 
 def pin_process(pid: int, cores: tuple[int, ...]) -> bool:

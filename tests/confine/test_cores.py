@@ -134,3 +134,23 @@ def test_a_spare_started_during_a_turn_does_not_inherit_its_pin(tmp_path: Path) 
         spare = pool._spawn()
     assert spare.where == USABLE and spare.child.stdout.strip() == str(USABLE)
     pool._spawner.shutdown(wait=True)
+
+
+def test_each_gpu_is_told_apart_by_its_host_number(tmp_path: Path, monkeypatch) -> None:
+    """Ray actors each call their GPU device 0: the driver's minor number picks their slices."""
+    for name, minor in (("0000:18:00.0", 0), ("00000000:3b:00.0", 1)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "information").write_text(
+            f"Model: H100\nBus Location: {name}\nDevice Minor: {minor}\n"
+        )
+    assert cores.gpu_minor("0000:3B:00.0", tmp_path) == 1 and cores.gpu_minor("0000:18:00.0", tmp_path) == 0
+    assert cores.gpu_minor("0000:99:00.0", tmp_path) is None and cores.gpu_minor("", tmp_path) is None
+    monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
+    monkeypatch.setattr(cores, "_USABLE", frozenset(range(32)))
+    monkeypatch.setattr(cores, "gpus", lambda: 2)
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "2")
+    monkeypatch.setattr(cores, "gpu_minor", lambda bus, proc=tmp_path: {"a": 0, "b": 1}.get(bus))
+    assert cores.for_gpu("a").timing == (30, 31) and cores.for_gpu("b").timing == (28, 29)
+    assert cores.for_gpu("unknown") == cores.CoreSplit()  # two GPUs, this one unknown: nothing kept
+    monkeypatch.setattr(cores, "gpus", lambda: 1)
+    assert cores.for_gpu("unknown").timing == (30, 31)  # the one GPU

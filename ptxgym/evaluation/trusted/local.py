@@ -167,6 +167,18 @@ class WorkerSetupError(InfraError):
     """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
 
 
+def pci_bus_id(device: int) -> str:
+    """The PCI address of CUDA device ``device`` ("0000:18:00.0"), "" where torch does not say."""
+    try:
+        import torch
+
+        p = torch.cuda.get_device_properties(device)
+        domain, bus, dev = (getattr(p, f"pci_{k}_id") for k in ("domain", "bus", "device"))
+        return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+    except (AttributeError, RuntimeError, AssertionError, ValueError, TypeError):
+        return ""
+
+
 def spares_range(spares: int, most: int | None = None) -> tuple[int, int]:
     """The spares kept warming: ``spares`` with no candidate waiting, up to ``most`` while they queue.
 
@@ -235,7 +247,7 @@ class LocalGpuEvaluator(Evaluator):
         self.count_outside = COUNT_OUTSIDE_TRIALS
         """Why counted calls run outside the activity trials, if so (default ``COUNT_OUTSIDE_TRIALS``)."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
-        self.cores = cores.split(device=self.device)
+        self.cores = cores.for_gpu(pci_bus_id(self.device))
         """Cores kept for the runners and the GPU turns' thread, and the builds' (``confine/cores.py``)."""
         self.queue = GpuQueue(queue_capacity, self.cores.timing)
         """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""
