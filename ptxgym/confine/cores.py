@@ -20,15 +20,10 @@ thread where it was.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-from ptxgym.records import settings
-
-log = logging.getLogger(__name__)
 
 _USABLE = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 """The cores this process could use when this module was imported: a thread pinned for a GPU turn
@@ -105,19 +100,17 @@ def split(
 ) -> CoreSplit:
     """The split for ``device`` (the host's GPU number, ``gpu_minor``): ``wanted`` hardware threads per GPU.
 
-    ``wanted``: ``PTXGYM_TIMING_CORES``, default above. Timing threads are taken whole physical cores at a
+    ``wanted``: ``PTXGYM_TIMING_CORES`` (``settings.timing_cores``, read by the caller); None: the default
+    above. Timing threads are taken whole physical cores at a
     time from the end, a slice per GPU (``device``'s for this one); builds get what no GPU keeps, nor any
     hardware thread sharing a kept core. None kept on a host without GPUs, when ``wanted`` is 0, when
     builds would get fewer than are kept, or with several GPUs and ``device`` unknown (None): every
-    process would take the same slice. Raises ``ValueError`` for a ``PTXGYM_TIMING_CORES`` that is no
-    count (``settings.timing_cores``).
+    process would take the same slice.
     """
     cores = sorted(_USABLE if usable is None else usable)
     count = gpus() if n_gpus is None else n_gpus
     if count <= 0 or not cores:
         return CoreSplit()
-    if wanted is None:
-        wanted = settings.timing_cores()
     if wanted is None:
         wanted = DEFAULT_TIMING_CORES if count == 1 and len(cores) >= MIN_HOST_CORES else 0
     if wanted <= 0:
@@ -137,25 +130,10 @@ def split(
     return CoreSplit(timing=tuple(slots[(device or 0) % count]), builds=tuple(left))
 
 
-def for_gpu(pci_bus_id: str) -> CoreSplit:
+def for_gpu(pci_bus_id: str, wanted: int | None = None) -> CoreSplit:
     """The split of the evaluator of the GPU at ``pci_bus_id`` (``split`` with its host number)."""
     count = gpus()
-    return split(device=gpu_minor(pci_bus_id) if count > 1 else 0, n_gpus=count)
-
-
-def build_cores() -> tuple[int, ...]:
-    """Where builds and the scan helpers run (empty: anywhere); a bad setting is logged once, not raised."""
-    global _WARNED
-    try:
-        return split().builds
-    except ValueError as exc:  # the evaluator raises it at its construction; a build goes on
-        if not _WARNED:
-            log.warning("%s: builds run on any core", exc)
-            _WARNED = True
-        return ()
-
-
-_WARNED = False
+    return split(wanted=wanted, device=gpu_minor(pci_bus_id) if count > 1 else 0, n_gpus=count)
 
 
 def pin_process(pid: int, cores: tuple[int, ...]) -> bool:

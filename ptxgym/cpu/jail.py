@@ -29,6 +29,7 @@ is the only guard of file access); ``strict`` refuses to build without Landlock 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import shutil
@@ -45,6 +46,8 @@ from ptxgym.confine.tasks import user_tasks
 from ptxgym.cpu.toolchain import Toolchain
 from ptxgym.records import settings
 from ptxgym.records.errors import InfraError
+
+log = logging.getLogger(__name__)
 
 FSIZE_LIMIT_BYTES = 512 * 1024 * 1024
 LOG_HEAD_BYTES, LOG_TAIL_BYTES = 384 * 1024, 128 * 1024
@@ -244,6 +247,26 @@ def jail_rules(toolchain: Toolchain, include_dirs: Sequence[Path], stage: Path) 
     )
 
 
+def build_cores() -> tuple[int, ...]:
+    """Where builds and the scan helpers run (``confine/cores.py``; empty: anywhere).
+
+    A bad ``PTXGYM_TIMING_CORES`` is logged once, not raised: the evaluator raises it at its construction,
+    and a build goes on.
+    """
+    global _CORES_WARNED
+    try:
+        wanted = settings.timing_cores()
+    except ValueError as exc:
+        if not _CORES_WARNED:
+            log.warning("%s: builds run on any core", exc)
+            _CORES_WARNED = True
+        return ()
+    return cores.split(wanted=wanted).builds
+
+
+_CORES_WARNED = False
+
+
 BUILD_NICE = 5
 """Niceness added to every build (nvcc and the tools it runs), so that a batch of concurrent builds on
 every core gives way to the evaluator's host side while it holds the GPU: on an H100 host where 16
@@ -277,7 +300,7 @@ def build_jail(
         rlimits["RLIMIT_NPROC"] = user_tasks() + 512
     rules = jail_rules(toolchain, include_dirs, stage) if confined.kind == "landlock" else None
     families = () if confined.sockets_filtered else None
-    builds = cores.build_cores()
+    builds = build_cores()
     return Jail(rlimits=rlimits, landlock=rules, families=families, nice=BUILD_NICE, cpus=builds)
 
 

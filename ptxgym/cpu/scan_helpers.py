@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ptxgym.confine import cores
+from ptxgym.cpu.jail import build_cores
 from ptxgym.cpu.screen import ScreenVerdict
 from ptxgym.records import settings
 
@@ -78,7 +79,7 @@ class _Helper:
             bufsize=1,
         )
         try:
-            cores.pin(self.proc.pid, cores.build_cores())  # with the builds, off the timing cores
+            cores.pin(self.proc.pid, build_cores())  # with the builds, off the timing cores
             line = self._line(time.monotonic() + START_TIMEOUT_S)
             if line.strip() != ready_line():
                 raise HelperFailed(f"a scan helper started without our ready line (got {line[:120]!r})")

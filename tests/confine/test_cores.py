@@ -33,26 +33,36 @@ def test_a_big_host_keeps_its_last_two_cores_and_a_small_one_none(monkeypatch) -
     assert cores.split(set(range(4)), wanted=3, n_gpus=1) == cores.CoreSplit()  # builds would get fewer
     assert cores.split(set(range(16)), wanted=0, n_gpus=1) == cores.CoreSplit()
     assert cores.split(set(range(16)), n_gpus=0) == cores.CoreSplit()  # a CPU host (a build node)
+    assert cores.split(set(range(16)), wanted=4, n_gpus=1).timing == (12, 13, 14, 15)
+
+
+def test_the_setting_is_read_by_the_callers_and_a_bad_one_does_not_stop_a_build(monkeypatch) -> None:
+    from ptxgym.cpu.jail import build_cores
+    from ptxgym.records import settings
+
+    monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
+    monkeypatch.setattr(cores, "_USABLE", frozenset(range(16)))
+    monkeypatch.setattr(cores, "gpus", lambda: 1)
+    monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
+    assert settings.timing_cores() is None and build_cores() == tuple(range(14))
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "4")
-    assert cores.split(set(range(16)), n_gpus=1).timing == (12, 13, 14, 15)
+    assert settings.timing_cores() == 4 and build_cores() == tuple(range(12))
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "0")
-    assert cores.split(set(range(16)), n_gpus=1) == cores.CoreSplit()
+    assert build_cores() == ()
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "many")
     with pytest.raises(ValueError, match="PTXGYM_TIMING_CORES"):
-        cores.split(set(range(16)), n_gpus=1)
-    assert cores.build_cores() == ()  # a build goes on anywhere, the setting's error logged
+        settings.timing_cores()  # the evaluator's construction raises it
+    assert build_cores() == ()  # a build goes on anywhere, the setting's error logged
 
 
 def test_several_gpus_keep_nothing_unless_asked_and_then_a_slice_each(monkeypatch) -> None:
-    monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
     monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
     assert cores.split(set(range(32)), n_gpus=8) == cores.CoreSplit()
-    monkeypatch.setenv("PTXGYM_TIMING_CORES", "2")
-    slices = [cores.split(set(range(32)), device=d, n_gpus=8) for d in range(8)]
+    slices = [cores.split(set(range(32)), wanted=2, device=d, n_gpus=8) for d in range(8)]
     assert [s.timing for s in slices[:2]] == [(30, 31), (28, 29)] and slices[7].timing == (16, 17)
     assert all(s.builds == tuple(range(16)) for s in slices)
     assert len({c for s in slices for c in s.timing}) == 16  # no two GPUs share a core
-    assert cores.split(set(range(16)), n_gpus=8) == cores.CoreSplit()  # builds would get none
+    assert cores.split(set(range(16)), wanted=2, n_gpus=8) == cores.CoreSplit()  # builds would get none
 
 
 def test_a_kept_core_takes_its_hardware_threads_out_of_the_builds(monkeypatch) -> None:
@@ -84,7 +94,7 @@ def test_a_build_jail_runs_on_the_build_cores(monkeypatch) -> None:
     monkeypatch.setattr(cores, "gpus", lambda: 1)
     monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "1")
-    want = cores.split()
+    want = cores.split(wanted=1)
     assert want.timing == (USABLE[-1],) and want.builds == tuple(USABLE[:-1])
     toolchain = build_jail_module.Toolchain.__new__(build_jail_module.Toolchain)  # not read without Landlock
     confined = build_jail_module.Confinement(kind="off", detail="off for the test")
@@ -148,9 +158,9 @@ def test_each_gpu_is_told_apart_by_its_host_number(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})
     monkeypatch.setattr(cores, "_USABLE", frozenset(range(32)))
     monkeypatch.setattr(cores, "gpus", lambda: 2)
-    monkeypatch.setenv("PTXGYM_TIMING_CORES", "2")
     monkeypatch.setattr(cores, "gpu_minor", lambda bus, proc=tmp_path: {"a": 0, "b": 1}.get(bus))
-    assert cores.for_gpu("a").timing == (30, 31) and cores.for_gpu("b").timing == (28, 29)
-    assert cores.for_gpu("unknown") == cores.CoreSplit()  # two GPUs, this one unknown: nothing kept
+    assert cores.for_gpu("a", 2).timing == (30, 31) and cores.for_gpu("b", 2).timing == (28, 29)
+    assert cores.for_gpu("unknown", 2) == cores.CoreSplit()  # two GPUs, this one unknown: nothing kept
+    assert cores.for_gpu("a") == cores.CoreSplit()  # several GPUs: nothing kept unless asked
     monkeypatch.setattr(cores, "gpus", lambda: 1)
     assert cores.for_gpu("unknown").timing == (30, 31)  # the one GPU

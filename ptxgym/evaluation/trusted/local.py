@@ -247,7 +247,7 @@ class LocalGpuEvaluator(Evaluator):
         self.count_outside = COUNT_OUTSIDE_TRIALS
         """Why counted calls run outside the activity trials, if so (default ``COUNT_OUTSIDE_TRIALS``)."""
         self.baselines = BaselineStore(user_settings.cache_dir() / "baselines", self.facts.key)
-        self.cores = cores.for_gpu(pci_bus_id(self.device))
+        self.cores = cores.for_gpu(pci_bus_id(self.device), user_settings.timing_cores())
         """Cores kept for the runners and the GPU turns' thread, and the builds' (``confine/cores.py``)."""
         self.queue = GpuQueue(queue_capacity, self.cores.timing)
         """First-come, first-served access to the GPU; at most ``queue_capacity`` callers wait."""
