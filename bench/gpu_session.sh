@@ -57,7 +57,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -123,6 +123,13 @@ case "$stage" in
     PTXGYM_MAX_SPARES=4 PTXGYM_SPARE_REFILL=batch timeout 120 python3 bench/throughput.py --evaluator local \
       --sizes 16 --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
       --out "$out/throughput_batch4.txt"
+    ;;
+  s25s)
+    # s25's first two runs alone (for a session with little device time left)
+    timeout 200 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
+      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
+    PTXGYM_TIMING_CORES=0 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
+      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_nocores.txt"
     ;;
   s25)
     # eighteenth session: the defaults since s24 (batch refill, 4 spares) and the cores kept for timing
