@@ -136,10 +136,7 @@ case "$stage" in
     # (confine/cores.py): 1 and 16 envs streaming side by side, then 16 without the kept cores and 16 with
     # up to 8 spares; then the
     # MHA forward expert's GPU cost over 6 turns (spans lost after a counted call are timed again now)
-    timeout 200 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
-      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
-    PTXGYM_TIMING_CORES=0 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
-      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_nocores.txt"
+    bash bench/gpu_session.sh s25s "$out"
     PTXGYM_MAX_SPARES=8 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
       --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_spares8.txt"
     timeout 120 python3 bench/gpu_cost.py --out "$out/gpu_cost_mha.txt" --subjects mha_fwd_expert --turns 6 \
