@@ -4,29 +4,18 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (after the thirteenth session, 2026-12-05: flip, flip2, s17, s18, s19 on an H100; none lent to the
-# sixteenth and seventeenth), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s23 $OUT   (~8 min: s22, the
-#                                      sampled checks' GPU tests and the GPU cost with verified new draws
-#                                      checked on a sample against whole, side by side; then where a call's
-#                                      wall goes as shipped, honest and hiding)
-#   (s23 and s24 ran on 2026-12-06, H100)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s25 $OUT   (~8 min: 1 and 16
-#                                      envs streaming with the cores kept for timing, 16 without; the MHA
-#                                      forward expert over 6 turns)
-#   run(carry=[".whl"]) at once after: COMMIT=<sha> bash bench/gpu_session.sh s24 $OUT   (~8 min: the
-#                                      runner spinning for its commands, then the batch refill of spares
-#                                      against each at 4 spares; it replaces s21's second half and s20's)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21 $OUT   (~7 min: the wall
-#                                      parts again, and with the runner spinning for its commands)
+# Next (s23 and s24 ran on 2026-12-06 on an H100; none lent to the sixteenth and seventeenth sessions), in
+# order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s25 $OUT   (~6 min: 1 and 16
+#                                      envs streaming with the cores kept for timing, 16 without, 16 with
+#                                      up to 8 spares; the MHA forward expert over 6 turns; s25s: the first
+#                                      two runs alone)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21b $OUT  (~4 min: 16 envs
 #                                      streaming with the scan in helper processes against in-process)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s20 $OUT   (~8 min: throughput
-#                                      streaming at 1 and 16 envs at HEAD, then the batch refill of spares
-#                                      against each at 4 spares)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh evaluator $OUT   (~8 min: the
 #                                      evaluator's whole GPU suite, with the retime and Arena.close changes)
 #   then s11c (the wall allowance, now with the retime), spares, ray_load (+ .raybundle), benches, gate.
+# Done on 2026-12-06: s23 (s22 + wall parts), s24 (runner spin; batch refill against each, replacing s20).
 # Done on 2026-12-05: flip, flip2, s17-s19, s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
 #
 # checks:  the ninth session's timing changes (the wall ends after the trusted output copy; a GPU time
@@ -57,7 +46,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s21b, s20, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -149,17 +138,6 @@ case "$stage" in
     PTXGYM_SCAN_HELPERS=0 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 \
       --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
       --out "$out/throughput_inprocess.txt"
-    ;;
-  s20)
-    # next: the retime's review fixes and the build niceness at 16 envs streaming, then the batch refill
-    # of spares (PTXGYM_SPARE_REFILL=batch, 4 spares) against each (4 spares), the same mix side by side
-    timeout 200 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
-      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
-    PTXGYM_MAX_SPARES=4 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
-      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_each4.txt"
-    PTXGYM_MAX_SPARES=4 PTXGYM_SPARE_REFILL=batch timeout 120 python3 bench/throughput.py --evaluator local \
-      --sizes 16 --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
-      --out "$out/throughput_batch4.txt"
     ;;
   s19)
     # s17/s18's follow-ups: memcheck's driver with its rlimits deferred to just before the candidate loads,
