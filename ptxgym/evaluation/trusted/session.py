@@ -832,9 +832,9 @@ class Session:
         Missing GPU times: on an H100 an honest MHA forward expert lost every span of the activity trial
         after a counted call in 1 of 6 evaluations (``bench/results/gpu_cost_2026-12-06_sampled_h100.txt``,
         turn 2), a TIMING_ANOMALY an honest policy could not avoid. A subject that removes its own spans
-        gains nothing from the retime: the first timing is discarded whole (its latencies; its verified
-        calls still count), the second has new secret slots and half the slack, and it must have every
-        span.
+        gains nothing from the retime: the second timing has new secret slots and half the slack and must
+        have every span, and the slower of the two timings is paid, a call without a span standing in with
+        its wall less the calibrated overhead (``retime``).
         """
         cc = result.crosscheck
         if result.retimed or result.failure is not None:
