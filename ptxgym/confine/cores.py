@@ -163,9 +163,14 @@ def pin(pid: int, cores: tuple[int, ...]) -> bool:
     return True
 
 
+def usable() -> tuple[int, ...]:
+    """Every core this process could use (``_USABLE``)."""
+    return tuple(sorted(_USABLE))
+
+
 def unpin() -> None:
     """Let the calling thread run on every core this process could use (a spawner's first step).
 
     A thread started during a pinned GPU turn inherits the pin, and so would every process it starts.
     """
-    pin(0, tuple(sorted(_USABLE)))
+    pin(0, usable())

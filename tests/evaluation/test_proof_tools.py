@@ -9,6 +9,7 @@ report reading and parsing, ``check_executed``/``run_memcheck`` and ``with_proof
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -316,3 +317,15 @@ def test_no_read_back_after_a_failed_profile(tmp_path):
         got = ncu._read_back(*args, code, late)  # would fail to start the missing ncu if it tried
         assert got.report and got.kernels is None and got.reason == "the profile failed"
     dirs.remove()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")
+def test_a_tool_started_in_a_pinned_gpu_turn_runs_on_every_core():
+    """A proof tool run inside a turn (``gated_proofs`` off) must not inherit the turn's cores alone."""
+    from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
+
+    usable = sorted(os.sched_getaffinity(0))
+    script = "import os, time; time.sleep(0.3); print(sorted(os.sched_getaffinity(0)))"
+    with GpuQueue(cpus=(usable[-1],)).turn():
+        run = run_tool([sys.executable, "-c", script], 30)
+    assert run.returncode == 0 and run.output.strip() == str(usable), run.output

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ptxgym.confine import cores
 from ptxgym.confine.groups import kill_group
 from ptxgym.evaluation.protocol import worker_environ
 from ptxgym.records.errors import InfraError
@@ -295,6 +296,7 @@ def run_tool(
             env=env,
             cwd=str(cwd) if cwd is not None else tempfile.gettempdir(),
         )
+        cores.pin_process(proc.pid, cores.usable())  # started in a pinned GPU turn: not on its cores alone
 
         def tail() -> str:
             size = out.seek(0, os.SEEK_END)
