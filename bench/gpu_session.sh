@@ -7,9 +7,8 @@
 # Next (s23 and s24 ran on 2026-12-06 on an H100; none lent to the sixteenth and seventeenth sessions), in
 # order:
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s25 $OUT   (~6 min: 1 and 16
-#                                      envs streaming with the cores kept for timing, 16 without, 16 with
-#                                      up to 8 spares; the MHA forward expert over 6 turns; s25s: the first
-#                                      two runs alone)
+#                                      envs streaming, 16 with two threads kept for timing, 16 with up to 8
+#                                      spares; the MHA forward expert over 6 turns; s25s: the first two runs)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21b $OUT  (~4 min: 16 envs
 #                                      streaming with the scan in helper processes against in-process)
 #   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh evaluator $OUT   (~8 min: the
@@ -114,17 +113,17 @@ case "$stage" in
       --out "$out/throughput_batch4.txt"
     ;;
   s25s)
-    # s25's first two runs alone (for a session with little device time left)
+    # s25's first two runs alone (for a session with little device time left): 1 and 16 envs with the
+    # defaults (no cores kept since the eighteenth session), then 16 with two hardware threads kept
     timeout 200 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
       --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
-    PTXGYM_TIMING_CORES=0 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
-      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_nocores.txt"
+    PTXGYM_TIMING_CORES=2 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
+      --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_cores2.txt"
     ;;
   s25)
-    # eighteenth session: the defaults since s24 (batch refill, 4 spares) and the cores kept for timing
-    # (confine/cores.py): 1 and 16 envs streaming side by side, then 16 without the kept cores and 16 with
-    # up to 8 spares; then the
-    # MHA forward expert's GPU cost over 6 turns (spans lost after a counted call are timed again now)
+    # eighteenth session: the defaults since s24 (batch refill, 4 spares): 1 and 16 envs streaming side by
+    # side, 16 with two hardware threads kept for timing (confine/cores.py) and 16 with up to 8 spares;
+    # then the MHA forward expert's GPU cost over 6 turns (spans lost after a counted call timed again)
     bash bench/gpu_session.sh s25s "$out"
     PTXGYM_MAX_SPARES=8 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
       --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_spares8.txt"

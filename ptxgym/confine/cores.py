@@ -6,16 +6,21 @@ Under load every wake-up in it waits for a core: on an H100 host (16 cores) with
 honest expert GEMM's median per-call excess over its calibrated overhead reached 0.27-0.32 ms and the
 calibration's spread set its allowance at 1.16 ms (median), against 0.003-0.008 ms and 0.01-0.02 ms on
 the quiet host (``bench/results/throughput_2026-12-06_refill_h100.txt``,
-``wall_allowance_2026-12-06_parts_h100.txt``). So on a host with one GPU and ``MIN_HOST_CORES`` or more
-usable cores, the last ``DEFAULT_TIMING_CORES`` hardware threads (whole physical cores: with SMT, one
-core's two threads) are kept for the runner a subject takes (every thread of it, from the take on:
-spares warm on any core, several at once) and the thread holding the GPU (``GpuQueue.turn``); builds
-(nvcc and the tools it runs, ``Jail.cpus``) and the backstop's scan helpers run on the others. The
-evaluator's other threads are not moved (the interpreter's lock lets one run at a time). With several
-GPUs nothing is kept unless ``PTXGYM_TIMING_CORES`` says how many per GPU (each GPU, by its host number,
-then gets its own slice); with none, nothing. Evaluators sharing one GPU (MIG, fractional Ray GPUs)
-share its slice, as they share its timing. Pinning is best effort: a mask the kernel refuses leaves the
-thread where it was.
+``wall_allowance_2026-12-06_parts_h100.txt``). With ``PTXGYM_TIMING_CORES=n`` on a host with one GPU,
+the last ``n`` hardware threads (whole physical cores: with SMT, a core's threads together) are kept for
+the runner a subject takes (every thread of it, from the take on: spares warm on any core, several at
+once) and the thread holding the GPU (``GpuQueue.turn``); builds (nvcc and the tools it runs,
+``Jail.cpus``) and the backstop's scan helpers run on the others. The evaluator's other threads are not
+moved. With several GPUs each GPU, by its host number, gets its own slice. Evaluators sharing one GPU
+(MIG, fractional Ray GPUs) share its slice, as they share its timing. Pinning is best effort: a mask the
+kernel refuses leaves the thread where it was.
+
+Off by default (``DEFAULT_TIMING_CORES``): the one measurement, 16 envs streaming on an H100 host with two
+threads kept, showed a larger honest wall excess than runs without (median 0.21 ms and worst 0.64 against
+0.05-0.07 and 0.27-0.32; not side by side: ``bench/results/throughput_2026-12-06_cores_h100.txt``
+against ``throughput_2026-12-06_refill_h100.txt``): the runner, the timing thread and the evaluator's
+unpinned threads may crowd two hardware threads of one physical core. ``bench/gpu_session.sh s25s``
+compares them side by side.
 """
 
 from __future__ import annotations
@@ -28,9 +33,8 @@ from pathlib import Path
 _USABLE = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 """The cores this process could use when this module was imported: a thread pinned for a GPU turn
 (``GpuQueue.turn``) asks ``sched_getaffinity`` about itself, so its answer is not the process's."""
-DEFAULT_TIMING_CORES = 2
-MIN_HOST_CORES = 8
-"""Below this many usable cores no core is kept apart by default (builds would lose too large a share)."""
+DEFAULT_TIMING_CORES = 0
+"""Hardware threads kept per GPU when ``PTXGYM_TIMING_CORES`` is unset (module docstring: off for now)."""
 _SYS_CPU = Path("/sys/devices/system/cpu")
 
 
@@ -100,8 +104,8 @@ def split(
 ) -> CoreSplit:
     """The split for ``device`` (the host's GPU number, ``gpu_minor``): ``wanted`` hardware threads per GPU.
 
-    ``wanted``: ``PTXGYM_TIMING_CORES`` (``settings.timing_cores``, read by the caller); None: the default
-    above. Timing threads are taken whole physical cores at a
+    ``wanted``: ``PTXGYM_TIMING_CORES`` (``settings.timing_cores``, read by the caller); None:
+    ``DEFAULT_TIMING_CORES``. Timing threads are taken whole physical cores at a
     time from the end, a slice per GPU (``device``'s for this one); builds get what no GPU keeps, nor any
     hardware thread sharing a kept core. None kept on a host without GPUs, when ``wanted`` is 0, when
     builds would get fewer than are kept, or with several GPUs and ``device`` unknown (None): every
@@ -112,7 +116,7 @@ def split(
     if count <= 0 or not cores:
         return CoreSplit()
     if wanted is None:
-        wanted = DEFAULT_TIMING_CORES if count == 1 and len(cores) >= MIN_HOST_CORES else 0
+        wanted = DEFAULT_TIMING_CORES
     if wanted <= 0:
         return CoreSplit()
     slots: list[list[int]] = []

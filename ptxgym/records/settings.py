@@ -19,7 +19,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_RUNNER_READ_EXTRA`` | extra paths (``:``-separated) a jailed GPU runner may read | none |
 | ``PTXGYM_MAX_SPARES`` | most spare workers warming while candidates queue for the GPU | ``4`` |
 | ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``batch`` |
-| ``PTXGYM_TIMING_CORES`` | cores kept for runners and GPU turns, not builds; ``0``: none | 2 (8+ cores) |
+| ``PTXGYM_TIMING_CORES`` | hardware threads per GPU kept for runners and GPU turns, not builds | ``0`` |
 | ``PTXGYM_SCAN_HELPERS`` | most helper processes for the build's backstop scan; ``0``: in-process | 1 to 4 |
 """
 

@@ -23,16 +23,15 @@ two_cores = pytest.mark.skipif(len(USABLE) < 2, reason="needs two usable cores")
 WHERE = "import os; print(sorted(os.sched_getaffinity(0)))"
 
 
-def test_a_big_host_keeps_its_last_two_cores_and_a_small_one_none(monkeypatch) -> None:
-    monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
+def test_the_last_cores_are_kept_when_asked_and_none_by_default(monkeypatch) -> None:
     monkeypatch.setattr(cores, "siblings", lambda cpu: {cpu})  # one hardware thread per core
-    big = cores.split(set(range(16)), n_gpus=1)
+    assert cores.split(set(range(16)), n_gpus=1) == cores.CoreSplit()  # off by default (module docstring)
+    big = cores.split(set(range(16)), wanted=2, n_gpus=1)
     assert big.timing == (14, 15) and big.builds == tuple(range(14))
-    assert cores.split(set(range(4)), n_gpus=1) == cores.CoreSplit()  # below MIN_HOST_CORES: no split
     assert cores.split(set(range(4)), wanted=1, n_gpus=1) == cores.CoreSplit(timing=(3,), builds=(0, 1, 2))
     assert cores.split(set(range(4)), wanted=3, n_gpus=1) == cores.CoreSplit()  # builds would get fewer
     assert cores.split(set(range(16)), wanted=0, n_gpus=1) == cores.CoreSplit()
-    assert cores.split(set(range(16)), n_gpus=0) == cores.CoreSplit()  # a CPU host (a build node)
+    assert cores.split(set(range(16)), wanted=2, n_gpus=0) == cores.CoreSplit()  # a CPU host (a build node)
     assert cores.split(set(range(16)), wanted=4, n_gpus=1).timing == (12, 13, 14, 15)
 
 
@@ -44,7 +43,9 @@ def test_the_setting_is_read_by_the_callers_and_a_bad_one_does_not_stop_a_build(
     monkeypatch.setattr(cores, "_USABLE", frozenset(range(16)))
     monkeypatch.setattr(cores, "gpus", lambda: 1)
     monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
-    assert settings.timing_cores() is None and build_cores() == tuple(range(14))
+    assert settings.timing_cores() is None and build_cores() == ()  # off by default
+    monkeypatch.setenv("PTXGYM_TIMING_CORES", "2")
+    assert build_cores() == tuple(range(14))
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "4")
     assert settings.timing_cores() == 4 and build_cores() == tuple(range(12))
     monkeypatch.setenv("PTXGYM_TIMING_CORES", "0")
@@ -66,10 +67,9 @@ def test_several_gpus_keep_nothing_unless_asked_and_then_a_slice_each(monkeypatc
 
 
 def test_a_kept_core_takes_its_hardware_threads_out_of_the_builds(monkeypatch) -> None:
-    monkeypatch.delenv("PTXGYM_TIMING_CORES", raising=False)
     pairs = {c: {c % 8, c % 8 + 8} for c in range(16)}  # cpu c and c + 8 share a physical core
     monkeypatch.setattr(cores, "siblings", lambda cpu: pairs[cpu])
-    got = cores.split(set(range(16)), n_gpus=1)
+    got = cores.split(set(range(16)), wanted=2, n_gpus=1)
     assert got.timing == (7, 15)  # one whole physical core: both its threads
     assert 7 not in got.builds and 15 not in got.builds and len(got.builds) == 14
     assert cores.siblings(0) >= {0}  # this host's own answer always holds the cpu itself
@@ -161,6 +161,6 @@ def test_each_gpu_is_told_apart_by_its_host_number(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(cores, "gpu_minor", lambda bus, proc=tmp_path: {"a": 0, "b": 1}.get(bus))
     assert cores.for_gpu("a", 2).timing == (30, 31) and cores.for_gpu("b", 2).timing == (28, 29)
     assert cores.for_gpu("unknown", 2) == cores.CoreSplit()  # two GPUs, this one unknown: nothing kept
-    assert cores.for_gpu("a") == cores.CoreSplit()  # several GPUs: nothing kept unless asked
+    assert cores.for_gpu("a") == cores.CoreSplit()  # nothing kept unless asked
     monkeypatch.setattr(cores, "gpus", lambda: 1)
-    assert cores.for_gpu("unknown").timing == (30, 31)  # the one GPU
+    assert cores.for_gpu("unknown", 2).timing == (30, 31)  # the one GPU
