@@ -2,10 +2,10 @@
 
 A call's wall clock, which bounds what the candidate's process reports, is the trusted side's round trip:
 its command, the runner's launch and synchronisation, its reply and the trusted copy of the outputs.
-Under load every wake-up in it waits for a core: on an H100 host (16 cores) with 16 envs streaming, the
-honest expert GEMM's median per-call excess over its calibrated overhead reached 0.27-0.32 ms and the
-calibration's spread set its allowance at 1.16 ms (median), against 0.003-0.008 ms and 0.01-0.02 ms on
-the quiet host (``bench/results/throughput_2026-12-06_refill_h100.txt``,
+Under load every wake-up in it may wait for a core: on an H100 host (16 cores) with 16 envs streaming,
+the worst honest candidate's median per-call excess over its calibrated overhead reached 0.27-0.32 ms
+and the calibrations' spread set allowances of 1.16 ms (median), against 0.003-0.008 ms and 0.01-0.02 ms
+for the expert GEMM on the quiet host (``bench/results/throughput_2026-12-06_refill_h100.txt``,
 ``wall_allowance_2026-12-06_parts_h100.txt``). With ``PTXGYM_TIMING_CORES=n`` on a host with one GPU,
 the last ``n`` hardware threads (whole physical cores: with SMT, a core's threads together) are kept for
 the runner a subject takes (every thread of it, from the take on: spares warm on any core, several at
