@@ -170,15 +170,18 @@ def recorder(ev):
 
 
 def excess(verdicts: list) -> dict:
-    """The timed candidates' wall cross-checks: excess over the calibrated overhead, and the allowance.
+    """The timed candidates' wall cross-checks: excess over the calibrated overhead, the allowance, parts.
 
     Per verdict with a cross-check (every status: the mix hides no work, so an anomaly here is an honest
     candidate the load pushed out), answered now (not from the verdict cache): median (wall - GPU time)
     minus the overhead of the calibration the cross-check used (``calibration_used``), ms, and the
     allowance beyond that overhead (a second timing's is ``session.RETIME_SLACK`` of a first's); their
-    median and worst over the pass, and how many were anomalies.
+    median and worst over the pass, and how many were anomalies; and where the walls went (``parts``:
+    each step of ``session.wall_parts``, for the paid timed calls and the calibration the cross-check
+    used, the median over candidates): under load, which step grows.
     """
     got = []
+    parts: dict[str, list[float]] = {}
     for v in verdicts:
         details = v.details or {}
         cc = details.get("crosscheck") or {}
@@ -187,6 +190,9 @@ def excess(verdicts: list) -> dict:
         if cc and cal and not v.cache_hit:
             over = cc["median_overhead_ms"] - cal["overhead_ms"]
             got.append((over, cc["allowed_ms"] - cal["overhead_ms"], v.status.value == "TIMING_ANOMALY"))
+            for where, values in (("timed", details.get("wall_parts")), ("calibration", cal.get("parts_ms"))):
+                for key, ms in (values or {}).items():
+                    parts.setdefault(f"{where} {key}", []).append(ms)
     if not got:
         return {}
     return {
@@ -195,6 +201,7 @@ def excess(verdicts: list) -> dict:
         "max": max(e for e, _, _ in got),
         "allowed": statistics.median(a for _, a, _ in got),
         "anomalies": sum(bad for *_, bad in got),
+        "parts": {k: statistics.median(v) for k, v in sorted(parts.items())},
     }
 
 
@@ -358,6 +365,9 @@ def format_pass(r: dict) -> list[str]:
         )
         + "; a 1 ms sleep's lateness in this process (ms): "
         + (", ".join(f"{k} {v:.3f}" for k, v in r["wake"].items()) if r.get("wake") else "-"),
+        "         where those calls' walls went (ms, each the median over candidates of their medians; "
+        "session.wall_parts): "
+        + (", ".join(f"{k} {v:.4f}" for k, v in r["excess"]["parts"].items()) if r.get("excess") else "-"),
     ]
 
 

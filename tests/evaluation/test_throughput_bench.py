@@ -1,0 +1,61 @@
+"""bench/throughput.py's summary of the wall cross-checks (the GPU run is the bench)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import throughput  # noqa: E402
+
+from ptxgym.records.feedback import Status  # noqa: E402
+
+
+def _verdict(over: float, timed: dict, calibration: dict, status: str = "PASSED", cached: bool = False):
+    details = {
+        "crosscheck": {"median_overhead_ms": 0.5 + over, "allowed_ms": 0.8},
+        "calibration_used": "trivial",
+        "calibration": {"overhead_ms": 0.5, "parts_ms": calibration},
+        "wall_parts": timed,
+    }
+    return SimpleNamespace(details=details, cache_hit=cached, status=Status(status))
+
+
+def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations():
+    got = throughput.excess(
+        [
+            _verdict(0.01, {"request": 1.0, "copy": 0.2}, {"request": 0.9}),
+            _verdict(0.3, {"request": 1.4, "copy": 0.2}, {"request": 1.1}, "TIMING_ANOMALY"),
+            _verdict(9.0, {"request": 99.0}, {"request": 99.0}, cached=True),  # answered from the cache
+        ]
+    )
+    assert got["n"] == 2 and got["anomalies"] == 1
+    assert got["max"] == pytest.approx(0.3) and got["allowed"] == pytest.approx(0.3)
+    assert got["parts"] == {"calibration request": 1.0, "timed copy": 0.2, "timed request": 1.2}
+    line = throughput.format_pass(
+        {
+            "envs": 16,
+            "candidates": 2,
+            "wall_s": 1.0,
+            "per_min": 1.0,
+            "correct_per_min": 1.0,
+            "correct": 1,
+            "build_s": 0,
+            "queue_s": 0,
+            "check_s": 0,
+            "time_s": 0,
+            "proofs_s": 0,
+            "proofs_gpu_s": 0,
+            "gpu_s": 0,
+            "gpu_busy": 0.5,
+            "shortened": 0,
+            "statuses": {},
+            "excess": got,
+        }
+    )
+    assert any("timed request 1.2000" in part and "calibration request 1.0000" in part for part in line)
+    assert throughput.excess([]) == {}
