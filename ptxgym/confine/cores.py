@@ -68,9 +68,9 @@ def gpu_minor(pci_bus_id: str, proc: Path = Path("/proc/driver/nvidia/gpus")) ->
     def bus(name: str) -> str:  # "0000:18:00.0" -> "18:00.0" (domains are written 4 or 8 digits wide)
         return name.strip().lower().split(":", 1)[-1]
 
-    want = bus(pci_bus_id)
     if not pci_bus_id.strip():
         return None
+    want = bus(pci_bus_id)
     try:
         for entry in proc.iterdir():
             if bus(entry.name) == want:

@@ -43,6 +43,18 @@ class GpuFacts:
         )
 
 
+def pci_bus_id(index: int) -> str:
+    """The PCI address of CUDA device ``index`` ("0000:18:00.0"), "" where torch does not say."""
+    try:
+        import torch
+
+        p = torch.cuda.get_device_properties(index)
+        domain, bus, dev = (getattr(p, f"pci_{k}_id") for k in ("domain", "bus", "device"))
+        return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+    except (AttributeError, RuntimeError, AssertionError, ValueError, TypeError):
+        return ""
+
+
 def _l2_bytes(index: int) -> int | None:
     try:
         from cuda.bindings import runtime

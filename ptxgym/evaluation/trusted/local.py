@@ -73,7 +73,7 @@ from ptxgym.evaluation.trusted.baseline_store import (
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
 from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
-from ptxgym.evaluation.trusted.gpuinfo import device_facts, sm_clock_mhz
+from ptxgym.evaluation.trusted.gpuinfo import device_facts, pci_bus_id, sm_clock_mhz
 from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeRunners
 from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
 from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
@@ -165,18 +165,6 @@ waits for the GPU (up to a few GB for the MHA backward), so many candidates pass
 
 class WorkerSetupError(InfraError):
     """A worker could not be started, attached or calibrated: before any candidate code was loaded."""
-
-
-def pci_bus_id(device: int) -> str:
-    """The PCI address of CUDA device ``device`` ("0000:18:00.0"), "" where torch does not say."""
-    try:
-        import torch
-
-        p = torch.cuda.get_device_properties(device)
-        domain, bus, dev = (getattr(p, f"pci_{k}_id") for k in ("domain", "bus", "device"))
-        return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
-    except (AttributeError, RuntimeError, AssertionError, ValueError, TypeError):
-        return ""
 
 
 def spares_range(spares: int, most: int | None = None) -> tuple[int, int]:
