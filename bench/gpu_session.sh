@@ -45,7 +45,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s26, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -119,6 +119,22 @@ case "$stage" in
       --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
     PTXGYM_TIMING_CORES=2 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
       --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_cores2.txt"
+    ;;
+  s26)
+    # nineteenth session: where the loaded honest excess comes from. 1 and 16 envs streaming with the
+    # defaults, then 16 with builds under SCHED_IDLE (PTXGYM_BUILD_PRIORITY=idle), 16 with a 200 us
+    # interpreter switch interval, and 16 with both; each pass lists every timed candidate's excess
+    timeout 190 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
+      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
+    PTXGYM_BUILD_PRIORITY=idle timeout 100 python3 bench/throughput.py --evaluator local --sizes 16 \
+      --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
+      --out "$out/throughput_idle.txt"
+    timeout 100 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
+      --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --switch-interval-us 200 \
+      --out "$out/throughput_switch.txt"
+    PTXGYM_BUILD_PRIORITY=idle timeout 100 python3 bench/throughput.py --evaluator local --sizes 16 \
+      --schedule stream --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 \
+      --switch-interval-us 200 --out "$out/throughput_both.txt"
     ;;
   s25)
     # eighteenth session: the defaults since s24 (batch refill, 4 spares): 1 and 16 envs streaming side by

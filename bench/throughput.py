@@ -178,9 +178,11 @@ def excess(verdicts: list) -> dict:
     allowance beyond that overhead (a second timing's is ``session.RETIME_SLACK`` of a first's); their
     median and worst over the pass, and how many were anomalies; and where the walls went (``parts``:
     each step of ``session.wall_parts``, for the paid timed calls and the calibration the cross-check
-    used, the median over candidates): under load, which step grows.
+    used, the median over candidates): under load, which step grows. ``each``: per candidate, its median
+    latency, its excess and the statistical allowance beyond the overhead (``timing.tight_allowance``),
+    sorted by latency: whether the excess follows the call's length, and how far the tight rule is.
     """
-    got = []
+    got, each = [], []
     parts: dict[str, list[float]] = {}
     for v in verdicts:
         details = v.details or {}
@@ -190,6 +192,9 @@ def excess(verdicts: list) -> dict:
         if cc and cal and not v.cache_hit:
             over = cc["median_overhead_ms"] - cal["overhead_ms"]
             got.append((over, cc["allowed_ms"] - cal["overhead_ms"], v.status.value == "TIMING_ANOMALY"))
+            median = v.timing.candidate.median_ms if v.timing and v.timing.candidate else float("nan")
+            tight = cc.get("tight_allowed_ms")
+            each.append((median, over, tight - cal["overhead_ms"] if tight is not None else float("nan")))
             for where, values in (("timed", details.get("wall_parts")), ("calibration", cal.get("parts_ms"))):
                 for key, ms in (values or {}).items():
                     parts.setdefault(f"{where} {key}", []).append(ms)
@@ -202,6 +207,7 @@ def excess(verdicts: list) -> dict:
         "allowed": statistics.median(a for _, a, _ in got),
         "anomalies": sum(bad for *_, bad in got),
         "parts": {k: statistics.median(v) for k, v in sorted(parts.items())},
+        "each": sorted(each),
     }
 
 
@@ -368,6 +374,12 @@ def format_pass(r: dict) -> list[str]:
         "         where those calls' walls went (ms, each the median over candidates of their medians; "
         "session.wall_parts): "
         + (", ".join(f"{k} {v:.4f}" for k, v in r["excess"]["parts"].items()) if r.get("excess") else "-"),
+        "         per timed candidate (median ms: excess / tight allowance beyond the overhead, ms): "
+        + (
+            ", ".join(f"{m:.3f}: {e:.3f}/{t:.3f}" for m, e, t in r["excess"].get("each", []))
+            if r.get("excess")
+            else "-"
+        ),
     ]
 
 
@@ -402,11 +414,20 @@ def main(argv: list[str] | None = None) -> int:
         help="override an EvalSettings field (e.g. ncu_crosscheck_fraction=0: no secret Nsight Compute "
         "draw, whose ~10 s would dominate a short pass); printed in the header",
     )
+    parser.add_argument(
+        "--switch-interval-us",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval for this process (an experiment: how long a thread back from the "
+        "worker's reply may wait for the interpreter's lock; Python's default is 5000)",
+    )
     args = parser.parse_args(argv)
+    if args.switch_interval_us:
+        sys.setswitchinterval(args.switch_interval_us / 1e6)
 
     from ptxgym.evaluation.choose import select_evaluator
     from ptxgym.evaluation.trusted.base import EvalSettings
-    from ptxgym.records.settings import candidate_process
+    from ptxgym.records.settings import build_priority, candidate_process
 
     overrides = dict(item.split("=", 1) for item in args.set)
     if args.memcheck:
@@ -422,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{settings.target_mode.value} target, slow cut-off {settings.slow_cutoff_speedup}x; "
         f"candidates in {candidate_process()}, hw_counters {settings.hw_counters}, spares "
         f"{getattr(evaluator, 'spares_range', '-')} refilled {getattr(evaluator, 'spare_refill', '-')}, "
-        f"cores {getattr(getattr(evaluator, 'cores', None), 'timing', '-')} kept for timing; "
+        f"cores {getattr(getattr(evaluator, 'cores', None), 'timing', '-')} kept for timing; builds at "
+        f"{build_priority()} priority; switch interval {sys.getswitchinterval() * 1e6:.0f} us; "
         f"overrides {overrides or 'none'}"
     )
     print(lines[-1], flush=True)

@@ -71,6 +71,9 @@ class Jail:
     """Address families that may open sockets; None: no seccomp filter."""
     nice: int = 0
     """Added to the program's niceness before anything else (0: its parent's CPU priority)."""
+    idle: bool = False
+    """Run under ``SCHED_IDLE``: any other task that wakes on its core takes the core at once (where the
+    kernel refuses, the program runs at its niceness: a priority is no confinement)."""
     cpus: tuple[int, ...] = ()
     """The cores the program and its children may run on (empty: its parent's); a mask the kernel
     refuses is ignored (where a build runs is no confinement)."""
@@ -86,6 +89,15 @@ def _fail(message: str) -> None:
     sys.stderr.write(f"{JAIL_PREFIX} {message}\n")
     sys.stderr.flush()
     os._exit(JAIL_FAILED)
+
+
+def idle_priority(pid: int) -> bool:
+    """Put ``pid`` (0: the caller) under ``SCHED_IDLE``; False where refused (``Jail.idle``)."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def _set_rlimits(limits: dict[str, int]) -> None:
@@ -140,6 +152,8 @@ def main(args: list[str]) -> None:
     try:
         if raw.get("nice", 0) > 0:
             os.nice(raw["nice"])
+        if raw.get("idle"):
+            idle_priority(0)
         _set_rlimits(raw.get("rlimits", {}))
     except (OSError, ValueError, AttributeError) as exc:
         _fail(f"nice or setrlimit: {exc}")

@@ -267,6 +267,24 @@ def build_cores() -> tuple[int, ...]:
 _CORES_WARNED = False
 
 
+def builds_idle() -> bool:
+    """Whether builds and the scan helpers run under ``SCHED_IDLE`` (``PTXGYM_BUILD_PRIORITY=idle``).
+
+    A bad value is logged once, not raised (the builds then run at ``BUILD_NICE``).
+    """
+    global _PRIORITY_WARNED
+    try:
+        return settings.build_priority() == "idle"
+    except ValueError as exc:
+        if not _PRIORITY_WARNED:
+            log.warning("%s: builds run at niceness +%d", exc, BUILD_NICE)
+            _PRIORITY_WARNED = True
+        return False
+
+
+_PRIORITY_WARNED = False
+
+
 BUILD_NICE = 5
 """Niceness added to every build (nvcc and the tools it runs), so that a batch of concurrent builds on
 every core gives way to the evaluator's host side while it holds the GPU: on an H100 host where 16
@@ -274,7 +292,11 @@ concurrent builds took 9.4 s each, a GPU turn's calibration took 0.20 s a candid
 one where they took 4.6 s (bench/results/throughput_2026-12-05_stream16_s19_h100.txt; two machines, so a
 hint, not a measurement of this change). On an idle host a build runs as fast as before. Not more: the
 build's time limit is wall time, and on a host kept busy at niceness 0 (a trainer, an inference server)
-a build at +10 would get about a tenth of a core and could reach it (a reviewer's caution)."""
+a build at +10 would get about a tenth of a core and could reach it (a reviewer's caution).
+
+``PTXGYM_BUILD_PRIORITY=idle`` goes further, for a host that runs little besides the evaluator: builds
+under ``SCHED_IDLE`` give the core at once to the runner or the timing thread when they wake (a niceness
+only weighs their shares), and get almost nothing beside other busy work."""
 
 
 def build_jail(
@@ -284,7 +306,9 @@ def build_jail(
     limits: tuple[float, int],
     confined: Confinement,
 ) -> Jail:
-    """The jail of one build: limits and ``BUILD_NICE`` always; Landlock, socket filter per ``confined``.
+    """The jail of one build: limits and priority always; Landlock, socket filter per ``confined``.
+
+    Priority: ``BUILD_NICE``, and ``SCHED_IDLE`` where ``builds_idle``.
 
     It runs on the cores not kept for the GPU turns (``confine/cores.py``).
     """
@@ -301,7 +325,9 @@ def build_jail(
     rules = jail_rules(toolchain, include_dirs, stage) if confined.kind == "landlock" else None
     families = () if confined.sockets_filtered else None
     builds = build_cores()
-    return Jail(rlimits=rlimits, landlock=rules, families=families, nice=BUILD_NICE, cpus=builds)
+    return Jail(
+        rlimits=rlimits, landlock=rules, families=families, nice=BUILD_NICE, idle=builds_idle(), cpus=builds
+    )
 
 
 # ------------------------------------------------------------------------------------------ running

@@ -43,7 +43,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ptxgym.confine import cores
-from ptxgym.cpu.jail import build_cores
+from ptxgym.confine.launch import idle_priority
+from ptxgym.cpu.jail import build_cores, builds_idle
 from ptxgym.cpu.screen import ScreenVerdict
 from ptxgym.records import settings
 
@@ -80,6 +81,8 @@ class _Helper:
         )
         try:
             cores.pin(self.proc.pid, build_cores())  # with the builds, off the timing cores
+            if builds_idle():
+                idle_priority(self.proc.pid)  # and at their priority
             line = self._line(time.monotonic() + START_TIMEOUT_S)
             if line.strip() != ready_line():
                 raise HelperFailed(f"a scan helper started without our ready line (got {line[:120]!r})")

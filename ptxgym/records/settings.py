@@ -21,6 +21,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_SPARE_REFILL`` | ``each``: replace each spare taken; ``batch``: once half are gone | ``batch`` |
 | ``PTXGYM_TIMING_CORES`` | hardware threads per GPU kept for runners and GPU turns, not builds | ``0`` |
 | ``PTXGYM_SCAN_HELPERS`` | most helper processes for the build's backstop scan; ``0``: in-process | 1 to 4 |
+| ``PTXGYM_BUILD_PRIORITY`` | builds' CPU priority: ``nice`` (+5) or ``idle`` (``SCHED_IDLE``) | ``nice`` |
 """
 
 from __future__ import annotations
@@ -123,6 +124,17 @@ def timing_cores() -> int | None:
     Raises ``ValueError`` for a value that is not an integer from 0 to ``TIMING_CORES_LIMIT``.
     """
     return _count("TIMING_CORES", TIMING_CORES_LIMIT)
+
+
+BUILD_PRIORITIES = ("nice", "idle")
+
+
+def build_priority() -> str:
+    """``PTXGYM_BUILD_PRIORITY``: ``nice`` (default) or ``idle`` (``cpu/jail.build_jail``)."""
+    value = (_get("BUILD_PRIORITY") or "nice").lower()
+    if value not in BUILD_PRIORITIES:
+        raise ValueError(f"PTXGYM_BUILD_PRIORITY must be one of {', '.join(BUILD_PRIORITIES)}, got {value!r}")
+    return value
 
 
 SCAN_HELPERS_LIMIT = 64

@@ -7,6 +7,7 @@ Landlock that does what the jailed run must not, so a jail that silently did not
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -127,6 +128,19 @@ def test_the_program_runs_at_the_niceness_asked() -> None:
     assert int(done.stdout) == min(base + 7, 19), done.stderr
     plain = subprocess.run(command(Jail(), script), capture_output=True, text=True, timeout=60)
     assert int(plain.stdout) == base
+
+
+def test_an_idle_jail_runs_its_program_and_children_under_sched_idle() -> None:
+    script = [
+        sys.executable,
+        "-c",
+        "import os, subprocess, sys; print(os.sched_getscheduler(0)); sys.stdout.flush(); "
+        "subprocess.run([sys.executable, '-c', 'import os; print(os.sched_getscheduler(0))'])",
+    ]
+    done = subprocess.run(command(Jail(idle=True), script), capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == [str(os.SCHED_IDLE)] * 2, done.stderr
+    plain = subprocess.run(command(Jail(), script), capture_output=True, text=True, timeout=60)
+    assert plain.stdout.split() == [str(os.SCHED_OTHER)] * 2
 
 
 def test_a_jail_that_cannot_be_applied_runs_nothing(tmp_path: Path) -> None:

@@ -248,3 +248,20 @@ def test_every_build_runs_below_the_evaluators_cpu_priority() -> None:
     for kind in ("off", "landlock"):
         jail = build_jail(find_toolchain(), (), Path("/tmp"), (120.0, 8192), Confinement(kind, "", True))
         assert jail.nice == BUILD_NICE > 0
+
+
+def test_builds_run_under_sched_idle_only_when_asked(monkeypatch, caplog) -> None:
+    from ptxgym.cpu import jail as jail_module
+
+    def made() -> bool:
+        confined = Confinement("off", "", True)
+        return build_jail(find_toolchain(), (), Path("/tmp"), (120.0, 8192), confined).idle
+
+    monkeypatch.delenv("PTXGYM_BUILD_PRIORITY", raising=False)
+    assert not made()
+    monkeypatch.setenv("PTXGYM_BUILD_PRIORITY", "idle")
+    assert made()
+    monkeypatch.setenv("PTXGYM_BUILD_PRIORITY", "realtime")  # no such priority: logged, builds at their nice
+    monkeypatch.setattr(jail_module, "_PRIORITY_WARNED", False)
+    assert not made()
+    assert "PTXGYM_BUILD_PRIORITY must be one of nice, idle" in caplog.text

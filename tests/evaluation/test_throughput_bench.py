@@ -15,27 +15,31 @@ import throughput  # noqa: E402
 from ptxgym.records.feedback import Status  # noqa: E402
 
 
-def _verdict(over: float, timed: dict, calibration: dict, status: str = "PASSED", cached: bool = False):
+def _verdict(
+    over: float, timed: dict, calibration: dict, status: str = "PASSED", cached: bool = False, median=0.75
+):
     details = {
-        "crosscheck": {"median_overhead_ms": 0.5 + over, "allowed_ms": 0.8},
+        "crosscheck": {"median_overhead_ms": 0.5 + over, "allowed_ms": 0.8, "tight_allowed_ms": 0.52},
         "calibration_used": "trivial",
         "calibration": {"overhead_ms": 0.5, "parts_ms": calibration},
         "wall_parts": timed,
     }
-    return SimpleNamespace(details=details, cache_hit=cached, status=Status(status))
+    timing = SimpleNamespace(candidate=SimpleNamespace(median_ms=median))
+    return SimpleNamespace(details=details, cache_hit=cached, status=Status(status), timing=timing)
 
 
 def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations():
     got = throughput.excess(
         [
             _verdict(0.01, {"request": 1.0, "copy": 0.2}, {"request": 0.9}),
-            _verdict(0.3, {"request": 1.4, "copy": 0.2}, {"request": 1.1}, "TIMING_ANOMALY"),
+            _verdict(0.3, {"request": 1.4, "copy": 0.2}, {"request": 1.1}, "TIMING_ANOMALY", median=0.5),
             _verdict(9.0, {"request": 99.0}, {"request": 99.0}, cached=True),  # answered from the cache
         ]
     )
     assert got["n"] == 2 and got["anomalies"] == 1
     assert got["max"] == pytest.approx(0.3) and got["allowed"] == pytest.approx(0.3)
     assert got["parts"] == {"calibration request": 1.0, "timed copy": 0.2, "timed request": 1.2}
+    assert got["each"] == [pytest.approx((0.5, 0.3, 0.02)), pytest.approx((0.75, 0.01, 0.02))]  # by latency
     line = throughput.format_pass(
         {
             "envs": 16,
@@ -58,4 +62,5 @@ def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations()
         }
     )
     assert any("timed request 1.2000" in part and "calibration request 1.0000" in part for part in line)
+    assert any("0.500: 0.300/0.020, 0.750: 0.010/0.020" in part for part in line)
     assert throughput.excess([]) == {}
