@@ -628,7 +628,9 @@ class Runner {
   // The L2 is flushed before it as before a timed call (outside the profiled range), so the call meets
   // the cache state every timed call meets.
   // `window`: inside an activity trial, the call's CUPTI window is recorded under `seq` (its kernels join
-  // the census; EvalSettings.hw_count_in_trial), as a timed call's is.
+  // the census; EvalSettings.hw_count_in_trial), as a timed call's is. The window spans the call only, not
+  // the profiler's set-up and read-out around it: on the H200 a window over the whole command held the
+  // range profiler's own kernel (WaitNs), a foreign kernel to the census.
   JsonWriter hw_counted_call(const ArgSet& set, bool flush, int64_t seq, bool window) {
     std::string counts = "null", error;
     bool ran = false;
@@ -638,19 +640,25 @@ class Runner {
       if (flush) dev_->flush_l2();
       dev_->sync();
       window = window && cupti_;
-      uint64_t t_start = window ? cupti::now() : 0;
+      uint64_t t_start = 0, t_end = 0;
       std::string json, raised;
       error = cupti::hw_count_json(
           [&] {
             try {  // no exception crosses CUPTI's code: it is rethrown after the profiler is done
+              // the window holds the call alone: the profiler's own kernel (WaitNs, launched as the range
+              // opens) is done before it begins, and what it launches as the range closes after it ends
+              dev_->sync();
+              if (window) t_start = cupti::now();
               invoke(set);
               dev_->sync();
+              if (window) t_end = cupti::now();
             } catch (const std::exception& e) {
               raised = e.what();
+              if (window && t_start && !t_end) t_end = cupti::now();
             }
           },
           dev_->context(), o_.device, &json, &ran);
-      if (window) cupti::window(seq, t_start, cupti::now());
+      if (window && t_start) cupti::window(seq, t_start, t_end);
       if (!raised.empty()) throw Failure(raised);
       if (error.empty()) counts = json;
     } else {
