@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -416,10 +417,67 @@ def test_a_counted_call_with_neither_rows_nor_error_is_a_count_error(tmp_path, m
             return worker
 
     ev, play, settings, nsight_yes = _wgmma_player(tmp_path, monkeypatch, HostileWorkers(tmp_path, honest))
-    assert settings.sass_count_with_hw
+    ev.settings = settings.model_copy(update={"sass_count_with_hw": True})  # the patched call is made
     ev.native = NativeRunners(True, 0, 0, tmp_path, False)
     monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
     turn, verdict = play()
     assert "alone" not in verdict.details["hw_counters"], verdict.details["hw_counters"]
     assert turn.in_band.target is None and turn.in_band.hw is not None and turn.in_band.hw.get("error")
     assert nsight_yes(turn.in_band) is Verdict.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    ("listing", "choice", "patched"),
+    [
+        ({"k": {0x10: "HGMMA.64x128x16.F32.BF16"}}, None, False),  # one tile: the counters are exact
+        ({"k": {0x10: "HGMMA.64x128x16.F32.BF16", 0x20: "HGMMA.64x64x16.F32.BF16"}}, None, True),
+        ({"k": {0x10: "HGMMA.64x128x16.F32.BF16"}}, True, True),  # the operator asks for both calls
+        ({"k": {0x10: "HGMMA.64x128x16.F32.BF16", 0x20: "HGMMA.64x64x16.F32.BF16"}}, False, False),
+    ],
+)
+def test_the_patched_call_is_made_only_where_the_counters_cannot_size_the_mmas(
+    tmp_path, monkeypatch, listing, choice, patched
+):
+    """``sass_count_with_hw`` None (the default): the SASS-patched call only for a module of several tiles.
+
+    One tile shape: GMMA instructions x its FLOPs is the work exactly, and the hardware-counted call
+    decides alone (``details["hw_counters"]["alone"]``); several: the patched call counts each one.
+    """
+    from test_baseline_path import Workers, honest
+
+    from ptxgym.evaluation.trusted import sass_join
+    from ptxgym.evaluation.trusted.native_worker import NativeRunners
+
+    workers = Workers(tmp_path, honest)
+    ev, play, settings, _ = _wgmma_player(tmp_path, monkeypatch, workers)
+    monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
+    ev.settings = settings.model_copy(update={"sass_count_with_hw": choice})
+    ev.native = NativeRunners(True, 0, 0, tmp_path, False)
+    monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
+    turn, verdict = play()
+    assert turn.hw_alone is not patched
+    assert bool(workers.made[-1].counted_calls) is patched, verdict.message
+    assert len(workers.made[-1].hw_counted_calls) == 1
+    assert verdict.details["hw_counters"].get("alone", False) is not patched, verdict.details["hw_counters"]
+
+
+def test_single_tile_reads_the_modules_mma_shapes(monkeypatch):
+    from ptxgym.evaluation.trusted import sass_join
+    from ptxgym.records.arch import get_arch
+
+    arch, cand = get_arch("sm_90a"), SimpleNamespace(so_path="x.so")
+
+    def listed(listing):
+        monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
+        return sass_join.single_tile(cand, arch)
+
+    assert listed({"a": {0: "HGMMA.64x128x16.F32.BF16"}, "b": {8: "HGMMA.64x128x16.F32.BF16", 9: "FFMA"}})
+    assert listed({"a": {0: "FFMA"}})  # no MMA at all: nothing to size
+    assert not listed({"a": {0: "HGMMA.64x128x16.F32.BF16"}, "b": {8: "HGMMA.64x256x16.F32.BF16"}})
+    assert not listed({"a": {0: "HGMMA.64x128x16.F32.BF16", 8: "HGMMA"}})  # an MMA spelling no tile
+
+    def broken(so):
+        raise RuntimeError("cuobjdump failed")
+
+    monkeypatch.setattr(sass_join, "module_pcs", broken)
+    assert not sass_join.single_tile(cand, arch)  # no listing: the patched call decides

@@ -3,8 +3,8 @@
 Driven against the in-process worker (``inprocess_worker.py``) as ``test_counted_position.py`` drives the
 SASS-counted call: the counters are made up by the stand-in (the GPU tests read real ones). What is
 checked is where the call goes and how it is judged: once per step, at a secret place that is never the
-counted call's, on fresh values, verified, untimed, outside the activity trial; without ``hw_count`` the
-step is what it was.
+counted call's, on fresh values, verified, untimed; without ``hw_count`` the
+step is what it was. Inside the activity trial by default (``hw_count_in_trial``).
 """
 
 from __future__ import annotations
@@ -79,10 +79,12 @@ def test_without_hw_count_no_such_call_is_made(arena, tmp_path):
     assert not any(c.startswith("hw:") for c in plain.transcript)
 
 
-def test_outside_the_activity_trial(arena, tmp_path):
+def test_outside_the_activity_trial_when_asked(arena, tmp_path):
+    """``hw_count_in_trial`` off: the trial is closed around the call, and its kernels join no census."""
     fake = InProcessWorker(_honest, tmp_path)
     fake.spans = True
-    result = _timing(arena, fake, 8, backend=CUPTI, hw_count=True)
+    outside = SETTINGS.model_copy(update={"hw_count_in_trial": False})
+    result = _timing(arena, fake, 8, backend=CUPTI, settings=outside, hw_count=True)
     assert result.failure is None and result.missing_spans == 0
     assert fake.hw_counted_calls[0][1] is False  # no activity trial open during it
     i = fake.transcript.index(next(c for c in fake.transcript if c.startswith("hw:")))
@@ -90,12 +92,12 @@ def test_outside_the_activity_trial(arena, tmp_path):
     assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations}  # timed calls only
 
 
-def test_inside_the_activity_trial_when_asked(arena, tmp_path):
-    """``hw_count_in_trial``: the trial stays open around the call, and its kernels join the census."""
+def test_inside_the_activity_trial_by_default(arena, tmp_path):
+    """``hw_count_in_trial`` (the default): the trial stays open around the call, its kernels counted."""
     fake = InProcessWorker(_honest, tmp_path)
     fake.spans = True
-    inside = SETTINGS.model_copy(update={"hw_count_in_trial": True})
-    result = _timing(arena, fake, 8, backend=CUPTI, settings=inside, hw_count=True)
+    assert SETTINGS.hw_count_in_trial
+    result = _timing(arena, fake, 8, backend=CUPTI, hw_count=True)
     assert result.failure is None and result.missing_spans == 0
     assert fake.hw_counted_calls[0][1] is True and result.hw_counted.in_trial is True
     assert result.hw_counted.outside == ""

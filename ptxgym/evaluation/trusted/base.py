@@ -243,22 +243,24 @@ class EvalSettings(BaseModel):
         "SASS counts cannot measure.",
     )
     hw_count_in_trial: bool = Field(
-        False,
-        description="Make the hardware-counted call inside the CUPTI activity trial (its kernels then join "
-        "the census, and the call differs from a timed one only by the range profiler). Off: on the H200 the "
-        "range profiler launches a kernel of its own (WaitNs) inside the call's window, which the census "
-        "takes for a foreign kernel, so an honest candidate is FOREIGN_KERNEL (2026-12-05, "
-        "test_native_runner_gpu.py).",
-    )
-    sass_count_with_hw: bool = Field(
         True,
-        description="Where the hardware-counted call is made, also make the SASS-patched counted call. "
-        "False: the hardware counters alone decide (``sass_join.hw_only_target``): no patched call to "
-        "notice and none of its cost (0.3-0.7 s a candidate on the H200), FLOPs per MMA from the module's "
-        "smallest static MMA tile (a lower bound). What it gives up: the SASS rows tie the counts to the "
-        "built module's instructions, while the hardware-counted call runs outside the activity trial, so "
-        "no census sees its kernels (a module loaded from memory that runs only there would count). Keep "
-        "it on until that call runs inside a trial. Not yet run on a GPU.",
+        description="Make the hardware-counted call inside the CUPTI activity trial: its kernels join the "
+        "census, and the call differs from a timed one only by the range profiler. Its window holds the "
+        "call alone, not the profiler's set-up around it: a window over the whole command held the range "
+        "profiler's own kernel (WaitNs), which the census took for a foreign kernel (H200, 2026-12-05); "
+        "with the narrow window the honest expert GEMM passes in the trial (H100, 2026-12-06, "
+        "test_native_runner_gpu.py). Off: the call runs between trials, seen by no census.",
+    )
+    sass_count_with_hw: bool | None = Field(
+        None,
+        description="Where the hardware-counted call is made, whether the SASS-patched counted call is also "
+        "made. None (the default): only for a module whose static MMA instructions have more than one tile "
+        "shape (``sass_join.single_tile``), where the counters' lower bound (GMMA instructions x the "
+        "smallest tile's FLOPs) would understate the work; a module of one shape is counted exactly by the "
+        "hardware counters alone (``sass_join.hw_only_target``), with no patched call to notice and none "
+        "of its cost (0.40 s of the MHA forward expert's 2.3 s of GPU on an H100, 2026-12-06). The "
+        "counted call runs inside the activity trial (``hw_count_in_trial``), so a kernel it runs from "
+        "another module is a foreign kernel. True: always both calls; False: never the patched one.",
     )
     module_census: bool = Field(
         True,

@@ -83,6 +83,7 @@ from ptxgym.evaluation.trusted.sass_join import (
     hw_only_target,
     hw_record,
     in_band_info,
+    single_tile,
     with_hw,
 )
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult, wall_parts
@@ -990,13 +991,14 @@ class LocalGpuEvaluator(Evaluator):
             with turn.timed("time"):
                 base = turn.baseline.stats if turn.baseline is not None else None
                 hw = self._hw_counts(turn, handle)
+                turn.hw_alone = hw and self._hw_alone(turn)
                 session.count_outside = self.count_outside
                 started = time.perf_counter()
                 session.timing(
                     result,
                     strict=strict,
                     baseline_ms=base.median_ms if base else None,
-                    count=self._counts(turn) and not (hw and not self.settings.sass_count_with_hw),
+                    count=self._counts(turn) and not turn.hw_alone,
                     hw_count=hw,
                 )
                 if self.settings.wall_retries and session.retime_due(result, time.perf_counter() - started):
@@ -1211,8 +1213,8 @@ class LocalGpuEvaluator(Evaluator):
         anomaly = self._anomaly(stats, floor, result)
         if anomaly or stats is None:
             return unpaid(Status.TIMING_ANOMALY, anomaly)
-        sass_off = not self.settings.sass_count_with_hw
-        if sass_off and result.sass_rows is None and not result.count_error and result.hw_counted is not None:
+        alone = turn.hw_alone and result.sass_rows is None and not result.count_error
+        if alone and result.hw_counted is not None:
             self._hw_only(turn, result)
         elif result.sass_rows is not None or result.count_error or result.counted is not None:
             # a counted call made that brought neither rows nor an error is a count error (the reply is
@@ -1262,6 +1264,21 @@ class LocalGpuEvaluator(Evaluator):
             environment=self.environment,
             **extra,
         )
+
+    def _hw_alone(self, turn: Turn) -> bool:
+        """Whether the hardware-counted call decides alone, no SASS-patched call (``sass_count_with_hw``).
+
+        By default where the module's MMA instructions have one tile shape (``sass_join.single_tile``)
+        and the counted call runs inside the activity trial (``hw_count_in_trial``), whose census ties its
+        kernels to the module: outside it a module loaded from memory could run only there and count.
+        """
+        choice = self.settings.sass_count_with_hw
+        if choice is not None:
+            return not choice
+        cand = turn.candidate
+        if cand is None or self.arch is None or not self.settings.hw_count_in_trial:
+            return False
+        return single_tile(cand, turn.task.arch_spec)
 
     def _hw_only(self, turn: Turn, result: SessionResult) -> None:
         """The in-band target from the hardware-counted call alone (``sass_count_with_hw`` off)."""

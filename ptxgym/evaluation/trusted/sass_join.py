@@ -31,6 +31,7 @@ from ptxgym.evaluation.trusted.target_work import (
     combined,
     hw_share,
     smallest_tile_flops,
+    tile_flops,
     work_share,
 )
 from ptxgym.records.arch import ArchSpec
@@ -271,6 +272,21 @@ def with_hw(info: TargetInfo, record: dict, arch: ArchSpec) -> TargetInfo:
     return info.model_copy(update={"mma_share": mma, "tma_share": tma, "work": work, "message": message})
 
 
+def single_tile(candidate: BuiltCandidate, arch: ArchSpec) -> bool:
+    """Whether every MMA instruction of the built module spells one and the same tile shape (or none).
+
+    Then the hardware counters alone count its MMA work exactly (``hw_only_target``: GMMA instructions
+    x that tile's FLOPs), since in-band census rules out instructions of any other module. False where
+    the listing fails or an MMA opcode spells no tile: the patched call then counts per instruction.
+    """
+    try:
+        pcs = module_pcs(candidate.so_path)
+    except Exception:  # noqa: BLE001 - the listing is ours; without it the patched call decides
+        return False
+    tiles = {tile_flops(op) for ops in pcs.values() for op in ops.values() if arch.is_mma_opcode(op)}
+    return None not in tiles and len(tiles) <= 1
+
+
 def hw_only_target(
     candidate: BuiltCandidate, result: SessionResult, arch: ArchSpec, flops: float, min_bytes: float
 ) -> tuple[TargetInfo | None, dict]:
@@ -280,7 +296,8 @@ def hw_only_target(
     warp of a warpgroup) x the module's smallest static MMA tile, a lower bound; TMA share as in
     ``with_hw``. ``(None, record)`` with the record's ``error`` when the counters or the listing failed:
     the caller then has no in-band proof (Nsight Compute decides). Unlike SASS rows, the counters are not
-    tied to the built module: the call runs outside the activity trial, so no census sees its kernels.
+    tied to the built module's instructions: inside the activity trial (``hw_count_in_trial``, the
+    default) the census ties the call's kernels to the module; outside it no census sees them.
     """
     if result.hw_counts is None:
         return None, {"error": result.hw_count_error or "no hardware-counted call was made"}
