@@ -183,7 +183,23 @@ def _play_turn(ev, subject: str, task, turn: int, first_correct: bool, simt: lis
     )
     if status.value != "PASSED":
         say(f"#   {subject} turn {turn}: {message[:400]}")
+        details = getattr(ev, "last_details", {}) or {}
+        for key in ("missing_spans", "retimed", "crosscheck"):
+            if details.get(key):
+                say(f"#   {subject} turn {turn} {key}: {str(details[key])[:600]}")
     return row
+
+
+def keep_details(ev) -> None:
+    """``ev.last_details``: the details of the verdict ``ev`` gave last (a Feedback carries none)."""
+    evaluate = ev.evaluate
+
+    def kept(task, candidate):
+        verdict = evaluate(task, candidate)
+        ev.last_details = verdict.details
+        return verdict
+
+    ev.evaluate, ev.last_details = kept, {}
 
 
 def prepare_cost(ev, task_ids: list[str], say) -> None:
@@ -272,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(item.split("=", 1) for item in args.set)
     settings = EvalSettings.model_validate({**EvalSettings().model_dump(), **overrides})
     ev = LocalGpuEvaluator(settings=settings, spares=2)
+    keep_details(ev)
     f = ev.facts
     say(
         f"# gpu cost {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()} gpu {f.name} driver {f.driver} "

@@ -45,7 +45,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -119,6 +119,17 @@ case "$stage" in
       --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
     PTXGYM_TIMING_CORES=2 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
       --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_cores2.txt"
+    ;;
+  s29)
+    # s28 again with the tests' count names fixed (the counters alone name GMMA / TMA loads) and the GPU
+    # cost printing a lost-span anomaly's details; then 1 and 16 envs streaming with the new defaults
+    timeout 150 bash bench/gpu_tests.sh "$out/experts" --timeout 140 -q -s \
+      tests/knowledge_packs/test_expert_solutions.py tests/evaluation/test_native_runner_gpu.py \
+      -k "test_expert_solution_passes_the_evaluator_with_target_executed or hardware_counters"
+    timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost.txt" --subjects gemm_expert mha_fwd_expert \
+      --turns 6 --no-crosscheck-turn --prepare-tasks
+    timeout 200 python3 bench/throughput.py --evaluator local --sizes 1,16 --schedule stream \
+      --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
     ;;
   s28)
     # nineteenth session, new defaults: the hardware-counted call inside the activity trial, and the

@@ -297,9 +297,10 @@ def test_expert_gemm_hardware_counters_in_the_runner(native_evaluator, in_trial)
     import re
 
     before = native_evaluator.settings
-    native_evaluator.settings = before.model_copy(update={"hw_counters": True, "hw_count_in_trial": in_trial})
+    update = {"hw_counters": True, "hw_count_in_trial": in_trial, "sass_count_with_hw": True}  # both calls
+    native_evaluator.settings = before.model_copy(update=update)
     try:
-        native = _run(native_evaluator, GEMM.read_text() + f"\n// in trial {in_trial}\n")
+        native = _run(native_evaluator, GEMM.read_text() + f"\n// in trial {in_trial}, both counts\n")
     finally:
         native_evaluator.settings = before
     assert (native.environment.sandbox or {}).get("process", "").startswith("native")
