@@ -147,6 +147,8 @@ def _play_turn(ev, subject: str, task, turn: int, first_correct: bool, simt: lis
     """One turn of ``play``: its row, printed."""
     from ptxgym.pipeline import Pipeline
 
+    ev.last_details = {}  # a turn that never reaches the GPU prints no earlier turn's details
+
     if subject == "gemm_simt":
         from ptxgym.audit.corpus import candidate
 

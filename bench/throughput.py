@@ -422,12 +422,13 @@ def main(argv: list[str] | None = None) -> int:
         "worker's reply may wait for the interpreter's lock; Python's default is 5000)",
     )
     args = parser.parse_args(argv)
-    if args.switch_interval_us:
+    if args.switch_interval_us is not None:
         sys.setswitchinterval(args.switch_interval_us / 1e6)
 
+    from ptxgym.cpu.jail import builds_idle
     from ptxgym.evaluation.choose import select_evaluator
     from ptxgym.evaluation.trusted.base import EvalSettings
-    from ptxgym.records.settings import build_priority, candidate_process
+    from ptxgym.records.settings import candidate_process
 
     overrides = dict(item.split("=", 1) for item in args.set)
     if args.memcheck:
@@ -444,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         f"candidates in {candidate_process()}, hw_counters {settings.hw_counters}, spares "
         f"{getattr(evaluator, 'spares_range', '-')} refilled {getattr(evaluator, 'spare_refill', '-')}, "
         f"cores {getattr(getattr(evaluator, 'cores', None), 'timing', '-')} kept for timing; builds at "
-        f"{build_priority()} priority; switch interval {sys.getswitchinterval() * 1e6:.0f} us; "
+        f"{'idle' if builds_idle() else 'nice'} priority; "
+        f"switch interval {sys.getswitchinterval() * 1e6:.0f} us; "
         f"overrides {overrides or 'none'}"
     )
     print(lines[-1], flush=True)

@@ -4,8 +4,9 @@ The parent starts ``command(jail, argv)`` with a plain fork+exec (no ``preexec_f
 a process with threads). The launcher is a bare interpreter (``python -I -S``) that imports this module
 without running ``ptxgym/__init__`` and applies, in this order, before ``execvp``:
 
-0. the CPU priority (``Jail.nice``: a build yields the cores to the evaluator's GPU turns) and the
-   cores it may run on (``Jail.cpus``, best effort: ``confine/cores.py``);
+0. the CPU priority (``Jail.nice``: a build yields the cores to the evaluator's GPU turns; ``Jail.idle``:
+   ``SCHED_IDLE``, best effort) and the cores it may run on (``Jail.cpus``, best effort:
+   ``confine/cores.py``);
 1. resource limits (``Jail.rlimits``; a limit is lowered to the hard limit, never raised);
 2. ``no_new_privs``;
 3. Landlock, when ``Jail.landlock`` is set: every file-system right the kernel's ABI knows is handled, so

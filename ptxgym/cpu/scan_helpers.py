@@ -19,7 +19,8 @@ wrong with one (it cannot start, dies, or answers nonsense) makes the scan run i
 as before, so no build passes unscanned; a helper that imported another ``ptxgym`` than this process's
 (its ready line names the files of its scan) serves none. A scan that outlives ``SCAN_TIMEOUT_S`` (an
 ordinary kernel's takes under a second) kills its helper and refuses the build (``TIMEOUT_RULE``, a
-STATIC_REJECT: only a source that makes the scan crawl gets near that limit; not cached, in case a
+STATIC_REJECT: only a source that makes the scan crawl gets near that limit, or a host whose other busy
+work starves helpers run under ``SCHED_IDLE`` (``PTXGYM_BUILD_PRIORITY=idle``); not cached, in case a
 stalled host did): the same scan in this process would hold the build thread, and the lock, as long.
 ``PTXGYM_SCAN_HELPERS`` (``records.settings.scan_helpers``): how many helpers at most; 0 scans in this
 process. A helper starts only when every other one is busy scanning, so a process whose builds come one

@@ -114,7 +114,8 @@ class InProcessWorker:
         self.transcript.append(_describe(cmd))
         if isinstance(cmd, Attach):
             self.args, self.outs = argument_views(cmd.blob, cmd.sets)
-            result = AttachResult(arena=cmd.arena, cupti=False, flush_bytes=cmd.flush_bytes)
+            cupti = bool(self.spans and cmd.cupti)  # a fake with spans stands for a CUPTI-traced worker
+            result = AttachResult(arena=cmd.arena, cupti=cupti, flush_bytes=cmd.flush_bytes)
             return Reply(seq=self.seq, ok=True, attach=result)
         if isinstance(cmd, ApplySandbox):
             self.sandboxed, self.hw_prepare = True, cmd.hw_prepare

@@ -448,10 +448,16 @@ def test_the_patched_call_is_made_only_where_the_counters_cannot_size_the_mmas(
     from ptxgym.evaluation.trusted import sass_join
     from ptxgym.evaluation.trusted.native_worker import NativeRunners
 
-    workers = Workers(tmp_path, honest)
+    class Spanned(Workers):
+        def __call__(self):
+            worker = super().__call__()
+            worker.spans = True  # CUPTI spans and census, as a runner's
+            return worker
+
+    workers = Spanned(tmp_path, honest)
     ev, play, settings, _ = _wgmma_player(tmp_path, monkeypatch, workers)
     monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
-    ev.settings = settings.model_copy(update={"sass_count_with_hw": choice})
+    ev.settings, ev.backend = settings.model_copy(update={"sass_count_with_hw": choice}), CUPTI
     ev.native = NativeRunners(True, 0, 0, tmp_path, False)
     monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
     turn, verdict = play()
@@ -461,23 +467,105 @@ def test_the_patched_call_is_made_only_where_the_counters_cannot_size_the_mmas(
     assert verdict.details["hw_counters"].get("alone", False) is not patched, verdict.details["hw_counters"]
 
 
-def test_single_tile_reads_the_modules_mma_shapes(monkeypatch):
+def test_counters_suffice_for_one_tile_shape_and_no_bulk_copy(monkeypatch):
     from ptxgym.evaluation.trusted import sass_join
     from ptxgym.records.arch import get_arch
 
     arch, cand = get_arch("sm_90a"), SimpleNamespace(so_path="x.so")
 
-    def listed(listing):
+    def listed(listing, arch=arch):
         monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
-        return sass_join.single_tile(cand, arch)
+        return sass_join.counters_suffice(cand, arch)
 
-    assert listed({"a": {0: "HGMMA.64x128x16.F32.BF16"}, "b": {8: "HGMMA.64x128x16.F32.BF16", 9: "FFMA"}})
-    assert listed({"a": {0: "FFMA"}})  # no MMA at all: nothing to size
-    assert not listed({"a": {0: "HGMMA.64x128x16.F32.BF16"}, "b": {8: "HGMMA.64x256x16.F32.BF16"}})
-    assert not listed({"a": {0: "HGMMA.64x128x16.F32.BF16", 8: "HGMMA"}})  # an MMA spelling no tile
+    one = "HGMMA.64x128x16.F32.BF16"
+    assert listed({"a": {0: one}, "b": {8: one, 9: "FFMA", 10: "UTMALDG.2D"}})
+    assert not listed({"a": {0: "FFMA"}})  # no MMA at all: the patched call says what ran
+    assert not listed({"a": {0: one}, "b": {8: "HGMMA.64x256x16.F32.BF16"}})  # two shapes
+    assert not listed({"a": {0: one, 8: "HGMMA"}})  # an MMA spelling no tile
+    assert not listed({"a": {0: one, 8: "UBLKCP.S.G"}})  # a bulk copy the TMA counters would count
+    tma_only = SimpleNamespace(mma_opcodes=(), is_mma_opcode=lambda op: False)
+    assert not listed({"a": {0: one, 8: "UTMALDG.2D"}}, tma_only)  # a task of TMA alone: never
 
     def broken(so):
         raise RuntimeError("cuobjdump failed")
 
     monkeypatch.setattr(sass_join, "module_pcs", broken)
-    assert not sass_join.single_tile(cand, arch)  # no listing: the patched call decides
+    assert not sass_join.counters_suffice(cand, arch)  # no listing: the patched call decides
+
+
+def test_the_census_must_vouch_for_the_counters():
+    """``hw_census``: the counters name no kernel, so the timed calls' census must show the target's work."""
+    from ptxgym.evaluation.trusted.sass_join import Census, hw_census
+    from ptxgym.records.feedback import Verdict
+
+    k, decoy = IN_BAND_KERNEL, "_Z5decoyv"
+    assert hw_census([k], Census({k: 7}, 6), True) == (None, "")  # every timed call, and the counted one
+    verdict, why = hw_census([k, decoy], Census({k: 6, decoy: 1}, 6), True)  # wgmma only when counted
+    assert verdict is Verdict.NO and decoy in why
+    assert hw_census([decoy], Census({"_Z4simtv": 6, decoy: 0}, 6), True)[0] is Verdict.NO  # none in all
+    assert hw_census([k], Census({k: 6}, 6, error="buffer lost"), True)[0] is Verdict.UNKNOWN
+    assert hw_census([k], None, True)[0] is Verdict.UNKNOWN
+    assert hw_census([k], Census({}, 0), True)[0] is Verdict.UNKNOWN
+
+
+def test_counters_alone_deny_a_kernel_launched_only_in_the_counted_call(tmp_path, monkeypatch):
+    """A wgmma kernel run only in the hardware-counted call is no credit when the counters decide alone.
+
+    The counters name no kernel; the census of the timed calls does (``sass_join.hw_census``). A reviewer
+    found the counters-alone path paying such a decoy (the call is recognisable by its command and the
+    profiler's set-up before it). The honest control, its one kernel in every call, keeps its credit.
+    """
+    from test_baseline_path import Workers, honest
+
+    from ptxgym.evaluation.trusted import sass_join
+    from ptxgym.evaluation.trusted.native_worker import NativeRunners
+    from ptxgym.records.feedback import Verdict
+
+    decoy = "wgmma_only_when_counted"
+
+    class Decoy(InProcessWorker):
+        launched = 0
+
+        def _hw_counted(self, cmd):
+            self.launched += int(cmd.timed and self.in_trial)  # its wgmma kernel, in the call's window
+            return InProcessWorker._hw_counted(self, cmd)
+
+        def request(self, cmd, timeout_s, pickler=None, fds=()):
+            reply = InProcessWorker.request(self, cmd, timeout_s, pickler, fds)
+            if reply.spans is not None and self.launched:
+                kernels = {**reply.spans.kernels, decoy: self.launched}
+                spans = reply.spans.model_copy(update={"kernels": kernels})
+                reply = reply.model_copy(update={"spans": spans})
+                self.launched = 0
+            return reply
+
+    class Made(Workers):
+        def __init__(self, tmp_path, kind):
+            super().__init__(tmp_path, honest)
+            self.kind = kind
+
+        def __call__(self):
+            worker = self.kind(self.candidate, self.tmp_path, measured=True)
+            worker.spans = True
+            self.made.append(worker)
+            return worker
+
+    verdicts = {}
+    for kind, listing in (
+        (InProcessWorker, {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}),
+        (Decoy, {IN_BAND_KERNEL: {0x10: "FFMA"}, decoy: {0x10: "HGMMA.64x128x16.F32.BF16"}}),
+    ):
+        ev, play, settings, _ = _wgmma_player(tmp_path, monkeypatch, Made(tmp_path, kind))
+        monkeypatch.setattr(sass_join, "module_pcs", lambda so, listing=listing: listing)
+        ev.backend, ev.native = CUPTI, NativeRunners(True, 0, 0, tmp_path, False)
+        monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
+        turn, verdict = play()
+        assert verdict.status.value == "PASSED" and turn.hw_alone, verdict.message
+        verdicts[kind.__name__] = (turn.in_band.target, verdict.details["hw_counters"])
+    # (the fake's counters are a token count: the honest kernel's share is small, but the census vouches)
+    honest_target, honest_record = verdicts["InProcessWorker"]
+    assert "census" not in honest_record and honest_target is not None
+    assert "launch" not in honest_target.message, honest_target.message
+    target, record = verdicts["Decoy"]
+    assert target is not None and target.work is Verdict.NO and not target.credited, target.message
+    assert decoy in record["census"] and decoy in target.message

@@ -77,7 +77,10 @@ def test_an_honest_tma_only_kernel_is_credited_by_the_hardware_counters() -> Non
 
 
 def test_hardware_counters_alone_credit_an_honest_tma_only_kernel(monkeypatch) -> None:
-    """``sass_count_with_hw`` off: the counters alone (``hw_only_target``)."""
+    """``sass_count_with_hw`` off: the counters alone (``hw_only_target``), the census vouching.
+
+    Never by default for a task of TMA alone (``sass_join.counters_suffice``): its operator's choice.
+    """
     from ptxgym.evaluation.trusted import sass_join
 
     task = _decode("sm90a")
@@ -86,10 +89,14 @@ def test_hardware_counters_alone_credit_an_honest_tma_only_kernel(monkeypatch) -
         task_id=task.id, so_path="x.so", source_sha256="0", artifact_sha256="0", static_target=True
     )
     result = SessionResult(hw_counts=_hw(task, 2.0 * task.min_bytes))
-    info, record = hw_only_target(cand, result, task.arch_spec, task.flops, task.min_bytes)
+    census = sass_join.Census({KERNEL: 10}, 10)  # the kernel did every timed call's work
+    info, record = hw_only_target(cand, result, task.arch_spec, task.flops, task.min_bytes, census)
     assert info is not None and record["error"] == ""
     assert info.executed is Verdict.YES and info.tma_share == pytest.approx(2.0)
     assert info.work is Verdict.YES, info.message  # today: UNKNOWN (no MMA tile to size GMMA counts with)
+    # no census to vouch that the kernel did the timed calls' work: withheld (sass_join.hw_census)
+    alone, _ = hw_only_target(cand, result, task.arch_spec, task.flops, task.min_bytes)
+    assert alone is not None and alone.work is Verdict.UNKNOWN, alone.message
 
 
 def test_without_measured_tma_bytes_a_tma_only_kernel_is_never_a_no_that_contradicts_the_counters() -> None:

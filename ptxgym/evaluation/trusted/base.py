@@ -253,14 +253,15 @@ class EvalSettings(BaseModel):
     )
     sass_count_with_hw: bool | None = Field(
         None,
-        description="Where the hardware-counted call is made, whether the SASS-patched counted call is also "
-        "made. None (the default): only for a module whose static MMA instructions have more than one tile "
-        "shape (``sass_join.single_tile``), where the counters' lower bound (GMMA instructions x the "
-        "smallest tile's FLOPs) would understate the work; a module of one shape is counted exactly by the "
-        "hardware counters alone (``sass_join.hw_only_target``), with no patched call to notice and none "
-        "of its cost (0.40 s of the MHA forward expert's 2.3 s of GPU on an H100, 2026-12-06). The "
-        "counted call runs inside the activity trial (``hw_count_in_trial``), so a kernel it runs from "
-        "another module is a foreign kernel. True: always both calls; False: never the patched one.",
+        description="Where the hardware-counted call is made, whether the SASS-patched counted call is "
+        "also made. None (the default): not where the counters alone can size the module's work "
+        "(``sass_join.counters_suffice``: the task has an MMA family, the module's MMA instructions spell"
+        " one tile shape, it holds no non-tensor bulk copy) and a census ties every kernel to its module "
+        "(CUPTI spans, ``module_census``, ``hw_count_in_trial``): GMMA instructions x that tile's FLOPs "
+        "is then the work exactly, with no patched call to notice and none of its cost (0.40 s of the MHA"
+        " forward expert's 2.3 s of GPU on an H100, 2026-12-06), and the census must vouch for the "
+        "credit: a kernel holding the target that the timed calls did not all launch denies it "
+        "(``sass_join.hw_census``). True: always both calls; False: never the patched one.",
     )
     module_census: bool = Field(
         True,

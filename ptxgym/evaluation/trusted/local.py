@@ -80,10 +80,10 @@ from ptxgym.evaluation.trusted.proofs import InBand, run_proofs
 from ptxgym.evaluation.trusted.sass_join import (
     Census,
     counted_target,
+    counters_suffice,
     hw_only_target,
     hw_record,
     in_band_info,
-    single_tile,
     with_hw,
 )
 from ptxgym.evaluation.trusted.session import CandidateFault, Session, SessionResult, wall_parts
@@ -1268,24 +1268,31 @@ class LocalGpuEvaluator(Evaluator):
     def _hw_alone(self, turn: Turn) -> bool:
         """Whether the hardware-counted call decides alone, no SASS-patched call (``sass_count_with_hw``).
 
-        By default where the module's MMA instructions have one tile shape (``sass_join.single_tile``)
-        and the counted call runs inside the activity trial (``hw_count_in_trial``), whose census ties its
-        kernels to the module: outside it a module loaded from memory could run only there and count.
+        By default where the counters can size the module's work (``sass_join.counters_suffice``: one MMA
+        tile shape, no bulk copy) and a census ties every kernel to its module (CUPTI spans, the module
+        census, the counted call inside the activity trial: outside it a module loaded from memory could
+        run only there and count); the census must also vouch for the credit (``sass_join.hw_census``).
         """
         choice = self.settings.sass_count_with_hw
         if choice is not None:
             return not choice
-        cand = turn.candidate
-        if cand is None or self.arch is None or not self.settings.hw_count_in_trial:
+        cand, s = turn.candidate, self.settings
+        census = self.backend == CUPTI and s.module_census and s.hw_count_in_trial
+        if cand is None or self.arch is None or not census:
             return False
-        return single_tile(cand, turn.task.arch_spec)
+        return counters_suffice(cand, turn.task.arch_spec)
 
     def _hw_only(self, turn: Turn, result: SessionResult) -> None:
         """The in-band target from the hardware-counted call alone (``sass_count_with_hw`` off)."""
         if turn.candidate is None or self.arch is None or result.hw_counted is None:
             return
         task = turn.task
-        info, record = hw_only_target(turn.candidate, result, task.arch_spec, task.flops, task.min_bytes)
+        census = (
+            Census(result.kernels, result.census_calls, result.census_error) if result.census_trials else None
+        )
+        info, record = hw_only_target(
+            turn.candidate, result, task.arch_spec, task.flops, task.min_bytes, census
+        )
         turn.details["hw_counters"] = {**record, "call": result.hw_counted.record(), "alone": True}
         note = "" if info is not None else f"hardware counters: {record['error']}"
         hw = None if info is not None else {"error": record["error"]}  # Nsight Compute is held to it

@@ -272,23 +272,67 @@ def with_hw(info: TargetInfo, record: dict, arch: ArchSpec) -> TargetInfo:
     return info.model_copy(update={"mma_share": mma, "tma_share": tma, "work": work, "message": message})
 
 
-def single_tile(candidate: BuiltCandidate, arch: ArchSpec) -> bool:
-    """Whether every MMA instruction of the built module spells one and the same tile shape (or none).
+BULK_COPY_OPCODE = "UBLKCP"
+"""The non-tensor bulk copy (``cp.async.bulk``), which the range profiler's TMA-load counters count beside
+``UTMALDG`` (``runner/hw_logic.h``)."""
 
-    Then the hardware counters alone count its MMA work exactly (``hw_only_target``: GMMA instructions
-    x that tile's FLOPs), since in-band census rules out instructions of any other module. False where
-    the listing fails or an MMA opcode spells no tile: the patched call then counts per instruction.
+
+def counters_suffice(candidate: BuiltCandidate, arch: ArchSpec) -> bool:
+    """Whether the hardware counters alone can size the built module's target work (no patched call).
+
+    The task has an MMA family, the module's MMA instructions spell exactly one tile shape (GMMA
+    instructions x its FLOPs is then the MMA work exactly, the census ruling out other modules'
+    instructions), and it holds no non-tensor bulk copy (``BULK_COPY_OPCODE``: the TMA-load counters would
+    count it as TMA). False where the listing fails or an MMA opcode spells no tile: the SASS-patched call
+    then counts per instruction. A task whose target is TMA alone is never counted by the counters alone
+    (a reviewer's find: bulk copies beside one dead ``UTMALDG`` would have earned its credit).
     """
+    if not arch.mma_opcodes:
+        return False
     try:
         pcs = module_pcs(candidate.so_path)
     except Exception:  # noqa: BLE001 - the listing is ours; without it the patched call decides
         return False
-    tiles = {tile_flops(op) for ops in pcs.values() for op in ops.values() if arch.is_mma_opcode(op)}
-    return None not in tiles and len(tiles) <= 1
+    opcodes = [op for ops in pcs.values() for op in ops.values()]
+    if any(op.split(".")[0] == BULK_COPY_OPCODE for op in opcodes):
+        return False
+    tiles = {tile_flops(op) for op in opcodes if arch.is_mma_opcode(op)}
+    return None not in tiles and len(tiles) == 1
+
+
+def hw_census(functions: list[str], census: Census | None, counted: bool) -> tuple[Verdict | None, str]:
+    """What the census says of the counters' credit: None (it vouches), or the work verdict and why.
+
+    ``functions``: the module's kernels holding a target opcode; ``counted``: the counters saw target
+    instructions. The counters name no kernel, so the census must show the target's kernels doing the
+    timed calls' work: one launched in some calls but not all is a decoy for the counted call (a kernel
+    that recognises that call, by its command or the profiler's set-up before it, and runs its wgmma only
+    there: a reviewer's find), and target instructions counted with none of those kernels launched in
+    every timed call came from no timed call's work. No census, or one reporting an error: UNKNOWN.
+    """
+    if census is None or census.calls <= 0:
+        return Verdict.UNKNOWN, "no kernel census of the timed calls vouches for the counters"
+    if census.error:
+        return Verdict.UNKNOWN, f"the kernel census reported an error ({census.error[:200]})"
+    launched = {f: census.launches(f) for f in functions}
+    short = sorted(f for f, n in launched.items() if 0 < n < census.calls)
+    if short:
+        return Verdict.NO, (
+            "kernel(s) holding the target that the timed calls did not all launch "
+            f"({', '.join(short)[:300]}; {census.calls} timed calls): the target did not do their work"
+        )
+    if counted and not any(n >= census.calls for n in launched.values()):
+        return Verdict.NO, "no kernel holding the target was launched in every timed call"
+    return None, ""
 
 
 def hw_only_target(
-    candidate: BuiltCandidate, result: SessionResult, arch: ArchSpec, flops: float, min_bytes: float
+    candidate: BuiltCandidate,
+    result: SessionResult,
+    arch: ArchSpec,
+    flops: float,
+    min_bytes: float,
+    census: Census | None = None,
 ) -> tuple[TargetInfo | None, dict]:
     """The TargetInfo the hardware-counted call proves alone (``EvalSettings.sass_count_with_hw`` off).
 
@@ -298,6 +342,7 @@ def hw_only_target(
     the caller then has no in-band proof (Nsight Compute decides). Unlike SASS rows, the counters are not
     tied to the built module's instructions: inside the activity trial (``hw_count_in_trial``, the
     default) the census ties the call's kernels to the module; outside it no census sees them.
+    ``census``: the timed calls' census, which must vouch for the credit (``hw_census``).
     """
     if result.hw_counts is None:
         return None, {"error": result.hw_count_error or "no hardware-counted call was made"}
@@ -322,4 +367,11 @@ def hw_only_target(
         "a lower bound)"
     )
     work = work_verdict(share.mma_share, required, bool(arch.mma_opcodes))
+    functions = sorted(f for f, ops in pcs.items() if any(arch.is_target_opcode(op) for op in ops.values()))
+    vetoed, why = hw_census(functions, census, bool(counts))
+    if vetoed is not None and counts:
+        record["census"] = why
+        message = f"{message}; {why}: work not credited (hardware counters and kernel census)"
+        mma_flops, mma_share = (0.0, 0.0) if vetoed is Verdict.NO else (None, None)
+        return _executed(arch, counts, message, mma_flops, mma_share, vetoed, share.tma_share), record
     return _executed(arch, counts, message, share.mma_flops, share.mma_share, work, share.tma_share), record

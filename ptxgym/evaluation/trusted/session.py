@@ -36,13 +36,14 @@ The hardware-counted call (``Call.hw_count``: CUPTI's range profiler in the nati
 patching; ``target_work.hw_share``) is a second extra call, asked with ``Session.timing(hw_count=True)``:
 its slot is drawn like the counted call's, from the same secret RNG, among the same trial's timed region
 (the two never share a place; a trial holding both is two calls longer). It gets fresh values, is always
-verified, is not timed, and runs outside the activity trial (the trial is closed before it and begun
-again after it: whether the range profiler and activity tracing may run together is not documented, so
-they never do). Being unpatched, it runs at the candidate's own speed: a kernel that does the target's
-work only when it notices the slow, patched counted call shows none in it. Outside any activity trial its
-kernels are not in the census; its counters can only lower the MMA share (``target_work.combined``), and
-its TMA bytes are the one figure a kernel launched there alone could raise (a library's kernel, which the
-jailed runner cannot load). Neither extra call is secret from the candidate: the command that asks for it
+verified, is not timed, and by default runs inside the activity trial (``hw_count_in_trial``: its
+window, around the call alone, joins the census; on an H100 the two run together for the five experts,
+2026-12-06). Off, it runs outside (the trial is closed before it and begun again after it), and its
+kernels are in no census. Being unpatched, it runs at the candidate's own speed: a kernel that does the
+target's work only when it notices the slow, patched counted call shows none in it. Beside a SASS-counted
+call its counters can only lower the MMA share (``target_work.combined``); without one (a module the
+counters can size: ``LocalGpuEvaluator._hw_alone``) they decide alone, and the census must vouch for them
+(``sass_join.hw_census``). Neither extra call is secret from the candidate: the command that asks for it
 says so (``Call.count``, ``Call.hw_count``) in the process the candidate shares, and so does CUPTI's state
 there. Their place is drawn so that a worker cannot prepare for them in advance; what they report is the
 candidate process's word, which the secret Nsight Compute draw checks from outside (MMA work; a TMA

@@ -55,9 +55,9 @@ class Turn:
     free_before: int = 0
     """Free GPU bytes (this process's cache counted as free) after worker set-up, before the load."""
     in_band: InBand = field(default_factory=InBand)
+    """The in-band target proof of the counted call and the secret cross-check draw (``proofs.py``)."""
     hw_alone: bool = False
     """The hardware-counted call decides alone, no SASS-patched call (``LocalGpuEvaluator._hw_alone``)."""
-    """The in-band target proof of the counted call and the secret cross-check draw (``proofs.py``)."""
     proof_inputs: Path | None = None
     """The inputs the proofs after the GPU turn run on (this turn's own link to the arena's file)."""
     proof_settings: EvalSettings | None = None
