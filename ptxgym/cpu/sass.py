@@ -34,7 +34,7 @@ _CUOBJDUMP_TIMEOUT_S = 120.0
 _ARCH = re.compile(r"^\s*arch\s*=\s*(?P<arch>sm_\w+)")
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(?P<name>\S+)")
 _INSTRUCTION = re.compile(
-    r"^\s*/\*(?P<pc>[0-9a-fA-F]+)\*/\s+(?:\{\s*)?(?:@!?U?P(?:T|\d+)\s+)?"
+    r"^\s*/\*(?P<pc>[0-9a-fA-F]+)\*/\s+(?:\{\s*)?(?:(?P<guard>@!?U?P(?:T|\d+))\s+)?"
     r"(?P<opcode>[A-Z][A-Z0-9_]*(?:\.[\w]+)*)"
 )
 
@@ -71,11 +71,13 @@ def parse_sass(text: str, arch: ArchSpec) -> SassInfo:
     )
 
 
-def pc_opcodes(text: str) -> dict[str, dict[int, str]]:
+def pc_opcodes(text: str, guarded: bool = False) -> dict[str, dict[int, str]]:
     """Per function of a ``cuobjdump --dump-sass`` listing: instruction offset -> opcode with modifiers.
 
     The offsets are the listing's ``/*0a80*/`` (bytes from the function's start), the key an executed
-    count per instruction is joined on (``evaluation/trusted/sass_join.py``).
+    count per instruction is joined on (``evaluation/trusted/sass_join.py``). ``guarded``: only the
+    instructions under a predicate guard other than ``@PT`` (which may be issued, and counted by a
+    warp-level counter, with no thread doing their work).
     """
     out: dict[str, dict[int, str]] = {}
     current: dict[int, str] | None = None
@@ -85,7 +87,8 @@ def pc_opcodes(text: str) -> dict[str, dict[int, str]]:
         elif m := _FUNCTION.match(line):
             current = out.setdefault(m.group("name"), {})
         elif current is not None and (m := _INSTRUCTION.match(line)):
-            current[int(m.group("pc"), 16)] = m.group("opcode")
+            if not guarded or m.group("guard") not in (None, "@PT"):
+                current[int(m.group("pc"), 16)] = m.group("opcode")
     return out
 
 
@@ -149,6 +152,7 @@ def sass_census(
         _atomic_write(cache_file, info.model_dump_json())
         if info.static_target:  # the in-band target proof will join counts with it (module_pcs)
             _write_pcs(_pcs_file(_cache_key(so_path, _PCS, toolchain)), pc_opcodes(text))
+            _write_pcs(_pcs_file(_cache_key(so_path, _GUARDED, toolchain)), pc_opcodes(text, guarded=True))
     return info
 
 
@@ -158,22 +162,33 @@ def module_pcs(so_path: Path, toolchain: Toolchain | None = None) -> dict[str, d
     The CPU stage lists the object once; the evaluator joins the in-band counts with the same listing
     without running cuobjdump again while it holds the GPU.
     """
+    return _listing(so_path, toolchain, guarded=False)
+
+
+def module_guarded(so_path: Path, toolchain: Toolchain | None = None) -> dict[str, dict[int, str]]:
+    """``pc_opcodes(guarded=True)`` of a built object's listing, cached as ``module_pcs`` is."""
+    return _listing(so_path, toolchain, guarded=True)
+
+
+def _listing(so_path: Path, toolchain: Toolchain | None, guarded: bool) -> dict[str, dict[int, str]]:
     toolchain = toolchain or find_toolchain()
     so_path = Path(so_path)
-    cache_file = _pcs_file(_cache_key(so_path, _PCS, toolchain))
+    cache_file = _pcs_file(_cache_key(so_path, _GUARDED if guarded else _PCS, toolchain))
     if cache_file.is_file():
         try:
             raw = json.loads(cache_file.read_text())
             return {fn: {int(pc): op for pc, op in rows.items()} for fn, rows in raw.items()}
         except (ValueError, AttributeError):
             cache_file.unlink(missing_ok=True)
-    pcs = pc_opcodes(dump_sass(so_path, toolchain))
+    pcs = pc_opcodes(dump_sass(so_path, toolchain), guarded=guarded)
     _write_pcs(cache_file, pcs)
     return pcs
 
 
 _PCS = "pc-opcodes"
 """Cache-key part of ``module_pcs`` entries (the listing does not depend on the task's arch)."""
+_GUARDED = "pc-opcodes-guarded"
+"""Cache-key part of ``module_guarded`` entries."""
 
 
 def _pcs_file(key: str) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ptxgym.cpu.sass import opcode_base, parse_sass, sass_census
+from ptxgym.cpu.sass import opcode_base, parse_sass, pc_opcodes, sass_census
 from ptxgym.records.arch import BLACKWELL, HOPPER
 from ptxgym.records.errors import InfraError
 
@@ -84,6 +84,12 @@ arch = sm_90a
     assert first.target_opcodes == {"HGMMA": 1, "UTMASTG": 1}  # TMA cache control is excluded
     assert second.instructions == 1 and not second.target_opcodes
     assert info.static_target
+    # the instructions under a guard other than @PT (sass_join.counters_suffice)
+    assert pc_opcodes(text, guarded=True) == {
+        "first": {0x10: "HGMMA.64x256x16.F32.BF16", 0x20: "UTMASTG.2D"},
+        "second": {},
+    }
+    assert pc_opcodes(text)["first"][0x10] == "HGMMA.64x256x16.F32.BF16"
 
 
 def test_empty_and_garbage_text() -> None:

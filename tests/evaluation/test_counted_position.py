@@ -319,6 +319,7 @@ def _wgmma_player(tmp_path, monkeypatch, workers):
 
     listing = {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}  # the built module's, as cuobjdump says
     monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
+    monkeypatch.setattr(sass_join, "module_guarded", lambda so: {})  # no instruction under a guard
     # a loaded CPU host's wall clock must not end the turn before the target
     settings = SETTINGS.model_copy(update={**_executed(), "hw_counters": True, "wall_slack_ms": 1e4})
     ev = cpu_evaluator(tmp_path, workers, settings)
@@ -473,8 +474,9 @@ def test_counters_suffice_for_one_tile_shape_and_no_bulk_copy(monkeypatch):
 
     arch, cand = get_arch("sm_90a"), SimpleNamespace(so_path="x.so")
 
-    def listed(listing, arch=arch):
+    def listed(listing, arch=arch, guarded=None):
         monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
+        monkeypatch.setattr(sass_join, "module_guarded", lambda so: guarded or {})
         return sass_join.counters_suffice(cand, arch)
 
     one = "HGMMA.64x128x16.F32.BF16"
@@ -483,6 +485,8 @@ def test_counters_suffice_for_one_tile_shape_and_no_bulk_copy(monkeypatch):
     assert not listed({"a": {0: one}, "b": {8: "HGMMA.64x256x16.F32.BF16"}})  # two shapes
     assert not listed({"a": {0: one, 8: "HGMMA"}})  # an MMA spelling no tile
     assert not listed({"a": {0: one, 8: "UBLKCP.S.G"}})  # a bulk copy the TMA counters would count
+    assert not listed({"a": {0: one}}, guarded={"a": {0: one}})  # issued, and counted, predicate off
+    assert listed({"a": {0: one, 8: "BRA"}}, guarded={"a": {8: "BRA"}})  # a guarded branch is no MMA
     tma_only = SimpleNamespace(mma_opcodes=(), is_mma_opcode=lambda op: False)
     assert not listed({"a": {0: one, 8: "UTMALDG.2D"}}, tma_only)  # a task of TMA alone: never
 

@@ -243,7 +243,7 @@ def test_hardware_counters_alone_prove_the_target_with_a_lower_bound(tmp_path: P
     from ptxgym.audit.corpus import build_kernel
     from ptxgym.cpu.sass import module_pcs
     from ptxgym.evaluation.trusted.base import BuiltCandidate
-    from ptxgym.evaluation.trusted.sass_join import hw_only_target
+    from ptxgym.evaluation.trusted.sass_join import Census, hw_only_target
     from ptxgym.evaluation.trusted.session import SessionResult
     from ptxgym.evaluation.trusted.target_work import TMA_INST_METRIC, smallest_tile_flops
 
@@ -256,7 +256,10 @@ def test_hardware_counters_alone_prove_the_target_with_a_lower_bound(tmp_path: P
     task_flops, min_bytes = 1000 * tile, 1e6
     metrics = {GMMA_INST_METRIC: 4.0 * 600, TMA_BYTES_METRIC: 2e6, TMA_INST_METRIC: 10.0}
     counts = HwCounts(metrics=metrics, passes=1, ranges=1)
-    info, record = hw_only_target(cand, SessionResult(hw_counts=counts), HOPPER, task_flops, min_bytes)
+    census = Census(dict.fromkeys(module_pcs(so), 10), 10)  # every kernel in every timed call
+    info, record = hw_only_target(
+        cand, SessionResult(hw_counts=counts), HOPPER, task_flops, min_bytes, census
+    )
     assert info is not None and record["error"] == "" and record["flops_per_mma"] == tile
     assert info.executed is Verdict.YES and info.counts == {"GMMA": 600, "TMA loads": 10}
     assert info.mma_share == pytest.approx(0.6) and info.tma_share == pytest.approx(2.0)

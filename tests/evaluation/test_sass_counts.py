@@ -101,7 +101,8 @@ def test_pc_listing_of_a_real_module(monkeypatch, tmp_path) -> None:
     from ptxgym.cpu.toolchain import find_toolchain
 
     so = build_kernel("tma_gemm")
-    pcs = pc_opcodes(dump_sass(so, find_toolchain()))
+    text = dump_sass(so, find_toolchain())
+    pcs = pc_opcodes(text)
     tma = next(k for k in pcs if "gemm_tma" in k)
     offsets = sorted(pcs[tma])
     assert offsets[0] == 0 and all(b - a == 16 for a, b in zip(offsets, offsets[1:], strict=False))
@@ -124,6 +125,7 @@ def test_pc_listing_of_a_real_module(monkeypatch, tmp_path) -> None:
 
     monkeypatch.setattr(sass, "dump_sass", no_dump)
     assert sass.module_pcs(so) == pcs
+    assert sass.module_guarded(so) == pc_opcodes(text, guarded=True)  # the census cached it too
 
 
 def test_join_places_rows_by_function_and_offset_and_sizes_the_mma_work() -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from ptxgym.cpu.sass import module_pcs
+from ptxgym.cpu.sass import module_guarded, module_pcs
 from ptxgym.evaluation.protocol import SassRow
 from ptxgym.evaluation.trusted.base import BuiltCandidate
 from ptxgym.evaluation.trusted.census import is_own_kernel
@@ -282,17 +282,22 @@ def counters_suffice(candidate: BuiltCandidate, arch: ArchSpec) -> bool:
 
     The task has an MMA family, the module's MMA instructions spell exactly one tile shape (GMMA
     instructions x its FLOPs is then the MMA work exactly, the census ruling out other modules'
-    instructions), and it holds no non-tensor bulk copy (``BULK_COPY_OPCODE``: the TMA-load counters would
-    count it as TMA). False where the listing fails or an MMA opcode spells no tile: the SASS-patched call
-    then counts per instruction. A task whose target is TMA alone is never counted by the counters alone
-    (a reviewer's find: bulk copies beside one dead ``UTMALDG`` would have earned its credit).
+    instructions), none under a predicate guard (the GMMA counter counts warp instructions issued, so
+    one whose predicate is off would count with no work done: a reviewer's caution; the SASS rows count
+    the threads whose predicate was on), and it holds no non-tensor bulk copy (``BULK_COPY_OPCODE``: the
+    TMA-load counters would count it as TMA). False where the listing fails or an MMA opcode spells no
+    tile: the SASS-patched call then counts per instruction. A task whose target is TMA alone is never
+    counted by the counters alone (a reviewer's find: bulk copies beside one dead ``UTMALDG`` would have
+    earned its credit).
     """
     if not arch.mma_opcodes:
         return False
     try:
-        pcs = module_pcs(candidate.so_path)
+        pcs, guarded = module_pcs(candidate.so_path), module_guarded(candidate.so_path)
     except Exception:  # noqa: BLE001 - the listing is ours; without it the patched call decides
         return False
+    if any(arch.is_mma_opcode(op) for ops in guarded.values() for op in ops.values()):
+        return False  # a guarded MMA may be issued, and counted, with its predicate off
     opcodes = [op for ops in pcs.values() for op in ops.values()]
     if any(op.split(".")[0] == BULK_COPY_OPCODE for op in opcodes):
         return False
