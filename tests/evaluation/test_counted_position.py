@@ -510,6 +510,23 @@ def test_the_census_must_vouch_for_the_counters():
     assert hw_census([k], Census({k: 6}, 6, error="buffer lost"), True)[0] is Verdict.UNKNOWN
     assert hw_census([k], None, True)[0] is Verdict.UNKNOWN
     assert hw_census([k], Census({}, 0), True)[0] is Verdict.UNKNOWN
+    # totals pass, but the counted call's window held more GPU work than any timed call (a later review)
+    many = Census({k: 6, "_Z4simtv": 6, decoy: 6}, 6, counted_activities=(7, 1))
+    verdict, why = hw_census([decoy], many, True)
+    assert verdict is Verdict.NO and "7 activities" in why
+    assert hw_census([k], Census({k: 7}, 6, counted_activities=(1, 1)), True) == (None, "")
+
+
+def test_a_look_alike_name_vouches_only_for_itself():
+    """``Census.launches``: an ``extern "C" gemm`` launched every call does not vouch for ``ns::gemm``."""
+    from ptxgym.evaluation.trusted.sass_join import Census
+
+    wgmma, simt = "_ZN2ns4gemmEPf", "gemm"
+    functions = frozenset({wgmma, simt})
+    assert Census({simt: 10}, 10).launches(wgmma) == 10  # by name alone, the look-alike counted
+    assert Census({simt: 10}, 10, module_functions=functions).launches(wgmma) == 0
+    assert Census({simt: 10, wgmma: 1}, 10).launches(wgmma) == 1  # the exact name wins
+    assert Census({"ns::gemm(float*)": 4}, 4, module_functions=functions).launches(wgmma) == 4  # demangled
 
 
 def test_counters_alone_deny_a_kernel_launched_only_in_the_counted_call(tmp_path, monkeypatch):

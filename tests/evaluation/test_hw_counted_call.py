@@ -87,6 +87,7 @@ def test_outside_the_activity_trial_when_asked(arena, tmp_path):
     result = _timing(arena, fake, 8, backend=CUPTI, settings=outside, hw_count=True)
     assert result.failure is None and result.missing_spans == 0
     assert fake.hw_counted_calls[0][1] is False  # no activity trial open during it
+    assert result.hw_window is None
     i = fake.transcript.index(next(c for c in fake.transcript if c.startswith("hw:")))
     assert fake.transcript[i - 1] == "trial_end" and fake.transcript[i + 1] == "trial_begin"
     assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations}  # timed calls only
@@ -105,6 +106,7 @@ def test_inside_the_activity_trial_by_default(arena, tmp_path):
     assert fake.transcript[i - 1] != "trial_end"  # the trial was not closed before it,
     assert fake.transcript.count("trial_begin") == SETTINGS.trials  # nor begun again after it
     assert result.kernels == {IN_BAND_KERNEL: SETTINGS.trials * SETTINGS.iterations + 1}  # and its own
+    assert result.hw_window == (1, 1)  # its window's GPU activities beside its trial's busiest timed call
     assert [len(t) for t in result.trials] == [SETTINGS.iterations] * SETTINGS.trials  # not a latency
 
 

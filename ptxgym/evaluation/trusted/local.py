@@ -1224,7 +1224,14 @@ class LocalGpuEvaluator(Evaluator):
             turn.details["in_band_target"] = record
             if self.arch is not None:
                 timed_census = (
-                    Census(result.kernels, result.census_calls, result.census_error)
+                    Census(
+                        result.kernels,
+                        result.census_calls,
+                        result.census_error,
+                        module_functions=frozenset(turn.candidate.kernels or ())
+                        if turn.candidate
+                        else frozenset(),
+                    )
                     if result.census_trials
                     else None
                 )
@@ -1288,7 +1295,11 @@ class LocalGpuEvaluator(Evaluator):
             return
         task = turn.task
         census = (
-            Census(result.kernels, result.census_calls, result.census_error) if result.census_trials else None
+            Census(
+                result.kernels, result.census_calls, result.census_error, counted_activities=result.hw_window
+            )
+            if result.census_trials
+            else None
         )
         info, record = hw_only_target(
             turn.candidate, result, task.arch_spec, task.flops, task.min_bytes, census

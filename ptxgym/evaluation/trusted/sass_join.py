@@ -17,7 +17,7 @@ target family holds TMA copies.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ptxgym.cpu.sass import module_guarded, module_pcs
 from ptxgym.evaluation.protocol import SassRow
@@ -159,10 +159,26 @@ class Census:
     calls: int
     """Timed calls the windows cover."""
     error: str = ""
+    module_functions: frozenset[str] = frozenset()
+    """Every function of the built module: a census name equal to one of them is that one's alone."""
+    counted_activities: tuple[int, int] | None = None
+    """GPU activities in the hardware-counted call's window, and the most in any timed call's window of
+    its trial (``SessionResult.hw_window``; None: the call ran outside the activity trial)."""
 
     def launches(self, function: str) -> int:
-        """Launches of ``function`` (a mangled module kernel) the census saw."""
-        return sum(n for name, n in self.kernels.items() if is_own_kernel(name, [function]))
+        """Launches of ``function`` (a mangled module kernel) the census saw.
+
+        A name equal to the function counts; a name that only resembles it (``census.is_own_kernel``:
+        ``gemm`` against ``_ZN2ns4gemmEPf``) counts unless it is another function of the module verbatim
+        (an ``extern "C" gemm`` beside ``ns::gemm``: a reviewer's find, one kernel's launches vouching for
+        another's).
+        """
+        if function in self.kernels:
+            return self.kernels[function]
+        others = self.module_functions - {function}
+        return sum(
+            n for name, n in self.kernels.items() if name not in others and is_own_kernel(name, [function])
+        )
 
 
 def _executed(
@@ -313,12 +329,22 @@ def hw_census(functions: list[str], census: Census | None, counted: bool) -> tup
     timed calls' work: one launched in some calls but not all is a decoy for the counted call (a kernel
     that recognises that call, by its command or the profiler's set-up before it, and runs its wgmma only
     there: a reviewer's find), and target instructions counted with none of those kernels launched in
-    every timed call came from no timed call's work. No census, or one reporting an error: UNKNOWN.
+    every timed call came from no timed call's work. Counts are totals over the windows, so a kernel
+    launched many times in the counted call alone would pass that test: the counted call's window must
+    hold no more GPU activities than the most of any timed call of its trial (a later review's find). A
+    kernel launched in every call that works only when counted is not caught here (Nsight Compute's draw
+    is). No census, or one reporting an error: UNKNOWN.
     """
     if census is None or census.calls <= 0:
         return Verdict.UNKNOWN, "no kernel census of the timed calls vouches for the counters"
     if census.error:
         return Verdict.UNKNOWN, f"the kernel census reported an error ({census.error[:200]})"
+    window = census.counted_activities
+    if window is not None and window[0] > window[1]:
+        return Verdict.NO, (
+            f"the counted call launched more GPU work ({window[0]} activities) than any timed call of its "
+            f"trial ({window[1]}): work done only where it is counted"
+        )
     launched = {f: census.launches(f) for f in functions}
     short = sorted(f for f, n in launched.items() if 0 < n < census.calls)
     if short:
@@ -373,6 +399,8 @@ def hw_only_target(
     )
     work = work_verdict(share.mma_share, required, bool(arch.mma_opcodes))
     functions = sorted(f for f, ops in pcs.items() if any(arch.is_target_opcode(op) for op in ops.values()))
+    if census is not None:
+        census = replace(census, module_functions=frozenset(pcs))
     vetoed, why = hw_census(functions, census, bool(counts))
     if vetoed is not None and counts:
         record["census"] = why

@@ -185,6 +185,9 @@ class SessionResult:
     census_trials: int = 0
     """Trials whose end brought a census report (0: no in-band census was taken)."""
     census_calls: int = 0
+    hw_window: tuple[int, int] | None = None
+    """GPU activities in the hardware-counted call's window and the most in a timed call's window of its
+    trial (the call inside the activity trial; ``sass_join.hw_census``)."""
     """Timed calls whose windows those reports cover and in which CUPTI saw GPU activity."""
     census_error: str = ""
     sass_rows: list[SassRow] | None = None
@@ -250,6 +253,8 @@ class Session:
         """Why the counted call runs outside the activity trial from the start ("": it runs inside)."""
         self._windowed: tuple[int, list[SassRow]] | None = None
         """The counted call inside the open activity trial: its command number and rows (``_close``)."""
+        self._hw_seq: int | None = None
+        """The hardware-counted call's sequence number while its trial is open (``_close``)."""
         self._segment_after = "the trial's start"
         """What began the open activity trial (``SessionResult.span_gaps``)."""
         self._pool_rng = random.Random(f"verified-pool:{seed}")
@@ -539,6 +544,10 @@ class Session:
         if spans is not None and self.backend == CUPTI:
             _add_census(result, spans)
             result.census_calls += sum(1 for record in segment if record.span_ms is not None)
+        hw_seq, self._hw_seq = self._hw_seq, None
+        if hw_seq is not None and spans is not None:
+            most = max((spans.activities.get(r.seq, 0) for r in segment), default=0)
+            result.hw_window = (spans.activities.get(hw_seq, 0), most)
         windowed, self._windowed = self._windowed, None
         if (
             windowed is not None
@@ -619,6 +628,8 @@ class Session:
         if cupti and not inside:
             self._split(stage, segment, result)
         reply, ok = self._count_once(index, result, stage, inside, hw=True)
+        if inside and reply is not None:
+            self._hw_seq = reply.seq  # its window's activities, beside the timed calls' (``_close``)
         where.call, where.in_trial = self.calls, inside
         where.outside = (
             "" if inside else "the range profiler runs outside activity trials (hw_count_in_trial)"
@@ -907,7 +918,7 @@ class Session:
         # launches that vouch for the paid calls (sass_join.in_band_info) are the paid timing's; a name the
         # first timing saw stays in the census (a foreign kernel there is still one)
         seen = dict.fromkeys(result.kernels, 0)
-        result.kernels, result.census_calls = {}, 0
+        result.kernels, result.census_calls, result.hw_window = {}, 0, None
         result.trials, result.walls, result.missing_spans, result.shortened = [], [], 0, ""
         result.wall_parts, result.unspanned_walls = [], []
         result.crosscheck = None
