@@ -511,10 +511,11 @@ def test_the_census_must_vouch_for_the_counters():
     assert hw_census([k], None, True)[0] is Verdict.UNKNOWN
     assert hw_census([k], Census({}, 0), True)[0] is Verdict.UNKNOWN
     # totals pass, but the counted call's window held more GPU work than any timed call (a later review)
-    many = Census({k: 6, "_Z4simtv": 6, decoy: 6}, 6, counted_activities=(7, 1))
+    many = Census({k: 150, "_Z4simtv": 150, decoy: 150}, 150, counted_activities=(151, 1))
     verdict, why = hw_census([decoy], many, True)
-    assert verdict is Verdict.NO and "7 activities" in why
+    assert verdict is Verdict.NO and "151 activities" in why
     assert hw_census([k], Census({k: 7}, 6, counted_activities=(1, 1)), True) == (None, "")
+    assert hw_census([k], Census({k: 7}, 6, counted_activities=(9, 1)), True) == (None, "")  # slack
 
 
 def test_a_look_alike_name_vouches_only_for_itself():
