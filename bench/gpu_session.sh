@@ -4,16 +4,13 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (s23 and s24 ran on 2026-12-06 on an H100; none lent to the sixteenth and seventeenth sessions), in
-# order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s25 $OUT   (~6 min: 1 and 16
-#                                      envs streaming, 16 with two threads kept for timing, 16 with up to 8
-#                                      spares; the MHA forward expert over 6 turns; s25s: the first two runs)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s21b $OUT  (~4 min: 16 envs
-#                                      streaming with the scan in helper processes against in-process)
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh evaluator $OUT   (~8 min: the
-#                                      evaluator's whole GPU suite, with the retime and Arena.close changes)
-#   then s11c (the wall allowance, now with the retime), spares, ray_load (+ .raybundle), benches, gate.
+# Next (nineteenth session: s26-s29 ran on 2026-12-06 on an H100; the defaults changed after them: the
+# counters alone decide for a module of one tile shape, with the census vouching), in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s28 $OUT   (~5 min: the five
+#                                      experts must stay credited, the runner's counter tests, the audit,
+#                                      the experts' GPU cost)
+#   run(carry=[".whl"]):               the 16-env half of s29 (throughput with the new defaults, ~2 min)
+#   then s25 (up to 8 spares; MHA forward 6 turns), s21b, evaluator, s11c, spares, ray_load, benches, gate.
 # Done on 2026-12-06: s23 (s22 + wall parts), s24 (runner spin; batch refill against each, replacing s20).
 # Done on 2026-12-05: flip, flip2, s17-s19, s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
 #
