@@ -100,9 +100,14 @@ SPARE_REFILLS = ("each", "batch")
 
 def spare_refill() -> str:
     """``PTXGYM_SPARE_REFILL``: ``batch`` (default) or ``each`` (``LocalGpuEvaluator._refill``)."""
-    value = (_get("SPARE_REFILL") or "batch").lower()
-    if value not in SPARE_REFILLS:
-        raise ValueError(f"PTXGYM_SPARE_REFILL must be one of {', '.join(SPARE_REFILLS)}, got {value!r}")
+    return _choice("SPARE_REFILL", SPARE_REFILLS, "batch")
+
+
+def _choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """``PTXGYM_<name>`` lower-cased, one of ``choices`` (``default`` when unset); ``ValueError`` else."""
+    value = (_get(name) or default).lower()
+    if value not in choices:
+        raise ValueError(f"{_PREFIX}{name} must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 
@@ -131,10 +136,7 @@ BUILD_PRIORITIES = ("nice", "idle")
 
 def build_priority() -> str:
     """``PTXGYM_BUILD_PRIORITY``: ``nice`` (default) or ``idle`` (``cpu/jail.build_jail``)."""
-    value = (_get("BUILD_PRIORITY") or "nice").lower()
-    if value not in BUILD_PRIORITIES:
-        raise ValueError(f"PTXGYM_BUILD_PRIORITY must be one of {', '.join(BUILD_PRIORITIES)}, got {value!r}")
-    return value
+    return _choice("BUILD_PRIORITY", BUILD_PRIORITIES, "nice")
 
 
 SCAN_HELPERS_LIMIT = 64

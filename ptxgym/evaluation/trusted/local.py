@@ -1276,9 +1276,10 @@ class LocalGpuEvaluator(Evaluator):
         """Whether the hardware-counted call decides alone, no SASS-patched call (``sass_count_with_hw``).
 
         By default where the counters can size the module's work (``sass_join.counters_suffice``: one MMA
-        tile shape, no bulk copy) and a census ties every kernel to its module (CUPTI spans, the module
-        census, the counted call inside the activity trial: outside it a module loaded from memory could
-        run only there and count); the census must also vouch for the credit (``sass_join.hw_census``).
+        tile shape, no guarded MMA, no bulk copy) and a census ties every kernel to its module (CUPTI
+        spans, the module census, the counted call inside the activity trial: outside it a module loaded
+        from memory could run only there and count); the census must also vouch for the credit
+        (``sass_join.hw_census``).
         """
         choice = self.settings.sass_count_with_hw
         if choice is not None:

@@ -339,9 +339,8 @@ def hw_census(functions: list[str], census: Census | None, counted: bool) -> tup
     every timed call came from no timed call's work. Counts are totals over the windows, so a kernel
     launched many times in the counted call alone would pass that test: the counted call's window may
     hold at most twice the GPU activities of the busiest timed call of its trial, and ``HW_WINDOW_SLACK``
-    more (a later review's find). A
-    kernel launched in every call that works only when counted is not caught here (Nsight Compute's draw
-    is). No census, or one reporting an error: UNKNOWN.
+    more (a later review's find). A kernel launched in every call that works only when counted is not
+    caught here (Nsight Compute's draw is). No census, or one reporting an error: UNKNOWN.
     """
     if census is None or census.calls <= 0:
         return Verdict.UNKNOWN, "no kernel census of the timed calls vouches for the counters"
@@ -350,8 +349,8 @@ def hw_census(functions: list[str], census: Census | None, counted: bool) -> tup
     window = census.counted_activities
     if window is not None and window[0] > window[1] + max(HW_WINDOW_SLACK, window[1]):
         return Verdict.NO, (
-            f"the counted call launched more GPU work ({window[0]} activities) than any timed call of its "
-            f"trial ({window[1]}): work done only where it is counted"
+            f"the counted call launched far more GPU work ({window[0]} activities) than the busiest timed "
+            f"call of its trial ({window[1]}): work done only where it is counted"
         )
     launched = {f: census.launches(f) for f in functions}
     short = sorted(f for f, n in launched.items() if 0 < n < census.calls)

@@ -185,10 +185,10 @@ class SessionResult:
     census_trials: int = 0
     """Trials whose end brought a census report (0: no in-band census was taken)."""
     census_calls: int = 0
+    """Timed calls whose windows those reports cover and in which CUPTI saw GPU activity."""
     hw_window: tuple[int, int] | None = None
     """GPU activities in the hardware-counted call's window and the most in a timed call's window of its
     trial (the call inside the activity trial; ``sass_join.hw_census``)."""
-    """Timed calls whose windows those reports cover and in which CUPTI saw GPU activity."""
     census_error: str = ""
     sass_rows: list[SassRow] | None = None
     """The counted call's rows (``Session.timing(count=True)``; None: not counted)."""
