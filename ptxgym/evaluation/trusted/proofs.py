@@ -37,10 +37,11 @@ to find it:
   and the MMA share that decides is the smaller of the two calls', so a kernel switching on the slowdown
   shows no wgmma there and loses the credit (and one that breaks the profiler instead loses it too: no
   usable counters is no credit, ``sass_join.with_hw``; ``instrumented_wgmma`` in ``ptxgym audit`` plays the
-  switcher with an SM-clock probe). With ``EvalSettings.sass_count_with_hw`` off the patched call is not
-  made at all where the hardware counters are read (``sass_join.hw_only_target``: FLOPs per MMA from the
-  module's smallest static tile, a lower bound; Nsight Compute's cross-check then only refuses a bound above
-  its own count); on the H200 it credits the expert GEMM (``test_native_runner_gpu.py``, 2026-12-05, with
+  switcher with an SM-clock probe). Where the counters can size the module's work (one MMA tile shape,
+  ``sass_join.counters_suffice``; the default ``EvalSettings.sass_count_with_hw`` None) the patched call
+  is not made at all (``sass_join.hw_only_target``: FLOPs per MMA from the module's one tile, the census
+  vouching, ``sass_join.hw_census``; Nsight Compute's cross-check then only refuses a figure above its own
+  count); on the H200 it credits the expert GEMM (``test_native_runner_gpu.py``, 2026-12-05, with
   ``hw_counters`` on, its default since its cost was measured: ~0.4 s of GPU per candidate,
   gpu_cost_2026-12-05_hw_true.txt). What remains: the range profiler is also CUPTI in the candidate's
   process (host code could ask whether it is enabled), and the Python worker reads no hardware counters:
