@@ -167,3 +167,14 @@ def test_a_rule_on_a_file_keeps_only_file_rights(tmp_path: Path) -> None:
 def test_landlock_abi_reports_why_not() -> None:
     abi, why = landlock.abi()
     assert (abi > 0 and why == "") or (abi == 0 and why)
+
+
+def test_a_refused_idle_priority_is_no_error(monkeypatch) -> None:
+    """``idle_priority`` is best effort: a kernel (or seccomp) that refuses SCHED_IDLE costs nothing."""
+    from ptxgym.confine import launch
+
+    def refuse(*_args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(launch.os, "sched_setscheduler", refuse)
+    assert launch.idle_priority(0) is False
