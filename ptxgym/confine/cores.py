@@ -2,25 +2,23 @@
 
 A call's wall clock, which bounds what the candidate's process reports, is the trusted side's round trip:
 its command, the runner's launch and synchronisation, its reply and the trusted copy of the outputs.
-Under load every wake-up in it may wait for a core: on an H100 host (16 cores) with 16 envs streaming,
-the worst honest candidate's median per-call excess over its calibrated overhead reached 0.27-0.32 ms
-and the calibrations' spread set allowances of 1.16 ms (median), against 0.003-0.008 ms and 0.01-0.02 ms
-for the expert GEMM on the quiet host (``bench/results/throughput_2026-12-06_refill_h100.txt``,
-``wall_allowance_2026-12-06_parts_h100.txt``). With ``PTXGYM_TIMING_CORES=n`` on a host with one GPU,
-the last ``n`` hardware threads (whole physical cores: with SMT, a core's threads together) are kept for
-the runner a subject takes (every thread of it, from the take on: spares warm on any core, several at
-once) and the thread holding the GPU (``GpuQueue.turn``); builds (nvcc and the tools it runs,
+Under load every wake-up in it may wait for a core. (The large honest excess first seen with 16 envs
+streaming on an H100 host, 0.27-1.55 ms for the worst candidate, turned out to follow the call's length:
+20 ms SIMT variants show it with one env, 0.76 ms GEMM variants stay within 0.16 ms at 1 and 16 envs,
+``bench/results/throughput_2026-12-06_excess_h100.txt``.) With ``PTXGYM_TIMING_CORES=n`` on a host with
+one GPU, the last ``n`` hardware threads (whole physical cores: with SMT, a core's threads together) are
+kept for the runner a subject takes (every thread of it, from the take on: spares warm on any core,
+several at once) and the thread holding the GPU (``GpuQueue.turn``); builds (nvcc and the tools it runs,
 ``Jail.cpus``) and the backstop's scan helpers run on the others. The evaluator's other threads are not
 moved. With several GPUs each GPU, by its host number, gets its own slice. Evaluators sharing one GPU
 (MIG, fractional Ray GPUs) share its slice, as they share its timing. Pinning is best effort: a mask the
 kernel refuses leaves the thread where it was.
 
 Off by default (``DEFAULT_TIMING_CORES``): the one measurement, 16 envs streaming on an H100 host with two
-threads kept, showed a larger honest wall excess than runs without (median 0.21 ms and worst 0.64 against
-0.05-0.07 and 0.27-0.32; not side by side: ``bench/results/throughput_2026-12-06_cores_h100.txt``
-against ``throughput_2026-12-06_refill_h100.txt``): the runner, the timing thread and the evaluator's
-unpinned threads may crowd two hardware threads of one physical core. ``bench/gpu_session.sh s25s``
-compares them side by side.
+threads kept, showed no smaller honest wall excess than runs without (median 0.21 ms and worst 0.64
+against 0.05-0.07 and 0.27-0.32; not side by side: ``bench/results/throughput_2026-12-06_cores_h100.txt``
+against ``throughput_2026-12-06_refill_h100.txt``). ``bench/gpu_session.sh s25s`` compares them side by
+side.
 """
 
 from __future__ import annotations

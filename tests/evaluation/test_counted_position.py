@@ -343,6 +343,34 @@ def _wgmma_player(tmp_path, monkeypatch, workers):
     return ev, play, settings, nsight_yes
 
 
+class _RunnerWorkers:
+    """In-process workers of ``kind`` with CUPTI spans and census, as a runner's; kept in ``made``."""
+
+    def __init__(self, tmp_path, kind=InProcessWorker) -> None:
+        from test_baseline_path import honest
+
+        self.tmp_path, self.kind, self.made = tmp_path, kind, []
+        self.candidate = honest
+
+    def __call__(self) -> InProcessWorker:
+        worker = self.kind(self.candidate, self.tmp_path, measured=True)
+        worker.spans = True
+        self.made.append(worker)
+        return worker
+
+
+def _runner_player(tmp_path, monkeypatch, workers, listing):
+    """``_wgmma_player`` for a module listed as ``listing``, its subjects served as by a runner (CUPTI)."""
+    from ptxgym.evaluation.trusted import sass_join
+    from ptxgym.evaluation.trusted.native_worker import NativeRunners
+
+    ev, play, settings, nsight_yes = _wgmma_player(tmp_path, monkeypatch, workers)
+    monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
+    ev.backend, ev.native = CUPTI, NativeRunners(True, 0, 0, tmp_path, False)
+    monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
+    return ev, play, settings, nsight_yes
+
+
 def test_a_subject_the_runners_should_have_served_has_its_credit_withheld(tmp_path, monkeypatch):
     """Runners wanted, ``hw_counters`` on, the subject in the Python worker anyway: credit withheld.
 
@@ -444,23 +472,9 @@ def test_the_patched_call_is_made_only_where_the_counters_cannot_size_the_mmas(
     One tile shape: GMMA instructions x its FLOPs is the work exactly, and the hardware-counted call
     decides alone (``details["hw_counters"]["alone"]``); several: the patched call counts each one.
     """
-    from test_baseline_path import Workers, honest
-
-    from ptxgym.evaluation.trusted import sass_join
-    from ptxgym.evaluation.trusted.native_worker import NativeRunners
-
-    class Spanned(Workers):
-        def __call__(self):
-            worker = super().__call__()
-            worker.spans = True  # CUPTI spans and census, as a runner's
-            return worker
-
-    workers = Spanned(tmp_path, honest)
-    ev, play, settings, _ = _wgmma_player(tmp_path, monkeypatch, workers)
-    monkeypatch.setattr(sass_join, "module_pcs", lambda so: listing)
-    ev.settings, ev.backend = settings.model_copy(update={"sass_count_with_hw": choice}), CUPTI
-    ev.native = NativeRunners(True, 0, 0, tmp_path, False)
-    monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
+    workers = _RunnerWorkers(tmp_path)
+    ev, play, settings, _ = _runner_player(tmp_path, monkeypatch, workers, listing)
+    ev.settings = settings.model_copy(update={"sass_count_with_hw": choice})
     turn, verdict = play()
     assert turn.hw_alone is not patched
     assert bool(workers.made[-1].counted_calls) is patched, verdict.message
@@ -537,10 +551,6 @@ def test_counters_alone_deny_a_kernel_launched_only_in_the_counted_call(tmp_path
     found the counters-alone path paying such a decoy (the call is recognisable by its command and the
     profiler's set-up before it). The honest control, its one kernel in every call, keeps its credit.
     """
-    from test_baseline_path import Workers, honest
-
-    from ptxgym.evaluation.trusted import sass_join
-    from ptxgym.evaluation.trusted.native_worker import NativeRunners
     from ptxgym.records.feedback import Verdict
 
     decoy = "wgmma_only_when_counted"
@@ -561,26 +571,12 @@ def test_counters_alone_deny_a_kernel_launched_only_in_the_counted_call(tmp_path
                 self.launched = 0
             return reply
 
-    class Made(Workers):
-        def __init__(self, tmp_path, kind):
-            super().__init__(tmp_path, honest)
-            self.kind = kind
-
-        def __call__(self):
-            worker = self.kind(self.candidate, self.tmp_path, measured=True)
-            worker.spans = True
-            self.made.append(worker)
-            return worker
-
     verdicts = {}
     for kind, listing in (
         (InProcessWorker, {IN_BAND_KERNEL: {0x10: "HGMMA.64x128x16.F32.BF16"}}),
         (Decoy, {IN_BAND_KERNEL: {0x10: "FFMA"}, decoy: {0x10: "HGMMA.64x128x16.F32.BF16"}}),
     ):
-        ev, play, settings, _ = _wgmma_player(tmp_path, monkeypatch, Made(tmp_path, kind))
-        monkeypatch.setattr(sass_join, "module_pcs", lambda so, listing=listing: listing)
-        ev.backend, ev.native = CUPTI, NativeRunners(True, 0, 0, tmp_path, False)
-        monkeypatch.setattr(ev, "_hw_counts", lambda turn, handle: True)  # as in a runner
+        _, play, _, _ = _runner_player(tmp_path, monkeypatch, _RunnerWorkers(tmp_path, kind), listing)
         turn, verdict = play()
         assert verdict.status.value == "PASSED" and turn.hw_alone, verdict.message
         verdicts[kind.__name__] = (turn.in_band.target, verdict.details["hw_counters"])

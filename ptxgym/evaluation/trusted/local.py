@@ -1223,19 +1223,7 @@ class LocalGpuEvaluator(Evaluator):
             record = counted_target(turn.candidate, result, arch, turn.task.flops)
             turn.details["in_band_target"] = record
             if self.arch is not None:
-                timed_census = (
-                    Census(
-                        result.kernels,
-                        result.census_calls,
-                        result.census_error,
-                        module_functions=frozenset(turn.candidate.kernels or ())
-                        if turn.candidate
-                        else frozenset(),
-                    )
-                    if result.census_trials
-                    else None
-                )
-                counted, why = in_band_info(record, arch, timed_census)
+                counted, why = in_band_info(record, arch, _timed_census(turn))
                 missing, hw = self._hw_missing(turn), None
                 if result.hw_counted is not None:
                     hw = hw_record(result, record, turn.task.flops, turn.task.min_bytes)
@@ -1295,15 +1283,8 @@ class LocalGpuEvaluator(Evaluator):
         if turn.candidate is None or self.arch is None or result.hw_counted is None:
             return
         task = turn.task
-        census = (
-            Census(
-                result.kernels, result.census_calls, result.census_error, counted_activities=result.hw_window
-            )
-            if result.census_trials
-            else None
-        )
         info, record = hw_only_target(
-            turn.candidate, result, task.arch_spec, task.flops, task.min_bytes, census
+            turn.candidate, result, task.arch_spec, task.flops, task.min_bytes, _timed_census(turn)
         )
         turn.details["hw_counters"] = {**record, "call": result.hw_counted.record(), "alone": True}
         note = "" if info is not None else f"hardware counters: {record['error']}"
@@ -1378,3 +1359,18 @@ class LocalGpuEvaluator(Evaluator):
             log=truncate(tb, 3000),
             candidate_ran=candidate_ran,
         )
+
+
+def _timed_census(turn: Turn) -> Census | None:
+    """The in-band census of the turn's timed calls, as ``sass_join`` reads it (None: none was taken)."""
+    result = turn.result
+    if not result.census_trials:
+        return None
+    functions = frozenset(turn.candidate.kernels or ()) if turn.candidate is not None else frozenset()
+    return Census(
+        result.kernels,
+        result.census_calls,
+        result.census_error,
+        module_functions=functions,
+        counted_activities=result.hw_window,
+    )
