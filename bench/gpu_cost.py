@@ -183,9 +183,15 @@ def _play_turn(ev, subject: str, task, turn: int, first_correct: bool, simt: lis
         f"{'-' if floor is None else f'{floor:.2f}'} | {gpu:.2f} | "
         f"{'-' if floor is None else f'{gpu - floor:.2f}'} | {stages} | cpu: {cpu}"
     )
+    details = getattr(ev, "last_details", {}) or {}
+    hw = details.get("hw_counters") or {}
+    if hw.get("window") is not None:  # the counted call's GPU activities against the busiest timed call's
+        say(
+            f"#   {subject} turn {turn} counted window: {hw['window'][0]} activities, busiest timed call "
+            f"{hw['window'][1]}"
+        )
     if status.value != "PASSED":
         say(f"#   {subject} turn {turn}: {message[:400]}")
-        details = getattr(ev, "last_details", {}) or {}
         for key in ("missing_spans", "retimed", "crosscheck"):
             if details.get(key):
                 say(f"#   {subject} turn {turn} {key}: {str(details[key])[:600]}")

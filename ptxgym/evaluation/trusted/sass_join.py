@@ -408,6 +408,7 @@ def hw_only_target(
     functions = sorted(f for f, ops in pcs.items() if any(arch.is_target_opcode(op) for op in ops.values()))
     if census is not None:
         census = replace(census, module_functions=frozenset(pcs))
+        record["window"] = census.counted_activities  # the activity rule's two counts, for the record
     vetoed, why = hw_census(functions, census, bool(counts))
     if vetoed is not None and counts:
         record["census"] = why
