@@ -42,7 +42,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -116,6 +116,19 @@ case "$stage" in
       --candidates 16 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_stream.txt"
     PTXGYM_TIMING_CORES=2 timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream \
       --candidates 64 --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_cores2.txt"
+    ;;
+  s30)
+    # twentieth session: each call's trusted wall read off the interpreter's lock (trusted/exchange.py).
+    # The GPU tests whose outputs now come through the exchange's copies (the naive GEMM asserts the
+    # path; the expert GEMM in the runner and the worker, parity), then 16 envs streaming with the
+    # exchange and without it (EvalSettings.native_wall), each listing every timed candidate's excess
+    timeout 200 bash bench/gpu_tests.sh "$out/tests" --timeout 190 -q -s tests/evaluation/test_gpu_evaluator.py \
+      tests/evaluation/test_native_runner_gpu.py -k "naive_gemm_passes or expert_gemm_native_and_python"
+    timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
+      --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native_wall.txt"
+    timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
+      --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
+      --out "$out/throughput_python_wall.txt"
     ;;
   s29)
     # s28 again with the tests' count names fixed (the counters alone name GMMA / TMA loads) and the GPU

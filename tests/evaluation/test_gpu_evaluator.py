@@ -95,6 +95,7 @@ def test_naive_gemm_passes_with_target_no(evaluator, gemm):
     assert t.candidate.n == 20 and t.candidate.median_ms > t.baseline.median_ms
     assert 0 < t.speedup < 0.5
     assert t.backend in ("cupti", "events+device-sync")
+    assert verdict.details["wall_path"] == "native", verdict.details["wall_path"]  # exchange.py
     matched = verdict.details["calibration_matched"]  # a no-op about as long as the baseline's call
     assert matched is not None and matched["busy_memsets"] > 0, verdict.details
     assert 0.5 < matched["latency_ms"] / t.baseline.median_ms < 1.5, (matched, t.baseline.median_ms)

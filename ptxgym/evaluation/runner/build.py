@@ -208,6 +208,23 @@ def build_broadcast(cache: Path | None = None) -> Path:
     return _compiled(root / "libptxgym-broadcast.so", compiler, flags, "the thread broadcast library")
 
 
+EXCHANGE_SOURCES = ("exchange.cc",)
+"""Every file the trusted side's timed exchange library is compiled from."""
+
+
+def build_exchange(cache: Path | None = None) -> Path:
+    """The path of ``libptxgym-exchange.so``: the trusted side's timed call (``trusted/exchange.py``).
+
+    Compiled on first use with the host C++ compiler (no CUDA headers: it looks the driver up at run
+    time), then taken from the cache.
+    """
+    compiler = _compiler()
+    flags = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"]
+    flags += [str(HERE / "exchange.cc"), "-ldl"]
+    root = (cache or settings.cache_dir()) / "runner" / f"exchange-{_key(EXCHANGE_SOURCES, compiler, flags)}"
+    return _compiled(root / "libptxgym-exchange.so", compiler, flags, "the timed exchange library")
+
+
 def _compiled(product: Path, compiler: str, flags: list[str], what: str) -> Path:
     """``product``, compiled with ``compiler flags -o`` unless it is there; concurrent builds are safe."""
     if product.is_file() and os.access(product, os.X_OK):

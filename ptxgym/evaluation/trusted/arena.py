@@ -552,6 +552,19 @@ class Arena:
         """
         return {name: t.clone() for name, t in self.sets[index].shared_out.items()}
 
+    def output_slots(self, index: int) -> tuple[dict[str, Any], list[tuple[int, int, int]]] | None:
+        """``copy_outputs``'s copies for a timed exchange that runs them itself (``exchange.py``).
+
+        Empty private tensors and the (destination, source, bytes) copies that fill them; None where that
+        cannot be: an output not contiguous on a CUDA device.
+        """
+        shared = self.sets[index].shared_out
+        if any(t.device.type != "cuda" or not t.is_contiguous() for t in shared.values()):
+            return None
+        slots = {name: t.new_empty(t.shape) for name, t in shared.items()}
+        copies = [(slots[n].data_ptr(), t.data_ptr(), t.nbytes) for n, t in shared.items()]
+        return slots, copies
+
     def hold(self, index: int, keep: bool, outputs: dict[str, Any], whole: bool = False) -> Held | None:
         """Keep a timed call's output copies (``copy_outputs``) if ``keep``: a verified call (``check_held``).
 

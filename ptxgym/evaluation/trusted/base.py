@@ -179,6 +179,13 @@ class EvalSettings(BaseModel):
     wall_slack_fraction: float = Field(
         0.10, ge=0, description="Same allowance as a fraction of the median latency (the larger wins)."
     )
+    native_wall: bool = Field(
+        True,
+        description="Read each call's trusted wall in a C call that holds no interpreter lock: the command, "
+        "its reply and the trusted copies of its outputs (``trusted/exchange.py``), so other Python threads "
+        "of the evaluator's process cannot lengthen it. False: the Python path (the comparison in "
+        "``bench/throughput.py --set native_wall=false``).",
+    )
     runner_spin_us: int = Field(
         0,
         ge=0,

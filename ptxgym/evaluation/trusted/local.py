@@ -1005,6 +1005,7 @@ class LocalGpuEvaluator(Evaluator):
                     session.retime(result, strict, base.median_ms if base else None)  # one at most
             self._note_counted(turn, session)
             turn.details["verified_pool"] = session.pool_record()
+            turn.details["wall_path"] = session.wall_path
             turn.clocks.append(sm_clock_mhz(self.device))
             turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
             if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only

@@ -194,14 +194,7 @@ class WorkerHandle:
         is one sent before its command: a protocol violation.
         """
         deadline = time.monotonic() + timeout_s
-        if not self.pending and _ready(self._from.fileno(), select.POLLIN, 0.0) and self.proc.poll() is None:
-            raise ProtocolViolation(
-                "a reply arrived before its command was sent: something writes the reply channel ahead",
-                self.log_tail(),
-            )
-        self.seq += 1
-        cmd = cmd.model_copy(update={"seq": self.seq})
-        data = self._encode(cmd, pickler)
+        data = self._numbered(cmd, pickler)
         try:
             if fds:
                 self._fds.settimeout(max(0.001, deadline - time.monotonic()))
@@ -215,6 +208,71 @@ class WorkerHandle:
             raise self._died(f"the worker stopped reading commands ({exc})") from exc
         self.pending.append(self.seq)
         return self.seq
+
+    def _numbered(self, cmd: Command, pickler=None) -> bytes:
+        """The next command's encoding, numbered (``seq``); refused when a reply came before it."""
+        if not self.pending and _ready(self._from.fileno(), select.POLLIN, 0.0) and self.proc.poll() is None:
+            raise ProtocolViolation(
+                "a reply arrived before its command was sent: something writes the reply channel ahead",
+                self.log_tail(),
+            )
+        self.seq += 1
+        return self._encode(cmd.model_copy(update={"seq": self.seq}), pickler)
+
+    def timed_request(
+        self, cmd: Command, timeout_s: float, copies: Sequence[tuple[int, int, int]], stream: int
+    ) -> tuple[Reply, float, float]:
+        """``request`` for a timed call, its wall read off the interpreter's lock (``exchange.py``).
+
+        ``copies`` (destination, source, bytes) are the trusted copies of the call's outputs, queued on
+        ``stream`` once the reply is in and awaited inside the wall. Returns the reply, the command to
+        reply time and the whole wall, in ms. Failures raise what ``send`` and ``receive`` raise.
+        """
+        from ptxgym.evaluation.trusted import exchange as ex
+
+        self.drain(timeout_s)
+        frame = self._numbered(cmd)
+        self.pending.append(self.seq)
+        try:
+            done = ex.exchange(
+                self._to.fileno(),
+                struct.pack("!i", len(frame)) + frame,
+                SEND_TIMEOUT_S,
+                self._from.fileno(),
+                timeout_s,
+                FRAME_GRACE_S,
+                copies,
+                stream,
+            )
+        except ex.ExchangeError as exc:
+            raise self._exchange_failed(exc, timeout_s) from exc
+        reply = self._parse(done.raw)
+        if reply.seq != self.pending[0]:
+            raise ProtocolViolation(
+                f"reply to command {reply.seq} arrived while {self.pending[0]} was awaited: "
+                "something else wrote to the reply channel",
+                self.log_tail(),
+            )
+        self.pending.popleft()
+        return reply, done.request_ms, done.wall_ms
+
+    def _exchange_failed(self, exc, timeout_s: float) -> Exception:
+        """The worker's usual exception for a failed timed exchange (``exchange.ExchangeError``)."""
+        from ptxgym.evaluation.trusted import exchange as ex
+
+        if exc.status == ex.WRITE_TIMEOUT:
+            return WorkerTimeout(f"the worker took no command within {SEND_TIMEOUT_S:.1f} s", self.log_tail())
+        if exc.status == ex.NO_REPLY and self.proc.poll() is None:
+            return WorkerTimeout(f"no reply within {timeout_s:.1f} s", self.log_tail())
+        if exc.status == ex.STALLED:
+            return WorkerTimeout("a reply stalled (the frame never completed)", self.log_tail())
+        if exc.status == ex.BAD_LENGTH:
+            return ProtocolViolation(f"unreadable or oversized reply ({exc})", self.log_tail())
+        if exc.status in (ex.NO_CUDA, ex.CUDA_ERROR):
+            return RuntimeError(f"the trusted side's timed exchange failed: {exc}")
+        if exc.status == ex.WRITE_ERROR:
+            return self._died(f"the worker stopped reading commands ({exc})")
+        return self._died(f"the worker ended without replying ({exc})")
 
     def _write_frame(self, data: bytes, deadline: float) -> None:
         """One command frame (``multiprocessing.connection``'s framing), written by ``deadline``."""

@@ -57,6 +57,7 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -272,6 +273,8 @@ class Session:
         self._whole_due: Held | None = None
         """That call's held outputs, checked whole after the timing's last trial (``_check_whole``)."""
         self.whole_checks = 0
+        self.wall_path = ""
+        """How the calls' trusted walls were read: "native" (``exchange.py``) or "python: <why>"."""
         """Verified calls checked against their whole reference after sampled ones (``_check_whole``)."""
 
     # ------------------------------------------------------------------------------------ plumbing
@@ -286,6 +289,10 @@ class Session:
         return self.clock
 
     def _request(self, cmd: Command, stage: Stage, pickler=None) -> Reply:
+        return self._asked(lambda timeout: self.worker.request(cmd, timeout, pickler), stage)
+
+    def _asked(self, ask: Callable[[float], Reply], stage: Stage) -> Reply:
+        """``ask(timeout)``'s reply, the timeout cut to the step's budget; a failed reply is a fault."""
         timeout = self.timeout_s
         if self.clock is not None:
             left = self.clock.run_left()
@@ -293,7 +300,7 @@ class Session:
                 raise StepBudgetExceeded(self.clock, self.worker.log_tail())
             timeout = min(timeout, left)
         try:
-            reply = self.worker.request(cmd, timeout, pickler)
+            reply = ask(timeout)
         except WorkerTimeout as exc:
             if self.clock is not None and timeout < self.timeout_s:
                 raise StepBudgetExceeded(self.clock, exc.log_tail) from exc
@@ -423,19 +430,60 @@ class Session:
         self._sync()
         if result is not None:
             result.spend("inputs_wait", t)
+        cmd = Call(set=index, timed=timed, flush=True)
+        slots = self._native_slots(index)
         t0 = time.perf_counter()
-        reply = self._request(Call(set=index, timed=timed, flush=True), Stage.RUN)
-        t1 = time.perf_counter()
-        outputs = self.arena.copy_outputs(index)
-        self._sync()
+        if slots is not None:
+            outputs, copies = slots
+            stream = self.torch.cuda.current_stream(self.arena.device).cuda_stream
+            walls: list[float] = []
+
+            def ask(timeout: float) -> Reply:
+                reply, request_ms, wall_ms = self.worker.timed_request(cmd, timeout, copies, stream)
+                walls.extend((request_ms, wall_ms))
+                return reply
+
+            reply = self._asked(ask, Stage.RUN)
+            request_ms, wall = walls
+        else:
+            reply = self._request(cmd, Stage.RUN)
+            request_ms = (time.perf_counter() - t0) * 1e3
+            outputs = self.arena.copy_outputs(index)
+            self._sync()
+            wall = (time.perf_counter() - t0) * 1e3
         if result is not None:
             result.spend("calls", t0)
-        wall = (time.perf_counter() - t0) * 1e3
         self.calls += 1
         if reply.call is None:
             raise CandidateFault("the worker acknowledged a call without its timings", "", Stage.RUN)
-        record = TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call, request_ms=(t1 - t0) * 1e3)
+        record = TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call, request_ms=request_ms)
         return record, outputs
+
+    def _native_slots(self, index: int) -> tuple[dict[str, Any], list[tuple[int, int, int]]] | None:
+        """Set ``index``'s output copies for the exchange off the interpreter's lock (``exchange.py``).
+
+        None: the Python path measures (``EvalSettings.native_wall`` off, a worker without
+        ``timed_request``, outputs not on a CUDA device, or the library unavailable: ``self.wall_path``
+        says why).
+        """
+        if not self.settings.native_wall:
+            self.wall_path = "python: EvalSettings.native_wall is off"
+            return None
+        if not hasattr(self.worker, "timed_request"):
+            self.wall_path = "python: the worker has no timed exchange"
+            return None
+        slots = self.arena.output_slots(index)
+        if slots is None:
+            self.wall_path = "python: outputs not contiguous on a CUDA device"
+            return None
+        from ptxgym.evaluation.trusted.exchange import unavailable
+
+        why = unavailable(copies=True)
+        if why:
+            self.wall_path = f"python: {why}"
+            return None
+        self.wall_path = "native"
+        return slots
 
     def _trial(
         self,
