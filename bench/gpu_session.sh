@@ -42,7 +42,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -129,6 +129,16 @@ case "$stage" in
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
+    ;;
+  s31)
+    # s30's follow-up: the expert GEMM in the runner and the worker (count names fixed), then the wall
+    # allowance with 4 busy Python threads in the evaluator's process, the exchange against the Python path
+    timeout 100 bash bench/gpu_tests.sh "$out/tests" --timeout 90 -q -s tests/evaluation/test_native_runner_gpu.py \
+      -k "expert_gemm_native_and_python"
+    for wall in true false; do
+      timeout 200 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 2 \
+        --busy-threads 4 --set native_wall=$wall --out "$out/wall_allowance_busy_native_wall_$wall.txt"
+    done
     ;;
   s29)
     # s28 again with the tests' count names fixed (the counters alone name GMMA / TMA loads) and the GPU

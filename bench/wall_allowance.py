@@ -24,7 +24,10 @@ spare process only after a subject's timed calls and waits for every warming spa
 once, and its CUDA set-up shares the GPU with the calibration and the timing: the suspect for the
 calibration's spread), and ``--spares 0`` plays with no spare at all. ``--process`` plays it with each
 candidate process kind (``LocalGpuEvaluator(candidate_process=...)``: the Python worker or the native
-runner).
+runner). ``--busy-threads N`` runs N Python threads in the evaluator's process during the plays, each
+running Python for ``--busy-burst-ms`` and then sleeping 1 ms (an env's build thread, a trainer's step):
+with ``--set native_wall=false`` beside the default, it shows what the interpreter's lock adds to the
+trusted walls (``trusted/exchange.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -144,6 +148,23 @@ def _tight(row: dict) -> str:
     return "yes" if row["excess_ms"] > row["tight_allowed_ms"] else "no"
 
 
+def busy_threads(n: int, burst_ms: float) -> threading.Event:
+    """Start ``n`` daemon threads that run Python for ``burst_ms`` then sleep 1 ms, until the event is set."""
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            until = time.perf_counter() + burst_ms / 1e3
+            x = 0
+            while time.perf_counter() < until:
+                x += 1
+            time.sleep(0.001)
+
+    for i in range(n):
+        threading.Thread(target=work, name=f"busy-{i}", daemon=True).start()
+    return stop
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wall_allowance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -168,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replace a spare as soon as it is taken (the behaviour before local.QUIET_SPARES)",
     )
+    parser.add_argument("--busy-threads", type=int, default=0, help="Python threads kept busy (docstring)")
+    parser.add_argument("--busy-burst-ms", type=float, default=2.0, help="each busy thread's Python burst")
     args = parser.parse_args(argv)
     lines: list[str] = []
 
@@ -187,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# wall allowance {time.strftime('%Y-%m-%dT%H:%M:%S')} commit {commit()}; spares {args.spares}; "
         f"overrides {overrides or 'none'}"
         + ("; noisy spares (replaced at once)" if args.noisy_spares else "; quiet spares")
+        + f"; {args.busy_threads} busy Python threads ({args.busy_burst_ms:g} ms bursts, 1 ms sleeps)"
+        + f"; native_wall {settings.native_wall}"
     )
     say(
         "process | hidden us | status | median ms | overhead ms | overhead iqr ms | excess ms | allowed ms | "
@@ -194,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "timed twice"
     )
     rows = []
+    stop = busy_threads(args.busy_threads, args.busy_burst_ms)
     for process in args.process:
         ev = LocalGpuEvaluator(settings=settings, spares=args.spares, candidate_process=process)
         ev.quiet_spares = not args.noisy_spares
@@ -203,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(play(ev, h, say, process))
         finally:
             ev.close()
+    stop.set()
     for process in dict.fromkeys(r["process"] for r in rows):
         mine = [r for r in rows if r["process"] == process]
         honest = [r["excess_ms"] for r in mine if r["hidden_us"] in (None, 0) and r["excess_ms"] is not None]
