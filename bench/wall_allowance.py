@@ -6,7 +6,8 @@ The candidate's GPU times come from its own process (CUPTI spans or CUDA events 
 whose host code forges them, or does work its GPU timer does not see, is bounded only by the trusted
 side's wall clock: per call, wall time - claimed GPU time must stay within the calibrated harness overhead
 plus an allowance (``timing.cross_check``: max(``wall_slack_ms``, ``wall_slack_fraction`` x median
-latency, 5 x the calibration's IQR)). Under-reporting a call's GPU time by x ms looks to the trusted side
+latency, 4 standard errors of the two medians' difference; 5 x the calibration's IQR before the twentieth
+session)). Under-reporting a call's GPU time by x ms looks to the trusted side
 exactly like x ms of host work after the kernel finished, so this bench plays the expert GEMM with a
 host-side busy wait of ``h`` microseconds after a stream synchronisation inside every call (the GPU timer
 does not see it) for several ``h``, and prints for each subject: status, median latency, the calibrated

@@ -86,6 +86,21 @@ def test_tight_allowance_shrinks_with_the_number_of_calls_and_is_only_recorded()
     assert many > 0.5 + 4 * se_cal  # the calibration's own error stays
     quiet = Calibration(overhead_ms=0.5, overhead_iqr_ms=0.0, sync_gap_ms=0.0, n=20)
     assert tight_allowance([0.5] * 100, quiet) == pytest.approx(0.5 + 0.01)  # the floor
-    # recorded beside the verdict, which the slack floors still decide
+    # recorded beside the verdict; the slack floors still decide where they are the larger
     cc = cross_check([1.0 + 0.62] * 100, [1.0] * 100, cal, slack_ms=0.3, slack_fraction=0.1)
     assert cc.ok and cc.tight_allowed_ms is not None and cc.median_overhead_ms > cc.tight_allowed_ms
+
+
+def test_a_noisy_calibration_widens_the_allowance_by_its_error_not_its_spread():
+    """A calibration beside busy Python threads (IQR 0.3 ms per call) once widened the allowance to
+    5 x IQR = 1.5 ms per 0.76 ms call; its median's error is what it may widen it by."""
+    noisy = Calibration(overhead_ms=0.6, overhead_iqr_ms=0.3, sync_gap_ms=0.0, n=20)
+    lat = [0.76] * 150
+    hider = cross_check([0.76 + 0.6 + 0.7] * 150, lat, noisy, slack_ms=0.3, slack_fraction=0.1)
+    assert not hider.ok, hider  # 0.7 ms hidden per call: the old 1.5 ms allowance passed it
+    se = 1.2533 * (0.3 / 1.349) / math.sqrt(20)
+    assert hider.allowed_ms == pytest.approx(0.6 + max(0.3, 4 * se), rel=1e-6)
+    honest = cross_check([0.76 + 0.6 + 0.1] * 150, lat, noisy, slack_ms=0.3, slack_fraction=0.1)
+    assert honest.ok, honest
+    wide = Calibration(overhead_ms=0.6, overhead_iqr_ms=2.0, sync_gap_ms=0.0, n=20)  # 4 SE > the floor
+    assert cross_check([0.76 + 0.6 + 1.2] * 150, lat, wide, slack_ms=0.3, slack_fraction=0.1).ok

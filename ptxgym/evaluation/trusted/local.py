@@ -250,6 +250,10 @@ class LocalGpuEvaluator(Evaluator):
         """Spares replaced only after a subject's timed calls and awaited before the next calibration
         (``QUIET_SPARES``); False: replaced at once, warming beside the timing (for measurements)."""
         self.spares_wait_s = 0.0
+        if self.settings.native_wall:  # its library compiled now, never inside a GPU turn's first call
+            from ptxgym.evaluation.trusted.exchange import unavailable
+
+            unavailable()
         if self._runners_serve():  # the Python workers serve baselines and plain arenas only (``_refill``)
             self.pool.spares = min(spares, 1)
         self.pool.fill()
