@@ -4,23 +4,23 @@
 
 The candidate's GPU times come from its own process (CUPTI spans or CUDA events there), so a candidate
 whose host code forges them, or does work its GPU timer does not see, is bounded only by the trusted
-side's wall clock: per call, wall time - claimed GPU time must stay within the calibrated harness overhead
-plus an allowance (``timing.cross_check``: max(``wall_slack_ms``, ``wall_slack_fraction`` x median
-latency, 4 standard errors of the two medians' difference; 5 x the calibration's IQR before the twentieth
-session)). Under-reporting a call's GPU time by x ms looks to the trusted side
-exactly like x ms of host work after the kernel finished, so this bench plays the expert GEMM with a
-host-side busy wait of ``h`` microseconds after a stream synchronisation inside every call (the GPU timer
-does not see it) for several ``h``, and prints for each subject: status, median latency, the calibrated
-overhead and its IQR (the matched calibration's, a no-op as long as the baseline's call, where there is
-one; the trivial no-op's overhead beside it), the measured excess per call (median wall - GPU - overhead),
-the allowance, whether it was caught, and what the tight statistical allowance
-(``timing.tight_allowance``, recorded, not applied) would allow and decide, and whether the subject was
-timed twice (``Session.retime``: a first timing failed by its allowance; the figures are then the second
-timing's, at ``session.RETIME_SLACK`` of the slack); and under each play, where the walls of the
-calibration and of the timed calls went (``session.wall_parts``: the trusted round trip and the copy that
-ends the wall, and the native runner's own steps, ``protocol.CALL_PHASES``). The smallest caught ``h`` as
-a share of the median latency is the forgery a candidate can no longer hide. The evaluator replaces a
-spare process only after a subject's timed calls and waits for every warming spare before the next set-up
+side's wall clock: per call, wall time - claimed GPU time must stay within the calibrated harness
+overhead plus an allowance (``timing.cross_check``: max(``wall_slack_ms``, ``wall_slack_fraction`` x
+median latency, 4 standard errors of the two medians' difference; 5 x the calibration's IQR before the
+twentieth session)). Under-reporting a call's GPU time by x ms looks to the trusted side exactly like x
+ms of host work after the kernel finished, so this bench plays the expert GEMM with a host-side busy wait
+of ``h`` microseconds after a stream synchronisation inside every call (the GPU timer does not see it)
+for several ``h``, and prints for each subject: status, median latency, the calibrated overhead and its
+IQR (the matched calibration's, a no-op as long as the baseline's call, where there is one; the trivial
+no-op's overhead beside it), the measured excess per call (median wall - GPU - overhead), the allowance,
+whether it was caught, and what the tight statistical allowance (``timing.tight_allowance``, the slack's
+statistical term beside the floors) alone would allow and decide, and whether the subject was timed twice
+(``Session.retime``: a first timing failed by its allowance; the figures are then the second timing's, at
+``session.RETIME_SLACK`` of the slack); and under each play, where the walls of the calibration and of
+the timed calls went (``session.wall_parts``: the trusted round trip and the copy that ends the wall, and
+the native runner's own steps, ``protocol.CALL_PHASES``). The smallest caught ``h`` as a share of the
+median latency is the forgery a candidate can no longer hide. The evaluator replaces a spare process only
+after a subject's timed calls and waits for every warming spare before the next set-up
 (``local.QUIET_SPARES``); ``--noisy-spares`` plays the old way (taking a worker starts the next one at
 once, and its CUDA set-up shares the GPU with the calibration and the timing: the suspect for the
 calibration's spread), and ``--spares 0`` plays with no spare at all. ``--process`` plays it with each

@@ -150,3 +150,21 @@ def test_the_library_reports_each_failure_by_its_code():
     cmd_w, rep_r = peer(b"\xff\xff\xff\xff" + (5).to_bytes(8, "big") + b"hello", False)
     done = ex.exchange(cmd_w, b"\0\0\0\1x", 1.0, rep_r, 1.0, 0.1)
     assert done.raw == b"hello" and 0 <= done.request_ms <= done.wall_ms
+
+
+def test_a_worker_that_stops_reading_commands_times_the_exchange_out(fake_worker_argv, tmp_path):
+    """Its command pipe full, the exchange's write waits the call's time limit, not longer."""
+    handle = _handle(fake_worker_argv("hang"), tmp_path)
+    try:
+        for _ in range(5000):  # fill the command pipe (64 KiB) without waiting for replies
+            try:
+                handle.send(Call(), timeout_s=0.2)
+            except WorkerTimeout:
+                break
+        handle.pending.clear()  # the exchange must not drain replies that never come
+        start = time.monotonic()
+        with pytest.raises(WorkerTimeout, match="took no command within 0.5 s"):
+            handle.timed_request(Call(), 0.5, (), 0)
+        assert time.monotonic() - start < 3.0
+    finally:
+        handle.kill()

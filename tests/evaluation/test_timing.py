@@ -92,8 +92,10 @@ def test_tight_allowance_shrinks_with_the_number_of_calls_and_is_only_recorded()
 
 
 def test_a_noisy_calibration_widens_the_allowance_by_its_error_not_its_spread():
-    """A calibration beside busy Python threads (IQR 0.3 ms per call) once widened the allowance to
-    5 x IQR = 1.5 ms per 0.76 ms call; its median's error is what it may widen it by."""
+    """A noisy calibration widens the allowance by its median's error, not by 5 x its IQR.
+
+    Beside busy Python threads (IQR 0.3 ms per call) the old term allowed 1.5 ms per 0.76 ms call.
+    """
     noisy = Calibration(overhead_ms=0.6, overhead_iqr_ms=0.3, sync_gap_ms=0.0, n=20)
     lat = [0.76] * 150
     hider = cross_check([0.76 + 0.6 + 0.7] * 150, lat, noisy, slack_ms=0.3, slack_fraction=0.1)

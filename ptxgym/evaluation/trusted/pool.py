@@ -237,7 +237,7 @@ class WorkerHandle:
             done = ex.exchange(
                 self._to.fileno(),
                 struct.pack("!i", len(frame)) + frame,
-                SEND_TIMEOUT_S,
+                timeout_s,  # as ``request`` writes its command (the step's budget may have cut it)
                 self._from.fileno(),
                 timeout_s,
                 FRAME_GRACE_S,
@@ -261,7 +261,7 @@ class WorkerHandle:
         from ptxgym.evaluation.trusted import exchange as ex
 
         if exc.status == ex.WRITE_TIMEOUT:
-            return WorkerTimeout(f"the worker took no command within {SEND_TIMEOUT_S:.1f} s", self.log_tail())
+            return WorkerTimeout(f"the worker took no command within {timeout_s:.1f} s", self.log_tail())
         if exc.status == ex.NO_REPLY and self.proc.poll() is None:
             return WorkerTimeout(f"no reply within {timeout_s:.1f} s", self.log_tail())
         if exc.status == ex.STALLED:
