@@ -86,7 +86,7 @@ def test_tight_allowance_shrinks_with_the_number_of_calls_and_is_only_recorded()
     assert many > 0.5 + 4 * se_cal  # the calibration's own error stays
     quiet = Calibration(overhead_ms=0.5, overhead_iqr_ms=0.0, sync_gap_ms=0.0, n=20)
     assert tight_allowance([0.5] * 100, quiet) == pytest.approx(0.5 + 0.01)  # the floor
-    # recorded beside the verdict; the slack floors still decide where they are the larger
+    # recorded beside the verdict, which the slack floors still decide
     cc = cross_check([1.0 + 0.62] * 100, [1.0] * 100, cal, slack_ms=0.3, slack_fraction=0.1)
     assert cc.ok and cc.tight_allowed_ms is not None and cc.median_overhead_ms > cc.tight_allowed_ms
 
@@ -106,3 +106,17 @@ def test_a_noisy_calibration_widens_the_allowance_by_its_error_not_its_spread():
     assert honest.ok, honest
     wide = Calibration(overhead_ms=0.6, overhead_iqr_ms=2.0, sync_gap_ms=0.0, n=20)  # 4 SE > the floor
     assert cross_check([0.76 + 0.6 + 1.2] * 150, lat, wide, slack_ms=0.3, slack_fraction=0.1).ok
+
+
+def test_a_subject_cannot_widen_its_allowance_with_its_own_spread():
+    """A hider that slows 45% of its calls by 5 ms (its IQR ~5 ms) and hides 0.5 ms in the rest.
+
+    The subject's spread enters ``tight_allowance`` (4 SE of ~0.38 ms: 1.5 ms of room), which would pass
+    it; the cross-check's statistical term is the calibration's alone (a reviewer's find).
+    """
+    cal = Calibration(overhead_ms=0.6, overhead_iqr_ms=0.02, sync_gap_ms=0.0, n=20)
+    lat = [0.76] * 200
+    extra = [5.0] * 90 + [0.5] * 110
+    check = cross_check([0.76 + 0.6 + e for e in extra], lat, cal, slack_ms=0.3, slack_fraction=0.1)
+    assert not check.ok, check
+    assert check.tight_allowed_ms is not None and check.tight_allowed_ms - 0.6 > 0.5  # what it would pass
