@@ -4,13 +4,13 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (nineteenth session: s26-s29 ran on 2026-12-06 on an H100; the defaults changed after them: the
-# counters alone decide for a module of one tile shape, with the census vouching), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s28 $OUT   (~5 min: the five
-#                                      experts must stay credited, the runner's counter tests, the audit,
-#                                      the experts' GPU cost)
-#   run(carry=[".whl"]):               the 16-env half of s29 (throughput with the new defaults, ~2 min)
-#   then s25 (up to 8 spares; MHA forward 6 turns), s21b, evaluator, s11c, spares, ray_load, benches, gate.
+# Next (twentieth session: s28, s30, s31 ran on 2026-12-06 on an H100; the cross-check's statistical term
+# changed after them, CPU-tested only), in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s32 $OUT   (~9 min: 16 envs
+#                                      with the Python wall then the exchange; the wall allowance beside a
+#                                      busy Python thread, both paths)
+#   then the in-trial window on an H200 (test_native_runner_gpu.py -k hardware_counters), s25, s21b,
+#   evaluator, s11c, spares, ray_load, benches, gate.
 # Done on 2026-12-06: s23 (s22 + wall parts), s24 (runner spin; batch refill against each, replacing s20).
 # Done on 2026-12-05: flip, flip2, s17-s19, s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
 #
@@ -42,7 +42,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -129,6 +129,20 @@ case "$stage" in
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
+    ;;
+  s32)
+    # twentieth session's follow-up: 16 envs streaming with the Python path first, then the exchange (the
+    # order of s30 swapped: its first pass, on a fresh machine, had 10 s more GPU in all), then the wall
+    # allowance beside one busy Python thread (0.5 ms bursts), hiders of 20-80 us, both paths
+    timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
+      --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
+      --out "$out/throughput_python_wall.txt"
+    timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
+      --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --out "$out/throughput_native_wall.txt"
+    for wall in true false; do
+      timeout 150 python3 bench/wall_allowance.py --process native --hidden-us 20 40 80 --repeats 2 \
+        --busy-threads 1 --busy-burst-ms 0.5 --set native_wall=$wall --out "$out/wall_allowance_busy1_$wall.txt"
+    done
     ;;
   s31)
     # s30's follow-up: the expert GEMM in the runner and the worker (count names fixed), then the wall
