@@ -47,8 +47,9 @@ def test_a_timed_request_gets_the_reply_and_its_walls(fake_worker_argv, tmp_path
 def test_the_wall_holds_no_other_python_threads_time(fake_worker_argv, tmp_path):
     """A thread running Python without pause held up the reply's reader in the Python path.
 
-    With the interpreter's switch interval at 50 ms, a reply read in Python waits for the busy thread
-    to let go of the lock; read in the exchange, it does not.
+    With the interpreter's switch interval at 100 ms, a reply read in Python waits for the busy thread
+    to let go of the lock; read in the exchange, it does not (margins wide enough for a loaded 2-core
+    host, where the fake worker itself may wait for a core).
     """
     import sys
 
@@ -61,7 +62,7 @@ def test_the_wall_holds_no_other_python_threads_time(fake_worker_argv, tmp_path)
             x += 1
 
     old = sys.getswitchinterval()
-    sys.setswitchinterval(0.05)
+    sys.setswitchinterval(0.1)
     busy = threading.Thread(target=spin, daemon=True)
     busy.start()
     try:
@@ -78,8 +79,8 @@ def test_the_wall_holds_no_other_python_threads_time(fake_worker_argv, tmp_path)
         handle.kill()
     native.sort()
     python.sort()
-    assert native[4] < 20.0, native  # the fake worker answers in well under a millisecond
-    assert python[4] > 10 * native[4], (python, native)  # ~50 ms against ~0.2 on a 2-core host
+    assert native[4] < 50.0, native  # the fake worker answers in well under a millisecond
+    assert python[4] > native[4] + 40.0, (python, native)  # ~100 ms against ~0.2 on a quiet 2-core host
 
 
 @pytest.mark.parametrize(
@@ -117,6 +118,23 @@ def test_a_reply_sent_ahead_is_refused_before_the_exchange(fake_worker_argv, tmp
         handle.kill()
 
 
+def _peer(reply: bytes, close: bool = False) -> tuple[int, int, threading.Thread]:
+    """Bare pipes (command write end, reply read end) and a thread that answers the first command."""
+    cmd_r, cmd_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+
+    def answer() -> None:
+        os.read(cmd_r, 64)
+        if reply:
+            os.write(rep_w, reply)
+        if close:
+            os.close(rep_w)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return cmd_w, rep_r, thread
+
+
 def test_the_library_reports_each_failure_by_its_code():
     """The C side's codes, on bare pipes: a closed reader, an ended channel, a bad length, a stall."""
     r, w = os.pipe()
@@ -125,46 +143,49 @@ def test_the_library_reports_each_failure_by_its_code():
         ex.exchange(w, b"\0\0\0\1x", 1.0, w, 1.0, 0.1)
     assert info.value.status == ex.WRITE_ERROR
     os.close(w)
-
-    def peer(reply: bytes, close: bool) -> tuple[int, int]:
-        cmd_r, cmd_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        os.write(rep_w, reply)
-        if close:
-            os.close(rep_w)
-        return cmd_w, rep_r
-
     cases = [
         (b"", True, ex.EOF),
         (b"\x7f\xff\xff\xff", False, ex.BAD_LENGTH),
         (b"\0\0\0\x10abc", False, ex.STALLED),
         (b"", False, ex.NO_REPLY),
+        (b"\0\0", False, ex.STALLED),  # inside the length
+        (b"\xff\xff\xff\xff" + (1 << 40).to_bytes(8, "big"), False, ex.BAD_LENGTH),  # wide, past the cap
+        (b"\xff\xff\xff\xfe", False, ex.BAD_LENGTH),  # negative
     ]
     for reply, close, status in cases:
-        cmd_w, rep_r = peer(reply, close)
+        cmd_w, rep_r, thread = _peer(reply, close)
         t0 = time.monotonic()
         with pytest.raises(ex.ExchangeError) as info:
             ex.exchange(cmd_w, b"\0\0\0\1x", 1.0, rep_r, 0.2, 0.1)
         assert info.value.status == status, (reply, info.value)
         assert time.monotonic() - t0 < 2.0
-    cmd_w, rep_r = peer(b"\xff\xff\xff\xff" + (5).to_bytes(8, "big") + b"hello", False)
+        thread.join(2.0)
+    cmd_w, rep_r, _ = _peer(b"\xff\xff\xff\xff" + (5).to_bytes(8, "big") + b"hello")
     done = ex.exchange(cmd_w, b"\0\0\0\1x", 1.0, rep_r, 1.0, 0.1)
     assert done.raw == b"hello" and 0 <= done.request_ms <= done.wall_ms
+    cmd_w, rep_r, _ = _peer(b"\0\0\0\0")
+    assert ex.exchange(cmd_w, b"\0\0\0\1x", 1.0, rep_r, 1.0, 0.1).raw == b""  # an empty frame
 
 
-def test_a_worker_that_stops_reading_commands_times_the_exchange_out(fake_worker_argv, tmp_path):
-    """Its command pipe full, the exchange's write waits the call's time limit, not longer."""
-    handle = _handle(fake_worker_argv("hang"), tmp_path)
-    try:
-        for _ in range(5000):  # fill the command pipe (64 KiB) without waiting for replies
-            try:
-                handle.send(Call(), timeout_s=0.2)
-            except WorkerTimeout:
-                break
-        handle.pending.clear()  # the exchange must not drain replies that never come
-        start = time.monotonic()
-        with pytest.raises(WorkerTimeout, match="took no command within 0.5 s"):
-            handle.timed_request(Call(), 0.5, (), 0)
-        assert time.monotonic() - start < 3.0
-    finally:
-        handle.kill()
+def test_a_reply_waiting_before_the_command_is_refused_unsent():
+    cmd_r, cmd_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    os.write(rep_w, b"\0\0\0\2{}")  # a whole reply already there: sent ahead of the command
+    with pytest.raises(ex.ExchangeError) as info:
+        ex.exchange(cmd_w, b"\0\0\0\1x", 1.0, rep_r, 1.0, 0.1)
+    assert info.value.status == ex.AHEAD
+    os.set_blocking(cmd_r, False)
+    with pytest.raises(BlockingIOError):
+        os.read(cmd_r, 16)  # the command was never written
+    for fd in (cmd_r, cmd_w, rep_r, rep_w):
+        os.close(fd)
+
+
+def test_a_cached_library_someone_else_may_write_is_built_again(tmp_path):
+    """The library is loaded into the evaluator: a planted, group-writable file in the cache is not used."""
+    from ptxgym.evaluation.runner.build import build_exchange
+
+    first = build_exchange(tmp_path)
+    os.chmod(first, 0o777)
+    again = build_exchange(tmp_path)
+    assert again == first and (again.stat().st_mode & 0o777) == 0o755

@@ -195,3 +195,30 @@ def test_a_call_s_wall_ends_after_the_trusted_copy_of_its_outputs(
         assert record.wall_ms >= 20.0 and set(outputs) == set(arena.sets[0].shared_out)
     finally:
         session.worker.kill()
+
+
+def test_a_call_through_the_exchange_is_timed_there_and_fills_the_slots(
+    arena, fake_worker_argv, tmp_path, monkeypatch
+):
+    """``Session._call`` through the exchange (``exchange.py``): the C call's walls and the slot tensors.
+
+    The arena is on the CPU, so the exchange's CUDA copies are replaced by ready slots (no copies): what
+    is checked is the session's wiring; the copies themselves run in the GPU tests.
+    """
+    from ptxgym.evaluation.trusted import exchange
+
+    settings = EvalSettings(warmup=1, iterations=4, trials=2)
+    session = _session(arena, fake_worker_argv, tmp_path, settings, mode="slow")
+    slots = {name: t.clone() for name, t in arena.sets[0].shared_out.items()}
+    monkeypatch.setattr(arena, "output_slots", lambda index: (slots, []))
+    monkeypatch.setattr(exchange, "unavailable", lambda copies=False: "")
+    try:
+        record, outputs = session._call(0, timed=True)
+        assert session.wall_path == "native" and outputs is slots
+        assert 200.0 <= record.request_ms <= record.wall_ms < 5000.0  # the fake worker's 0.2 s delay
+        session.settings = settings.model_copy(update={"native_wall": False})
+        record, outputs = session._call(0, timed=True)
+        assert session.wall_path.startswith("python: EvalSettings.native_wall is off")
+        assert outputs is not slots and record.wall_ms >= 200.0
+    finally:
+        session.worker.kill()

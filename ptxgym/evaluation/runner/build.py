@@ -225,9 +225,19 @@ def build_exchange(cache: Path | None = None) -> Path:
     return _compiled(root / "libptxgym-exchange.so", compiler, flags, "the timed exchange library")
 
 
+def _ours(path: Path) -> bool:
+    """Whether ``path`` belongs to this user and is writable by its owner alone."""
+    st = path.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _compiled(product: Path, compiler: str, flags: list[str], what: str) -> Path:
-    """``product``, compiled with ``compiler flags -o`` unless it is there; concurrent builds are safe."""
-    if product.is_file() and os.access(product, os.X_OK):
+    """``product``, compiled with ``compiler flags -o`` unless it is there; concurrent builds are safe.
+
+    One already there is taken only if this user owns it and no one else may write it (the exchange
+    library is loaded into the evaluator itself: a file planted in a shared cache would run there).
+    """
+    if product.is_file() and os.access(product, os.X_OK) and _ours(product):
         return product
     product.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{product.name}-", dir=product.parent)

@@ -33,6 +33,7 @@ enum Status : int {
   kReadError = 7,     // poll or read failed otherwise
   kNoCuda = 8,        // copies asked for, but the driver's entry points were not found
   kCudaError = 9,     // a copy or the synchronisation failed (the driver's code in *cuda_code)
+  kAhead = 10,        // a reply was waiting before the command was written
 };
 
 double now_s() {
@@ -113,7 +114,10 @@ extern "C" int ptxgym_exchange_cuda() {
 // (multiprocessing.connection's: a big-endian int32 length, or -1 then a uint64) lands in `reply`, its
 // length in *reply_len. The first reply byte is awaited `reply_timeout_s`, the rest of its frame until
 // that deadline or `grace_s` after the first byte, whichever is later (pool.WorkerHandle.receive's
-// rule). Then `copies` triples (destination, source, bytes) are queued on `stream` and awaited.
+// rule); the write and the first reply byte share one deadline, `reply_timeout_s` after the start (the
+// write no later than `write_timeout_s`). A reply already waiting before the write is refused (kAhead:
+// one sent ahead by another thread of the worker would be taken for this command's). Then `copies`
+// triples (destination, source, bytes) are queued on `stream` and awaited.
 // times[0]: before the command's first byte; times[1]: the reply's last byte read; times[2]: the copies
 // done (CLOCK_MONOTONIC seconds, as Python's time.monotonic).
 extern "C" int ptxgym_timed_exchange(int cmd_fd, const uint8_t* frame, size_t frame_len, double write_timeout_s,
@@ -123,11 +127,14 @@ extern "C" int ptxgym_timed_exchange(int cmd_fd, const uint8_t* frame, size_t fr
   *reply_len = 0;
   *cuda_code = 0;
   if (ncopies > 0 && ptxgym_exchange_cuda() != 0) return kNoCuda;
+  pollfd waiting{rep_fd, POLLIN, 0};
+  if (poll(&waiting, 1, 0) > 0 && (waiting.revents & POLLIN)) return kAhead;
   double t0 = now_s();
   times[0] = t0;
-  int s = write_all(cmd_fd, frame, frame_len, t0 + write_timeout_s);
+  double deadline = t0 + reply_timeout_s;
+  double write_by = t0 + (write_timeout_s < reply_timeout_s ? write_timeout_s : reply_timeout_s);
+  int s = write_all(cmd_fd, frame, frame_len, write_by);
   if (s != kOk) return s;
-  double deadline = now_s() + reply_timeout_s;
   int r = wait_fd(rep_fd, POLLIN, deadline);
   if (r == 0) return kNoReply;
   if (r < 0) return kReadError;

@@ -36,9 +36,11 @@ STATUS = {
     7: "the reply channel broke",
     8: "the CUDA driver's copy entry points were not found",
     9: "the trusted copies of the outputs failed",
+    10: "a reply was waiting before the command was written",
 }
 """``ptxgym_timed_exchange``'s failure codes, as ``ExchangeError.status`` carries them."""
-WRITE_TIMEOUT, WRITE_ERROR, NO_REPLY, STALLED, EOF, BAD_LENGTH, READ_ERROR, NO_CUDA, CUDA_ERROR = range(1, 10)
+WRITE_TIMEOUT, WRITE_ERROR, NO_REPLY, STALLED, EOF, BAD_LENGTH, READ_ERROR = range(1, 8)
+NO_CUDA, CUDA_ERROR, AHEAD = range(8, 11)
 
 
 class ExchangeError(Exception):

@@ -801,6 +801,9 @@ class LocalGpuEvaluator(Evaluator):
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
             raise WorkerSetupError(f"worker set-up failed before the candidate was loaded: {exc}") from exc
+        except BaseException:  # the trusted side's own failure (a timed exchange's copies): no worker left
+            handle.discard()
+            raise
         return session, handle, self._free_bytes()
 
     def _baseline(self, task: Task, arena: Arena) -> BaselineRecord:

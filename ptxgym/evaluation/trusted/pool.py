@@ -228,16 +228,30 @@ class WorkerHandle:
         ``stream`` once the reply is in and awaited inside the wall. Returns the reply, the command to
         reply time and the whole wall, in ms. Failures raise what ``send`` and ``receive`` raise.
         """
-        from ptxgym.evaluation.trusted import exchange as ex
+        return self.timed_exchange(self.timed_frame(cmd, timeout_s), timeout_s, copies, stream)
 
+    def timed_frame(self, cmd: Command, timeout_s: float) -> bytes:
+        """``timed_exchange``'s command frame, numbered and outstanding.
+
+        ``Session._call`` makes it before the inputs are synchronised, so no Python runs between their
+        readiness and the command.
+        """
         self.drain(timeout_s)
         frame = self._numbered(cmd)
         self.pending.append(self.seq)
+        return struct.pack("!i", len(frame)) + frame
+
+    def timed_exchange(
+        self, frame: bytes, timeout_s: float, copies: Sequence[tuple[int, int, int]], stream: int
+    ) -> tuple[Reply, float, float]:
+        """The exchange of ``timed_frame``'s frame (``timed_request``)."""
+        from ptxgym.evaluation.trusted import exchange as ex
+
         try:
             done = ex.exchange(
                 self._to.fileno(),
-                struct.pack("!i", len(frame)) + frame,
-                timeout_s,  # as ``request`` writes its command (the step's budget may have cut it)
+                frame,
+                timeout_s,
                 self._from.fileno(),
                 timeout_s,
                 FRAME_GRACE_S,
@@ -266,6 +280,11 @@ class WorkerHandle:
             return WorkerTimeout(f"no reply within {timeout_s:.1f} s", self.log_tail())
         if exc.status == ex.STALLED:
             return WorkerTimeout("a reply stalled (the frame never completed)", self.log_tail())
+        if exc.status == ex.AHEAD:
+            return ProtocolViolation(
+                "a reply arrived before its command was sent: something writes the reply channel ahead",
+                self.log_tail(),
+            )
         if exc.status == ex.BAD_LENGTH:
             return ProtocolViolation(f"unreadable or oversized reply ({exc})", self.log_tail())
         if exc.status in (ex.NO_CUDA, ex.CUDA_ERROR):

@@ -52,6 +52,7 @@ share from the counters can lower the work verdict there, never raise it: ``sass
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -426,31 +427,42 @@ class Session:
         (a reviewer's find) would otherwise make the wall, and so the cross-check, bound nothing.
         ``result``: that wait and the call's round trip go to its ``trusted_s`` (``inputs_wait``, ``calls``).
         """
-        t = time.perf_counter()
-        self._sync()
-        if result is not None:
-            result.spend("inputs_wait", t)
         cmd = Call(set=index, timed=timed, flush=True)
         slots = self._native_slots(index)
-        t0 = time.perf_counter()
-        if slots is not None:
-            outputs, copies = slots
-            stream = self.torch.cuda.current_stream(self.arena.device).cuda_stream
-            walls: list[float] = []
-
-            def ask(timeout: float) -> Reply:
-                reply, request_ms, wall_ms = self.worker.timed_request(cmd, timeout, copies, stream)
-                walls.extend((request_ms, wall_ms))
-                return reply
-
-            reply = self._asked(ask, Stage.RUN)
-            request_ms, wall = walls
-        else:
+        if slots is None:
+            t = time.perf_counter()
+            self._sync()
+            if result is not None:
+                result.spend("inputs_wait", t)
+            t0 = time.perf_counter()
             reply = self._request(cmd, Stage.RUN)
             request_ms = (time.perf_counter() - t0) * 1e3
             outputs = self.arena.copy_outputs(index)
             self._sync()
             wall = (time.perf_counter() - t0) * 1e3
+        else:
+            # everything but the exchange before the inputs' synchronisation: from their readiness on,
+            # the command is the next thing (a reviewer's find: the slots and the frame made a gap)
+            outputs, copies = slots
+            frame = self.worker.timed_frame(cmd, self.timeout_s)
+            cuda = self.arena.device.type == "cuda"
+            # the copies use this thread's context, the arena device's
+            with self.torch.cuda.device(self.arena.device) if cuda else contextlib.nullcontext():
+                stream = self.torch.cuda.current_stream(self.arena.device).cuda_stream if cuda else 0
+                walls: list[float] = []
+
+                def ask(timeout: float) -> Reply:
+                    reply, request_ms, wall_ms = self.worker.timed_exchange(frame, timeout, copies, stream)
+                    walls.extend((request_ms, wall_ms))
+                    return reply
+
+                t = time.perf_counter()
+                self._sync()
+                if result is not None:
+                    result.spend("inputs_wait", t)
+                t0 = time.perf_counter()
+                reply = self._asked(ask, Stage.RUN)
+            request_ms, wall = walls
         if result is not None:
             result.spend("calls", t0)
         self.calls += 1
@@ -463,13 +475,13 @@ class Session:
         """Set ``index``'s output copies for the exchange off the interpreter's lock (``exchange.py``).
 
         None: the Python path measures (``EvalSettings.native_wall`` off, a worker without
-        ``timed_request``, outputs not on a CUDA device, or the library unavailable: ``self.wall_path``
+        ``timed_exchange``, outputs not on a CUDA device, or the library unavailable: ``self.wall_path``
         says why).
         """
         if not self.settings.native_wall:
             self.wall_path = "python: EvalSettings.native_wall is off"
             return None
-        if not hasattr(self.worker, "timed_request"):
+        if not hasattr(self.worker, "timed_exchange"):
             self.wall_path = "python: the worker has no timed exchange"
             return None
         slots = self.arena.output_slots(index)
