@@ -105,7 +105,9 @@ def test_a_noisy_calibration_widens_the_allowance_by_its_error_not_its_spread():
     honest = cross_check([0.76 + 0.6 + 0.1] * 150, lat, noisy, slack_ms=0.3, slack_fraction=0.1)
     assert honest.ok, honest
     wide = Calibration(overhead_ms=0.6, overhead_iqr_ms=2.0, sync_gap_ms=0.0, n=20)  # 4 SE > the floor
-    assert cross_check([0.76 + 0.6 + 1.2] * 150, lat, wide, slack_ms=0.3, slack_fraction=0.1).ok
+    assert cross_check([0.76 + 0.6 + 0.55] * 150, lat, wide, slack_ms=0.3, slack_fraction=0.1).ok
+    capped = cross_check([0.76 + 0.6 + 0.65] * 150, lat, wide, slack_ms=0.3, slack_fraction=0.1)
+    assert not capped.ok and capped.allowed_ms == pytest.approx(0.6 + 2 * 0.3)  # at most twice the floors
 
 
 def test_a_subject_cannot_widen_its_allowance_with_its_own_spread():

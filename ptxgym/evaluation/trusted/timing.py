@@ -140,9 +140,11 @@ def cross_check(
     errors of a 20-call median, so a calibration beside busy Python threads widened a 0.76 ms GEMM
     call's allowance to 1.5-2.6 ms (``bench/results/wall_allowance_2026-12-06_busy2_h100.txt``). The
     subject's own spread stays out of it: a candidate that slows a share of its calls by milliseconds
-    would widen its own allowance (``tight_allowance`` counts it, so it is only recorded). None of the
-    248 honest timed candidates of the committed throughput runs (1 to 64 envs) had an excess beyond
-    the two fixed floors.
+    would widen its own allowance (``tight_allowance`` counts it, so it is only recorded). Nor may the
+    calibration's error take the slack past twice the floors: a calibration made noisy from outside
+    the candidate's process (another sample's heavy build beside it) would otherwise widen it without
+    bound (a reviewer's find). None of the 248 honest timed candidates of the committed throughput runs
+    (1 to 64 envs) had an excess beyond the two fixed floors.
 
     A call whose reported GPU time exceeds the evaluator's wall time for it (beyond
     ``WALL_TOLERANCE_MS`` or ``WALL_TOLERANCE_FRACTION`` of it) fails at once: its GPU work ran inside
@@ -160,7 +162,8 @@ def cross_check(
     median_overhead = statistics.median(overheads)
     median_latency = statistics.median(latencies_ms)
     tight = tight_allowance(overheads, cal)
-    slack = max(slack_ms, slack_fraction * median_latency, calibration_error(cal))
+    floors = max(slack_ms, slack_fraction * median_latency)
+    slack = floors + min(max(0.0, calibration_error(cal) - floors), floors)  # at most twice the floors
     allowed = cal.overhead_ms + scale * slack
     if median_overhead <= allowed:
         return CrossCheck(True, median_overhead, allowed, tight_allowed_ms=tight)
