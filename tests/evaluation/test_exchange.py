@@ -45,42 +45,52 @@ def test_a_timed_request_gets_the_reply_and_its_walls(fake_worker_argv, tmp_path
 
 
 def test_the_wall_holds_no_other_python_threads_time(fake_worker_argv, tmp_path):
-    """A thread running Python without pause held up the reply's reader in the Python path.
+    """A thread holding the interpreter's lock when the reply arrives lengthened the Python path's wall.
 
-    With the interpreter's switch interval at 100 ms, a reply read in Python waits for the busy thread
-    to let go of the lock; read in the exchange, it does not (margins wide enough for a loaded 2-core
-    host, where the fake worker itself may wait for a core).
+    3 ms after the caller starts, once its command is written, the holder sleeps 40 ms through ``PyDLL``
+    (which keeps the lock), while the fake worker answers after 10 ms: the exchange's wall stays near
+    10 ms although the caller itself resumes only after the holder (measured, so the lock was really
+    held), and the Python path's wall holds the holder's time.
     """
-    import sys
+    import ctypes
 
-    handle = _handle(fake_worker_argv("echo"), tmp_path)
-    stop = threading.Event()
+    holds = ctypes.PyDLL(None).usleep
+    go, stop = threading.Event(), threading.Event()
 
-    def spin() -> None:
-        x = 0
-        while not stop.is_set():
-            x += 1
+    def holder() -> None:
+        while True:
+            go.wait()
+            go.clear()
+            if stop.is_set():
+                return
+            time.sleep(0.003)  # the command is written meanwhile (the caller is in the exchange or a poll)
+            holds(40000)
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(0.1)
-    busy = threading.Thread(target=spin, daemon=True)
-    busy.start()
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    handle = _handle(fake_worker_argv("slow", "--delay", "0.01"), tmp_path)
+    native, resumed, python = [], [], []
     try:
-        native, python = [], []
-        for _ in range(8):
+        for _ in range(7):
+            go.set()
+            t0 = time.perf_counter()
             native.append(handle.timed_request(Call(), 10.0, (), 0)[2])
+            resumed.append((time.perf_counter() - t0) * 1e3)
+            time.sleep(0.05)
+            go.set()
             t0 = time.perf_counter()
             handle.request(Call(), 10.0)
             python.append((time.perf_counter() - t0) * 1e3)
+            time.sleep(0.05)
     finally:
         stop.set()
-        busy.join()
-        sys.setswitchinterval(old)
+        go.set()
+        thread.join(5.0)
         handle.kill()
-    native.sort()
-    python.sort()
-    assert native[4] < 50.0, native  # the fake worker answers in well under a millisecond
-    assert python[4] > native[4] + 40.0, (python, native)  # ~100 ms against ~0.2 on a quiet 2-core host
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    assert med(resumed) >= 38.0, resumed  # the holder had the lock when the reply came
+    assert 9.5 <= med(native) < 30.0, native  # the 10 ms answer, without the holder's 40 ms
+    assert med(python) >= 38.0, python
 
 
 @pytest.mark.parametrize(
@@ -182,10 +192,31 @@ def test_a_reply_waiting_before_the_command_is_refused_unsent():
 
 
 def test_a_cached_library_someone_else_may_write_is_built_again(tmp_path):
-    """The library is loaded into the evaluator: a planted, group-writable file in the cache is not used."""
-    from ptxgym.evaluation.runner.build import build_exchange
+    """The library is loaded into the evaluator: a planted file in the cache is not used.
+
+    A group-writable file or a link is built over; the copy that is loaded is taken through a file
+    opened without following links and checked on the open file (``build.private_copy``).
+    """
+    from ptxgym.evaluation.runner.build import build_exchange, private_copy
 
     first = build_exchange(tmp_path)
     os.chmod(first, 0o777)
     again = build_exchange(tmp_path)
     assert again == first and (again.stat().st_mode & 0o777) == 0o755
+    planted = tmp_path / "planted.so"
+    planted.write_bytes(first.read_bytes())
+    planted.chmod(0o755)
+    first.unlink()
+    first.symlink_to(planted)  # ours, 0755, but a link
+    again = build_exchange(tmp_path)
+    assert not again.is_symlink() and again.is_file()
+    link = tmp_path / "link.so"
+    link.symlink_to(planted)
+    with pytest.raises(OSError):  # ELOOP: never followed
+        private_copy(link)
+    planted.chmod(0o775)
+    with pytest.raises(PermissionError):
+        private_copy(planted)
+    planted.chmod(0o755)
+    copy = private_copy(planted)
+    assert copy.read_bytes() == planted.read_bytes() and (copy.parent.stat().st_mode & 0o077) == 0

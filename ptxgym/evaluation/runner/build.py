@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -226,9 +227,31 @@ def build_exchange(cache: Path | None = None) -> Path:
 
 
 def _ours(path: Path) -> bool:
-    """Whether ``path`` belongs to this user and is writable by its owner alone."""
-    st = path.stat()
-    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+    """Whether ``path`` is a regular file (not a link) of this user, writable by its owner alone."""
+    st = os.lstat(path)
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def private_copy(product: Path) -> Path:
+    """A copy of ``product`` in a new directory only this user can enter, for loading into this process.
+
+    Opened without following a link and checked on the open file (``_ours``'s rule), then copied: a
+    cache directory others can write (a shared ``PTXGYM_CACHE_DIR``) cannot swap the file between the
+    check and the load (a reviewer's find). ``PermissionError`` when the file fails the check.
+    """
+    fd = os.open(product, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022):
+            raise PermissionError(f"{product} is not a regular file of this user writable by it alone")
+        folder = Path(tempfile.mkdtemp(prefix="ptxgym-lib-"))
+        copy = folder / product.name
+        with os.fdopen(fd, "rb", closefd=False) as src, open(copy, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    finally:
+        os.close(fd)
+    os.chmod(copy, 0o500)
+    return copy
 
 
 def _compiled(product: Path, compiler: str, flags: list[str], what: str) -> Path:

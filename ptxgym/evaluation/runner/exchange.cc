@@ -48,7 +48,8 @@ int wait_fd(int fd, short events, double deadline) {
     double left = deadline - now_s();
     if (left <= 0) return 0;
     pollfd p{fd, events, 0};
-    int r = poll(&p, 1, static_cast<int>(left * 1000.0) + 1);
+    int ms = left > 60.0 ? 60000 : static_cast<int>(left * 1000.0) + 1;  // no overflow for huge limits
+    int r = poll(&p, 1, ms);
     if (r > 0) return 1;
     if (r < 0 && errno != EINTR) return -1;
   }
@@ -128,7 +129,12 @@ extern "C" int ptxgym_timed_exchange(int cmd_fd, const uint8_t* frame, size_t fr
   *cuda_code = 0;
   if (ncopies > 0 && ptxgym_exchange_cuda() != 0) return kNoCuda;
   pollfd waiting{rep_fd, POLLIN, 0};
-  if (poll(&waiting, 1, 0) > 0 && (waiting.revents & POLLIN)) return kAhead;
+  int ahead;
+  do {
+    ahead = poll(&waiting, 1, 0);
+  } while (ahead < 0 && errno == EINTR);  // a signal must not skip the check
+  if (ahead < 0) return kReadError;
+  if (ahead > 0 && (waiting.revents & POLLIN)) return kAhead;
   double t0 = now_s();
   times[0] = t0;
   double deadline = t0 + reply_timeout_s;

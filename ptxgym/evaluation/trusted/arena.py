@@ -562,7 +562,7 @@ class Arena:
         if any(t.device.type != "cuda" or not t.is_contiguous() for t in shared.values()):
             return None
         slots = {name: t.new_empty(t.shape) for name, t in shared.items()}
-        copies = [(slots[n].data_ptr(), t.data_ptr(), t.nbytes) for n, t in shared.items()]
+        copies = [(slots[n].data_ptr(), t.data_ptr(), t.nbytes) for n, t in shared.items() if t.nbytes]
         return slots, copies
 
     def hold(self, index: int, keep: bool, outputs: dict[str, Any], whole: bool = False) -> Held | None:

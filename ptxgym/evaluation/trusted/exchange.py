@@ -20,6 +20,7 @@ is off, the Python path measures as before and ``unavailable()`` says why.
 from __future__ import annotations
 
 import ctypes
+import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,9 +76,11 @@ def _library() -> ctypes.CDLL | None:
     with _lock:
         if _lib is None and not _why:
             try:
-                from ptxgym.evaluation.runner.build import build_exchange
+                from ptxgym.evaluation.runner.build import build_exchange, private_copy
 
-                lib = ctypes.CDLL(str(build_exchange()))
+                copy = private_copy(build_exchange())
+                lib = ctypes.CDLL(str(copy))
+                shutil.rmtree(copy.parent, ignore_errors=True)  # mapped now: the file is not needed
                 fn = lib.ptxgym_timed_exchange
                 fn.restype = ctypes.c_int
                 fn.argtypes = [

@@ -280,7 +280,7 @@ class WorkerHandle:
             return WorkerTimeout(f"no reply within {timeout_s:.1f} s", self.log_tail())
         if exc.status == ex.STALLED:
             return WorkerTimeout("a reply stalled (the frame never completed)", self.log_tail())
-        if exc.status == ex.AHEAD:
+        if exc.status == ex.AHEAD and self.proc.poll() is None:
             return ProtocolViolation(
                 "a reply arrived before its command was sent: something writes the reply channel ahead",
                 self.log_tail(),
