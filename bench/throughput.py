@@ -32,6 +32,7 @@ also times cold builds sequentially, on a thread pool and on a process pool of t
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import statistics
 import sys
@@ -179,11 +180,13 @@ def excess(verdicts: list) -> dict:
     median and worst over the pass, and how many were anomalies; and where the walls went (``parts``:
     each step of ``session.wall_parts``, for the paid timed calls and the calibration the cross-check
     used, the median over candidates): under load, which step grows. ``each``: per candidate, its median
-    latency, its excess and the statistical allowance beyond the overhead (``timing.tight_allowance``),
-    sorted by latency: whether the excess follows the call's length, and how far the tight rule is.
+    latency, its excess, the statistical allowance beyond the overhead (``timing.tight_allowance``) and
+    the one applied (``timing.cross_check``), sorted by latency: whether the excess follows the call's
+    length, and how far each rule is. ``wall_paths``: which path read the walls (``details["wall_path"]``).
     """
     got, each = [], []
     parts: dict[str, list[float]] = {}
+    paths: collections.Counter[str] = collections.Counter()
     for v in verdicts:
         details = v.details or {}
         cc = details.get("crosscheck") or {}
@@ -194,7 +197,9 @@ def excess(verdicts: list) -> dict:
             got.append((over, cc["allowed_ms"] - cal["overhead_ms"], v.status.value == "TIMING_ANOMALY"))
             median = v.timing.candidate.median_ms if v.timing and v.timing.candidate else float("nan")
             tight = cc.get("tight_allowed_ms")
-            each.append((median, over, tight - cal["overhead_ms"] if tight is not None else float("nan")))
+            tight_over = tight - cal["overhead_ms"] if tight is not None else float("nan")
+            each.append((median, over, tight_over, cc["allowed_ms"] - cal["overhead_ms"]))
+            paths[str(details.get("wall_path") or "-").split(":")[0]] += 1
             for where, values in (("timed", details.get("wall_parts")), ("calibration", cal.get("parts_ms"))):
                 for key, ms in (values or {}).items():
                     parts.setdefault(f"{where} {key}", []).append(ms)
@@ -208,6 +213,7 @@ def excess(verdicts: list) -> dict:
         "anomalies": sum(bad for *_, bad in got),
         "parts": {k: statistics.median(v) for k, v in sorted(parts.items())},
         "each": sorted(each),
+        "wall_paths": dict(paths),
     }
 
 
@@ -374,12 +380,14 @@ def format_pass(r: dict) -> list[str]:
         "         where those calls' walls went (ms, each the median over candidates of their medians; "
         "session.wall_parts): "
         + (", ".join(f"{k} {v:.4f}" for k, v in r["excess"]["parts"].items()) if r.get("excess") else "-"),
-        "         per timed candidate (median ms: excess / tight allowance beyond the overhead, ms): "
+        "         per timed candidate (median ms: excess / tight allowance / applied allowance beyond the "
+        "overhead, ms): "
         + (
-            ", ".join(f"{m:.3f}: {e:.3f}/{t:.3f}" for m, e, t in r["excess"].get("each", []))
+            ", ".join(f"{m:.3f}: {e:.3f}/{t:.3f}/{a:.3f}" for m, e, t, a in r["excess"].get("each", []))
             if r.get("excess")
             else "-"
-        ),
+        )
+        + (f"; walls read by {r['excess']['wall_paths']}" if r.get("excess", {}).get("wall_paths") else ""),
     ]
 
 

@@ -21,6 +21,7 @@ def _verdict(
     details = {
         "crosscheck": {"median_overhead_ms": 0.5 + over, "allowed_ms": 0.8, "tight_allowed_ms": 0.52},
         "calibration_used": "trivial",
+        "wall_path": "native",
         "calibration": {"overhead_ms": 0.5, "parts_ms": calibration},
         "wall_parts": timed,
     }
@@ -39,7 +40,8 @@ def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations()
     assert got["n"] == 2 and got["anomalies"] == 1
     assert got["max"] == pytest.approx(0.3) and got["allowed"] == pytest.approx(0.3)
     assert got["parts"] == {"calibration request": 1.0, "timed copy": 0.2, "timed request": 1.2}
-    assert got["each"] == [pytest.approx((0.5, 0.3, 0.02)), pytest.approx((0.75, 0.01, 0.02))]  # by latency
+    assert got["each"] == [pytest.approx((0.5, 0.3, 0.02, 0.3)), pytest.approx((0.75, 0.01, 0.02, 0.3))]
+    assert got["wall_paths"] == {"native": 2}
     line = throughput.format_pass(
         {
             "envs": 16,
@@ -62,5 +64,6 @@ def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations()
         }
     )
     assert any("timed request 1.2000" in part and "calibration request 1.0000" in part for part in line)
-    assert any("0.500: 0.300/0.020, 0.750: 0.010/0.020" in part for part in line)
+    assert any("0.500: 0.300/0.020/0.300, 0.750: 0.010/0.020/0.300" in part for part in line)
+    assert any("walls read by {'native': 2}" in part for part in line)
     assert throughput.excess([]) == {}
