@@ -430,11 +430,7 @@ class Session:
         cmd = Call(set=index, timed=timed, flush=True)
         slots = self._native_slots(index)
         if slots is None:
-            t = time.perf_counter()
-            self._sync()
-            if result is not None:
-                result.spend("inputs_wait", t)
-            t0 = time.perf_counter()
+            t0 = self._inputs_ready(result)
             reply = self._request(cmd, Stage.RUN)
             request_ms = (time.perf_counter() - t0) * 1e3
             outputs = self.arena.copy_outputs(index)
@@ -456,11 +452,7 @@ class Session:
                     walls.extend((request_ms, wall_ms))
                     return reply
 
-                t = time.perf_counter()
-                self._sync()
-                if result is not None:
-                    result.spend("inputs_wait", t)
-                t0 = time.perf_counter()
+                t0 = self._inputs_ready(result)
                 reply = self._asked(ask, Stage.RUN)
             request_ms, wall = walls
         if result is not None:
@@ -470,6 +462,14 @@ class Session:
             raise CandidateFault("the worker acknowledged a call without its timings", "", Stage.RUN)
         record = TimedCall(seq=self.worker.seq, wall_ms=wall, call=reply.call, request_ms=request_ms)
         return record, outputs
+
+    def _inputs_ready(self, result: SessionResult | None) -> float:
+        """``_sync`` before a call (its wait is ``result``'s ``inputs_wait``); then the call's start."""
+        t = time.perf_counter()
+        self._sync()
+        if result is not None:
+            result.spend("inputs_wait", t)
+        return time.perf_counter()
 
     def _native_slots(self, index: int) -> tuple[dict[str, Any], list[tuple[int, int, int]]] | None:
         """Set ``index``'s output copies for the exchange off the interpreter's lock (``exchange.py``).
