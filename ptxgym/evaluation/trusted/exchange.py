@@ -4,10 +4,12 @@ The trusted wall clock of a call (``Session._call``) runs from its command to th
 copies of its outputs. Read in Python, it also held every wait for the interpreter's lock in between:
 the reply arrives, but the thread that reads it runs again only when another Python thread of the
 evaluator (an env's build, a trainer's step) lets go of the lock, up to the switch interval (5 ms)
-later; and the copies are queued only after that. Under 16 envs streaming on an H100 the honest GEMM
-variants' median per-call excess over the calibration spread from -0.33 to +0.20 ms against -0.03 to
-+0.07 ms at one env (``bench/results/throughput_2026-12-06_defaults16_h100.txt``), so the wall cross-check
-needs a coarse allowance (``timing.cross_check``) that a forged GPU time can hide in.
+later; and the copies are queued only after that. On a 2-core host a reply read in Python beside a
+thread holding the lock waited for it (``tests/evaluation/test_exchange.py``); on an H100 with two busy
+Python threads in the evaluator's process the calibration's overhead was 1.14-1.53 ms through Python
+against 0.63 ms through this exchange (``bench/results/wall_allowance_2026-12-06_busy2_h100.txt``). Such
+noise widens the wall cross-check's allowance (``timing.cross_check``), which a forged GPU time can
+hide in.
 
 Here the whole exchange is one C call made through ``ctypes``, which releases the lock for its
 duration: the command frame is written, the reply frame read, the output copies queued on the trusted
