@@ -220,3 +220,19 @@ def test_a_cached_library_someone_else_may_write_is_built_again(tmp_path):
     planted.chmod(0o755)
     copy = private_copy(planted)
     assert copy.read_bytes() == planted.read_bytes() and (copy.parent.stat().st_mode & 0o077) == 0
+
+
+def test_a_frame_never_sent_leaves_no_command_awaited(fake_worker_argv, tmp_path):
+    """A frame made but never sent (its synchronisation or the step's budget failed) is not awaited.
+
+    ``Session._call`` makes the frame before the inputs' synchronisation.
+    """
+    handle = _handle(fake_worker_argv("echo"), tmp_path)
+    try:
+        handle.timed_frame(Call(), 5.0)  # made, then abandoned
+        assert not handle.pending
+        reply, _, _ = handle.timed_request(Call(), 5.0, (), 0)
+        assert reply.ok and reply.seq == handle.seq and not handle.pending
+        assert handle.request(Call(), 5.0).ok
+    finally:
+        handle.kill()

@@ -231,14 +231,14 @@ class WorkerHandle:
         return self.timed_exchange(self.timed_frame(cmd, timeout_s), timeout_s, copies, stream)
 
     def timed_frame(self, cmd: Command, timeout_s: float) -> bytes:
-        """``timed_exchange``'s command frame, numbered and outstanding.
+        """``timed_exchange``'s command frame, numbered (outstanding only once ``timed_exchange`` sends it).
 
         ``Session._call`` makes it before the inputs are synchronised, so no Python runs between their
-        readiness and the command.
+        readiness and the command; a failure in between (the step's budget, the synchronisation) leaves
+        no command awaited that was never sent (a reviewer's find), only a skipped number.
         """
         self.drain(timeout_s)
         frame = self._numbered(cmd)
-        self.pending.append(self.seq)
         return struct.pack("!i", len(frame)) + frame
 
     def timed_exchange(
@@ -247,6 +247,7 @@ class WorkerHandle:
         """The exchange of ``timed_frame``'s frame (``timed_request``)."""
         from ptxgym.evaluation.trusted import exchange as ex
 
+        self.pending.append(self.seq)
         try:
             done = ex.exchange(
                 self._to.fileno(),
