@@ -17,13 +17,17 @@ wall taken as the session takes it (command sent to reply read), 1 ms apart, und
 * ``builds, scan in helpers``: the same with the scan in helper processes (``cpu/scan_helpers.py``, the
   default).
 
-The two build rows run ``--rounds`` times, their order alternating. Per row: median, quartiles, p90, p99
-and maximum of the wall (ms), and for the build rows the builds that ended while the calls ran and their
-interpreter CPU (the building thread's ``thread_time``); a build thread's failure is printed in its row
-(and the script exits 1). On a host with few cores the builds' compilers also take CPU from the runner
-and the timing thread: the difference between the two build rows is the interpreter's lock alone. A GPU call's
-wall has the same round trip inside it (plus the GPU's work), so what the rows add to the round trip they
-add to a timed call's wall, and to the overhead the wall cross-check must allow.
+With ``--exchange`` every row's calls alternate between that Python read and the timed exchange
+(``trusted/exchange.py``: the command, the reply and the clock in one C call off the interpreter's lock,
+the wall ``Session._call`` takes since the twentieth session), and each row prints both, side by side
+under the same background. The two build rows run ``--rounds`` times, their order alternating. Per row:
+median, quartiles, p90, p99 and maximum of the wall (ms), and for the build rows the builds that ended
+while the calls ran and their interpreter CPU (the building thread's ``thread_time``); a build thread's
+failure is printed in its row (and the script exits 1). On a host with few cores the builds' compilers
+also take CPU from the runner and the timing thread: the difference between the two build rows is the
+interpreter's lock alone. A GPU call's wall has the same round trip inside it (plus the GPU's work), so
+what the rows add to the round trip they add to a timed call's wall, and to the overhead the wall
+cross-check must allow.
 """
 
 from __future__ import annotations
@@ -91,17 +95,25 @@ def runner(binary: Path, so: Path, work: Path) -> tuple[NativeHandle, list[int]]
     return handle, fds
 
 
-def walls(handle: NativeHandle, calls: int) -> list[float]:
-    """``calls`` round trips, each as ``Session._call`` times one (command to reply), 1 ms apart."""
-    out = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        reply = handle.request(Call(set=0), 30.0)
-        out.append((time.perf_counter() - t0) * 1e3)
+def walls(handle: NativeHandle, calls: int, exchange: bool = False) -> tuple[list[float], list[float]]:
+    """``calls`` round trips, each as ``Session._call`` times one (command to reply), 1 ms apart.
+
+    ``exchange``: every other call through the timed exchange (its own clock, off the interpreter's
+    lock), the rest read in Python; (Python reads, exchanges).
+    """
+    python, native = [], []
+    for k in range(calls):
+        if exchange and k % 2:
+            reply, _, wall = handle.timed_request(Call(set=0), 30.0, (), 0)
+            native.append(wall)
+        else:
+            t0 = time.perf_counter()
+            reply = handle.request(Call(set=0), 30.0)
+            python.append((time.perf_counter() - t0) * 1e3)
         if not reply.ok:
             raise SystemExit(f"a call failed: {reply}")
         time.sleep(0.001)
-    return out
+    return python, native
 
 
 def summary(label: str, ms: list[float], extra: str = "") -> str:
@@ -112,7 +124,7 @@ def summary(label: str, ms: list[float], extra: str = "") -> str:
         return q[min(n - 1, int(p * n))]
 
     return (
-        f"{label:32s} | {statistics.median(q):6.3f} | {at(0.25):6.3f} | {at(0.75):6.3f} | {at(0.9):6.3f} | "
+        f"{label:44s} | {statistics.median(q):6.3f} | {at(0.25):6.3f} | {at(0.75):6.3f} | {at(0.9):6.3f} | "
         f"{at(0.99):6.3f} | {q[-1]:7.3f} | {extra}"
     )
 
@@ -151,6 +163,7 @@ def main() -> int:
     parser.add_argument("--build-threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="build rows' rounds, their order alternating")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--exchange", action="store_true", help="also the timed exchange, calls alternating")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ptxgym-wall-gil-"))
     binary = build_runner(work / "cache")
@@ -163,13 +176,13 @@ def main() -> int:
     arch = get_task("Gemm-sm90a").arch_spec
     header = (
         f"# bench/wall_gil.py --calls {args.calls} --build-threads {args.build_threads} "
-        f"--rounds {args.rounds}, "
+        f"--rounds {args.rounds}{' --exchange' if args.exchange else ''}, "
         f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, commit {commit()}, this CPU host "
         f"({os.cpu_count()} cores); the native runner's host path, a trivial candidate"
     )
     lines = [
         header,
-        f"{'row':32s} | median | p25    | p75    | p90    | p99    | max ms  | background",
+        f"{'row':44s} | median | p25    | p75    | p90    | p99    | max ms  | background",
     ]
     print("\n".join(lines), flush=True)
 
@@ -179,7 +192,7 @@ def main() -> int:
         handle, fds = runner(binary, so, work)
         try:
             started = time.perf_counter()
-            got = walls(handle, args.calls)
+            got, native = walls(handle, args.calls, args.exchange)
             ended = time.perf_counter()
         finally:
             handle.kill()
@@ -197,9 +210,11 @@ def main() -> int:
             if background.errors:
                 extra += f"; FAILED: {background.errors[0]}"
                 failed.append(label)
-        line = summary(label, got, extra)
-        lines.append(line)
-        print(line, flush=True)
+        shown = [summary(f"{label}, python read" if native else label, got, extra)]
+        if native:
+            shown.append(summary(f"{label}, exchange", native, extra))
+        lines.extend(shown)
+        print("\n".join(shown), flush=True)
 
     row("idle", None)
 
