@@ -274,9 +274,9 @@ class Session:
         self._whole_due: Held | None = None
         """That call's held outputs, checked whole after the timing's last trial (``_check_whole``)."""
         self.whole_checks = 0
+        """Verified calls checked against their whole reference after sampled ones (``_check_whole``)."""
         self.wall_path = ""
         """How the calls' trusted walls were read: "native" (``exchange.py``) or "python: <why>"."""
-        """Verified calls checked against their whole reference after sampled ones (``_check_whole``)."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -484,7 +484,7 @@ class Session:
         if not hasattr(self.worker, "timed_exchange"):
             self.wall_path = "python: the worker has no timed exchange"
             return None
-        slots = self.arena.output_slots(index)
+        slots = self.arena.output_slots(index)  # first: a CPU arena never builds or opens the library
         if slots is None:
             self.wall_path = "python: outputs not contiguous on a CUDA device"
             return None
