@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ptxgym.evaluation.trusted.pool import WorkerHandle
 from ptxgym.records.schema import Workload
 from ptxgym.records.tasks import Task, count_bytes, count_flops, get_task
 
@@ -80,3 +81,11 @@ def small_gqa(
     return task.model_copy(
         update={"workload": wl, "workloads": (wl,), "flops": flops, "min_bytes": min_bytes}
     )
+
+
+def greeted_handle(argv: list[str], tmp_path) -> WorkerHandle:
+    """A fake worker (``fake_worker.py``) started with ``argv``, its hello read and checked."""
+    handle = WorkerHandle(argv, None, tmp_path)
+    hello = handle.receive(30.0)
+    assert hello.ok and hello.hello is not None and hello.hello.pid == handle.pid
+    return handle

@@ -11,11 +11,11 @@ import threading
 import time
 
 import pytest
+from evaltest_helpers import greeted_handle
 
 from ptxgym.evaluation.child_errors import ProtocolViolation, WorkerDied, WorkerTimeout
 from ptxgym.evaluation.protocol import Call
 from ptxgym.evaluation.trusted import exchange as ex
-from ptxgym.evaluation.trusted.pool import WorkerHandle
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -25,14 +25,8 @@ def _library():
         pytest.fail(f"the exchange library must build on a host with a C++ compiler: {why}")
 
 
-def _handle(argv: list[str], tmp_path) -> WorkerHandle:
-    handle = WorkerHandle(argv, None, tmp_path)
-    assert handle.receive(30.0).ok
-    return handle
-
-
 def test_a_timed_request_gets_the_reply_and_its_walls(fake_worker_argv, tmp_path):
-    handle = _handle(fake_worker_argv("slow", "--delay", "0.05"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("slow", "--delay", "0.05"), tmp_path)
     try:
         for _ in range(3):
             reply, request_ms, wall_ms = handle.timed_request(Call(), 10.0, (), 0)
@@ -68,7 +62,7 @@ def test_the_wall_holds_no_other_python_threads_time(fake_worker_argv, tmp_path)
 
     thread = threading.Thread(target=holder, daemon=True)
     thread.start()
-    handle = _handle(fake_worker_argv("slow", "--delay", "0.01"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("slow", "--delay", "0.01"), tmp_path)
     native, resumed, python = [], [], []
     try:
         for _ in range(7):
@@ -106,7 +100,7 @@ def test_the_wall_holds_no_other_python_threads_time(fake_worker_argv, tmp_path)
     ],
 )
 def test_failures_are_the_workers_usual_exceptions(fake_worker_argv, tmp_path, mode, raised, words):
-    handle = _handle(fake_worker_argv(mode), tmp_path)
+    handle = greeted_handle(fake_worker_argv(mode), tmp_path)
     start = time.monotonic()
     try:
         with pytest.raises(raised) as info:
@@ -118,7 +112,7 @@ def test_failures_are_the_workers_usual_exceptions(fake_worker_argv, tmp_path, m
 
 
 def test_a_reply_sent_ahead_is_refused_before_the_exchange(fake_worker_argv, tmp_path):
-    handle = _handle(fake_worker_argv("ahead"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("ahead"), tmp_path)
     try:
         assert handle.timed_request(Call(), 5.0, (), 0)[0].ok
         time.sleep(0.3)
@@ -227,7 +221,7 @@ def test_a_frame_never_sent_leaves_no_command_awaited(fake_worker_argv, tmp_path
 
     ``Session._call`` makes the frame before the inputs' synchronisation.
     """
-    handle = _handle(fake_worker_argv("echo"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("echo"), tmp_path)
     try:
         handle.timed_frame(Call(), 5.0)  # made, then abandoned
         assert not handle.pending

@@ -11,19 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from evaltest_helpers import greeted_handle
 
 from ptxgym.evaluation.child_errors import ProtocolViolation, WorkerDied, WorkerTimeout
 from ptxgym.evaluation.protocol import Call
-from ptxgym.evaluation.trusted.pool import WorkerHandle, WorkerPool
+from ptxgym.evaluation.trusted.pool import WorkerPool
 from ptxgym.evaluation.trusted.verdicts import worker_error_verdict
 from ptxgym.records.feedback import EnvironmentInfo, Stage, Status
-
-
-def _handle(argv: list[str], tmp_path) -> WorkerHandle:
-    handle = WorkerHandle(argv, None, tmp_path)
-    hello = handle.receive(30.0)
-    assert hello.ok and hello.hello is not None and hello.hello.pid == handle.pid
-    return handle
 
 
 def _gone(pid: int) -> bool:
@@ -48,7 +42,7 @@ def _live_members(pgid: int) -> list[int]:
 
 
 def test_echo_round_trip(fake_worker_argv, tmp_path):
-    handle = _handle(fake_worker_argv("echo"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("echo"), tmp_path)
     reply = handle.request(Call(), 10.0)
     assert reply.ok and reply.seq == handle.seq
     handle.kill()
@@ -57,7 +51,7 @@ def test_echo_round_trip(fake_worker_argv, tmp_path):
 
 def test_file_descriptors_travel_with_a_command(fake_worker_argv, tmp_path):
     """A guard-page blob's allocation reaches the worker as an fd over its stdin socket (SCM_RIGHTS)."""
-    handle = _handle(fake_worker_argv("fds"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("fds"), tmp_path)
     try:
         for text in ("first blob", "second blob"):
             r, w = os.pipe()
@@ -71,7 +65,7 @@ def test_file_descriptors_travel_with_a_command(fake_worker_argv, tmp_path):
 
 
 def test_hang_times_out_and_kill_reaps_the_group(fake_worker_argv, tmp_path):
-    handle = _handle(fake_worker_argv("child"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("child"), tmp_path)
     t0 = time.monotonic()
     with pytest.raises(WorkerTimeout) as info:
         handle.request(Call(), 0.5)
@@ -85,7 +79,7 @@ def test_hang_times_out_and_kill_reaps_the_group(fake_worker_argv, tmp_path):
 
 @pytest.mark.parametrize(("mode", "expected"), [("crash", "signal SIGSEGV"), ("exit", "exit code 3")])
 def test_death_reports_how(fake_worker_argv, tmp_path, mode, expected):
-    handle = _handle(fake_worker_argv(mode), tmp_path)
+    handle = greeted_handle(fake_worker_argv(mode), tmp_path)
     with pytest.raises(WorkerDied) as info:
         handle.request(Call(), 10.0)
     assert expected in info.value.message
@@ -99,7 +93,7 @@ def test_death_reports_how(fake_worker_argv, tmp_path, mode, expected):
     [("garbage", "malformed reply"), ("wrong_seq", "was awaited"), ("oversize", "oversized reply")],
 )
 def test_protocol_violations(fake_worker_argv, tmp_path, mode, expected):
-    handle = _handle(fake_worker_argv(mode), tmp_path)
+    handle = greeted_handle(fake_worker_argv(mode), tmp_path)
     with pytest.raises(ProtocolViolation) as info:
         handle.request(Call(), 10.0)
     assert expected in info.value.message
@@ -112,7 +106,7 @@ def test_a_reply_sent_before_its_command_is_a_protocol_violation(fake_worker_arg
     Answering ahead while no longer reading commands had the evaluator write into a full pipe, blocked
     forever (a reviewer's find).
     """
-    handle = _handle(fake_worker_argv("ahead"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("ahead"), tmp_path)
     try:
         assert handle.request(Call(), 5.0).ok
         time.sleep(0.3)  # the trusted side's work between calls (prepare, checks)
@@ -123,7 +117,7 @@ def test_a_reply_sent_before_its_command_is_a_protocol_violation(fake_worker_arg
 
 
 def test_a_worker_that_stops_reading_commands_times_the_sender_out(fake_worker_argv, tmp_path):
-    handle = _handle(fake_worker_argv("hang"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("hang"), tmp_path)
     start = time.monotonic()
     try:
         with pytest.raises(WorkerTimeout, match="took no command"):
@@ -144,7 +138,7 @@ def test_replies_are_read_whatever_the_descriptor_number(fake_worker_argv, tmp_p
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
-        handle = _handle(fake_worker_argv("echo"), tmp_path)
+        handle = greeted_handle(fake_worker_argv("echo"), tmp_path)
         try:
             assert handle._from.fileno() >= 1024 and handle.request(Call(), 5.0).ok
         finally:
@@ -157,7 +151,7 @@ def test_replies_are_read_whatever_the_descriptor_number(fake_worker_argv, tmp_p
 
 def test_a_reply_frame_that_never_completes_times_out(fake_worker_argv, tmp_path):
     """A header promising more bytes than follow held the evaluator (and its GPU turn) forever."""
-    handle = _handle(fake_worker_argv("stall"), tmp_path)
+    handle = greeted_handle(fake_worker_argv("stall"), tmp_path)
     start = time.monotonic()
     try:
         with pytest.raises(WorkerTimeout, match="stalled after 10 of its 4096 bytes"):
@@ -177,7 +171,7 @@ def test_a_reply_frame_that_never_completes_times_out(fake_worker_argv, tmp_path
     ],
 )
 def test_worker_errors_become_verdicts(fake_worker_argv, tmp_path, mode, status, words):
-    handle = _handle(fake_worker_argv(mode), tmp_path)
+    handle = greeted_handle(fake_worker_argv(mode), tmp_path)
     try:
         handle.request(Call(), 0.5)
     except (WorkerTimeout, WorkerDied, ProtocolViolation) as exc:

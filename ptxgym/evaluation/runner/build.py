@@ -226,23 +226,26 @@ def build_exchange(cache: Path | None = None) -> Path:
     return _compiled(root / "libptxgym-exchange.so", compiler, flags, "the timed exchange library")
 
 
-def _ours(path: Path) -> bool:
-    """Whether ``path`` is a regular file (not a link) of this user, writable by its owner alone."""
-    st = os.lstat(path)
+def _owned(st: os.stat_result) -> bool:
+    """Whether ``st`` is a regular file of this user, writable by its owner alone."""
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` (not a link) passes ``_owned``."""
+    return _owned(os.lstat(path))
 
 
 def private_copy(product: Path) -> Path:
     """A copy of ``product`` in a new directory only this user can enter, for loading into this process.
 
-    Opened without following a link and checked on the open file (``_ours``'s rule), then copied: a
+    Opened without following a link and checked on the open file (``_owned``), then copied: a
     cache directory others can write (a shared ``PTXGYM_CACHE_DIR``) cannot swap the file between the
     check and the load (a reviewer's find). ``PermissionError`` when the file fails the check.
     """
     fd = os.open(product, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        st = os.fstat(fd)
-        if not (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022):
+        if not _owned(os.fstat(fd)):
             raise PermissionError(f"{product} is not a regular file of this user writable by it alone")
         folder = Path(tempfile.mkdtemp(prefix="ptxgym-lib-"))
         copy = folder / product.name

@@ -212,12 +212,16 @@ class WorkerHandle:
     def _numbered(self, cmd: Command, pickler=None) -> bytes:
         """The next command's encoding, numbered (``seq``); refused when a reply came before it."""
         if not self.pending and _ready(self._from.fileno(), select.POLLIN, 0.0) and self.proc.poll() is None:
-            raise ProtocolViolation(
-                "a reply arrived before its command was sent: something writes the reply channel ahead",
-                self.log_tail(),
-            )
+            raise self._sent_ahead()
         self.seq += 1
         return self._encode(cmd.model_copy(update={"seq": self.seq}), pickler)
+
+    def _sent_ahead(self) -> ProtocolViolation:
+        """A reply waiting before its command was written (``_numbered``, ``timed_exchange``)."""
+        return ProtocolViolation(
+            "a reply arrived before its command was sent: something writes the reply channel ahead",
+            self.log_tail(),
+        )
 
     def timed_request(
         self, cmd: Command, timeout_s: float, copies: Sequence[tuple[int, int, int]], stream: int
@@ -282,10 +286,7 @@ class WorkerHandle:
         if exc.status == ex.STALLED:
             return WorkerTimeout("a reply stalled (the frame never completed)", self.log_tail())
         if exc.status == ex.AHEAD and self.proc.poll() is None:
-            return ProtocolViolation(
-                "a reply arrived before its command was sent: something writes the reply channel ahead",
-                self.log_tail(),
-            )
+            return self._sent_ahead()
         if exc.status == ex.BAD_LENGTH:
             return ProtocolViolation(f"unreadable or oversized reply ({exc})", self.log_tail())
         if exc.status in (ex.NO_CUDA, ex.CUDA_ERROR):

@@ -322,12 +322,11 @@ def counters_suffice(candidate: BuiltCandidate, arch: ArchSpec) -> bool:
 
 
 HW_WINDOW_SLACK = 8
-"""GPU activities the hardware-counted call's window may hold beyond twice the busiest timed call's of its
-trial (``hw_census``): room for any copy the range profiler makes inside its range (none seen: on an
-H100 the experts' counted windows held 1 activity against 1,
-``bench/results/gpu_cost_2026-12-06_s28_head_h100.txt``).
-A kernel launched only in the counted call must be launched at least once per timed call to pass the
-census's totals, far more than this."""
+"""The least room the hardware-counted call's window has beyond the busiest timed call's activities of its
+trial (``hw_census``: that count again, or this, whichever is larger): room for any copy the range profiler
+makes inside its range (none seen: on an H100 the experts' counted windows held 1 activity against 1,
+``bench/results/gpu_cost_2026-12-06_s28_head_h100.txt``). A kernel launched only in the counted call must be
+launched at least once per timed call to pass the census's totals, far more than this."""
 
 
 def hw_census(functions: list[str], census: Census | None, counted: bool) -> tuple[Verdict | None, str]:
@@ -339,10 +338,10 @@ def hw_census(functions: list[str], census: Census | None, counted: bool) -> tup
     that recognises that call, by its command or the profiler's set-up before it, and runs its wgmma only
     there: a reviewer's find), and target instructions counted with none of those kernels launched in
     every timed call came from no timed call's work. Counts are totals over the windows, so a kernel
-    launched many times in the counted call alone would pass that test: the counted call's window may
-    hold at most twice the GPU activities of the busiest timed call of its trial, and ``HW_WINDOW_SLACK``
-    more (a later review's find). A kernel launched in every call that works only when counted is not
-    caught here (Nsight Compute's draw is). No census, or one reporting an error: UNKNOWN.
+    launched many times in the counted call alone would pass that test: the counted call's window may hold
+    at most the GPU activities of the busiest timed call of its trial plus the larger of that count and
+    ``HW_WINDOW_SLACK`` (a later review's find). A kernel launched in every call that works only when
+    counted is not caught here (Nsight Compute's draw is). No census, or one reporting an error: UNKNOWN.
     """
     if census is None or census.calls <= 0:
         return Verdict.UNKNOWN, "no kernel census of the timed calls vouches for the counters"
