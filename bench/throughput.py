@@ -183,8 +183,10 @@ def excess(verdicts: list) -> dict:
     latency, its excess, the statistical allowance beyond the overhead (``timing.tight_allowance``) and
     the one applied (``timing.cross_check``), sorted by latency: whether the excess follows the call's
     length, and how far each rule is. ``wall_paths``: which path read the walls (``details["wall_path"]``).
+    ``why``: each anomaly's message and, where it was timed twice, why (``details["retimed"]``): which
+    rule flagged an honest candidate.
     """
-    got, each = [], []
+    got, each, why = [], [], []
     parts: dict[str, list[float]] = {}
     paths: collections.Counter[str] = collections.Counter()
     for v in verdicts:
@@ -194,7 +196,11 @@ def excess(verdicts: list) -> dict:
         cal = details.get(used) or {}
         if cc and cal and not v.cache_hit:
             over = cc["median_overhead_ms"] - cal["overhead_ms"]
-            got.append((over, cc["allowed_ms"] - cal["overhead_ms"], v.status.value == "TIMING_ANOMALY"))
+            bad = v.status.value == "TIMING_ANOMALY"
+            got.append((over, cc["allowed_ms"] - cal["overhead_ms"], bad))
+            if bad:
+                retimed = details.get("retimed")
+                why.append(v.message + (f" [timed twice: {retimed}]" if retimed else ""))
             median = v.timing.candidate.median_ms if v.timing and v.timing.candidate else float("nan")
             tight = cc.get("tight_allowed_ms")
             tight_over = tight - cal["overhead_ms"] if tight is not None else float("nan")
@@ -214,6 +220,7 @@ def excess(verdicts: list) -> dict:
         "parts": {k: statistics.median(v) for k, v in sorted(parts.items())},
         "each": sorted(each),
         "wall_paths": dict(paths),
+        "why": why,
     }
 
 
@@ -388,6 +395,7 @@ def format_pass(r: dict) -> list[str]:
             else "-"
         )
         + (f"; walls read by {r['excess']['wall_paths']}" if r.get("excess", {}).get("wall_paths") else ""),
+        *(f"         anomaly: {w}" for w in r.get("excess", {}).get("why", [])),
     ]
 
 

@@ -25,8 +25,13 @@ def _verdict(
         "calibration": {"overhead_ms": 0.5, "parts_ms": calibration},
         "wall_parts": timed,
     }
+    if status == "TIMING_ANOMALY":
+        details["retimed"] = "failed its wall cross-check by the allowance"
     timing = SimpleNamespace(candidate=SimpleNamespace(median_ms=median))
-    return SimpleNamespace(details=details, cache_hit=cached, status=Status(status), timing=timing)
+    message = "its median GPU time rose" if status == "TIMING_ANOMALY" else ""
+    return SimpleNamespace(
+        details=details, cache_hit=cached, status=Status(status), timing=timing, message=message
+    )
 
 
 def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations():
@@ -66,4 +71,6 @@ def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations()
     assert any("timed request 1.2000" in part and "calibration request 1.0000" in part for part in line)
     assert any("0.500: 0.300/0.020/0.300, 0.750: 0.010/0.020/0.300" in part for part in line)
     assert any("walls read by {'native': 2}" in part for part in line)
+    assert got["why"] == ["its median GPU time rose [timed twice: failed its wall cross-check by the allowance]"]
+    assert sum("anomaly: its median GPU time rose" in part for part in line) == 1
     assert throughput.excess([]) == {}
