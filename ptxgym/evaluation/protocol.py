@@ -311,6 +311,14 @@ class Spans(_Msg):
         default_factory=list, description="Modules loaded in the worker since the previous report (CUPTI)."
     )
     census_error: str = Field("", description="Why the worker could not take the census ('' if it did).")
+    incomplete: Count = Field(
+        0,
+        description="Activity records CUPTI handed back without their timestamps at the trial's end (left "
+        "out of every span; diagnostic).",
+    )
+    flushes: Count = Field(
+        0, description="Default flushes made at the trial's end before the forced one (diagnostic)."
+    )
 
 
 class SandboxLayer(_Msg):

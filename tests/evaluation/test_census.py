@@ -139,3 +139,18 @@ def test_worker_reads_a_module_from_cuptis_module_loaded_callback(images: dict[s
     assert first == _module(image) and OWN in (first.functions or [])
     assert blank.functions is None and blank.sha256 == ""
     assert ctypes.sizeof(_ModuleData) == 24 and _ModuleData.pCubin.offset == 16  # cupti_callbacks.h
+
+
+def test_records_without_their_timestamps_are_counted_and_cut_into_no_span() -> None:
+    """A forced flush's incomplete records (timestamps 0) are counted, never a span or a census launch."""
+    spans = CuptiSpans.__new__(CuptiSpans)  # no CUPTI here: only the buffer callback's reading
+    spans._records, spans.incomplete = [], 0
+    spans._kind_ids, spans._kernel_kind = {1, 2}, 1
+    acts = [
+        SimpleNamespace(kind=1, start=100, end=150, name="k"),
+        SimpleNamespace(kind=1, start=0, end=0, name="k"),  # not completed: both stamps missing
+        SimpleNamespace(kind=2, start=120, end=0, name=""),  # its end missing
+        SimpleNamespace(kind=7, start=0, end=0, name=""),  # a kind not traced: neither kept nor counted
+    ]
+    spans._completed(acts)
+    assert spans._records == [(100, 150, "k")] and spans.incomplete == 2

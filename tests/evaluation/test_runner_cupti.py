@@ -26,7 +26,13 @@ from pydantic import TypeAdapter
 from ptxgym.cpu.cubin_symbols import elf_functions
 from ptxgym.evaluation.protocol import LoadedModule, SassRow, Spans
 from ptxgym.evaluation.sandboxed import sass_counts as sc
-from ptxgym.evaluation.sandboxed.cupti_spans import kernels_by_window, spans_by_window
+from ptxgym.evaluation.sandboxed.cupti_spans import (
+    complete,
+    every_window_seen,
+    kernels_by_window,
+    settle_flush,
+    spans_by_window,
+)
 
 
 @pytest.fixture(scope="module")
@@ -216,8 +222,11 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
             "windows": [list(w) for w in windows],
             "modules": [[i, None if img is None else img.hex(), size] for i, img, size in modules],
             "census_error": _hex(census_error),
+            "incomplete": trial % 4,
+            "flushes": trial % 5,
         }
-        first, second = run(driver, "spans", stdin=payload)
+        first, second, seen = run(driver, "spans", stdin=payload)
+        assert seen == ("seen" if every_window_seen(records, windows) else "unseen")
         spans, counts = spans_by_window(records, windows)
         by_id: dict[int, LoadedModule] = {}
         for module_id, image, size in modules:
@@ -234,11 +243,60 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
             kernels=kernels_by_window(records, windows),
             modules=list(by_id.values()),
             census_error=census_error,
+            incomplete=trial % 4,
+            flushes=trial % 5,
         )
         assert Spans.model_validate_json(first) == expected
         text = ",".join(f'"{k}":{json.dumps(v)}' for k, v in spans.items())
         assert '"spans":{' + text + "}" in first  # floats written as Python writes them
         assert Spans.model_validate_json(second).modules == []  # reported once
+
+
+def test_a_trial_waits_for_every_window_s_record_as_the_python_worker_does(driver: Path) -> None:
+    # a record starting on a window's edge counts; one just past it, or before it, does not
+    windows = [(1, 100, 200), (2, 300, 400)]
+    cases = {
+        ((100, 150, "k"), (400, 450, "")): True,
+        ((99, 150, "k"), (400, 450, "")): False,
+        ((150, 160, "k"), (401, 450, "")): False,
+        ((200, 260, "k"), (300, 301, "")): True,
+    }
+    for records, seen in cases.items():
+        assert every_window_seen(list(records), windows) is seen
+        payload = {
+            "records": [[s, e, _hex(n)] for s, e, n in records],
+            "windows": [list(w) for w in windows],
+            "modules": [],
+            "census_error": "",
+        }
+        assert run(driver, "spans", stdin=payload)[2] == ("seen" if seen else "unseen")
+    assert every_window_seen([], [])
+    # timestamps CUPTI has not filled in (a forced flush's incomplete records)
+    assert complete(5, 5) and complete(5, 9)
+    assert not complete(0, 9) and not complete(5, 0) and not complete(9, 5)
+
+
+def test_the_trial_s_last_flushes_match_the_python_worker(driver: Path) -> None:
+    for ready_after in (0, 1, 2, 5, 50):
+        for wait in (0, 3, 10):
+            ticks, order = iter(range(10**6)), []
+
+            def flush(forced: bool, order: list = order) -> None:
+                order.append("f" if forced else "d")
+
+            got = settle_flush(
+                flush,
+                lambda order=order, n=ready_after: order.count("d") >= n,
+                wait_s=wait,
+                clock=lambda ticks=ticks: next(ticks),
+                nap=lambda: None,
+            )
+            (line,) = run(driver, "settle", stdin={"ready_after": ready_after, "wait": wait})
+            assert line == f"{''.join(order)} {got}"
+            # one default flush at least, the forced one last; no waiting once the records are back
+            assert order[-1] == "f" and order.count("f") == 1 and got == order.count("d") >= 1
+            if wait >= 2 * ready_after:
+                assert got == max(1, ready_after)
 
 
 def test_sass_rows_match_the_python_worker(driver: Path) -> None:

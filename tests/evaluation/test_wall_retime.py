@@ -360,7 +360,9 @@ class SpanLoser(InProcessWorker):
         if isinstance(cmd, TrialEnd) and self.after_count and self.windows and self.lost < self.lose:
             self.seq += 1
             self.in_trial, self.after_count, self.lost = False, False, self.lost + 1
-            return Reply(seq=self.seq, ok=True, spans=Spans(spans=dict.fromkeys(self.windows)))
+            # as a forced flush hands them back: incomplete, left out of every span
+            lost = Spans(spans=dict.fromkeys(self.windows), incomplete=len(self.windows), flushes=3)
+            return Reply(seq=self.seq, ok=True, spans=lost)
         if isinstance(cmd, TrialEnd):
             self.after_count = False
         return super().request(cmd, timeout_s, pickler, fds)
@@ -386,12 +388,12 @@ def test_gpu_times_lost_after_a_counted_call_are_described_and_timed_again(arena
         assert result.missing_spans > 0 and result.failure is None
         gap = result.span_gaps[0]
         assert gap["after"] == "the counted call" and gap["missing"] == gap["timed"] == result.missing_spans
-        assert gap["activities"] == 0
+        assert gap["activities"] == 0 and gap["incomplete"] == gap["timed"] and gap["flushes"] == 3
         assert session.retime_due(result, 0.1)
         session.retime(result)
         assert result.missing_spans == 0 and result.trials and result.failure is None
         assert result.retimed.startswith("had no GPU time for") and result.span_gaps[0]["timing"] == "first"
-        assert "after the counted call (0 GPU activities seen)" in result.retimed
+        assert f"after the counted call (0 GPU activities seen, {gap['timed']} incomplete)" in result.retimed
         assert not session.retime_due(result, 0.1)  # one retime at most
         return
     pytest.fail("no seed put the counted call before the end of its trial")

@@ -96,6 +96,43 @@ struct Window {
   uint64_t hi = 0;
 };
 
+// Whether a record's timestamps are filled in (cupti_spans.complete): a forced flush hands back records
+// CUPTI has not completed, with a timestamp of 0; such a record is counted, never cut into a span.
+inline bool complete(uint64_t start, uint64_t end) { return start != 0 && end != 0 && end >= start; }
+
+// Whether every window holds the start of a record (cupti_spans.every_window_seen): the trial's records
+// are all back, unless a call launched nothing.
+inline bool every_window_seen(const std::vector<Record>& records, const std::vector<Window>& windows) {
+  std::vector<uint64_t> starts;
+  for (const Record& r : records) starts.push_back(r.start);
+  std::sort(starts.begin(), starts.end());
+  for (const Window& w : windows) {
+    auto it = std::lower_bound(starts.begin(), starts.end(), w.lo);
+    if (it == starts.end() || *it > w.hi) return false;
+  }
+  return true;
+}
+
+// The trial's last flushes (cupti_spans.settle_flush): `flush(false)` (CUPTI's default flush, which hands
+// back only buffers whose records are all complete) until `seen()` or `wait_ns` has passed on `now_ns`,
+// `nap()` between tries; then `flush(true)` (forced: the rest, incomplete records too). The number of
+// default flushes made. Under a loaded host CUPTI can still be completing an honest call's records when
+// the trial ends, and a forced flush at once lost them: the call had no GPU time (a TIMING_ANOMALY an
+// honest candidate could not avoid: bench/results/throughput_2026-12-06_s33_spares4_h100.txt).
+template <class Flush, class Seen, class Now, class Nap>
+inline int settle_flush(Flush flush, Seen seen, Now now_ns, Nap nap, uint64_t wait_ns) {
+  int tries = 0;
+  uint64_t until = now_ns() + wait_ns;
+  for (;;) {
+    flush(false);
+    ++tries;
+    if (seen() || now_ns() >= until) break;
+    nap();
+  }
+  flush(true);
+  return tries;
+}
+
 // protocol.LoadedModule.
 struct Module {
   std::string sha256;
@@ -160,9 +197,10 @@ inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_
 }
 
 // protocol.Spans as JSON: spans and activity counts per window, the kernel census over all windows, the
-// modules and the census error.
+// modules, the census error, the incomplete records left out and the default flushes made.
 inline std::string spans_json(const std::vector<Record>& records, const std::vector<Window>& windows,
-                              const std::vector<Module>& modules, const std::string& census_error) {
+                              const std::vector<Module>& modules, const std::string& census_error,
+                              uint64_t incomplete = 0, int64_t flushes = 0) {
   std::vector<const Record*> by_start;
   for (const Record& r : records) by_start.push_back(&r);
   std::sort(by_start.begin(), by_start.end(),
@@ -217,7 +255,8 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
                    ",\"size\":" + std::to_string(m.size) + ",\"functions\":" + functions + "}";
   }
   return "{\"spans\":{" + spans + "},\"activities\":{" + counts + "},\"kernels\":{" + kernel_text +
-         "},\"modules\":[" + module_text + "],\"census_error\":" + json_string(census_error) + "}";
+         "},\"modules\":[" + module_text + "],\"census_error\":" + json_string(census_error) +
+         ",\"incomplete\":" + std::to_string(incomplete) + ",\"flushes\":" + std::to_string(flushes) + "}";
 }
 
 // One CUPTI SASS metrics record: an instruction of a function, with (metric id, value) per instance.

@@ -27,12 +27,15 @@
 #include <cupti_sass_metrics.h>
 #include <cupti_target.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -41,6 +44,7 @@ namespace ptxrunner::cupti {
 namespace detail {
 
 constexpr size_t kBufferBytes = 8 * 1024 * 1024;
+constexpr uint64_t kSettleNs = 30'000'000;  // cupti_spans.SETTLE_S: the default flushes' longest wait
 constexpr size_t kMaxSassRecords = size_t(1) << 22;
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                          CUPTI_ACTIVITY_KIND_MEMSET};
@@ -51,6 +55,7 @@ struct State {
   bool enabled = false;
   std::string enable_error;
   std::vector<Record> records;
+  uint64_t incomplete = 0;  // records handed back without their timestamps (complete()), this trial
   std::vector<Window> windows;
   ModuleTable modules;
   std::string census_error;
@@ -82,6 +87,7 @@ inline void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* ma
 
 inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::vector<Record> got;
+  uint64_t incomplete = 0;
   CUpti_Activity* rec = nullptr;
   try {
     while (buffer && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
@@ -96,9 +102,13 @@ inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size
         got.push_back({m->start, m->end, ""});
       }
     }
+    auto done = std::partition(got.begin(), got.end(), [](const Record& r) { return complete(r.start, r.end); });
+    incomplete = static_cast<uint64_t>(got.end() - done);
+    got.erase(done, got.end());
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     s.records.insert(s.records.end(), got.begin(), got.end());
+    s.incomplete += incomplete;
   } catch (...) {  // out of memory on CUPTI's thread: the records are lost, the spans then say so (null)
   }
   std::free(buffer);
@@ -281,6 +291,7 @@ inline void begin() {
     std::lock_guard<std::mutex> lock(s.mu);
     s.records.clear();
     s.windows.clear();
+    s.incomplete = 0;
   }
   for (CUpti_ActivityKind kind : detail::kKinds) {
     std::string err = detail::failed(cuptiActivityEnable(kind), "cuptiActivityEnable");
@@ -299,16 +310,32 @@ inline std::string end_json(std::string* json) {
   detail::State& s = detail::state();
   if (!s.started) return "CUPTI tracing is not started (start() failed or was not called)";
   std::string err = std::exchange(s.enable_error, "");
+  int64_t flushes = 0;
   if (s.enabled) {
-    std::string flushed = detail::failed(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
-                                         "cuptiActivityFlushAll");
+    std::string flushed;
+    auto flush = [&flushed](bool forced) {
+      if (forced) flushed = detail::failed(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED),
+                                           "cuptiActivityFlushAll");
+      else cuptiActivityFlushAll(0);  // its failure shows in the forced flush after it
+    };
+    auto seen = [&s] {
+      std::lock_guard<std::mutex> lock(s.mu);
+      return every_window_seen(s.records, s.windows);
+    };
+    auto steady_ns = [] {
+      return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch())
+                                       .count());
+    };
+    auto nap = [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); };
+    flushes = settle_flush(flush, seen, steady_ns, nap, detail::kSettleNs);
     for (CUpti_ActivityKind kind : detail::kKinds) cuptiActivityDisable(kind);
     s.enabled = false;
     if (err.empty()) err = flushed;
   }
   if (!err.empty()) return err;
   std::lock_guard<std::mutex> lock(s.mu);
-  *json = spans_json(s.records, s.windows, s.modules.take(), s.census_error);
+  *json = spans_json(s.records, s.windows, s.modules.take(), s.census_error, s.incomplete, flushes);
   return "";
 }
 

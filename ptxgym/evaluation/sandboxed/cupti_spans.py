@@ -17,9 +17,12 @@ therefore treats these spans as claims and cross-checks them against its own wal
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import hashlib
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from ptxgym.cpu.cubin_symbols import elf_functions
@@ -27,6 +30,10 @@ from ptxgym.evaluation.protocol import LoadedModule
 
 _BUFFER_BYTES = 8 * 1024 * 1024
 _MAX_CUBIN_BYTES = 1 << 30
+SETTLE_S = 0.03
+"""The longest a trial's end waits for CUPTI to complete its records (``settle_flush``; the runner's
+``kSettleNs``). An honest trial's records are back at the first default flush; a window with no record
+(a call that launched nothing) waits this long once per trial."""
 
 
 class CuptiSpans:
@@ -44,6 +51,10 @@ class CuptiSpans:
         self._kind_ids = {int(k) for k in self._kinds}
         self._kernel_kind = int(cupti.ActivityKind.CONCURRENT_KERNEL)
         self._records: list[tuple[int, int, str]] = []
+        self.incomplete = 0
+        """Records of this trial handed back without their timestamps (``complete``): counted, not cut."""
+        self.flushes = 0
+        """Default flushes the last ``end`` made (``settle_flush``)."""
         self._windows: list[tuple[int, int, int]] = []
         self._modules: dict[int, LoadedModule] = {}
         self._enabled = False
@@ -69,8 +80,12 @@ class CuptiSpans:
         for act in activities:
             kind = int(act.kind)
             if kind in self._kind_ids:
+                start, end = int(act.start), int(act.end)
+                if not complete(start, end):
+                    self.incomplete += 1
+                    continue
                 name = str(act.name) if kind == self._kernel_kind else ""
-                self._records.append((int(act.start), int(act.end), name))
+                self._records.append((start, end, name))
 
     def _on_resource(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
         """CUPTI's module-loaded callback: hash the cubin while the driver still holds it."""
@@ -103,6 +118,7 @@ class CuptiSpans:
         """Start collecting for a trial."""
         self._records.clear()
         self._windows.clear()
+        self.incomplete = 0
         for kind in self._kinds:
             self._cupti.activity_enable(kind)
         self._enabled = True
@@ -114,7 +130,10 @@ class CuptiSpans:
     def end(self) -> tuple[dict[int, float | None], dict[int, int]]:
         """Stop collecting; per call: span in ms (None if no activity) and activity count."""
         if self._enabled:
-            self._cupti.activity_flush_all(1)
+            self.flushes = settle_flush(
+                lambda forced: self._cupti.activity_flush_all(1 if forced else 0),
+                lambda: every_window_seen(self._records, self._windows),
+            )
             for kind in self._kinds:
                 self._cupti.activity_disable(kind)
             self._enabled = False
@@ -156,6 +175,47 @@ def _descriptor(cbdata: Any) -> int:
     if not descriptor:
         raise ValueError("the resource callback carried no module data")
     return int(descriptor)
+
+
+def complete(start: int, end: int) -> bool:
+    """Whether a record's timestamps are filled in: a forced flush hands back incomplete ones with 0."""
+    return start != 0 and end != 0 and end >= start
+
+
+def every_window_seen(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> bool:
+    """Whether every window holds a record's start: all back, unless a call launched nothing."""
+    starts = sorted(r[0] for r in records)
+    for _, lo, hi in windows:
+        at = bisect.bisect_left(starts, lo)
+        if at == len(starts) or starts[at] > hi:
+            return False
+    return True
+
+
+def settle_flush(
+    flush: Callable[[bool], Any],
+    seen: Callable[[], bool],
+    wait_s: float = SETTLE_S,
+    clock: Callable[[], float] = time.monotonic,
+    nap: Callable[[], Any] = lambda: time.sleep(0.0002),
+) -> int:
+    """A trial's last flushes; the number of default flushes made.
+
+    ``flush(False)`` (CUPTI's default flush: only buffers whose records are all complete) until
+    ``seen()`` or ``wait_s`` has passed, ``nap()`` between tries; then ``flush(True)`` (forced: the rest,
+    incomplete records too, with timestamps of 0). A forced flush alone lost an honest call's records
+    on a loaded host, CUPTI not done with them yet: the call had no GPU time and the candidate, timed
+    twice, a TIMING_ANOMALY (``bench/results/throughput_2026-12-06_s33_spares4_h100.txt``).
+    """
+    tries, until = 0, clock() + wait_s
+    while True:
+        flush(False)
+        tries += 1
+        if seen() or clock() >= until:
+            break
+        nap()
+    flush(True)
+    return tries
 
 
 def spans_by_window(

@@ -361,6 +361,8 @@ class Worker:
                 kernels=kernels,
                 modules=modules,
                 census_error=self.cupti.census_error,
+                incomplete=self.cupti.incomplete,
+                flushes=self.cupti.flushes,
             ),
         )
 

@@ -587,7 +587,9 @@ class Session:
 
     def _close(self, stage: Stage, segment: list[TimedCall], result: SessionResult) -> None:
         """End the activity trial: the spans of its timed calls, its census into the subject's."""
+        t = time.perf_counter()
         spans = self._request(TrialEnd(), stage).spans
+        result.spend("trial_end", t)
         for record in segment:
             record.span_ms = spans.spans.get(record.seq) if spans else None
         missing = sum(record.span_ms is None for record in segment)
@@ -599,6 +601,8 @@ class Session:
                     "timed": len(segment),
                     "missing": missing,
                     "activities": activities,
+                    "incomplete": spans.incomplete if spans else None,
+                    "flushes": spans.flushes if spans else None,
                 }
             )
         if spans is not None and self.backend == CUPTI:
@@ -949,7 +953,9 @@ class Session:
         why_first = []
         if result.missing_spans:
             where = "; ".join(
-                f"{g['missing']} of {g['timed']} after {g['after']} ({g['activities']} GPU activities seen)"
+                f"{g['missing']} of {g['timed']} after {g['after']} ({g['activities']} GPU activities seen"
+                + (f", {g['incomplete']} incomplete" if g.get("incomplete") else "")
+                + ")"
                 for g in result.span_gaps[:3]
             )
             why_first.append(

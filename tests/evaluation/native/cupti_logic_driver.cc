@@ -7,7 +7,11 @@
 //   float           stdin {"values": [float, ...]}: each as the JSON writer writes it, one a line
 //   spans           stdin {"records": [[start, end, hex name]], "windows": [[seq, lo, hi]],
 //                   "modules": [[id, hex image or null, size]], "census_error": hex}: the Spans JSON,
-//                   then a second one of no records whose modules must be empty (taken once)
+//                   then a second one of no records whose modules must be empty (taken once); with
+//                   "incomplete" and "flushes" passed through; then "seen" or "unseen" (every_window_seen)
+//   settle          stdin {"ready_after": n, "wait": ticks}: settle_flush on a clock of one tick a read,
+//                   the records back after n default flushes: the flushes in order ("d" default, "f"
+//                   forced), a space, the count it returned
 //   sass            stdin {"available": [[name, id]], "records": [[hex name, pc, [[id, value]]]],
 //                   "max_rows": n}: the rows JSON, or "no inst" when no instruction-count metric exists
 #include <fstream>
@@ -61,8 +65,26 @@ static int spans() {
     }
   }
   std::string error = unhex(in.at("census_error").as_str("census_error"));
-  std::cout << spans_json(records, windows, table.take(), error) << "\n";
+  uint64_t incomplete = in.has("incomplete") ? u64(in.at("incomplete")) : 0;
+  int64_t flushes = in.has("flushes") ? in.at("flushes").as_int("flushes") : 0;
+  std::cout << spans_json(records, windows, table.take(), error, incomplete, flushes) << "\n";
   std::cout << spans_json({}, {}, table.take(), error) << "\n";
+  std::cout << (every_window_seen(records, windows) ? "seen" : "unseen") << "\n";
+  return 0;
+}
+
+static int settle() {
+  Json in = read_stdin();
+  int64_t ready_after = in.at("ready_after").as_int("ready_after");
+  uint64_t ticks = 0, wait = u64(in.at("wait"));
+  int64_t defaults = 0;
+  std::string order;
+  auto flush = [&](bool forced) {
+    order += forced ? "f" : "d";
+    if (!forced) ++defaults;
+  };
+  int tries = settle_flush(flush, [&] { return defaults >= ready_after; }, [&] { return ticks++; }, [] {}, wait);
+  std::cout << order << " " << tries << "\n";
   return 0;
 }
 
@@ -120,6 +142,8 @@ int main(int argc, char** argv) {
       return spans();
     } else if (cmd == "sass") {
       return sass();
+    } else if (cmd == "settle") {
+      return settle();
     } else {
       return 2;
     }
