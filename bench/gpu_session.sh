@@ -42,7 +42,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -129,6 +129,20 @@ case "$stage" in
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
+    ;;
+  s34)
+    # twenty-first session: a trial's end waits for CUPTI's records (settle_flush): the experts' GPU cost
+    # (its trial_end wall), then 16 envs streaming, 128 candidates (the lost-span anomaly of s33)
+    timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost.txt" --subjects gemm_expert mha_fwd_expert \
+      --turns 4 --no-crosscheck-turn --prepare-tasks
+    timeout 200 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128.txt"
+    ;;
+  s34b)
+    # the experts with the target executed, the runner's GPU tests (its spans, census and counters)
+    timeout 280 bash bench/gpu_tests.sh "$out/experts" --timeout 270 -q \
+      tests/knowledge_packs/test_expert_solutions.py tests/evaluation/test_native_runner_gpu.py \
+      -k "test_expert_solution_passes_the_evaluator_with_target_executed or runner"
     ;;
   s33)
     # twenty-first session: 16 envs streaming, 128 candidates (8 per env: less of the pass is the first
