@@ -66,6 +66,7 @@ SHOWN = (
     "time_hold",
     "time_count",
     "time_hw_count",
+    "time_trial_end",
     "runner_hw_setup",
     "runner_hw_enable",
     "runner_hw_config",
