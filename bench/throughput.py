@@ -310,8 +310,23 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
         "retimed": sum("timed again after a wall cross-check" in fb.message for fb in feedbacks),
         "statuses": dict(sorted(by_kind.items())),
         "excess": excess(seen.verdicts),
+        "trial_ends": trial_ends(seen.verdicts),
         "wake": probe.quantiles(),
     }
+
+
+def trial_ends(verdicts: list) -> dict[str, int]:
+    """The activity trials' ends over the pass, summed (``details["trial_ends"]``; not from the cache).
+
+    How many there were, how many waited past one default flush for CUPTI's records, and the records
+    handed back without timestamps.
+    """
+    out: collections.Counter[str] = collections.Counter()
+    for v in verdicts:
+        ends = (v.details or {}).get("trial_ends") or {}
+        if not v.cache_hit:
+            out.update({k: int(n) for k, n in ends.items()})
+    return dict(out)
 
 
 def _prepare_in_process(text: str) -> str:
@@ -372,6 +387,13 @@ def format_pass(r: dict) -> list[str]:
         f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}, "
         f"passed on a second timing {r.get('retimed', 0)}",
         "         worker stage: " + ", ".join(f"{p} {s:.1f}" for p, s in r.get("worker_parts", {}).items()),
+        "         activity trials' ends (cupti_spans.settle_flush): "
+        + (
+            f"{r['trial_ends'].get('trials', 0)} trials, {r['trial_ends'].get('waited', 0)} waited past one "
+            f"default flush, {r['trial_ends'].get('incomplete', 0)} incomplete records"
+            if r.get("trial_ends")
+            else "-"
+        ),
         "         the spares' attach (their warm-up, mostly before the turn): "
         + ", ".join(f"{p} {s:.2f}" for p, s in r.get("attach_steps", {}).items()),
         f"         {r['statuses']}",

@@ -34,6 +34,26 @@ def _verdict(
     )
 
 
+_PASS = {
+    "envs": 16,
+    "candidates": 2,
+    "wall_s": 1.0,
+    "per_min": 1.0,
+    "correct_per_min": 1.0,
+    "correct": 1,
+    "build_s": 0,
+    "queue_s": 0,
+    "check_s": 0,
+    "time_s": 0,
+    "proofs_s": 0,
+    "proofs_gpu_s": 0,
+    "gpu_s": 0,
+    "gpu_busy": 0.5,
+    "shortened": 0,
+    "statuses": {},
+}
+
+
 def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations():
     got = throughput.excess(
         [
@@ -47,27 +67,7 @@ def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations()
     assert got["parts"] == {"calibration request": 1.0, "timed copy": 0.2, "timed request": 1.2}
     assert got["each"] == [pytest.approx((0.5, 0.3, 0.02, 0.3)), pytest.approx((0.75, 0.01, 0.02, 0.3))]
     assert got["wall_paths"] == {"native": 2}
-    line = throughput.format_pass(
-        {
-            "envs": 16,
-            "candidates": 2,
-            "wall_s": 1.0,
-            "per_min": 1.0,
-            "correct_per_min": 1.0,
-            "correct": 1,
-            "build_s": 0,
-            "queue_s": 0,
-            "check_s": 0,
-            "time_s": 0,
-            "proofs_s": 0,
-            "proofs_gpu_s": 0,
-            "gpu_s": 0,
-            "gpu_busy": 0.5,
-            "shortened": 0,
-            "statuses": {},
-            "excess": got,
-        }
-    )
+    line = throughput.format_pass({**_PASS, "excess": got})
     assert any("timed request 1.2000" in part and "calibration request 1.0000" in part for part in line)
     assert any("0.500: 0.300/0.020/0.300, 0.750: 0.010/0.020/0.300" in part for part in line)
     assert any("walls read by {'native': 2}" in part for part in line)
@@ -75,3 +75,16 @@ def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations()
     assert got["why"] == [why]
     assert sum("anomaly: its median GPU time rose" in part for part in line) == 1
     assert throughput.excess([]) == {}
+
+
+def test_the_trial_ends_are_summed_over_the_pass_but_not_from_the_cache():
+    first = _verdict(0.0, {}, {})
+    first.details["trial_ends"] = {"trials": 5, "waited": 1, "incomplete": 2}
+    second = _verdict(0.0, {}, {})
+    second.details["trial_ends"] = {"trials": 4, "waited": 0, "incomplete": 0}
+    cached = _verdict(0.0, {}, {}, cached=True)
+    cached.details["trial_ends"] = {"trials": 9, "waited": 9, "incomplete": 9}
+    got = throughput.trial_ends([first, second, cached, _verdict(0.0, {}, {})])
+    assert got == {"trials": 9, "waited": 1, "incomplete": 2}
+    line = "\n".join(throughput.format_pass({**_PASS, "trial_ends": got}))
+    assert "9 trials, 1 waited past one default flush, 2 incomplete records" in line

@@ -389,6 +389,8 @@ def test_gpu_times_lost_after_a_counted_call_are_described_and_timed_again(arena
         gap = result.span_gaps[0]
         assert gap["after"] == "the counted call" and gap["missing"] == gap["timed"] == result.missing_spans
         assert gap["activities"] == 0 and gap["incomplete"] == gap["timed"] and gap["flushes"] == 3
+        ends = result.trial_ends  # every trial's end counted; the lossy one waited and had incomplete ones
+        assert ends["trials"] >= 2 and ends["waited"] == 1 and ends["incomplete"] == gap["timed"]
         assert session.retime_due(result, 0.1)
         session.retime(result)
         assert result.missing_spans == 0 and result.trials and result.failure is None

@@ -1198,6 +1198,7 @@ class LocalGpuEvaluator(Evaluator):
                 "wall_parts": wall_parts(result.wall_parts) or None,
                 "retimed": result.retimed or None,
                 "missing_spans": result.span_gaps or None,
+                "trial_ends": result.trial_ends or None,
                 "cores": self.cores.record(),
                 "baseline_source": baseline.source,
                 "baseline_correct": baseline.correct,

@@ -180,6 +180,10 @@ class SessionResult:
     """Each activity trial (or part of one, ``Session._split``) that left timed calls without a GPU time:
     what began it (``after``), its timed calls, those without a span, and the GPU activities CUPTI put in
     their windows (diagnostic: ``details["missing_spans"]``)."""
+    trial_ends: dict[str, int] = field(default_factory=dict)
+    """Over the activity trials' ends: ``trials``; ``waited``, those whose records took more than one
+    default flush (``cupti_spans.settle_flush``); ``incomplete``, records handed back without timestamps
+    (diagnostic: ``details["trial_ends"]``)."""
     kernels: dict[str, int] = field(default_factory=dict)
     """In-band census: kernel launches by name inside the timed windows (CUPTI backend only)."""
     modules: list[LoadedModule] = field(default_factory=list)
@@ -590,6 +594,11 @@ class Session:
         t = time.perf_counter()
         spans = self._request(TrialEnd(), stage).spans
         result.spend("trial_end", t)
+        if spans is not None:
+            ends = result.trial_ends
+            ends["trials"] = ends.get("trials", 0) + 1
+            ends["waited"] = ends.get("waited", 0) + (spans.flushes > 1)
+            ends["incomplete"] = ends.get("incomplete", 0) + spans.incomplete
         for record in segment:
             record.span_ms = spans.spans.get(record.seq) if spans else None
         missing = sum(record.span_ms is None for record in segment)
