@@ -459,6 +459,12 @@ def main(argv: list[str] | None = None) -> int:
         help="sys.setswitchinterval for this process (an experiment: how long a thread back from the "
         "worker's reply may wait for the interpreter's lock; Python's default is 5000)",
     )
+    parser.add_argument(
+        "--noisy-spares",
+        action="store_true",
+        help="spares replaced at once and never awaited, warming beside calibrations and timings "
+        "(local.QUIET_SPARES off: what the settle wait costs and what it guards)",
+    )
     args = parser.parse_args(argv)
     if args.switch_interval_us is not None:
         sys.setswitchinterval(args.switch_interval_us / 1e6)
@@ -476,12 +482,15 @@ def main(argv: list[str] | None = None) -> int:
     print(lines[0], flush=True)
     started = time.perf_counter()
     evaluator = select_evaluator(args.evaluator, settings=settings)
+    if args.noisy_spares:
+        evaluator.quiet_spares = False
     ready = time.perf_counter() - started
     lines.append(
         f"evaluator {evaluator.name} ready in {ready:.1f} s; {settings.memcheck.value} memcheck, "
         f"{settings.target_mode.value} target, slow cut-off {settings.slow_cutoff_speedup}x; "
         f"candidates in {candidate_process()}, hw_counters {settings.hw_counters}, spares "
-        f"{getattr(evaluator, 'spares_range', '-')} refilled {getattr(evaluator, 'spare_refill', '-')}, "
+        f"{getattr(evaluator, 'spares_range', '-')} refilled {getattr(evaluator, 'spare_refill', '-')} "
+        f"({'quiet' if getattr(evaluator, 'quiet_spares', True) else 'noisy'}), "
         f"cores {getattr(getattr(evaluator, 'cores', None), 'timing', '-')} kept for timing; builds at "
         f"{'idle' if builds_idle() else 'nice'} priority; "
         f"switch interval {sys.getswitchinterval() * 1e6:.0f} us; "
