@@ -42,7 +42,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -129,6 +129,11 @@ case "$stage" in
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
+    ;;
+  s36)
+    # 16 envs streaming, 128 candidates: where a lost span's records fell (Spans.outside, empty_nearest_us)
+    timeout 200 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_strays.txt"
     ;;
   s35)
     # 16 envs streaming, 128 candidates: the trial ends counted (how often CUPTI's records needed a wait),

@@ -319,6 +319,13 @@ class Spans(_Msg):
     flushes: Count = Field(
         0, description="Default flushes made at the trial's end before the forced one (diagnostic)."
     )
+    outside: Count = Field(0, description="Records that started in no timed window (diagnostic).")
+    empty_nearest_us: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description="Over the windows holding no record, the median signed distance to the nearest kernel "
+        "record's start, us (negative: before the window; diagnostic).",
+    )
 
 
 class SandboxLayer(_Msg):

@@ -32,6 +32,7 @@ from ptxgym.evaluation.sandboxed.cupti_spans import (
     kernels_by_window,
     settle_flush,
     spans_by_window,
+    strays,
 )
 
 
@@ -245,6 +246,8 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
             census_error=census_error,
             incomplete=trial % 4,
             flushes=trial % 5,
+            outside=strays(records, windows)[0],
+            empty_nearest_us=strays(records, windows)[1],
         )
         assert Spans.model_validate_json(first) == expected
         text = ",".join(f'"{k}":{json.dumps(v)}' for k, v in spans.items())
@@ -274,6 +277,30 @@ def test_a_trial_waits_for_every_window_s_record_as_the_python_worker_does(drive
     # timestamps CUPTI has not filled in (a forced flush's incomplete records)
     assert complete(5, 5) and complete(5, 9)
     assert not complete(0, 9) and not complete(5, 0) and not complete(9, 5)
+
+
+def test_where_the_records_a_window_lacks_fell_matches_the_python_worker(driver: Path) -> None:
+    windows = [(1, 1000, 2000), (2, 5000, 6000), (3, 9000, 9500)]
+    cases = [
+        ([(1500, 1600, "k"), (5500, 5600, "k"), (9100, 9200, "k")], (0, None)),  # all held
+        # every kernel 700 ns before its window (skewed stamps): the empty windows' median is -700 ns
+        ([(300, 400, "k"), (4300, 4400, "k"), (8300, 8400, "k"), (900, 950, "")], (4, -0.7)),
+        # one window empty, its nearest kernel 250 ns after it; a memset is no kernel
+        ([(1500, 1600, "k"), (6250, 6300, "k"), (4990, 4995, ""), (9100, 9200, "k")], (2, 0.25)),
+        # equally far before and after: the earlier record
+        ([(1500, 1600, "k"), (4900, 4950, "k"), (6100, 6200, "k"), (9100, 9200, "k")], (2, -0.1)),
+        ([(3000, 3100, "")], (1, None)),  # no kernel at all
+    ]
+    for records, expected in cases:
+        assert strays(records, windows) == expected
+        payload = {
+            "records": [[a, b, _hex(n)] for a, b, n in records],
+            "windows": [list(w) for w in windows],
+            "modules": [],
+            "census_error": "",
+        }
+        got = Spans.model_validate_json(run(driver, "spans", stdin=payload)[0])
+        assert (got.outside, got.empty_nearest_us) == expected
 
 
 def test_the_trial_s_last_flushes_match_the_python_worker(driver: Path) -> None:

@@ -196,8 +196,48 @@ inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_
   return it != sorted_max_hi.begin() && std::prev(it)->second >= start;
 }
 
+// Where a trial's records fell that its windows did not hold (cupti_spans.strays): how many records start
+// in no window, and over the windows holding none, the median (the lower middle one) of the signed
+// distance in ns from the window to the nearest kernel record's start (negative: before its lo;
+// positive: after its hi; ties to the earlier record); `has_nearest` false when there is none.
+inline uint64_t strays(const std::vector<Record>& records, const std::vector<Window>& windows,
+                       int64_t* nearest_ns, bool* has_nearest) {
+  auto inside = [](uint64_t start, const Window& w) { return w.lo <= start && start <= w.hi; };
+  uint64_t outside = 0;
+  std::vector<uint64_t> kernels;
+  for (const Record& r : records) {
+    bool in = false;
+    for (const Window& w : windows) in = in || inside(r.start, w);
+    outside += in ? 0 : 1;
+    if (!r.name.empty()) kernels.push_back(r.start);
+  }
+  std::sort(kernels.begin(), kernels.end());
+  std::vector<int64_t> offsets;
+  for (const Window& w : windows) {
+    bool held = false;
+    for (const Record& r : records) held = held || inside(r.start, w);
+    if (held || kernels.empty()) continue;
+    uint64_t best = UINT64_MAX;
+    int64_t offset = 0;
+    for (uint64_t k : kernels) {
+      uint64_t d = k < w.lo ? w.lo - k : (k > w.hi ? k - w.hi : 0);
+      if (d < best) {
+        best = d;
+        offset = k < w.lo ? -static_cast<int64_t>(d) : static_cast<int64_t>(d);
+      }
+    }
+    offsets.push_back(offset);
+  }
+  *has_nearest = !offsets.empty();
+  if (*has_nearest) {
+    std::sort(offsets.begin(), offsets.end());
+    *nearest_ns = offsets[(offsets.size() - 1) / 2];
+  }
+  return outside;
+}
+
 // protocol.Spans as JSON: spans and activity counts per window, the kernel census over all windows, the
-// modules, the census error, the incomplete records left out and the default flushes made.
+// modules, the census error, the incomplete records left out, the default flushes made and the strays.
 inline std::string spans_json(const std::vector<Record>& records, const std::vector<Window>& windows,
                               const std::vector<Module>& modules, const std::string& census_error,
                               uint64_t incomplete = 0, int64_t flushes = 0) {
@@ -240,6 +280,9 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
       ++kernels[it->second].second;
     }
   }
+  int64_t nearest_ns = 0;
+  bool has_nearest = false;
+  uint64_t outside = strays(records, windows, &nearest_ns, &has_nearest);
   std::string kernel_text;
   for (const auto& k : kernels)
     kernel_text += (kernel_text.empty() ? "" : ",") + k.first + ":" + std::to_string(k.second);
@@ -256,7 +299,9 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
   }
   return "{\"spans\":{" + spans + "},\"activities\":{" + counts + "},\"kernels\":{" + kernel_text +
          "},\"modules\":[" + module_text + "],\"census_error\":" + json_string(census_error) +
-         ",\"incomplete\":" + std::to_string(incomplete) + ",\"flushes\":" + std::to_string(flushes) + "}";
+         ",\"incomplete\":" + std::to_string(incomplete) + ",\"flushes\":" + std::to_string(flushes) +
+         ",\"outside\":" + std::to_string(outside) + ",\"empty_nearest_us\":" +
+         (has_nearest ? json_float(static_cast<double>(nearest_ns) / 1e3) : std::string("null")) + "}";
 }
 
 // One CUPTI SASS metrics record: an instruction of a function, with (metric id, value) per instance.

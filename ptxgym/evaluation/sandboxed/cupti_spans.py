@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import hashlib
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -139,6 +140,10 @@ class CuptiSpans:
             self._enabled = False
         return spans_by_window(self._records, self._windows)
 
+    def strays(self) -> tuple[int, float | None]:
+        """After ``end``: its records in no window, and its empty windows' nearest kernels (``strays``)."""
+        return strays(self._records, self._windows)
+
     def census(self) -> tuple[dict[str, int], list[LoadedModule]]:
         """After ``end``: kernel launches inside the trial's windows by name, and new modules.
 
@@ -216,6 +221,30 @@ def settle_flush(
         nap()
     flush(True)
     return tries
+
+
+def strays(
+    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
+) -> tuple[int, float | None]:
+    """Where a trial's records fell that its windows did not hold (diagnostic; the runner's ``strays``).
+
+    How many records start in no window, and over the windows holding none, the median (the lower middle
+    one) of the signed distance from the window to the nearest kernel record's start, in us (negative:
+    before its start; positive: after its end; ties to the earlier record); None when there is none.
+    """
+
+    def inside(start: int, lo: int, hi: int) -> bool:
+        return lo <= start <= hi
+
+    outside = sum(not any(inside(r[0], lo, hi) for _, lo, hi in windows) for r in records)
+    kernels = sorted(r[0] for r in records if r[2])
+    offsets = []
+    for _, lo, hi in windows:
+        if not kernels or any(inside(r[0], lo, hi) for r in records):
+            continue
+        distance, k = min((lo - k if k < lo else max(0, k - hi), k) for k in kernels)
+        offsets.append(-distance if k < lo else distance)
+    return outside, (statistics.median_low(offsets) / 1e3 if offsets else None)
 
 
 def spans_by_window(

@@ -352,6 +352,7 @@ class Worker:
             return Reply(seq=seq, ok=True, spans=Spans())
         spans, counts = self.cupti.end()
         kernels, modules = self.cupti.census()
+        outside, nearest = self.cupti.strays()
         return Reply(
             seq=seq,
             ok=True,
@@ -363,6 +364,8 @@ class Worker:
                 census_error=self.cupti.census_error,
                 incomplete=self.cupti.incomplete,
                 flushes=self.cupti.flushes,
+                outside=outside,
+                empty_nearest_us=nearest,
             ),
         )
 

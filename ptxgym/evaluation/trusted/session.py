@@ -612,6 +612,8 @@ class Session:
                     "activities": activities,
                     "incomplete": spans.incomplete if spans else None,
                     "flushes": spans.flushes if spans else None,
+                    "outside": spans.outside if spans else None,
+                    "nearest_us": spans.empty_nearest_us if spans else None,
                 }
             )
         if spans is not None and self.backend == CUPTI:
@@ -964,6 +966,8 @@ class Session:
             where = "; ".join(
                 f"{g['missing']} of {g['timed']} after {g['after']} ({g['activities']} GPU activities seen"
                 + (f", {g['incomplete']} incomplete" if g.get("incomplete") else "")
+                + (f", {g['outside']} in no window" if g.get("outside") else "")
+                + (f", nearest kernel {g['nearest_us']:+.1f} us" if g.get("nearest_us") is not None else "")
                 + ")"
                 for g in result.span_gaps[:3]
             )
