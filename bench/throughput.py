@@ -483,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     evaluator = select_evaluator(args.evaluator, settings=settings)
     if args.noisy_spares:
+        if not hasattr(evaluator, "quiet_spares"):
+            raise SystemExit(f"--noisy-spares: the {evaluator.name} evaluator keeps no spares")
         evaluator.quiet_spares = False
     ready = time.perf_counter() - started
     lines.append(

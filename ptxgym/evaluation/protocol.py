@@ -32,7 +32,7 @@ class _Msg(BaseModel):
 Measure = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 """A time or count a worker reports: finite and non-negative, else the reply is a protocol violation (a NaN
 latency once sorted the median of the samples and the median of the wall overheads from different calls)."""
-Count = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0, le=2**64 - 1)]
 
 
 # ------------------------------------------------------------------------ commands (trusted -> worker)

@@ -154,3 +154,35 @@ def test_records_without_their_timestamps_are_counted_and_cut_into_no_span() -> 
     ]
     spans._completed(acts)
     assert spans._records == [(100, 150, "k")] and spans.incomplete == 2
+
+
+def test_a_trial_s_end_flushes_by_default_until_its_windows_are_seen_then_forced() -> None:
+    """``CuptiSpans.end``: default flushes (0) until every window holds a record, then a forced one (1)."""
+    spans = CuptiSpans.__new__(CuptiSpans)  # no CUPTI here: a stand-in records the flags it is given
+    spans._records, spans._windows, spans._kinds, spans._enabled = [], [(1, 100, 200)], (), True
+    spans.incomplete = spans.flushes = 0
+    flags: list[int] = []
+
+    def flush_all(flag: int) -> None:
+        flags.append(flag)
+        if len(flags) == 3:  # the window's record comes back at the third default flush
+            spans._records.append((150, 160, "k"))
+
+    spans._cupti = SimpleNamespace(activity_flush_all=flush_all, activity_disable=lambda kind: None)
+    got, counts = spans.end()
+    assert flags == [0, 0, 0, 1] and spans.flushes == 3
+    assert got == {1: 10 / 1e6} and counts == {1: 1}  # ns to ms
+
+
+def test_a_count_past_64_bits_is_no_count() -> None:
+    """A worker's counts stay within 64 bits: sums of forged huge ones broke printing (a review's find)."""
+    import pydantic
+
+    from ptxgym.evaluation.protocol import Spans
+
+    assert Spans(incomplete=2**64 - 1).incomplete == 2**64 - 1
+    for field in ("incomplete", "flushes", "outside"):
+        with pytest.raises(pydantic.ValidationError):
+            Spans(**{field: 2**64})
+    with pytest.raises(pydantic.ValidationError):
+        Spans(activities={1: 10**4000})

@@ -303,6 +303,40 @@ def test_where_the_records_a_window_lacks_fell_matches_the_python_worker(driver:
         assert (got.outside, got.empty_nearest_us) == expected
 
 
+def _strays_by_hand(records, windows):
+    """``strays`` the slow, obvious way (every record against every window)."""
+    inside = [any(lo <= r[0] <= hi for _, lo, hi in windows) for r in records]
+    kernels = [r[0] for r in records if r[2]]
+    offsets = []
+    for _, lo, hi in windows:
+        if any(lo <= r[0] <= hi for r in records) or not kernels:
+            continue
+        d, k = min((lo - k if k < lo else k - hi, k) for k in kernels)
+        d = min(d, 2**63 - 1)
+        offsets.append(-d if k < lo else d)
+    offsets.sort()
+    return sum(not x for x in inside), (offsets[(len(offsets) - 1) // 2] / 1e3 if offsets else None)
+
+
+def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None:
+    rng = random.Random(11)
+    for _ in range(300):
+        windows = []
+        for seq in range(rng.randrange(0, 7)):
+            lo = rng.randrange(0, 10_000)
+            windows.append((seq, lo, lo + rng.randrange(0, 3000)))  # overlapping now and then
+        records = [
+            (start, start + 5, rng.choice(["k", ""]))
+            for start in (rng.randrange(0, 14_000) for _ in range(rng.randrange(0, 12)))
+        ]
+        assert strays(records, windows) == _strays_by_hand(records, windows)
+    # a distance past INT64_MAX ns counts as INT64_MAX, in the runner too
+    far = [(1, 2, "k")]
+    windows = [(1, 2**63 + 10, 2**63 + 20)]
+    assert strays(far, windows) == _strays_by_hand(far, windows) == (1, -(2**63 - 1) / 1e3)
+    assert run(driver, "far") == [f"1 {-(2**63 - 1)}"]
+
+
 def test_the_trial_s_last_flushes_match_the_python_worker(driver: Path) -> None:
     for ready_after in (0, 1, 2, 5, 50):
         for wait in (0, 3, 10):

@@ -361,7 +361,13 @@ class SpanLoser(InProcessWorker):
             self.seq += 1
             self.in_trial, self.after_count, self.lost = False, False, self.lost + 1
             # as a forced flush hands them back: incomplete, left out of every span
-            lost = Spans(spans=dict.fromkeys(self.windows), incomplete=len(self.windows), flushes=3)
+            lost = Spans(
+                spans=dict.fromkeys(self.windows),
+                incomplete=len(self.windows),
+                flushes=3,
+                outside=2,
+                empty_nearest_us=-0.7,
+            )
             return Reply(seq=self.seq, ok=True, spans=lost)
         if isinstance(cmd, TrialEnd):
             self.after_count = False
@@ -395,7 +401,8 @@ def test_gpu_times_lost_after_a_counted_call_are_described_and_timed_again(arena
         session.retime(result)
         assert result.missing_spans == 0 and result.trials and result.failure is None
         assert result.retimed.startswith("had no GPU time for") and result.span_gaps[0]["timing"] == "first"
-        assert f"after the counted call (0 GPU activities seen, {gap['timed']} incomplete)" in result.retimed
+        seen = f"(0 GPU activities seen, {gap['timed']} incomplete, 2 in no window, nearest kernel -0.7 us)"
+        assert f"after the counted call {seen}" in result.retimed
         assert not session.retime_due(result, 0.1)  # one retime at most
         return
     pytest.fail("no seed put the counted call before the end of its trial")

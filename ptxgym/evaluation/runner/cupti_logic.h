@@ -199,34 +199,34 @@ inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_
 // Where a trial's records fell that its windows did not hold (cupti_spans.strays): how many records start
 // in no window, and over the windows holding none, the median (the lower middle one) of the signed
 // distance in ns from the window to the nearest kernel record's start (negative: before its lo;
-// positive: after its hi; ties to the earlier record); `has_nearest` false when there is none.
+// positive: after its hi; ties to the earlier record; a distance past INT64_MAX counts as INT64_MAX);
+// `has_nearest` false when there is none. Sorted look-ups: a trial may hold many records.
 inline uint64_t strays(const std::vector<Record>& records, const std::vector<Window>& windows,
                        int64_t* nearest_ns, bool* has_nearest) {
-  auto inside = [](uint64_t start, const Window& w) { return w.lo <= start && start <= w.hi; };
+  std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi;
+  for (const Window& w : windows) sorted_max_hi.emplace_back(w.lo, w.hi);
+  std::sort(sorted_max_hi.begin(), sorted_max_hi.end());
+  for (size_t i = 1; i < sorted_max_hi.size(); ++i)
+    sorted_max_hi[i].second = std::max(sorted_max_hi[i].second, sorted_max_hi[i - 1].second);
   uint64_t outside = 0;
-  std::vector<uint64_t> kernels;
+  std::vector<uint64_t> starts, kernels;
   for (const Record& r : records) {
-    bool in = false;
-    for (const Window& w : windows) in = in || inside(r.start, w);
-    outside += in ? 0 : 1;
+    outside += in_any(sorted_max_hi, r.start) ? 0 : 1;
+    starts.push_back(r.start);
     if (!r.name.empty()) kernels.push_back(r.start);
   }
+  std::sort(starts.begin(), starts.end());
   std::sort(kernels.begin(), kernels.end());
+  constexpr uint64_t kMax = static_cast<uint64_t>(INT64_MAX);
   std::vector<int64_t> offsets;
   for (const Window& w : windows) {
-    bool held = false;
-    for (const Record& r : records) held = held || inside(r.start, w);
-    if (held || kernels.empty()) continue;
-    uint64_t best = UINT64_MAX;
-    int64_t offset = 0;
-    for (uint64_t k : kernels) {
-      uint64_t d = k < w.lo ? w.lo - k : (k > w.hi ? k - w.hi : 0);
-      if (d < best) {
-        best = d;
-        offset = k < w.lo ? -static_cast<int64_t>(d) : static_cast<int64_t>(d);
-      }
-    }
-    offsets.push_back(offset);
+    auto held = std::lower_bound(starts.begin(), starts.end(), w.lo);
+    if ((held != starts.end() && *held <= w.hi) || kernels.empty()) continue;
+    auto after = std::lower_bound(kernels.begin(), kernels.end(), w.lo);  // none inside: past hi
+    bool has_before = after != kernels.begin();
+    uint64_t before_d = has_before ? std::min(w.lo - *std::prev(after), kMax) : UINT64_MAX;
+    uint64_t after_d = after != kernels.end() ? std::min(*after - w.hi, kMax) : UINT64_MAX;
+    offsets.push_back(before_d <= after_d ? -static_cast<int64_t>(before_d) : static_cast<int64_t>(after_d));
   }
   *has_nearest = !offsets.empty();
   if (*has_nearest) {

@@ -102,7 +102,8 @@ inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size
         got.push_back({m->start, m->end, ""});
       }
     }
-    auto done = std::partition(got.begin(), got.end(), [](const Record& r) { return complete(r.start, r.end); });
+    auto done =  // stable: the census keeps the records' first-launch order
+        std::stable_partition(got.begin(), got.end(), [](const Record& r) { return complete(r.start, r.end); });
     incomplete = static_cast<uint64_t>(got.end() - done);
     got.erase(done, got.end());
     State& s = state();

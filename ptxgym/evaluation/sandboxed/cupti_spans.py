@@ -119,7 +119,7 @@ class CuptiSpans:
         """Start collecting for a trial."""
         self._records.clear()
         self._windows.clear()
-        self.incomplete = 0
+        self.incomplete = self.flushes = 0
         for kind in self._kinds:
             self._cupti.activity_enable(kind)
         self._enabled = True
@@ -230,21 +230,38 @@ def strays(
 
     How many records start in no window, and over the windows holding none, the median (the lower middle
     one) of the signed distance from the window to the nearest kernel record's start, in us (negative:
-    before its start; positive: after its end; ties to the earlier record); None when there is none.
+    before its start; positive: after its end; ties to the earlier record; a distance past ``_INT64_MAX``
+    ns counts as that); None when there is none. Sorted look-ups: a trial may hold many records.
     """
+    spans = sorted((lo, hi) for _, lo, hi in windows)
+    los, reach, top = [lo for lo, _ in spans], [], 0
+    for _, hi in spans:
+        top = max(top, hi)
+        reach.append(top)  # the furthest end among windows starting at or before this one
 
-    def inside(start: int, lo: int, hi: int) -> bool:
-        return lo <= start <= hi
+    def in_any(start: int) -> bool:
+        at = bisect.bisect_right(los, start)
+        return at > 0 and reach[at - 1] >= start
 
-    outside = sum(not any(inside(r[0], lo, hi) for _, lo, hi in windows) for r in records)
+    outside = sum(not in_any(r[0]) for r in records)
+    starts = sorted(r[0] for r in records)
     kernels = sorted(r[0] for r in records if r[2])
     offsets = []
     for _, lo, hi in windows:
-        if not kernels or any(inside(r[0], lo, hi) for r in records):
+        held = bisect.bisect_left(starts, lo)
+        if (held < len(starts) and starts[held] <= hi) or not kernels:
             continue
-        distance, k = min((lo - k if k < lo else max(0, k - hi), k) for k in kernels)
-        offsets.append(-distance if k < lo else distance)
+        after = bisect.bisect_left(kernels, lo)  # none inside the window: past its end
+        before_d = min(lo - kernels[after - 1], _INT64_MAX) if after else None
+        after_d = min(kernels[after] - hi, _INT64_MAX) if after < len(kernels) else None
+        if before_d is not None and (after_d is None or before_d <= after_d):
+            offsets.append(-before_d)
+        elif after_d is not None:
+            offsets.append(after_d)
     return outside, (statistics.median_low(offsets) / 1e3 if offsets else None)
+
+
+_INT64_MAX = 2**63 - 1
 
 
 def spans_by_window(

@@ -9,6 +9,8 @@
 //                   "modules": [[id, hex image or null, size]], "census_error": hex}: the Spans JSON,
 //                   then a second one of no records whose modules must be empty (taken once); with
 //                   "incomplete" and "flushes" passed through; then "seen" or "unseen" (every_window_seen)
+//   far             strays over a kernel at 1 ns and a window past 2^63 ns (beyond the JSON reader's
+//                   numbers): "<outside> <nearest ns>"
 //   settle          stdin {"ready_after": n, "wait": ticks}: settle_flush on a clock of one tick a read,
 //                   the records back after n default flushes: the flushes in order ("d" default, "f"
 //                   forced), a space, the count it returned
@@ -70,6 +72,15 @@ static int spans() {
   std::cout << spans_json(records, windows, table.take(), error, incomplete, flushes) << "\n";
   std::cout << spans_json({}, {}, table.take(), error) << "\n";
   std::cout << (every_window_seen(records, windows) ? "seen" : "unseen") << "\n";
+  return 0;
+}
+
+static int far() {
+  uint64_t lo = (uint64_t(1) << 63) + 10;
+  int64_t nearest = 0;
+  bool has = false;
+  uint64_t outside = strays({{1, 2, "k"}}, {{1, lo, lo + 10}}, &nearest, &has);
+  std::cout << outside << " " << (has ? std::to_string(nearest) : "none") << "\n";
   return 0;
 }
 
@@ -142,6 +153,8 @@ int main(int argc, char** argv) {
       return spans();
     } else if (cmd == "sass") {
       return sass();
+    } else if (cmd == "far") {
+      return far();
     } else if (cmd == "settle") {
       return settle();
     } else {
