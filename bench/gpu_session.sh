@@ -4,14 +4,15 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (twentieth session: s28, s30, s31 ran on 2026-12-06 on an H100; the cross-check's statistical term
-# changed after them, CPU-tested only), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s32 $OUT   (~9 min: 16 envs
-#                                      with the Python wall then the exchange; the wall allowance beside a
-#                                      busy Python thread, both paths)
+# Next (twenty-first session: s32-s36 ran on 2026-12-06 on an H100; the warm cycle and the strays'
+# diagnostics are CPU-tested only), in order:
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s37 $OUT   (~9 min: the
+#                                      range profiler's warm cycle against the default, the experts' GPU
+#                                      cost; two 16-env passes for the lost spans' strays)
 #   then the in-trial window on an H200 (test_native_runner_gpu.py -k hardware_counters), s25, s21b,
 #   evaluator, s11c, spares, ray_load, benches, gate.
-# Done on 2026-12-06: s23 (s22 + wall parts), s24 (runner spin; batch refill against each, replacing s20).
+# Done on 2026-12-06: s32-s36 (the exchange's order swapped, busy-thread allowance, 128-candidate passes,
+# spares 4 vs 8, quiet vs noisy spares, the settled flush); s23 (s22 + wall parts), s24 (runner spin; batch refill against each, replacing s20).
 # Done on 2026-12-05: flip, flip2, s17-s19, s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
 #
 # checks:  the ninth session's timing changes (the wall ends after the trusted output copy; a GPU time
@@ -42,7 +43,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -129,6 +130,20 @@ case "$stage" in
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
+    ;;
+  s37)
+    # twenty-second session's first call: the warm cycle of the range profiler on a spare's warm-up
+    # (EvalSettings.hw_warm_start) against the default, the experts' GPU cost side by side (runner_hw_start,
+    # spare_attach_hw_prepare, worker_settle, medians); then 16 envs streaming, 128 candidates, twice, for
+    # the lost spans' strays (Spans.outside, empty_nearest_us in the anomalies' messages)
+    for warm in false true; do
+      timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_warm_$warm.txt" --subjects gemm_expert \
+        mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks --set hw_warm_start=$warm
+    done
+    for pass in 1 2; do
+      timeout 200 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_strays_$pass.txt"
+    done
     ;;
   s36)
     # 16 envs streaming, 128 candidates: where a lost span's records fell (Spans.outside, empty_nearest_us)

@@ -109,6 +109,11 @@ class Attach(_Cmd):
         "the set-up (``ApplySandbox.hw_prepare``, made here on a spare's warm-up, off any GPU turn; the "
         "sandbox command then finds it done). The Python worker ignores it.",
     )
+    hw_warm: bool = Field(
+        False,
+        description="With ``hw_prepare``: the runner also makes one hardware-counted cycle with no call in "
+        "it (``EvalSettings.hw_warm_start``), on the spare's warm-up. The Python worker ignores it.",
+    )
 
 
 class ApplySandbox(_Cmd):

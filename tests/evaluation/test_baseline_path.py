@@ -623,7 +623,13 @@ def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may
     assert arena.attach_command(1, False, hw_prepare=True).hw_prepare  # carried in the command
     monkeypatch.setattr(Arena, "guard_pages", property(lambda self: True))  # a runner maps only these
     asked: list[bool] = []
-    monkeypatch.setattr(arena, "attach_command", lambda *a, hw_prepare=False: asked.append(hw_prepare))
+    warmed: list[bool] = []
+
+    def attach_command(*a, hw_prepare=False, hw_warm=False):
+        asked.append(hw_prepare)
+        warmed.append(hw_warm)
+
+    monkeypatch.setattr(arena, "attach_command", attach_command)
 
     def spare(kind):
         handle = kind.__new__(kind)
@@ -635,14 +641,23 @@ def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may
     for update in ({"hw_counters": False}, {"target_mode": TargetMode.STATIC}):
         ev.settings = settings.model_copy(update=update)
         ev._primer(spare(NativeHandle))
+    hopper = ev.arch
     ev.settings, ev.arch = settings, BLACKWELL
     ev._primer(spare(NativeHandle))
     assert asked == [True, False, False, False, False]
+    assert not any(warmed)  # the warm cycle is an experiment: off by default
+    ev.arch = hopper
+    ev.settings = settings.model_copy(update={"hw_warm_start": True})
+    ev._primer(spare(NativeHandle))
+    ev._primer(spare(WorkerHandle))
+    assert asked[-2:] == [True, False] and warmed[-2:] == [True, False]
 
-    cmd = Attach(arena="a", blob=None, sets=[], flush_bytes=0, hw_prepare=True)
-    assert json.loads(spare(NativeHandle)._encode(cmd))["hw_prepare"] is True
+    cmd = Attach(arena="a", blob=None, sets=[], flush_bytes=0, hw_prepare=True, hw_warm=True)
+    sent = json.loads(spare(NativeHandle)._encode(cmd))
+    assert sent["hw_prepare"] is True and sent["hw_warm"] is True
     monkeypatch.setattr(native_worker, "HW_PREPARE", False)
-    assert json.loads(spare(NativeHandle)._encode(cmd))["hw_prepare"] is False
+    sent = json.loads(spare(NativeHandle)._encode(cmd))
+    assert sent["hw_prepare"] is False and sent["hw_warm"] is False  # no warm cycle without the query
 
     settled: list[int] = []
 

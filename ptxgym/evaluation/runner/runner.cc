@@ -323,7 +323,8 @@ class Runner {
       cupti_error = cmd.at("cupti").b ? start_cupti(cmd.has("module_census") && cmd.at("module_census").b)
                                       : "not requested";
       phase("cupti");
-      if (cmd.has("hw_prepare") && cmd.at("hw_prepare").b) prepare_hw_counters();  // a spare's warm-up
+      if (cmd.has("hw_prepare") && cmd.at("hw_prepare").b)  // a spare's warm-up
+        prepare_hw_counters(cmd.has("hw_warm") && cmd.at("hw_warm").b);
       phase("hw_prepare");
 #else
       for (int fd : fds) close(fd);
@@ -425,10 +426,15 @@ class Runner {
   // (a spare's warm-up, off the GPU turn: Attach.hw_prepare), else at the sandbox command when the jail
   // says so (the subject will be hardware-counted; ApplySandbox.hw_prepare); once it worked, not again.
   // A failure is kept for the hardware-counted call's error text, which then queries again itself.
-  void prepare_hw_counters() {
+  // `warm` (Attach.hw_warm): once the query worked, one hardware-counted cycle with no call in it
+  // (cupti::hw_warm; EvalSettings.hw_warm_start), on the spare's warm-up.
+  void prepare_hw_counters(bool warm = false) {
 #if defined(PTXR_WITH_CUPTI)
     if (!dev_ || host_ || hw_ready_) return;
     hw_ready_ = cupti::hw_prepare(dev_->context(), o_.device).empty();
+    if (warm && hw_ready_) cupti::hw_warm(dev_->context(), o_.device);
+#else
+    (void)warm;
 #endif
   }
 

@@ -416,7 +416,12 @@ class Arena:
     # ------------------------------------------------------------------------------------- per call
 
     def attach_command(
-        self, flush_bytes: int, cupti: bool, module_census: bool = False, hw_prepare: bool = False
+        self,
+        flush_bytes: int,
+        cupti: bool,
+        module_census: bool = False,
+        hw_prepare: bool = False,
+        hw_warm: bool = False,
     ) -> Attach:
         """The command that maps this arena into a worker (send it with ``attach_fds``)."""
         if not self.guard_pages:
@@ -428,6 +433,7 @@ class Arena:
                 cupti=cupti,
                 module_census=module_census,
                 hw_prepare=hw_prepare,
+                hw_warm=hw_warm,
             )
         runs = [VmmRun(offset=m.offset, size=m.size) for m in self.layout.mappings]
         spec = VmmBlob(total=self.layout.total, page=self.layout.page, runs=runs)
@@ -440,6 +446,7 @@ class Arena:
             cupti=cupti,
             module_census=module_census,
             hw_prepare=hw_prepare,
+            hw_warm=hw_warm,
         )
 
     def attach_fds(self) -> list[int]:

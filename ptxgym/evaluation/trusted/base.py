@@ -249,6 +249,17 @@ class EvalSettings(BaseModel):
         "the credit then also needs the TMA share (``MIN_TMA_SHARE`` of the task's minimal traffic), which "
         "SASS counts cannot measure.",
     )
+    hw_warm_start: bool = Field(
+        False,
+        description="A spare runner that queries its counter availability on its warm-up "
+        "(``Attach.hw_prepare``) also makes one hardware-counted cycle there with no call in it "
+        "(``Attach.hw_warm``: the range profiler enabled, configured, started, a range pushed and popped, "
+        "decoded, disabled). An experiment, off until measured: the range profiler's start is 0.16-0.20 s "
+        "of every hardware-counted call (``gpu_cost_2026-12-06_s34_h100.txt``), ~14% of the GPU at 16 "
+        "envs. Whether a first cycle makes the next start cheap, at what cost to the spare's warm-up "
+        "(which the next subject's calibration awaits), and whether timed calls move after it, is what "
+        "``bench/gpu_cost.py`` with ``--set hw_warm_start=true`` beside the default shows.",
+    )
     hw_count_in_trial: bool = Field(
         True,
         description="Make the hardware-counted call inside the CUPTI activity trial: its kernels join the "

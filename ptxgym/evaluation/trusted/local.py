@@ -631,7 +631,11 @@ class LocalGpuEvaluator(Evaluator):
             return  # a runner maps only guard-page blobs: it waits for such an arena
         early = isinstance(handle, NativeHandle) and self._hw_possible()  # off the GPU turn (``Attach``)
         cmd = arena.attach_command(
-            self.flush_bytes, self.backend != EVENTS, self.settings.module_census, hw_prepare=early
+            self.flush_bytes,
+            self.backend != EVENTS,
+            self.settings.module_census,
+            hw_prepare=early,
+            hw_warm=early and self.settings.hw_warm_start,
         )
         handle.send(cmd, ipc_pickle, arena.attach_fds())
         handle.primed = {"arena": arena.id}

@@ -215,7 +215,8 @@ class NativeHandle(WorkerHandle):
     def _encode(self, cmd: Command, pickler=None) -> bytes:
         """The command as JSON (the blob tensor of an attach left out; a candidate copied into scratch)."""
         if isinstance(cmd, Attach):
-            cmd = cmd.model_copy(update={"hw_prepare": cmd.hw_prepare and HW_PREPARE})
+            prepare = cmd.hw_prepare and HW_PREPARE
+            cmd = cmd.model_copy(update={"hw_prepare": prepare, "hw_warm": cmd.hw_warm and prepare})
             return cmd.model_dump_json(exclude={"blob"}).encode()
         if isinstance(cmd, ApplySandbox) and self.jail is not None and cmd.mode != "off":
             spec = {**jail_spec(self.jail, self.protocol_fds), "landlock_at_exec": self.landlock_at_exec}
