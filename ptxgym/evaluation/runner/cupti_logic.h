@@ -116,9 +116,10 @@ inline bool every_window_seen(const std::vector<Record>& records, const std::vec
 // The trial's last flushes (cupti_spans.settle_flush): `flush(false)` (CUPTI's default flush, which hands
 // back only buffers whose records are all complete) until `seen()` or `wait_ns` has passed on `now_ns`,
 // `nap()` between tries; then `flush(true)` (forced: the rest, incomplete records too). The number of
-// default flushes made. Under a loaded host CUPTI can still be completing an honest call's records when
-// the trial ends, and a forced flush at once lost them: the call had no GPU time (a TIMING_ANOMALY an
-// honest candidate could not avoid: bench/results/throughput_2026-12-06_s33_spares4_h100.txt).
+// default flushes made. A forced flush at once would drop records CUPTI had not completed yet; honest
+// calls' records went missing on a loaded host (a TIMING_ANOMALY an honest candidate could not avoid:
+// bench/results/throughput_2026-12-06_s33_spares4_h100.txt), though not for that reason (the lossy
+// trials of throughput_2026-12-06_s35_quiet_h100.txt had no incomplete record; strays() says more).
 template <class Flush, class Seen, class Now, class Nap>
 inline int settle_flush(Flush flush, Seen seen, Now now_ns, Nap nap, uint64_t wait_ns) {
   int tries = 0;

@@ -208,9 +208,12 @@ def settle_flush(
 
     ``flush(False)`` (CUPTI's default flush: only buffers whose records are all complete) until
     ``seen()`` or ``wait_s`` has passed, ``nap()`` between tries; then ``flush(True)`` (forced: the rest,
-    incomplete records too, with timestamps of 0). A forced flush alone lost an honest call's records
-    on a loaded host, CUPTI not done with them yet: the call had no GPU time and the candidate, timed
-    twice, a TIMING_ANOMALY (``bench/results/throughput_2026-12-06_s33_spares4_h100.txt``).
+    incomplete records too, with timestamps of 0). Honest calls' records went missing on a loaded host
+    (no GPU time, and the candidate, timed twice, a TIMING_ANOMALY:
+    ``bench/results/throughput_2026-12-06_s33_spares4_h100.txt``); a forced flush at once would drop
+    any CUPTI had not completed, which this rules out. It was not that loss's cause: the lossy trials
+    of ``throughput_2026-12-06_s35_quiet_h100.txt`` had no incomplete record (``strays`` now says where
+    the records fell).
     """
     tries, until = 0, clock() + wait_s
     while True:
