@@ -186,3 +186,27 @@ def test_a_count_past_64_bits_is_no_count() -> None:
             Spans(**{field: 2**64})
     with pytest.raises(pydantic.ValidationError):
         Spans(activities={1: 10**4000})
+
+
+def test_a_kernel_without_a_name_is_foreign_not_a_memset() -> None:
+    """A kernel CUPTI names not at all is ``UNNAMED_KERNEL`` to the census, so it is foreign.
+
+    Before, the runner read a missing name as "", a memset's to the census (passed over): a nameless
+    foreign kernel, if a crafted module can launch one, would have run unseen.
+    """
+    from ptxgym.evaluation.sandboxed.cupti_spans import UNNAMED_KERNEL
+
+    spans = CuptiSpans.__new__(CuptiSpans)
+    spans._records, spans.incomplete = [], 0
+    spans._kind_ids, spans._kernel_kind = {1, 2}, 1
+    spans._completed(
+        [
+            SimpleNamespace(kind=1, start=100, end=150, name=None),
+            SimpleNamespace(kind=1, start=160, end=170, name=""),
+            SimpleNamespace(kind=2, start=180, end=190, name=None),  # a memset: no kernel name at all
+        ]
+    )
+    assert [r[2] for r in spans._records] == [UNNAMED_KERNEL, UNNAMED_KERNEL, ""]
+    kernels = kernels_by_window(spans._records, [(1, 0, 1000)])
+    assert kernels == {UNNAMED_KERNEL: 2}
+    assert "not in the candidate's built module" in census_failure(kernels, [], ["_Z3ownPf"])

@@ -29,6 +29,7 @@ from ptxgym.evaluation.sandboxed import sass_counts as sc
 from ptxgym.evaluation.sandboxed.cupti_spans import (
     complete,
     every_window_seen,
+    kernel_name,
     kernels_by_window,
     settle_flush,
     spans_by_window,
@@ -335,6 +336,11 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
     windows = [(1, 2**63 + 10, 2**63 + 20)]
     assert strays(far, windows) == _strays_by_hand(far, windows) == (1, -(2**63 - 1) / 1e3)
     assert run(driver, "far") == [f"1 {-(2**63 - 1)}"]
+
+
+def test_a_nameless_kernel_is_named_for_the_census_as_the_python_worker_names_it(driver: Path) -> None:
+    assert run(driver, "kname") == [kernel_name(None), kernel_name(""), kernel_name("k")]
+    assert kernel_name(None) == kernel_name("") == "(unnamed kernel)" and kernel_name("k") == "k"
 
 
 def test_the_trial_s_last_flushes_match_the_python_worker(driver: Path) -> None:

@@ -96,6 +96,12 @@ struct Window {
   uint64_t hi = 0;
 };
 
+// A kernel record's name as the census reads it (cupti_spans.kernel_name): a kernel record with no name
+// or an empty one is "(unnamed kernel)", never taken for a memcpy or memset (whose names are empty, and
+// which the census passes over): no built module defines that name, so it is foreign.
+constexpr const char* kUnnamedKernel = "(unnamed kernel)";
+inline std::string kernel_name(const char* name) { return name && *name ? name : kUnnamedKernel; }
+
 // Whether a record's timestamps are filled in (cupti_spans.complete): a forced flush hands back records
 // CUPTI has not completed, with a timestamp of 0; such a record is counted, never cut into a span.
 inline bool complete(uint64_t start, uint64_t end) { return start != 0 && end != 0 && end >= start; }
@@ -191,6 +197,15 @@ inline std::vector<Window> unique_windows(const std::vector<Window>& windows) {
   return out;
 }
 
+// The windows as (lo, hi) sorted by lo, each hi raised to the running maximum (in_any's input).
+inline std::vector<std::pair<uint64_t, uint64_t>> max_hi_sorted(const std::vector<Window>& windows) {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const Window& w : windows) out.emplace_back(w.lo, w.hi);
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i) out[i].second = std::max(out[i].second, out[i - 1].second);
+  return out;
+}
+
 // Whether `start` lies in any window (windows sorted by lo, with the running maximum of hi).
 inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, uint64_t start) {
   auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(start, UINT64_MAX));
@@ -204,11 +219,7 @@ inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_
 // `has_nearest` false when there is none. Sorted look-ups: a trial may hold many records.
 inline uint64_t strays(const std::vector<Record>& records, const std::vector<Window>& windows,
                        int64_t* nearest_ns, bool* has_nearest) {
-  std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi;
-  for (const Window& w : windows) sorted_max_hi.emplace_back(w.lo, w.hi);
-  std::sort(sorted_max_hi.begin(), sorted_max_hi.end());
-  for (size_t i = 1; i < sorted_max_hi.size(); ++i)
-    sorted_max_hi[i].second = std::max(sorted_max_hi[i].second, sorted_max_hi[i - 1].second);
+  const std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi = max_hi_sorted(windows);
   uint64_t outside = 0;
   std::vector<uint64_t> starts, kernels;
   for (const Record& r : records) {
@@ -263,11 +274,7 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
     spans += (spans.empty() ? "" : ",") + key + span;
     counts += (counts.empty() ? "" : ",") + key + std::to_string(hi - lo);
   }
-  std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi;
-  for (const Window& w : windows) sorted_max_hi.emplace_back(w.lo, w.hi);
-  std::sort(sorted_max_hi.begin(), sorted_max_hi.end());
-  for (size_t i = 1; i < sorted_max_hi.size(); ++i)
-    sorted_max_hi[i].second = std::max(sorted_max_hi[i].second, sorted_max_hi[i - 1].second);
+  const std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi = max_hi_sorted(windows);
   std::vector<std::pair<std::string, int64_t>> kernels;  // first-launch order, as Python's Counter
   std::map<std::string, size_t> kernel_at;
   for (const Record& r : records) {

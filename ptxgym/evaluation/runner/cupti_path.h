@@ -93,7 +93,7 @@ inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size
     while (buffer && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-        got.push_back({k->start, k->end, k->name ? k->name : ""});
+        got.push_back({k->start, k->end, kernel_name(k->name)});
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
         got.push_back({m->start, m->end, ""});

@@ -85,7 +85,7 @@ class CuptiSpans:
                 if not complete(start, end):
                     self.incomplete += 1
                     continue
-                name = str(act.name) if kind == self._kernel_kind else ""
+                name = kernel_name(act.name) if kind == self._kernel_kind else ""
                 self._records.append((start, end, name))
 
     def _on_resource(self, userdata: Any, domain: Any, cbid: Any, cbdata: Any) -> None:
@@ -180,6 +180,21 @@ def _descriptor(cbdata: Any) -> int:
     if not descriptor:
         raise ValueError("the resource callback carried no module data")
     return int(descriptor)
+
+
+UNNAMED_KERNEL = "(unnamed kernel)"
+"""A kernel record's name when CUPTI gives none or an empty one (``kernel_name``)."""
+
+
+def kernel_name(name: object) -> str:
+    """A kernel record's name as the census reads it (the runner's ``kernel_name``).
+
+    A kernel record without a name (None, or empty: the record's field allows it; whether a crafted
+    module can launch a nameless function was not tried, so none is let through) is ``UNNAMED_KERNEL``,
+    never "" (a memcpy's or memset's, which the census passes over) nor "None": no built module defines
+    that name, so the census finds it foreign.
+    """
+    return str(name) if name else UNNAMED_KERNEL
 
 
 def complete(start: int, end: int) -> bool:

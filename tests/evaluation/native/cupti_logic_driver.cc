@@ -9,6 +9,7 @@
 //                   "modules": [[id, hex image or null, size]], "census_error": hex}: the Spans JSON,
 //                   then a second one of no records whose modules must be empty (taken once); with
 //                   "incomplete" and "flushes" passed through; then "seen" or "unseen" (every_window_seen)
+//   kname           kernel_name of a null name, an empty one and "k": one a line
 //   far             strays over a kernel at 1 ns and a window past 2^63 ns (beyond the JSON reader's
 //                   numbers): "<outside> <nearest ns>"
 //   settle          stdin {"ready_after": n, "wait": ticks}: settle_flush on a clock of one tick a read,
@@ -72,6 +73,11 @@ static int spans() {
   std::cout << spans_json(records, windows, table.take(), error, incomplete, flushes) << "\n";
   std::cout << spans_json({}, {}, table.take(), error) << "\n";
   std::cout << (every_window_seen(records, windows) ? "seen" : "unseen") << "\n";
+  return 0;
+}
+
+static int kname() {
+  std::cout << kernel_name(nullptr) << "\n" << kernel_name("") << "\n" << kernel_name("k") << "\n";
   return 0;
 }
 
@@ -153,6 +159,8 @@ int main(int argc, char** argv) {
       return spans();
     } else if (cmd == "sass") {
       return sass();
+    } else if (cmd == "kname") {
+      return kname();
     } else if (cmd == "far") {
       return far();
     } else if (cmd == "settle") {
