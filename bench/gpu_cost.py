@@ -58,6 +58,8 @@ SHOWN = (
     "worker_settle",
     "worker_calibrate",
     "spare_attach_hw_prepare",
+    "spare_attach_hw_warm",
+    "spare_attach_hw_warm_failed",
     "check",
     "time",
     "time_inputs",

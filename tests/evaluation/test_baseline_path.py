@@ -609,6 +609,7 @@ def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may
     Nsight Compute's profiling session.
     """
     import json
+    from types import SimpleNamespace
 
     from ptxgym.evaluation.protocol import Attach
     from ptxgym.evaluation.trusted import native_worker
@@ -621,6 +622,13 @@ def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may
     ev = cpu_evaluator(tmp_path, Workers(tmp_path), settings)
     arena, _, _ = ev._prepare(gemm_task())
     assert arena.attach_command(1, False, hw_prepare=True).hw_prepare  # carried in the command
+    assert arena.attach_command(1, False, hw_prepare=True, hw_warm=True).hw_warm
+    # and in a guard-page arena's (the only kind a runner maps)
+    run = SimpleNamespace(offset=0, size=2 << 20)
+    layout = SimpleNamespace(mappings=[run], total=2 << 20, page=2 << 20)
+    paged = SimpleNamespace(guard_pages=True, id="a", layout=layout, _layout=[])
+    cmd = Arena.attach_command(paged, 1, False, hw_prepare=True, hw_warm=True)  # type: ignore[arg-type]
+    assert cmd.vmm is not None and cmd.hw_prepare and cmd.hw_warm
     monkeypatch.setattr(Arena, "guard_pages", property(lambda self: True))  # a runner maps only these
     asked: list[bool] = []
     warmed: list[bool] = []

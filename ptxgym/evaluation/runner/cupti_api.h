@@ -47,7 +47,7 @@ std::string hw_count_json(const std::function<void()>& run, void* context, int d
 std::string hw_prepare(void* context, int device);
 
 // One hardware-counted cycle with no call in it, its reading dropped (Attach.hw_warm; an experiment:
-// whether the range profiler's next start is cheaper).
-void hw_warm(void* context, int device);
+// whether the range profiler's next start is cheaper). Whether the profiler was started.
+bool hw_warm(void* context, int device);
 
 }  // namespace ptxrunner::cupti

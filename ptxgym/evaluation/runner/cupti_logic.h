@@ -102,6 +102,13 @@ struct Window {
 constexpr const char* kUnnamedKernel = "(unnamed kernel)";
 inline std::string kernel_name(const char* name) { return name && *name ? name : kUnnamedKernel; }
 
+// The record of a kernel (named by kernel_name) and of a memcpy or memset (no name), as cupti_path.h's
+// buffer callback makes them from CUPTI's records.
+inline Record kernel_record(uint64_t start, uint64_t end, const char* name) {
+  return {start, end, kernel_name(name)};
+}
+inline Record copy_record(uint64_t start, uint64_t end) { return {start, end, ""}; }
+
 // Whether a record's timestamps are filled in (cupti_spans.complete): a forced flush hands back records
 // CUPTI has not completed, with a timestamp of 0; such a record is counted, never cut into a span.
 inline bool complete(uint64_t start, uint64_t end) { return start != 0 && end != 0 && end >= start; }

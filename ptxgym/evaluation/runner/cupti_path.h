@@ -93,13 +93,13 @@ inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size
     while (buffer && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-        got.push_back({k->start, k->end, kernel_name(k->name)});
+        got.push_back(kernel_record(k->start, k->end, k->name));
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-        got.push_back({m->start, m->end, ""});
+        got.push_back(copy_record(m->start, m->end));
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-        got.push_back({m->start, m->end, ""});
+        got.push_back(copy_record(m->start, m->end));
       }
     }
     auto done =  // stable: the census keeps the records' first-launch order
@@ -218,7 +218,7 @@ inline std::string sass_read(const State& s, std::vector<SassRow>* rows) {
   if (!err.empty()) return err;
   std::vector<SassRecord> got(records);
   for (size_t i = 0; i < records; ++i) {
-    got[i].function = data[i].functionName ? data[i].functionName : "";
+    got[i].function = kernel_name(data[i].functionName);
     got[i].pc = data[i].pcOffset;
     for (size_t j = 0; j < instances; ++j)
       got[i].values.emplace_back(values[i * instances + j].metricId, values[i * instances + j].value);

@@ -284,13 +284,15 @@ inline std::string hw_count_json(const std::function<void()>& run, void* context
   return err.empty() ? "" : hw_count_error(err);
 }
 
-// One hardware-counted cycle with no call in it, its reading dropped (runner.cc's prepare_hw_counters with
+// One hardware-counted cycle with no call in it, its reading dropped (runner.cc's warm_hw_counters with
 // Attach.hw_warm): whether the range profiler's start is cheaper in a process that has started it once
-// (EvalSettings.hw_warm_start, an experiment). Errors are the later counted call's to report.
-inline void hw_warm(void* context, int device) {
+// (EvalSettings.hw_warm_start, an experiment). Whether the profiler was started (its empty call made);
+// a reading's own error (a range with no kernel may read as none) is not the warm-up's concern.
+inline bool hw_warm(void* context, int device) {
   std::string json;
   bool ran = false;
   hw_count_json([] {}, context, device, &json, &ran);
+  return ran;
 }
 
 }  // namespace ptxrunner::cupti

@@ -323,9 +323,11 @@ class Runner {
       cupti_error = cmd.at("cupti").b ? start_cupti(cmd.has("module_census") && cmd.at("module_census").b)
                                       : "not requested";
       phase("cupti");
-      if (cmd.has("hw_prepare") && cmd.at("hw_prepare").b)  // a spare's warm-up
-        prepare_hw_counters(cmd.has("hw_warm") && cmd.at("hw_warm").b);
+      bool prepare = cmd.has("hw_prepare") && cmd.at("hw_prepare").b;
+      if (prepare) prepare_hw_counters();  // a spare's warm-up
       phase("hw_prepare");
+      if (prepare && cmd.has("hw_warm") && cmd.at("hw_warm").b)  // EvalSettings.hw_warm_start
+        phase(warm_hw_counters() ? "hw_warm" : "hw_warm_failed");
 #else
       for (int fd : fds) close(fd);
       throw std::runtime_error("this runner was built without CUDA (no cuda.h): no GPU blobs");
@@ -426,15 +428,21 @@ class Runner {
   // (a spare's warm-up, off the GPU turn: Attach.hw_prepare), else at the sandbox command when the jail
   // says so (the subject will be hardware-counted; ApplySandbox.hw_prepare); once it worked, not again.
   // A failure is kept for the hardware-counted call's error text, which then queries again itself.
-  // `warm` (Attach.hw_warm): once the query worked, one hardware-counted cycle with no call in it
-  // (cupti::hw_warm; EvalSettings.hw_warm_start), on the spare's warm-up.
-  void prepare_hw_counters(bool warm = false) {
+  void prepare_hw_counters() {
 #if defined(PTXR_WITH_CUPTI)
     if (!dev_ || host_ || hw_ready_) return;
     hw_ready_ = cupti::hw_prepare(dev_->context(), o_.device).empty();
-    if (warm && hw_ready_) cupti::hw_warm(dev_->context(), o_.device);
+#endif
+  }
+
+  // Attach.hw_warm (EvalSettings.hw_warm_start): once the query worked, one hardware-counted cycle with no
+  // call in it (cupti::hw_warm), on the spare's warm-up. Whether the range profiler was started (the
+  // attach's phase says "hw_warm", else "hw_warm_failed").
+  bool warm_hw_counters() {
+#if defined(PTXR_WITH_CUPTI)
+    return dev_ && !host_ && hw_ready_ && cupti::hw_warm(dev_->context(), o_.device);
 #else
-    (void)warm;
+    return false;
 #endif
   }
 

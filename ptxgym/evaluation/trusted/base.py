@@ -255,10 +255,11 @@ class EvalSettings(BaseModel):
         "(``Attach.hw_prepare``) also makes one hardware-counted cycle there with no call in it "
         "(``Attach.hw_warm``: the range profiler enabled, configured, started, a range pushed and popped, "
         "decoded, disabled). An experiment, off until measured: the range profiler's start is 0.16-0.20 s "
-        "of every hardware-counted call (``gpu_cost_2026-12-06_s34_h100.txt``), 11-14% of the GPU at 16 "
-        "envs. Whether a first cycle makes the next start cheap, at what cost to the spare's warm-up "
+        "of every hardware-counted call, a sixth of an expert GEMM turn (``gpu_cost_2026-12-06_s34_h100."
+        "txt``). Whether a first cycle makes the next start cheap, at what cost to the spare's warm-up "
         "(which the next subject's calibration awaits), and whether timed calls move after it, is what "
-        "``bench/gpu_cost.py`` with ``--set hw_warm_start=true`` beside the default shows.",
+        "``bench/gpu_cost.py`` with ``--set hw_warm_start=true`` beside the default shows (the spare's "
+        "attach phase ``hw_warm``, or ``hw_warm_failed`` where the profiler was not started).",
     )
     hw_count_in_trial: bool = Field(
         True,

@@ -9,7 +9,8 @@
 //                   "modules": [[id, hex image or null, size]], "census_error": hex}: the Spans JSON,
 //                   then a second one of no records whose modules must be empty (taken once); with
 //                   "incomplete" and "flushes" passed through; then "seen" or "unseen" (every_window_seen)
-//   kname           kernel_name of a null name, an empty one and "k": one a line
+//   kname           kernel_name of a null name, an empty one and "k", kernel_record's of a null name and
+//                   "k", copy_record's in brackets: one a line
 //   far             strays over a kernel at 1 ns and a window past 2^63 ns (beyond the JSON reader's
 //                   numbers): "<outside> <nearest ns>"
 //   settle          stdin {"ready_after": n, "wait": ticks}: settle_flush on a clock of one tick a read,
@@ -78,6 +79,8 @@ static int spans() {
 
 static int kname() {
   std::cout << kernel_name(nullptr) << "\n" << kernel_name("") << "\n" << kernel_name("k") << "\n";
+  std::cout << kernel_record(1, 2, nullptr).name << "\n" << kernel_record(1, 2, "k").name << "\n";
+  std::cout << "[" << copy_record(1, 2).name << "]\n";
   return 0;
 }
 
