@@ -484,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     evaluator = select_evaluator(args.evaluator, settings=settings)
     if args.noisy_spares:
         if not hasattr(evaluator, "quiet_spares"):
+            evaluator.close()
             raise SystemExit(f"--noisy-spares: the {evaluator.name} evaluator keeps no spares")
         evaluator.quiet_spares = False
     ready = time.perf_counter() - started
