@@ -175,6 +175,16 @@ def _hex(text: str | bytes) -> str:
     return (text.encode() if isinstance(text, str) else text).hex()
 
 
+def _plain_spans(records: list, windows: list) -> dict:
+    """The driver's ``spans`` input for records and windows alone (no modules, no census error)."""
+    return {
+        "records": [[start, end, _hex(name)] for start, end, name in records],
+        "windows": [list(w) for w in windows],
+        "modules": [],
+        "census_error": "",
+    }
+
+
 NAMES = [
     "_Z6kernelPf",
     "simt_loop",
@@ -267,13 +277,7 @@ def test_a_trial_waits_for_every_window_s_record_as_the_python_worker_does(drive
     }
     for records, seen in cases.items():
         assert every_window_seen(list(records), windows) is seen
-        payload = {
-            "records": [[s, e, _hex(n)] for s, e, n in records],
-            "windows": [list(w) for w in windows],
-            "modules": [],
-            "census_error": "",
-        }
-        assert run(driver, "spans", stdin=payload)[2] == ("seen" if seen else "unseen")
+        assert run(driver, "spans", stdin=_plain_spans(records, windows))[2] == ("seen" if seen else "unseen")
     assert every_window_seen([], [])
     # timestamps CUPTI has not filled in (a forced flush's incomplete records)
     assert complete(5, 5) and complete(5, 9)
@@ -294,13 +298,7 @@ def test_where_the_records_a_window_lacks_fell_matches_the_python_worker(driver:
     ]
     for records, expected in cases:
         assert strays(records, windows) == expected
-        payload = {
-            "records": [[a, b, _hex(n)] for a, b, n in records],
-            "windows": [list(w) for w in windows],
-            "modules": [],
-            "census_error": "",
-        }
-        got = Spans.model_validate_json(run(driver, "spans", stdin=payload)[0])
+        got = Spans.model_validate_json(run(driver, "spans", stdin=_plain_spans(records, windows))[0])
         assert (got.outside, got.empty_nearest_us) == expected
 
 

@@ -113,17 +113,25 @@ inline Record copy_record(uint64_t start, uint64_t end) { return {start, end, ""
 // CUPTI has not completed, with a timestamp of 0; such a record is counted, never cut into a span.
 inline bool complete(uint64_t start, uint64_t end) { return start != 0 && end != 0 && end >= start; }
 
-// Whether every window holds the start of a record (cupti_spans.every_window_seen): the trial's records
-// are all back, unless a call launched nothing.
-inline bool every_window_seen(const std::vector<Record>& records, const std::vector<Window>& windows) {
+// The records' starts, sorted (holds()'s input).
+inline std::vector<uint64_t> sorted_starts(const std::vector<Record>& records) {
   std::vector<uint64_t> starts;
   for (const Record& r : records) starts.push_back(r.start);
   std::sort(starts.begin(), starts.end());
-  for (const Window& w : windows) {
-    auto it = std::lower_bound(starts.begin(), starts.end(), w.lo);
-    if (it == starts.end() || *it > w.hi) return false;
-  }
-  return true;
+  return starts;
+}
+
+// Whether a window holds one of the sorted starts (cupti_spans._holds).
+inline bool holds(const std::vector<uint64_t>& starts, const Window& w) {
+  auto it = std::lower_bound(starts.begin(), starts.end(), w.lo);
+  return it != starts.end() && *it <= w.hi;
+}
+
+// Whether every window holds the start of a record (cupti_spans.every_window_seen): the trial's records
+// are all back, unless a call launched nothing.
+inline bool every_window_seen(const std::vector<Record>& records, const std::vector<Window>& windows) {
+  std::vector<uint64_t> starts = sorted_starts(records);
+  return std::all_of(windows.begin(), windows.end(), [&starts](const Window& w) { return holds(starts, w); });
 }
 
 // The trial's last flushes (cupti_spans.settle_flush): `flush(false)` (CUPTI's default flush, which hands
@@ -228,19 +236,17 @@ inline uint64_t strays(const std::vector<Record>& records, const std::vector<Win
                        int64_t* nearest_ns, bool* has_nearest) {
   const std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi = max_hi_sorted(windows);
   uint64_t outside = 0;
-  std::vector<uint64_t> starts, kernels;
+  std::vector<uint64_t> kernels;
   for (const Record& r : records) {
     outside += in_any(sorted_max_hi, r.start) ? 0 : 1;
-    starts.push_back(r.start);
     if (!r.name.empty()) kernels.push_back(r.start);
   }
-  std::sort(starts.begin(), starts.end());
+  const std::vector<uint64_t> starts = sorted_starts(records);
   std::sort(kernels.begin(), kernels.end());
   constexpr uint64_t kMax = static_cast<uint64_t>(INT64_MAX);
   std::vector<int64_t> offsets;
   for (const Window& w : windows) {
-    auto held = std::lower_bound(starts.begin(), starts.end(), w.lo);
-    if ((held != starts.end() && *held <= w.hi) || kernels.empty()) continue;
+    if (holds(starts, w) || kernels.empty()) continue;
     auto after = std::lower_bound(kernels.begin(), kernels.end(), w.lo);  // none inside: past hi
     bool has_before = after != kernels.begin();
     uint64_t before_d = has_before ? std::min(w.lo - *std::prev(after), kMax) : UINT64_MAX;

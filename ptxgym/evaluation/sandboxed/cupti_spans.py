@@ -202,14 +202,16 @@ def complete(start: int, end: int) -> bool:
     return start != 0 and end != 0 and end >= start
 
 
+def _holds(starts: list[int], lo: int, hi: int) -> bool:
+    """Whether ``[lo, hi]`` holds one of the sorted ``starts``."""
+    at = bisect.bisect_left(starts, lo)
+    return at < len(starts) and starts[at] <= hi
+
+
 def every_window_seen(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> bool:
     """Whether every window holds a record's start: all back, unless a call launched nothing."""
     starts = sorted(r[0] for r in records)
-    for _, lo, hi in windows:
-        at = bisect.bisect_left(starts, lo)
-        if at == len(starts) or starts[at] > hi:
-            return False
-    return True
+    return all(_holds(starts, lo, hi) for _, lo, hi in windows)
 
 
 def settle_flush(
@@ -266,8 +268,7 @@ def strays(
     kernels = sorted(r[0] for r in records if r[2])
     offsets = []
     for _, lo, hi in windows:
-        held = bisect.bisect_left(starts, lo)
-        if (held < len(starts) and starts[held] <= hi) or not kernels:
+        if _holds(starts, lo, hi) or not kernels:
             continue
         after = bisect.bisect_left(kernels, lo)  # none inside the window: past its end
         before_d = min(lo - kernels[after - 1], _INT64_MAX) if after else None

@@ -595,10 +595,9 @@ class Session:
         spans = self._request(TrialEnd(), stage).spans
         result.spend("trial_end", t)
         if spans is not None:
-            ends = result.trial_ends
-            ends["trials"] = ends.get("trials", 0) + 1
-            ends["waited"] = ends.get("waited", 0) + (spans.flushes > 1)
-            ends["incomplete"] = ends.get("incomplete", 0) + spans.incomplete
+            waited = int(spans.flushes > 1)
+            for key, n in (("trials", 1), ("waited", waited), ("incomplete", spans.incomplete)):
+                result.trial_ends[key] = result.trial_ends.get(key, 0) + n
         for record in segment:
             record.span_ms = spans.spans.get(record.seq) if spans else None
         missing = sum(record.span_ms is None for record in segment)
@@ -963,14 +962,7 @@ class Session:
         first = result.crosscheck
         why_first = []
         if result.missing_spans:
-            where = "; ".join(
-                f"{g['missing']} of {g['timed']} after {g['after']} ({g['activities']} GPU activities seen"
-                + (f", {g['incomplete']} incomplete" if g.get("incomplete") else "")
-                + (f", {g['outside']} in no window" if g.get("outside") else "")
-                + (f", nearest kernel {g['nearest_us']:+.1f} us" if g.get("nearest_us") is not None else "")
-                + ")"
-                for g in result.span_gaps[:3]
-            )
+            where = "; ".join(_gap_text(g) for g in result.span_gaps[:3])
             why_first.append(
                 f"had no GPU time for {result.missing_spans} timed call(s)" + (f": {where}" if where else "")
             )
@@ -1064,6 +1056,18 @@ class Session:
             result.wall_parts.append(r)
         if trial:
             result.trials.append(trial)
+
+
+def _gap_text(gap: dict) -> str:
+    """One ``SessionResult.span_gaps`` entry in words (``Session.retime``'s reason)."""
+    seen = [f"{gap['activities']} GPU activities seen"]
+    if gap.get("incomplete"):
+        seen.append(f"{gap['incomplete']} incomplete")
+    if gap.get("outside"):
+        seen.append(f"{gap['outside']} in no window")
+    if gap.get("nearest_us") is not None:
+        seen.append(f"nearest kernel {gap['nearest_us']:+.1f} us")
+    return f"{gap['missing']} of {gap['timed']} after {gap['after']} ({', '.join(seen)})"
 
 
 def wall_parts(calls: list[TimedCall]) -> dict[str, float]:
