@@ -77,6 +77,7 @@ SHOWN = (
     "runner_hw_start",
     "runner_hw_run",
     "runner_hw_read",
+    "discard",
 )
 SHOWN += ("memcheck", "execute", "proof_boot", "proof_queue", "proof_gpu", "gpu_turn")
 

@@ -6,7 +6,8 @@
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
 # Next (twenty-first session: s32-s36 ran on 2026-12-06 on an H100; the warm cycle and the strays'
 # diagnostics are CPU-tested only), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s37 $OUT   (~9 min: the
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s38 $OUT   (~7 min: the
+#                                      spares replaced early against after the discard); before, s37 (the
 #                                      range profiler's warm cycle against the default, the experts' GPU
 #                                      cost; two 16-env passes for the lost spans' strays)
 #   then the in-trial window on an H200 (test_native_runner_gpu.py -k hardware_counters), s25, s21b,
@@ -43,7 +44,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -130,6 +131,16 @@ case "$stage" in
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
+    ;;
+  s38)
+    # twenty-second session: the spares replaced right after the subject's last memory check, while its
+    # runner is torn down (EvalSettings.early_refill), against after it; 16 envs streaming, 128
+    # candidates, in the order on, off, off, on (the settle wait and the discard in each pass)
+    for pass in 1_true 2_false 3_false 4_true; do
+      timeout 150 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --set early_refill=${pass#*_} \
+        --out "$out/throughput_128_early_refill_$pass.txt"
+    done
     ;;
   s37)
     # twenty-second session's first call: the warm cycle of the range profiler on a spare's warm-up

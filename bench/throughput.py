@@ -296,6 +296,7 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
         "build_s": sum(walls(fb, BUILD_STAGES) for fb in feedbacks),
         "check_s": sum(walls(fb, ("check",)) for fb in feedbacks),
         "worker_s": sum(walls(fb, ("worker",)) for fb in feedbacks),
+        "discard_s": sum(walls(fb, ("discard",)) for fb in feedbacks),  # the runner killed and reaped
         "worker_parts": {p: sum(walls(fb, (f"worker_{p}",)) for fb in feedbacks) for p in WORKER_PARTS},
         # a runner's attach steps (``spare_attach_<step>``: a spare's warm-up, mostly before the turn)
         "attach_steps": {p: sum(walls(fb, (f"spare_attach_{p}",)) for fb in feedbacks) for p in steps},
@@ -386,7 +387,9 @@ def format_pass(r: dict) -> list[str]:
         f"(GPU {r['proofs_gpu_s']:.1f}), GPU total "
         f"{r['gpu_s']:.1f}; GPU busy {100 * r['gpu_busy']:.0f}%; timing shortened {r['shortened']}, "
         f"passed on a second timing {r.get('retimed', 0)}",
-        "         worker stage: " + ", ".join(f"{p} {s:.1f}" for p, s in r.get("worker_parts", {}).items()),
+        "         worker stage: "
+        + ", ".join(f"{p} {s:.1f}" for p, s in r.get("worker_parts", {}).items())
+        + f"; after the calls, the runner's discard {r.get('discard_s', 0):.1f}",
         "         activity trials' ends (cupti_spans.settle_flush): "
         + (
             f"{r['trial_ends'].get('trials', 0)} trials, {r['trial_ends'].get('waited', 0)} waited past one "

@@ -709,3 +709,55 @@ def test_a_fall_back_set_up_drops_the_abandoned_runners_attach_walls(tmp_path):
     handle.discard()
     assert not [k for k in walls if k.startswith("spare_attach_")] and walls["prepare"] == 1.0, walls
     assert "worker_attach" in walls
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_early_refill_starts_the_spares_before_the_runner_is_discarded_only_after_a_clean_check(
+    tmp_path, monkeypatch, early
+):
+    """``early_refill``: the spares start once the subject's last memory check is clean, its runner alive.
+
+    A passed candidate and a wrong one (its turn ends at the check) refill before their runner is
+    discarded; a memory hog and a runner that hung refill only after (as all do with the setting off).
+    """
+    from ptxgym.evaluation.child_errors import WorkerTimeout
+    from ptxgym.evaluation.trusted.session import Session
+
+    events: list[str] = []
+
+    class Pool(_Pool):
+        def fill(self) -> None:
+            events.append("fill")
+
+    class Recording(Workers):
+        def __call__(self) -> InProcessWorker:
+            worker = super().__call__()
+            worker.discard = lambda: events.append("discard")  # type: ignore[method-assign]
+            return worker
+
+    def order(candidate, task, turn: int) -> tuple[Status, list[str]]:
+        ev.pool, ev._take_worker = Pool(), lambda arena, pool=None: Recording(tmp_path, candidate)()  # type: ignore[assignment, method-assign]
+        events.clear()
+        sha = f"{turn:064x}"
+        status = ev.evaluate(task, built(task, turn).model_copy(update={"artifact_sha256": sha})).status
+        return status, list(events)
+
+    settings = SETTINGS.model_copy(update={"early_refill": early})
+    ev = cpu_evaluator(tmp_path, Workers(tmp_path), settings)
+    task = gemm_task()
+    ev.baseline(task)
+    first = ["fill", "discard"] if early else ["discard", "fill"]
+    assert order(honest, task, 1) == (Status.PASSED, first)
+    assert order(wrong, task, 2) == (Status.INCORRECT_NUMERICAL, first)
+    free = iter([100 * 2**30] + [0] * 100)  # free before the load, then none: a hog
+    monkeypatch.setattr(ev, "_free_bytes", lambda: next(free))
+    status, seen = order(honest, task, 3)
+    assert status is Status.RUNTIME_ERROR and seen == ["discard", "fill"]
+    monkeypatch.setattr(ev, "_free_bytes", lambda: 0)
+
+    def hangs(*a, **kw):
+        raise WorkerTimeout("no reply in time", "")
+
+    monkeypatch.setattr(Session, "timing", hangs)
+    status, seen = order(honest, task, 4)
+    assert status is Status.TIMEOUT and seen == ["discard", "fill"]

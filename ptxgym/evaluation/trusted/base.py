@@ -254,12 +254,22 @@ class EvalSettings(BaseModel):
         description="A spare runner that queries its counter availability on its warm-up "
         "(``Attach.hw_prepare``) also makes one hardware-counted cycle there with no call in it "
         "(``Attach.hw_warm``: the range profiler enabled, configured, started, a range pushed and popped, "
-        "decoded, disabled). An experiment, off until measured: the range profiler's start is 0.16-0.20 s "
-        "of every hardware-counted call, a sixth of an expert GEMM turn (``gpu_cost_2026-12-06_s34_h100."
-        "txt``). Whether a first cycle makes the next start cheap, at what cost to the spare's warm-up "
-        "(which the next subject's calibration awaits), and whether timed calls move after it, is what "
-        "``bench/gpu_cost.py`` with ``--set hw_warm_start=true`` beside the default shows (the spare's "
-        "attach phase ``hw_warm``, or ``hw_warm_failed`` where the profiler was not started).",
+        "decoded, disabled). Measured, and off: the range profiler's start in the subject's "
+        "hardware-counted call stayed 0.16-0.18 s after it (0.16 s without), while the cycle cost each "
+        "spare's warm-up 0.18 s more, and of two spares warming together one could not start the "
+        "profiler (attach phase ``hw_warm_failed``) (H100, ``bench/results/gpu_cost_2026-12-06_s37_"
+        "warm_{false,true}_h100.txt``). The start is not a first-use cost the process can pay ahead.",
+    )
+    early_refill: bool = Field(
+        False,
+        description="With quiet spares (``local.QUIET_SPARES``), replace the spares handed out as soon as "
+        "the subject's last memory check is made (its timed calls and its counted call are over), so "
+        "that they start while its runner is killed and reaped and its verdict is made, instead of "
+        "after. The next subject's calibration waits for every starting spare (``_settle_spares``); "
+        "that wait was 17-18 s of ~86 s of GPU per 128 candidates at 16 envs (H100, "
+        "``throughput_2026-12-06_s37_strays_{1,2}_h100.txt``). Never where that check found a hog or "
+        "the turn ended in an exception (a hung or crashed runner may still hold the GPU's memory): "
+        "those refill after the runner is gone, as with this off.",
     )
     hw_count_in_trial: bool = Field(
         True,

@@ -921,7 +921,7 @@ class LocalGpuEvaluator(Evaluator):
         try:
             verdict = self._measure(turn, turn.session, turn.handle)
         finally:
-            if self.quiet_spares:
+            if self.quiet_spares and not turn.refilled:
                 self._refill()
         report = turn.session.sandbox_report
         sandbox = report.summary() if report is not None else {}
@@ -997,6 +997,7 @@ class LocalGpuEvaluator(Evaluator):
                 session.correctness(result, strict=strict)
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
+                self._early_refill(turn, hog)
                 return self._failed(turn, hog)
             turn.stage = Stage.TIME
             with turn.timed("time"):
@@ -1022,6 +1023,7 @@ class LocalGpuEvaluator(Evaluator):
             if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only
                 turn.walls.update(runner_phases(result.hw_counts.host_ms))
             hog = self._memory_hog(turn.free_before)
+            self._early_refill(turn, hog)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
         except StepBudgetExceeded as exc:
@@ -1049,8 +1051,19 @@ class LocalGpuEvaluator(Evaluator):
                 **turn.extra(),
             )
         finally:
-            handle.discard()
+            with turn.timed("discard"):
+                handle.discard()
         return self._timed_verdict(turn)
+
+    def _early_refill(self, turn: Turn, hog: str) -> None:
+        """Replace the spares now, the subject's last memory check made and found clean (``early_refill``).
+
+        Its runner is still alive: a hog's memory (or a crashed or hung runner's) could starve the new
+        spares, so those turns refill only after the runner is gone (``_run_candidate``).
+        """
+        if self.quiet_spares and self.settings.early_refill and not hog:
+            self._refill()
+            turn.refilled = True
 
     def _note_counted(self, turn: Turn, session: Session) -> None:
         """Record where the counted call went; learn that counting must happen outside activity trials."""

@@ -64,6 +64,8 @@ class Turn:
     """The settings of those proofs: their time limits fixed at the end of the turn."""
     proof_memcheck: bool = False
     """Whether memcheck is due among those proofs (decided at the end of the turn)."""
+    refilled: bool = False
+    """The spares were replaced before the subject's runner was discarded (``EvalSettings.early_refill``)."""
 
     @property
     def load(self) -> Load:
