@@ -6,8 +6,8 @@
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
 # Next (twenty-first session: s32-s36 ran on 2026-12-06 on an H100; the warm cycle and the strays'
 # diagnostics are CPU-tested only), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s38 $OUT   (~7 min: the
-#                                      spares replaced early against after the discard); before, s37 (the
+#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s38 $OUT   (~8 min: the
+#                                      verify pieces; the spares replaced early against after the discard); before, s37 (the
 #                                      range profiler's warm cycle against the default, the experts' GPU
 #                                      cost; two 16-env passes for the lost spans' strays)
 #   then the in-trial window on an H200 (test_native_runner_gpu.py -k hardware_counters), s25, s21b,
@@ -135,7 +135,9 @@ case "$stage" in
   s38)
     # twenty-second session: the spares replaced right after the subject's last memory check, while its
     # runner is torn down (EvalSettings.early_refill), against after it; 16 envs streaming, 128
-    # candidates, in the order on, off, off, on (the settle wait and the discard in each pass)
+    # candidates, in the order on, off, off, on (the settle wait and the discard in each pass); first, where
+    # a verified call's check spends the GPU (the MHA forward's time_verify, 0.29 s a turn)
+    timeout 120 python3 bench/verify_cost.py --tasks MhaFwd-sm90a Gemm-sm90a --out "$out/verify_cost.txt"
     for pass in 1_true 2_false 3_false 4_true; do
       timeout 150 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
         --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --set early_refill=${pass#*_} \
