@@ -27,16 +27,21 @@ def group_running(pgid: int) -> bool:
     return False
 
 
+def signal_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s whole process group and return at once: no member runs host code after this."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> bool:
     """SIGKILL ``proc``'s whole process group, reap ``proc``, wait until no member runs: True if none does.
 
     Bounded by ``grace_s`` in all (a process stuck in a driver call can take long to die; the caller goes
     on, and a later ``wait`` reaps it).
     """
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(proc)
     deadline = time.monotonic() + grace_s
     try:
         proc.wait(timeout=grace_s)

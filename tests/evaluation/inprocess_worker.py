@@ -215,7 +215,7 @@ class InProcessWorker:
     def kill(self) -> None:
         """Nothing to kill (kept for the handle's interface)."""
 
-    discard = kill
+    discard = stop = kill
 
     def log_tail(self, limit: int = 3000) -> str:
         return ""

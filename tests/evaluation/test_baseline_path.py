@@ -715,10 +715,11 @@ def test_a_fall_back_set_up_drops_the_abandoned_runners_attach_walls(tmp_path):
 def test_early_refill_starts_the_spares_before_the_runner_is_discarded_only_after_a_clean_check(
     tmp_path, monkeypatch, early
 ):
-    """``early_refill``: the spares start once the subject's last memory check is clean, its runner alive.
+    """``early_refill``: the spares start once the subject's last memory check is clean and its runner killed.
 
-    A passed candidate and a wrong one (its turn ends at the check) refill before their runner is
-    discarded; a memory hog and a runner that hung refill only after (as all do with the setting off).
+    A passed candidate and a wrong one (its turn ends at the check) refill after their runner's group is
+    SIGKILLed (no code of it runs beside the spares' warm-up) but before it is reaped; a memory hog and a
+    runner that hung refill only after the reaping (as all do with the setting off).
     """
     from ptxgym.evaluation.child_errors import WorkerTimeout
     from ptxgym.evaluation.trusted.session import Session
@@ -733,6 +734,7 @@ def test_early_refill_starts_the_spares_before_the_runner_is_discarded_only_afte
         def __call__(self) -> InProcessWorker:
             worker = super().__call__()
             worker.discard = lambda: events.append("discard")  # type: ignore[method-assign]
+            worker.stop = lambda: events.append("stop")  # type: ignore[method-assign]
             return worker
 
     def order(candidate, task, turn: int) -> tuple[Status, list[str]]:
@@ -746,7 +748,7 @@ def test_early_refill_starts_the_spares_before_the_runner_is_discarded_only_afte
     ev = cpu_evaluator(tmp_path, Workers(tmp_path), settings)
     task = gemm_task()
     ev.baseline(task)
-    first = ["fill", "discard"] if early else ["discard", "fill"]
+    first = ["stop", "fill", "discard"] if early else ["discard", "fill"]
     assert order(honest, task, 1) == (Status.PASSED, first)
     assert order(wrong, task, 2) == (Status.INCORRECT_NUMERICAL, first)
     free = iter([100 * 2**30] + [0] * 100)  # free before the load, then none: a hog

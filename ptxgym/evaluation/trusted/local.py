@@ -997,7 +997,7 @@ class LocalGpuEvaluator(Evaluator):
                 session.correctness(result, strict=strict)
             hog = self._memory_hog(turn.free_before)
             if hog or (strict and result.failure is not None):
-                self._early_refill(turn, hog)
+                self._early_refill(turn, handle, hog)
                 return self._failed(turn, hog)
             turn.stage = Stage.TIME
             with turn.timed("time"):
@@ -1023,7 +1023,7 @@ class LocalGpuEvaluator(Evaluator):
             if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only
                 turn.walls.update(runner_phases(result.hw_counts.host_ms))
             hog = self._memory_hog(turn.free_before)
-            self._early_refill(turn, hog)
+            self._early_refill(turn, handle, hog)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
         except StepBudgetExceeded as exc:
@@ -1055,13 +1055,17 @@ class LocalGpuEvaluator(Evaluator):
                 handle.discard()
         return self._timed_verdict(turn)
 
-    def _early_refill(self, turn: Turn, hog: str) -> None:
-        """Replace the spares now, the subject's last memory check made and found clean (``early_refill``).
+    def _early_refill(self, turn: Turn, handle: WorkerHandle, hog: str) -> None:
+        """Replace the spares now, the subject's last memory check made and clean (``early_refill``).
 
-        Its runner is still alive: a hog's memory (or a crashed or hung runner's) could starve the new
-        spares, so those turns refill only after the runner is gone (``_run_candidate``).
+        Its process group is SIGKILLed first, so none of its code runs beside the spares' warm-up (a
+        runner left alive could disturb a spare's counter query and cost the next subject its counted
+        call); the spares start while the group is reaped (``discard``). A hog's memory (or a crashed or
+        hung runner's) could starve them: those turns refill only once the runner is gone
+        (``_run_candidate``).
         """
         if self.quiet_spares and self.settings.early_refill and not hog:
+            handle.stop()
             self._refill()
             turn.refilled = True
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ptxgym.confine import cores
-from ptxgym.confine.groups import kill_group
+from ptxgym.confine.groups import kill_group, signal_group
 from ptxgym.evaluation.child_errors import (
     ProtocolViolation,
     WorkerDied,
@@ -415,6 +415,15 @@ class WorkerHandle:
             conn.close()
         self._fds.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def stop(self) -> None:
+        """SIGKILL the worker's process group now, without waiting for it (``kill`` reaps it later).
+
+        From here no code of the worker or of anything it started runs on the host; its CUDA context may
+        still be torn down (``EvalSettings.early_refill`` starts the next spares meanwhile).
+        """
+        if not self.dead:
+            signal_group(self.proc)
 
     def discard(self) -> None:
         """Kill and delete the log file."""
