@@ -44,7 +44,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -131,6 +131,17 @@ case "$stage" in
     timeout 120 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 64 \
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
+    ;;
+  s39)
+    # twenty-second session: a kernel record belongs to a window also when it starts before the window and
+    # runs into it (cupti_spans.Records, the runner's Records: s38's lost spans were kernels stamped
+    # 0.6-8.9 us before their windows); the five experts with the target executed and the runner's GPU
+    # tests (spans, census, counters), then 16 envs streaming, 128 candidates (TIMING_ANOMALYs, strays)
+    timeout 200 bash bench/gpu_tests.sh "$out/experts" --timeout 190 -q \
+      tests/knowledge_packs/test_expert_solutions.py tests/evaluation/test_native_runner_gpu.py \
+      -k "test_expert_solution_passes_the_evaluator_with_target_executed or runner"
+    timeout 130 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_belonging.txt"
     ;;
   s38)
     # twenty-second session: the spares replaced right after the subject's last memory check, while its

@@ -17,6 +17,7 @@ import json
 import random
 import struct
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -267,11 +268,15 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
 
 
 def test_a_trial_waits_for_every_window_s_record_as_the_python_worker_does(driver: Path) -> None:
-    # a record starting on a window's edge counts; one just past it, or before it, does not
+    # a record starting on a window's edge counts; one just past it, or before it, does not, unless it is
+    # a kernel still running at the window's start (a stamp skewed early)
     windows = [(1, 100, 200), (2, 300, 400)]
     cases = {
         ((100, 150, "k"), (400, 450, "")): True,
-        ((99, 150, "k"), (400, 450, "")): False,
+        ((99, 150, "k"), (400, 450, "")): True,
+        ((99, 100, "k"), (400, 450, "")): True,
+        ((99, 150, ""), (400, 450, "")): False,
+        ((50, 99, "k"), (400, 450, "")): False,
         ((150, 160, "k"), (401, 450, "")): False,
         ((200, 260, "k"), (300, 301, "")): True,
     }
@@ -302,13 +307,19 @@ def test_where_the_records_a_window_lacks_fell_matches_the_python_worker(driver:
         assert (got.outside, got.empty_nearest_us) == expected
 
 
+def _belongs(record, lo, hi) -> bool:
+    """A record belongs to [lo, hi] (``cupti_spans.Records``), the obvious way."""
+    start, end, name = record
+    return lo <= start <= hi or (bool(name) and start < lo <= end)
+
+
 def _strays_by_hand(records, windows):
     """``strays`` the slow, obvious way (every record against every window)."""
-    inside = [any(lo <= r[0] <= hi for _, lo, hi in windows) for r in records]
+    inside = [any(_belongs(r, lo, hi) for _, lo, hi in windows) for r in records]
     kernels = [r[0] for r in records if r[2]]
     offsets = []
     for _, lo, hi in windows:
-        if any(lo <= r[0] <= hi for r in records) or not kernels:
+        if any(_belongs(r, lo, hi) for r in records) or not kernels:
             continue
         d, k = min((lo - k if k < lo else k - hi, k) for k in kernels)
         d = min(d, 2**63 - 1)
@@ -325,15 +336,51 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
             lo = rng.randrange(0, 10_000)
             windows.append((seq, lo, lo + rng.randrange(0, 3000)))  # overlapping now and then
         records = [
-            (start, start + 5, rng.choice(["k", ""]))
+            (start, start + rng.choice([5, rng.randrange(0, 3000)]), rng.choice(["k", ""]))
             for start in (rng.randrange(0, 14_000) for _ in range(rng.randrange(0, 12)))
         ]
         assert strays(records, windows) == _strays_by_hand(records, windows)
+        spans, counts = spans_by_window(records, windows)
+        for seq, (lo, hi) in {seq: (lo, hi) for seq, lo, hi in windows}.items():  # a repeated seq: the last
+            held = [r for r in records if _belongs(r, lo, hi)]
+            assert counts[seq] == len(held)
+            assert spans[seq] == ((max(r[1] for r in held) - min(r[0] for r in held)) / 1e6 if held else None)
+        kernels = Counter(r[2] for r in records if r[2] and any(_belongs(r, lo, hi) for _, lo, hi in windows))
+        assert kernels_by_window(records, windows) == dict(kernels)
     # a distance past INT64_MAX ns counts as INT64_MAX, in the runner too
     far = [(1, 2, "k")]
     windows = [(1, 2**63 + 10, 2**63 + 20)]
     assert strays(far, windows) == _strays_by_hand(far, windows) == (1, -(2**63 - 1) / 1e3)
     assert run(driver, "far") == [f"1 {-(2**63 - 1)}"]
+
+
+def test_a_kernel_stamped_before_its_window_still_times_its_call(driver: Path) -> None:
+    """The H100's lost spans: an honest kernel's start stamped a few us before its call's window.
+
+    It belongs to the window (span, census, the trial's wait) since it is still running at its start; a
+    memset so stamped does not (the L2 flush's memset ends just before every window). A kernel launched
+    long before the window that runs into it is charged from its own start.
+    """
+    windows = [(1, 10_000, 800_000), (2, 2_000_000, 2_800_000)]
+    skewed = [(6_600, 756_600, "gemm"), (1_996_000, 2_746_000, "gemm"), (0, 9_000, "")]
+    for got in (
+        None,
+        Spans.model_validate_json(run(driver, "spans", stdin=_plain_spans(skewed, windows))[0]),
+    ):
+        spans, counts = spans_by_window(skewed, windows) if got is None else (got.spans, got.activities)
+        assert spans == {1: 0.75, 2: 0.75} and counts == {1: 1, 2: 1}
+        kernels = kernels_by_window(skewed, windows) if got is None else got.kernels
+        outside = strays(skewed, windows)[0] if got is None else got.outside
+        assert kernels == {"gemm": 2} and outside == 1  # the memset alone is in no window
+    assert every_window_seen(skewed, windows)
+    assert run(driver, "spans", stdin=_plain_spans(skewed, windows))[2] == "seen"
+    memset_only = [(9_000, 20_000, ""), (2_000_100, 2_000_200, "")]
+    assert spans_by_window(memset_only, windows)[0] == {1: None, 2: 0.0001}
+    early = [(0, 500_000, "spin"), (20_000, 770_000, "gemm")]  # launched 10 us before the window
+    assert spans_by_window(early, windows)[0][1] == 0.77 and kernels_by_window(early, windows) == {
+        "spin": 1,
+        "gemm": 1,
+    }
 
 
 def test_a_nameless_kernel_is_named_for_the_census_as_the_python_worker_names_it(driver: Path) -> None:

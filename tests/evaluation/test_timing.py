@@ -69,7 +69,8 @@ def test_cross_check_catches_time_hidden_from_the_gpu_timer():
 
 
 def test_spans_cover_all_activity_in_a_window():
-    records = [(100, 150), (120, 400), (405, 420), (1000, 1100)]  # two kernels on two streams, then others
+    # two kernels on two streams, then a memset and a kernel
+    records = [(100, 150, "k"), (120, 400, "k"), (405, 420, ""), (1000, 1100, "k")]
     windows = [(7, 90, 402), (8, 500, 900), (9, 950, 1200)]
     spans, counts = spans_by_window(records, windows)
     assert spans == {7: pytest.approx(300 / 1e6), 8: None, 9: pytest.approx(100 / 1e6)}

@@ -2,8 +2,11 @@
 // host against the Python worker's functions (tests/evaluation/test_runner_cupti.py).
 //
 //  * spans: every kernel, memcpy and memset record whose start lies in a timed call's window
-//    [t0, t1] belongs to that call; its span is max(end) - min(start) in ms (cupti_spans.spans_by_window);
-//  * kernel census: launches per kernel name over records starting inside any window (kernels_by_window);
+//    [t0, t1] belongs to that call, and so does a kernel that starts before t0 and ends at or after it
+//    (Records; cupti_spans.Records says why); its span is max(end) - min(start) in ms
+//    (cupti_spans.spans_by_window);
+//  * kernel census: launches per kernel name over the kernel records belonging to some window
+//    (kernels_by_window);
 //  * modules: the cubin's SHA-256, size and ELF function symbols, keyed by CUPTI's module id, reported
 //    once in load order (CuptiSpans._read_module and census);
 //  * SASS counts: CUPTI's records summed per (function, pc) over the chosen metrics
@@ -113,25 +116,53 @@ inline Record copy_record(uint64_t start, uint64_t end) { return {start, end, ""
 // CUPTI has not completed, with a timestamp of 0; such a record is counted, never cut into a span.
 inline bool complete(uint64_t start, uint64_t end) { return start != 0 && end != 0 && end >= start; }
 
-// The records' starts, sorted (holds()'s input).
-inline std::vector<uint64_t> sorted_starts(const std::vector<Record>& records) {
-  std::vector<uint64_t> starts;
-  for (const Record& r : records) starts.push_back(r.start);
-  std::sort(starts.begin(), starts.end());
-  return starts;
-}
+// A trial's records sorted for the window look-ups (cupti_spans.Records): a record belongs to a window
+// [lo, hi] when it starts inside it, or when it is a kernel (a named record) that starts before lo and
+// ends at or after it (a stamp skewed early, or a kernel launched before the window running into it).
+struct Records {
+  explicit Records(const std::vector<Record>& records) {
+    for (const Record& r : records) by_start.push_back(&r);
+    std::stable_sort(by_start.begin(), by_start.end(),
+                     [](const Record* a, const Record* b) { return a->start < b->start; });
+    for (const Record* r : by_start) {
+      starts.push_back(r->start);
+      if (r->name.empty()) continue;
+      kernel_starts.push_back(r->start);
+      kernel_ends.push_back(r->end);
+      reach.push_back(reach.empty() ? r->end : std::max(reach.back(), r->end));
+    }
+  }
+  // The records belonging to [lo, hi]: their count, min start and max end (0, 0, 0: none).
+  void belonging(uint64_t lo, uint64_t hi, uint64_t* count, uint64_t* first, uint64_t* last) const {
+    size_t a = size_t(std::lower_bound(starts.begin(), starts.end(), lo) - starts.begin());
+    size_t b = size_t(std::upper_bound(starts.begin(), starts.end(), hi) - starts.begin());
+    *count = b > a ? b - a : 0;
+    *first = *count ? starts[a] : 0;
+    *last = 0;
+    for (size_t i = a; i < b; ++i) *last = std::max(*last, by_start[i]->end);
+    auto before = std::lower_bound(kernel_starts.begin(), kernel_starts.end(), lo);
+    size_t k = size_t(before - kernel_starts.begin());
+    if (k && reach[k - 1] >= lo) {  // the earliest-starting kernel before lo that reaches it
+      size_t j = size_t(std::lower_bound(reach.begin(), reach.begin() + k, lo) - reach.begin());
+      for (size_t i = j; i < k; ++i) *count += kernel_ends[i] >= lo ? 1 : 0;
+      *first = kernel_starts[j];
+      *last = std::max(*last, reach[k - 1]);
+    }
+  }
+  bool holds(const Window& w) const {
+    uint64_t count = 0, first = 0, last = 0;
+    belonging(w.lo, w.hi, &count, &first, &last);
+    return count > 0;
+  }
+  std::vector<const Record*> by_start;
+  std::vector<uint64_t> starts, kernel_starts, kernel_ends, reach;
+};
 
-// Whether a window holds one of the sorted starts (cupti_spans._holds).
-inline bool holds(const std::vector<uint64_t>& starts, const Window& w) {
-  auto it = std::lower_bound(starts.begin(), starts.end(), w.lo);
-  return it != starts.end() && *it <= w.hi;
-}
-
-// Whether every window holds the start of a record (cupti_spans.every_window_seen): the trial's records
-// are all back, unless a call launched nothing.
+// Whether a record belongs to every window (cupti_spans.every_window_seen): the trial's records are all
+// back, unless a call launched nothing.
 inline bool every_window_seen(const std::vector<Record>& records, const std::vector<Window>& windows) {
-  std::vector<uint64_t> starts = sorted_starts(records);
-  return std::all_of(windows.begin(), windows.end(), [&starts](const Window& w) { return holds(starts, w); });
+  Records index(records);
+  return std::all_of(windows.begin(), windows.end(), [&index](const Window& w) { return index.holds(w); });
 }
 
 // The trial's last flushes (cupti_spans.settle_flush): `flush(false)` (CUPTI's default flush, which hands
@@ -221,14 +252,16 @@ inline std::vector<std::pair<uint64_t, uint64_t>> max_hi_sorted(const std::vecto
   return out;
 }
 
-// Whether `start` lies in any window (windows sorted by lo, with the running maximum of hi).
-inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, uint64_t start) {
-  auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(start, UINT64_MAX));
-  return it != sorted_max_hi.begin() && std::prev(it)->second >= start;
+// Whether a record belongs to some window (cupti_spans.in_some_window; windows sorted by lo, with the
+// running maximum of hi): it starts inside one, or it is a kernel running into the next one.
+inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, const Record& r) {
+  auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(r.start, UINT64_MAX));
+  if (it != sorted_max_hi.begin() && std::prev(it)->second >= r.start) return true;
+  return !r.name.empty() && it != sorted_max_hi.end() && it->first <= r.end;
 }
 
-// Where a trial's records fell that its windows did not hold (cupti_spans.strays): how many records start
-// in no window, and over the windows holding none, the median (the lower middle one) of the signed
+// Where a trial's records fell that its windows did not hold (cupti_spans.strays): how many records belong
+// to no window, and over the windows holding none, the median (the lower middle one) of the signed
 // distance in ns from the window to the nearest kernel record's start (negative: before its lo;
 // positive: after its hi; ties to the earlier record; a distance past INT64_MAX counts as INT64_MAX);
 // `has_nearest` false when there is none. Sorted look-ups: a trial may hold many records.
@@ -238,16 +271,16 @@ inline uint64_t strays(const std::vector<Record>& records, const std::vector<Win
   uint64_t outside = 0;
   std::vector<uint64_t> kernels;
   for (const Record& r : records) {
-    outside += in_any(sorted_max_hi, r.start) ? 0 : 1;
+    outside += in_any(sorted_max_hi, r) ? 0 : 1;
     if (!r.name.empty()) kernels.push_back(r.start);
   }
-  const std::vector<uint64_t> starts = sorted_starts(records);
+  const Records index(records);
   std::sort(kernels.begin(), kernels.end());
   constexpr uint64_t kMax = static_cast<uint64_t>(INT64_MAX);
   std::vector<int64_t> offsets;
   for (const Window& w : windows) {
-    if (holds(starts, w) || kernels.empty()) continue;
-    auto after = std::lower_bound(kernels.begin(), kernels.end(), w.lo);  // none inside: past hi
+    if (index.holds(w) || kernels.empty()) continue;
+    auto after = std::lower_bound(kernels.begin(), kernels.end(), w.lo);  // none inside or running in
     bool has_before = after != kernels.begin();
     uint64_t before_d = has_before ? std::min(w.lo - *std::prev(after), kMax) : UINT64_MAX;
     uint64_t after_d = after != kernels.end() ? std::min(*after - w.hi, kMax) : UINT64_MAX;
@@ -266,32 +299,25 @@ inline uint64_t strays(const std::vector<Record>& records, const std::vector<Win
 inline std::string spans_json(const std::vector<Record>& records, const std::vector<Window>& windows,
                               const std::vector<Module>& modules, const std::string& census_error,
                               uint64_t incomplete = 0, int64_t flushes = 0) {
-  std::vector<const Record*> by_start;
-  for (const Record& r : records) by_start.push_back(&r);
-  std::sort(by_start.begin(), by_start.end(),
-            [](const Record* a, const Record* b) { return a->start < b->start; });
+  const Records index(records);
   std::string spans, counts;
   for (const Window& w : unique_windows(windows)) {
-    auto lo = std::lower_bound(by_start.begin(), by_start.end(), w.lo,
-                               [](const Record* r, uint64_t t) { return r->start < t; });
-    auto hi = std::upper_bound(lo, by_start.end(), w.hi,
-                               [](uint64_t t, const Record* r) { return t < r->start; });
+    uint64_t count = 0, first = 0, last = 0;
+    index.belonging(w.lo, w.hi, &count, &first, &last);
     std::string key = "\"" + std::to_string(w.seq) + "\":";
     std::string span = "null";
-    if (lo != hi) {
-      uint64_t max_end = 0;
-      for (auto r = lo; r != hi; ++r) max_end = std::max(max_end, (*r)->end);
-      int64_t ns = static_cast<int64_t>(max_end) - static_cast<int64_t>((*lo)->start);
+    if (count) {
+      int64_t ns = static_cast<int64_t>(last) - static_cast<int64_t>(first);
       span = json_float(static_cast<double>(ns) / 1e6);
     }
     spans += (spans.empty() ? "" : ",") + key + span;
-    counts += (counts.empty() ? "" : ",") + key + std::to_string(hi - lo);
+    counts += (counts.empty() ? "" : ",") + key + std::to_string(count);
   }
   const std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi = max_hi_sorted(windows);
   std::vector<std::pair<std::string, int64_t>> kernels;  // first-launch order, as Python's Counter
   std::map<std::string, size_t> kernel_at;
   for (const Record& r : records) {
-    if (r.name.empty() || !in_any(sorted_max_hi, r.start)) continue;
+    if (r.name.empty() || !in_any(sorted_max_hi, r)) continue;
     std::string key = json_string(r.name);
     auto it = kernel_at.find(key);
     if (it == kernel_at.end()) {

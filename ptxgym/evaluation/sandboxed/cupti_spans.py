@@ -3,8 +3,12 @@
 For each timed call the worker takes a CUPTI host timestamp after a device-wide synchronisation (the L2
 flush is done by then) and another after the call's closing synchronisation. Every kernel, memcpy and
 memset whose start lies in that window belongs to the call, whichever stream or host thread launched
-it; the call's GPU time is max(end) - min(start) over them. CUPTI timestamps and ``get_timestamp`` share
-one clock.
+it, and so does a kernel that starts before the window and is still running at its start (``Records``);
+the call's GPU time is max(end) - min(start) over them. CUPTI timestamps and ``get_timestamp`` share one
+clock, but not exactly: on the H100 an honest kernel's start was stamped 0.6-8.9 us before the window
+its launch lay in, so with the start rule alone such a call had no GPU time (1 to 48 of a trial's 50
+calls, a TIMING_ANOMALY for an honest kernel: ``bench/results/throughput_2026-12-06_s38_*``). A memcpy
+or memset keeps the start rule: the L2 flush's memset ends just before every window.
 
 The same records carry the in-band kernel census: the name of every kernel that started inside a timed
 window, and every module the driver loaded in the process since tracing began (its cubin's SHA-256 and
@@ -20,6 +24,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import hashlib
+import itertools
 import statistics
 import time
 from collections import Counter
@@ -202,16 +207,47 @@ def complete(start: int, end: int) -> bool:
     return start != 0 and end != 0 and end >= start
 
 
-def _holds(starts: list[int], lo: int, hi: int) -> bool:
-    """Whether ``[lo, hi]`` holds one of the sorted ``starts``."""
-    at = bisect.bisect_left(starts, lo)
-    return at < len(starts) and starts[at] <= hi
+class Records:
+    """A trial's records sorted for the window look-ups (``belonging``; the runner's ``Records``).
+
+    A record belongs to a window [lo, hi] when it starts inside it, or when it is a kernel (a named
+    record) that starts before lo and ends at or after it: a stamp skewed early (module docstring), or a
+    kernel launched before the window that runs into it, whose whole run then counts in the call's span
+    and census (before, such a kernel escaped both). Sorted look-ups: a trial may hold many records.
+    """
+
+    def __init__(self, records: list[tuple[int, int, str]]) -> None:
+        self.by_start = sorted(records)
+        self.starts = [r[0] for r in self.by_start]
+        kernels = [r for r in self.by_start if r[2]]
+        self.kernel_starts = [r[0] for r in kernels]
+        self.kernel_ends = [r[1] for r in kernels]
+        self.reach = list(itertools.accumulate(self.kernel_ends, max))
+        """The furthest end among the kernels up to each one (by start)."""
+
+    def belonging(self, lo: int, hi: int) -> tuple[int, int, int]:
+        """(count, min start, max end) of the records that belong to [lo, hi]; count 0: none (0, 0)."""
+        a, b = bisect.bisect_left(self.starts, lo), bisect.bisect_right(self.starts, hi)
+        count = b - a
+        first = self.starts[a] if count else 0
+        last = max((r[1] for r in self.by_start[a:b]), default=0)
+        k = bisect.bisect_left(self.kernel_starts, lo)  # the kernels starting before lo: [0, k)
+        if k and self.reach[k - 1] >= lo:
+            j = bisect.bisect_left(self.reach, lo, 0, k)  # the earliest-starting one that reaches lo
+            count += sum(self.kernel_ends[i] >= lo for i in range(j, k))
+            first = self.kernel_starts[j]
+            last = max(last, self.reach[k - 1])
+        return count, first, last
+
+    def holds(self, lo: int, hi: int) -> bool:
+        """Whether a record belongs to [lo, hi]."""
+        return self.belonging(lo, hi)[0] > 0
 
 
 def every_window_seen(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> bool:
-    """Whether every window holds a record's start: all back, unless a call launched nothing."""
-    starts = sorted(r[0] for r in records)
-    return all(_holds(starts, lo, hi) for _, lo, hi in windows)
+    """Whether a record belongs to every window (``Records``): all back, unless a call launched nothing."""
+    index = Records(records)
+    return all(index.holds(lo, hi) for _, lo, hi in windows)
 
 
 def settle_flush(
@@ -243,34 +279,42 @@ def settle_flush(
     return tries
 
 
-def strays(
-    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
-) -> tuple[int, float | None]:
-    """Where a trial's records fell that its windows did not hold (diagnostic; the runner's ``strays``).
-
-    How many records start in no window, and over the windows holding none, the median (the lower middle
-    one) of the signed distance from the window to the nearest kernel record's start, in us (negative:
-    before its start; positive: after its end; ties to the earlier record; a distance past ``_INT64_MAX``
-    ns counts as that); None when there is none. Sorted look-ups: a trial may hold many records.
-    """
+def in_some_window(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> list[bool]:
+    """Per record, whether it belongs to some window (``Records``). Sorted look-ups."""
     spans = sorted((lo, hi) for _, lo, hi in windows)
     los, reach, top = [lo for lo, _ in spans], [], 0
     for _, hi in spans:
         top = max(top, hi)
         reach.append(top)  # the furthest end among windows starting at or before this one
 
-    def in_any(start: int) -> bool:
-        at = bisect.bisect_right(los, start)
-        return at > 0 and reach[at - 1] >= start
+    def placed(start: int, end: int, name: str) -> bool:
+        at = bisect.bisect_right(los, start)  # the windows starting at or before this record: [0, at)
+        if at > 0 and reach[at - 1] >= start:
+            return True  # it starts inside one
+        return bool(name) and at < len(los) and los[at] <= end  # a kernel running into the next one
 
-    outside = sum(not in_any(r[0]) for r in records)
-    starts = sorted(r[0] for r in records)
-    kernels = sorted(r[0] for r in records if r[2])
+    return [placed(*r) for r in records]
+
+
+def strays(
+    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
+) -> tuple[int, float | None]:
+    """Where a trial's records fell that its windows did not hold (diagnostic; the runner's ``strays``).
+
+    How many records belong to no window (``Records``), and over the windows holding none, the median
+    (the lower middle one) of the signed distance from the window to the nearest kernel record's start,
+    in us (negative: before its start; positive: after its end; ties to the earlier record; a distance
+    past ``_INT64_MAX`` ns counts as that); None when there is none. Sorted look-ups: a trial may hold
+    many records.
+    """
+    outside = sum(not placed for placed in in_some_window(records, windows))
+    index = Records(records)
+    kernels = index.kernel_starts
     offsets = []
     for _, lo, hi in windows:
-        if _holds(starts, lo, hi) or not kernels:
+        if index.holds(lo, hi) or not kernels:
             continue
-        after = bisect.bisect_left(kernels, lo)  # none inside the window: past its end
+        after = bisect.bisect_left(kernels, lo)  # none inside the window nor running into it
         before_d = min(lo - kernels[after - 1], _INT64_MAX) if after else None
         after_d = min(kernels[after] - hi, _INT64_MAX) if after < len(kernels) else None
         if before_d is not None and (after_d is None or before_d <= after_d):
@@ -286,23 +330,23 @@ _INT64_MAX = 2**63 - 1
 def spans_by_window(
     records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
 ) -> tuple[dict[int, float | None], dict[int, int]]:
-    """Per window: (max end - min start) in ms over records starting inside it, and their count."""
+    """Per window: (max end - min start) in ms over the records that belong to it, and their count."""
     spans: dict[int, float | None] = {}
     counts: dict[int, int] = {}
-    ordered = sorted(records)
+    index = Records(records)
     for seq, lo, hi in windows:
-        inside = [r for r in ordered if lo <= r[0] <= hi]
-        counts[seq] = len(inside)
-        spans[seq] = (max(r[1] for r in inside) - min(r[0] for r in inside)) / 1e6 if inside else None
+        count, first, last = index.belonging(lo, hi)
+        counts[seq] = count
+        spans[seq] = (last - first) / 1e6 if count else None
     return spans, counts
 
 
 def kernels_by_window(
     records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
 ) -> dict[str, int]:
-    """Launches per kernel name over the records (kernels: non-empty names) starting inside any window."""
+    """Launches per kernel name over the kernel records (non-empty names) that belong to some window."""
     counted: Counter[str] = Counter()
-    for start, _, name in records:
-        if name and any(lo <= start <= hi for _, lo, hi in windows):
+    for (_, _, name), placed in zip(records, in_some_window(records, windows), strict=True):
+        if name and placed:
             counted[name] += 1
     return dict(counted)

@@ -263,13 +263,18 @@ class EvalSettings(BaseModel):
     early_refill: bool = Field(
         False,
         description="With quiet spares (``local.QUIET_SPARES``), replace the spares handed out as soon as "
-        "the subject's last memory check is made (its timed calls and its counted call are over), so "
-        "that they start while its runner is killed and reaped and its verdict is made, instead of "
-        "after. The next subject's calibration waits for every starting spare (``_settle_spares``); "
-        "that wait was 17-18 s of ~86 s of GPU per 128 candidates at 16 envs (H100, "
-        "``throughput_2026-12-06_s37_strays_{1,2}_h100.txt``). Never where that check found a hog or "
-        "the turn ended in an exception (a hung or crashed runner may still hold the GPU's memory): "
-        "those refill after the runner is gone, as with this off.",
+        "the subject's last memory check is made (its timed calls and its counted call are over) and its "
+        "process group is SIGKILLed, so that they start while the group is reaped and the verdict is "
+        "made, instead of after. The next subject's calibration waits for every starting spare "
+        "(``_settle_spares``); that wait was 17-18 s of ~86 s of GPU per 128 candidates at 16 envs "
+        "(H100, ``throughput_2026-12-06_s37_strays_{1,2}_h100.txt``). Never where that check found a "
+        "hog or the turn ended in an exception (a hung or crashed runner may still hold the GPU's "
+        "memory): those refill after the runner is gone, as with this off. Measured, and off: in four "
+        "passes of 128 candidates in one call (on, off, off, on) the wait was 16.2 and 15.7 s on against "
+        "17.2 and 17.4 s off (the runner's discard 7.5-7.9 s in each), and the passes' rates, 40.1 and "
+        "38.9 verified correct/min on against 42.5 and 38.3 off, show no gain beyond their noise (H100, "
+        "``throughput_2026-12-06_s38_early_refill_*_h100.txt``): the spares' CUDA start-ups, not the "
+        "discard, make the wait.",
     )
     hw_count_in_trial: bool = Field(
         True,
