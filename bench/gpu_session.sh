@@ -134,14 +134,13 @@ case "$stage" in
     ;;
   s39)
     # twenty-second session: a kernel record belongs to a window also when it starts before the window and
-    # runs into it (cupti_spans.Records, the runner's Records: s38's lost spans were kernels stamped
-    # 0.6-8.9 us before their windows); the five experts with the target executed and the runner's GPU
-    # tests (spans, census, counters), then 16 envs streaming, 128 candidates (TIMING_ANOMALYs, strays)
-    timeout 200 bash bench/gpu_tests.sh "$out/experts" --timeout 190 -q \
-      tests/knowledge_packs/test_expert_solutions.py tests/evaluation/test_native_runner_gpu.py \
-      -k "test_expert_solution_passes_the_evaluator_with_target_executed or runner"
+    # runs 50 us or more into it (cupti_spans.Records, the runner's Records: s38's lost spans were kernels
+    # stamped 0.6-8.9 us before their windows); 16 envs streaming, 128 candidates (TIMING_ANOMALYs, the
+    # wgmma variants' census with the counted call in the trial), then the expert GEMM and MHA forward
     timeout 130 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
       --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_belonging.txt"
+    timeout 150 bash bench/gpu_tests.sh "$out/experts" --timeout 140 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
     ;;
   s38)
     # twenty-second session: the spares replaced right after the subject's last memory check, while its

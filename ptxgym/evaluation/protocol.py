@@ -310,8 +310,8 @@ class Spans(_Msg):
     activities: dict[int, Count] = Field(default_factory=dict, description="seq -> GPU activities counted.")
     kernels: dict[str, Count] = Field(
         default_factory=dict,
-        description="Kernel name (as CUPTI records it, mangled) -> launches that started inside the trial's "
-        "timed windows: the in-band kernel census.",
+        description="Kernel name (as CUPTI records it, mangled) -> launches belonging to the trial's timed "
+        "windows (``cupti_spans.Records``): the in-band kernel census.",
     )
     modules: list[LoadedModule] = Field(
         default_factory=list, description="Modules loaded in the worker since the previous report (CUPTI)."
@@ -325,7 +325,7 @@ class Spans(_Msg):
     flushes: Count = Field(
         0, description="Default flushes made at the trial's end before the forced one (diagnostic)."
     )
-    outside: Count = Field(0, description="Records that started in no timed window (diagnostic).")
+    outside: Count = Field(0, description="Records belonging to no timed window (diagnostic).")
     empty_nearest_us: float | None = Field(
         None,
         allow_inf_nan=False,

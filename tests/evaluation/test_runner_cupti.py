@@ -28,6 +28,7 @@ from ptxgym.cpu.cubin_symbols import elf_functions
 from ptxgym.evaluation.protocol import LoadedModule, SassRow, Spans
 from ptxgym.evaluation.sandboxed import sass_counts as sc
 from ptxgym.evaluation.sandboxed.cupti_spans import (
+    RUN_IN_NS,
     complete,
     every_window_seen,
     kernel_name,
@@ -212,7 +213,9 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
         for _ in range(rng.randrange(0, 60)):
             start = base + rng.randrange(0, max(1, t - base + 10_000))
             name = rng.choice(NAMES) if rng.random() > 0.4 else ""
-            records.append((start, start + rng.randrange(0, 50_000), name))
+            records.append(
+                (start, start + rng.choice([rng.randrange(0, 50_000), rng.randrange(0, 300_000)]), name)
+            )
         if windows and trial % 3 == 0:  # records on the window edges
             records += [(windows[0][1], windows[0][1] + 7, "edge"), (windows[0][2], windows[0][2] + 9, "")]
         if trial % 3 == 1:  # windows of one record each, of durations Python writes in each of its forms
@@ -269,16 +272,16 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
 
 def test_a_trial_waits_for_every_window_s_record_as_the_python_worker_does(driver: Path) -> None:
     # a record starting on a window's edge counts; one just past it, or before it, does not, unless it is
-    # a kernel still running at the window's start (a stamp skewed early)
-    windows = [(1, 100, 200), (2, 300, 400)]
+    # a kernel running RUN_IN_NS or more into the window (a stamp skewed early)
+    windows = [(1, 100_000, 200_000), (2, 300_000, 400_000)]
     cases = {
-        ((100, 150, "k"), (400, 450, "")): True,
-        ((99, 150, "k"), (400, 450, "")): True,
-        ((99, 100, "k"), (400, 450, "")): True,
-        ((99, 150, ""), (400, 450, "")): False,
-        ((50, 99, "k"), (400, 450, "")): False,
-        ((150, 160, "k"), (401, 450, "")): False,
-        ((200, 260, "k"), (300, 301, "")): True,
+        ((100_000, 150_000, "k"), (400_000, 450_000, "")): True,
+        ((99_999, 150_000, "k"), (400_000, 450_000, "")): True,
+        ((99_999, 149_999, "k"), (400_000, 450_000, "")): False,  # 49.999 us in
+        ((99_999, 190_000, ""), (400_000, 450_000, "")): False,  # a memset: its start alone
+        ((50_000, 99_999, "k"), (400_000, 450_000, "")): False,
+        ((150_000, 160_000, "k"), (400_001, 450_000, "")): False,
+        ((200_000, 260_000, "k"), (300_000, 300_001, "")): True,
     }
     for records, seen in cases.items():
         assert every_window_seen(list(records), windows) is seen
@@ -310,7 +313,7 @@ def test_where_the_records_a_window_lacks_fell_matches_the_python_worker(driver:
 def _belongs(record, lo, hi) -> bool:
     """A record belongs to [lo, hi] (``cupti_spans.Records``), the obvious way."""
     start, end, name = record
-    return lo <= start <= hi or (bool(name) and start < lo <= end)
+    return lo <= start <= hi or (bool(name) and start < lo and end >= min(lo + RUN_IN_NS, 2**64 - 1))
 
 
 def _strays_by_hand(records, windows):
@@ -336,7 +339,11 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
             lo = rng.randrange(0, 10_000)
             windows.append((seq, lo, lo + rng.randrange(0, 3000)))  # overlapping now and then
         records = [
-            (start, start + rng.choice([5, rng.randrange(0, 3000)]), rng.choice(["k", ""]))
+            (
+                start,
+                start + rng.choice([5, rng.randrange(0, 3000), rng.randrange(0, 120_000)]),
+                rng.choice(["k", ""]),
+            )
             for start in (rng.randrange(0, 14_000) for _ in range(rng.randrange(0, 12)))
         ]
         assert strays(records, windows) == _strays_by_hand(records, windows)
@@ -347,6 +354,12 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
             assert spans[seq] == ((max(r[1] for r in held) - min(r[0] for r in held)) / 1e6 if held else None)
         kernels = Counter(r[2] for r in records if r[2] and any(_belongs(r, lo, hi) for _, lo, hi in windows))
         assert kernels_by_window(records, windows) == dict(kernels)
+    # a window whose clock ran backwards (hi < lo) holds nothing that starts between, as in the runner
+    backwards = [(1, 10, 2)]
+    for records in ([(5, 6, ""), (20, 21, "")], [(5, 6, "")]):
+        assert spans_by_window(records, backwards) == ({1: None}, {1: 0})
+        got = Spans.model_validate_json(run(driver, "spans", stdin=_plain_spans(records, backwards))[0])
+        assert got.spans == {1: None} and got.activities == {1: 0}
     # a distance past INT64_MAX ns counts as INT64_MAX, in the runner too
     far = [(1, 2, "k")]
     windows = [(1, 2**63 + 10, 2**63 + 20)]
@@ -374,6 +387,9 @@ def test_a_kernel_stamped_before_its_window_still_times_its_call(driver: Path) -
         assert kernels == {"gemm": 2} and outside == 1  # the memset alone is in no window
     assert every_window_seen(skewed, windows)
     assert run(driver, "spans", stdin=_plain_spans(skewed, windows))[2] == "seen"
+    # a kernel that ended just before the window, stamped late (the Python worker's flush, WaitNs)
+    late = [(0, 10_000 + RUN_IN_NS - 1, "flush"), (20_000, 770_000, "gemm")]
+    assert spans_by_window(late, windows)[0][1] == 0.75 and kernels_by_window(late, windows) == {"gemm": 1}
     memset_only = [(9_000, 20_000, ""), (2_000_100, 2_000_200, "")]
     assert spans_by_window(memset_only, windows)[0] == {1: None, 2: 0.0001}
     early = [(0, 500_000, "spin"), (20_000, 770_000, "gemm")]  # launched 10 us before the window

@@ -2,8 +2,8 @@
 // host against the Python worker's functions (tests/evaluation/test_runner_cupti.py).
 //
 //  * spans: every kernel, memcpy and memset record whose start lies in a timed call's window
-//    [t0, t1] belongs to that call, and so does a kernel that starts before t0 and ends at or after it
-//    (Records; cupti_spans.Records says why); its span is max(end) - min(start) in ms
+//    [t0, t1] belongs to that call, and so does a kernel that starts before t0 and ends kRunInNs or more
+//    past it (Records; cupti_spans.Records says why); its span is max(end) - min(start) in ms
 //    (cupti_spans.spans_by_window);
 //  * kernel census: launches per kernel name over the kernel records belonging to some window
 //    (kernels_by_window);
@@ -116,9 +116,15 @@ inline Record copy_record(uint64_t start, uint64_t end) { return {start, end, ""
 // CUPTI has not completed, with a timestamp of 0; such a record is counted, never cut into a span.
 inline bool complete(uint64_t start, uint64_t end) { return start != 0 && end != 0 && end >= start; }
 
+// How far past a window's start a kernel that started before it must run to belong to it
+// (cupti_spans.RUN_IN_NS says why), and that end for a window starting at `lo` (saturating, as Python's).
+constexpr uint64_t kRunInNs = 50000;
+inline uint64_t run_in(uint64_t lo) { return lo > UINT64_MAX - kRunInNs ? UINT64_MAX : lo + kRunInNs; }
+
 // A trial's records sorted for the window look-ups (cupti_spans.Records): a record belongs to a window
 // [lo, hi] when it starts inside it, or when it is a kernel (a named record) that starts before lo and
-// ends at or after it (a stamp skewed early, or a kernel launched before the window running into it).
+// ends at least kRunInNs past it (a stamp skewed early, or a kernel launched before the window running
+// into it).
 struct Records {
   explicit Records(const std::vector<Record>& records) {
     for (const Record& r : records) by_start.push_back(&r);
@@ -132,27 +138,37 @@ struct Records {
       reach.push_back(reach.empty() ? r->end : std::max(reach.back(), r->end));
     }
   }
+  // The records starting inside [lo, hi]: by_start[*a, *b) (empty where hi < lo).
+  void inside(uint64_t lo, uint64_t hi, size_t* a, size_t* b) const {
+    *a = size_t(std::lower_bound(starts.begin(), starts.end(), lo) - starts.begin());
+    *b = std::max(*a, size_t(std::upper_bound(starts.begin(), starts.end(), hi) - starts.begin()));
+  }
+  size_t kernels_before(uint64_t lo) const {
+    return size_t(std::lower_bound(kernel_starts.begin(), kernel_starts.end(), lo) - kernel_starts.begin());
+  }
   // The records belonging to [lo, hi]: their count, min start and max end (0, 0, 0: none).
   void belonging(uint64_t lo, uint64_t hi, uint64_t* count, uint64_t* first, uint64_t* last) const {
-    size_t a = size_t(std::lower_bound(starts.begin(), starts.end(), lo) - starts.begin());
-    size_t b = size_t(std::upper_bound(starts.begin(), starts.end(), hi) - starts.begin());
-    *count = b > a ? b - a : 0;
+    size_t a = 0, b = 0;
+    inside(lo, hi, &a, &b);
+    *count = b - a;
     *first = *count ? starts[a] : 0;
     *last = 0;
     for (size_t i = a; i < b; ++i) *last = std::max(*last, by_start[i]->end);
-    auto before = std::lower_bound(kernel_starts.begin(), kernel_starts.end(), lo);
-    size_t k = size_t(before - kernel_starts.begin());
-    if (k && reach[k - 1] >= lo) {  // the earliest-starting kernel before lo that reaches it
-      size_t j = size_t(std::lower_bound(reach.begin(), reach.begin() + k, lo) - reach.begin());
-      for (size_t i = j; i < k; ++i) *count += kernel_ends[i] >= lo ? 1 : 0;
+    size_t k = kernels_before(lo);
+    uint64_t end = run_in(lo);
+    if (k && reach[k - 1] >= end) {  // the earliest-starting kernel before lo that runs in
+      size_t j = size_t(std::lower_bound(reach.begin(), reach.begin() + k, end) - reach.begin());
+      for (size_t i = j; i < k; ++i) *count += kernel_ends[i] >= end ? 1 : 0;
       *first = kernel_starts[j];
       *last = std::max(*last, reach[k - 1]);
     }
   }
+  // Whether a record belongs to the window (sorted look-ups alone).
   bool holds(const Window& w) const {
-    uint64_t count = 0, first = 0, last = 0;
-    belonging(w.lo, w.hi, &count, &first, &last);
-    return count > 0;
+    size_t a = 0, b = 0;
+    inside(w.lo, w.hi, &a, &b);
+    size_t k = kernels_before(w.lo);
+    return b > a || (k && reach[k - 1] >= run_in(w.lo));
   }
   std::vector<const Record*> by_start;
   std::vector<uint64_t> starts, kernel_starts, kernel_ends, reach;
@@ -257,7 +273,7 @@ inline std::vector<std::pair<uint64_t, uint64_t>> max_hi_sorted(const std::vecto
 inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, const Record& r) {
   auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(r.start, UINT64_MAX));
   if (it != sorted_max_hi.begin() && std::prev(it)->second >= r.start) return true;
-  return !r.name.empty() && it != sorted_max_hi.end() && it->first <= r.end;
+  return !r.name.empty() && it != sorted_max_hi.end() && run_in(it->first) <= r.end;
 }
 
 // Where a trial's records fell that its windows did not hold (cupti_spans.strays): how many records belong

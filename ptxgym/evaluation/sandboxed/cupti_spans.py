@@ -3,14 +3,17 @@
 For each timed call the worker takes a CUPTI host timestamp after a device-wide synchronisation (the L2
 flush is done by then) and another after the call's closing synchronisation. Every kernel, memcpy and
 memset whose start lies in that window belongs to the call, whichever stream or host thread launched
-it, and so does a kernel that starts before the window and is still running at its start (``Records``);
-the call's GPU time is max(end) - min(start) over them. CUPTI timestamps and ``get_timestamp`` share one
-clock, but not exactly: on the H100 an honest kernel's start was stamped 0.6-8.9 us before the window
-its launch lay in, so with the start rule alone such a call had no GPU time (1 to 48 of a trial's 50
-calls, a TIMING_ANOMALY for an honest kernel: ``bench/results/throughput_2026-12-06_s38_*``). A memcpy
-or memset keeps the start rule: the L2 flush's memset ends just before every window.
+it, and so does a kernel that starts before the window and runs ``RUN_IN_NS`` or more into it
+(``Records``); the call's GPU time is max(end) - min(start) over them. CUPTI timestamps and
+``get_timestamp`` share one clock, but not exactly: on the H100 an honest kernel's start was stamped
+0.6-8.9 us before the window its launch lay in, so with the start rule alone such a call had no GPU time
+(1 to 48 of a trial's 50 calls, a TIMING_ANOMALY for an honest kernel:
+``bench/results/throughput_2026-12-06_s38_*``). A memcpy or memset keeps the start rule: the runner's L2
+flush, a memset, ends just before every window. A kernel shorter than the skew that runs first in a call
+can still be stamped wholly before its window (not seen; launch records joined by correlation id, on the
+host clock, would close that).
 
-The same records carry the in-band kernel census: the name of every kernel that started inside a timed
+The same records carry the in-band kernel census: the name of every kernel that belongs to a timed
 window, and every module the driver loaded in the process since tracing began (its cubin's SHA-256 and
 the functions its ELF symbol table defines), so the trusted side can tell a kernel of the built module
 from one of the same name loaded from memory (``evaluation/trusted/census.py``).
@@ -207,17 +210,31 @@ def complete(start: int, end: int) -> bool:
     return start != 0 and end != 0 and end >= start
 
 
+RUN_IN_NS = 50_000
+"""How far past a window's start a kernel that started before it must run to belong to it (``Records``;
+the runner's ``kRunInNs``): an honest kernel stamped a few us early runs on for nearly its whole length,
+while a kernel that ended just before the window (the Python worker's L2 flush, a ``zero_``; the range
+profiler's WaitNs before the hardware-counted call) could reach past its start only by a stamp that
+much late."""
+
+
+def run_in(lo: int) -> int:
+    """The end a kernel starting before ``lo`` must reach to belong to its window (at most 2**64 - 1)."""
+    return min(lo + RUN_IN_NS, _UINT64_MAX)
+
+
 class Records:
     """A trial's records sorted for the window look-ups (``belonging``; the runner's ``Records``).
 
     A record belongs to a window [lo, hi] when it starts inside it, or when it is a kernel (a named
-    record) that starts before lo and ends at or after it: a stamp skewed early (module docstring), or a
-    kernel launched before the window that runs into it, whose whole run then counts in the call's span
-    and census (before, such a kernel escaped both). Sorted look-ups: a trial may hold many records.
+    record) that starts before lo and ends at least ``RUN_IN_NS`` past it: a stamp skewed early (module
+    docstring), or a kernel launched before the window that runs into it, whose whole run then counts in
+    the call's span and census (before, such a kernel escaped both). Sorted look-ups: a trial may hold
+    many records.
     """
 
     def __init__(self, records: list[tuple[int, int, str]]) -> None:
-        self.by_start = sorted(records)
+        self.by_start = sorted(records, key=lambda r: r[0])
         self.starts = [r[0] for r in self.by_start]
         kernels = [r for r in self.by_start if r[2]]
         self.kernel_starts = [r[0] for r in kernels]
@@ -225,23 +242,30 @@ class Records:
         self.reach = list(itertools.accumulate(self.kernel_ends, max))
         """The furthest end among the kernels up to each one (by start)."""
 
+    def _inside(self, lo: int, hi: int) -> tuple[int, int]:
+        """The records starting inside [lo, hi]: by_start[a:b] (empty where hi < lo)."""
+        a = bisect.bisect_left(self.starts, lo)
+        return a, max(a, bisect.bisect_right(self.starts, hi))
+
     def belonging(self, lo: int, hi: int) -> tuple[int, int, int]:
         """(count, min start, max end) of the records that belong to [lo, hi]; count 0: none (0, 0)."""
-        a, b = bisect.bisect_left(self.starts, lo), bisect.bisect_right(self.starts, hi)
+        a, b = self._inside(lo, hi)
         count = b - a
         first = self.starts[a] if count else 0
         last = max((r[1] for r in self.by_start[a:b]), default=0)
-        k = bisect.bisect_left(self.kernel_starts, lo)  # the kernels starting before lo: [0, k)
-        if k and self.reach[k - 1] >= lo:
-            j = bisect.bisect_left(self.reach, lo, 0, k)  # the earliest-starting one that reaches lo
-            count += sum(self.kernel_ends[i] >= lo for i in range(j, k))
+        k, reach = bisect.bisect_left(self.kernel_starts, lo), run_in(lo)  # kernels before lo: [0, k)
+        if k and self.reach[k - 1] >= reach:
+            j = bisect.bisect_left(self.reach, reach, 0, k)  # the earliest-starting one that runs in
+            count += sum(self.kernel_ends[i] >= reach for i in range(j, k))
             first = self.kernel_starts[j]
             last = max(last, self.reach[k - 1])
         return count, first, last
 
     def holds(self, lo: int, hi: int) -> bool:
-        """Whether a record belongs to [lo, hi]."""
-        return self.belonging(lo, hi)[0] > 0
+        """Whether a record belongs to [lo, hi] (sorted look-ups alone)."""
+        a, b = self._inside(lo, hi)
+        k = bisect.bisect_left(self.kernel_starts, lo)
+        return b > a or (k > 0 and self.reach[k - 1] >= run_in(lo))
 
 
 def every_window_seen(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> bool:
@@ -291,7 +315,7 @@ def in_some_window(records: list[tuple[int, int, str]], windows: list[tuple[int,
         at = bisect.bisect_right(los, start)  # the windows starting at or before this record: [0, at)
         if at > 0 and reach[at - 1] >= start:
             return True  # it starts inside one
-        return bool(name) and at < len(los) and los[at] <= end  # a kernel running into the next one
+        return bool(name) and at < len(los) and run_in(los[at]) <= end  # a kernel running into the next
 
     return [placed(*r) for r in records]
 
@@ -325,6 +349,7 @@ def strays(
 
 
 _INT64_MAX = 2**63 - 1
+_UINT64_MAX = 2**64 - 1
 
 
 def spans_by_window(

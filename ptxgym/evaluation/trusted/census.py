@@ -2,7 +2,8 @@
 
 Two readings feed it. Nsight Compute's offline run (``ncu.py``) names the kernels it profiled. The worker's
 CUPTI tracing (``sandboxed/cupti_spans.py``) reports, for the very calls that were timed and (a subset)
-verified, every kernel that started inside a call's window, and every module the driver loaded in the
+verified, every kernel that belongs to a call's window (started inside it, or ran into it:
+``cupti_spans.Records``), and every module the driver loaded in the
 process with its cubin's SHA-256 and the functions its ELF symbol table defines.
 
 A kernel is the module's when its name is one of the built module's (``is_own_kernel``). A name alone is
