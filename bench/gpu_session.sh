@@ -4,14 +4,14 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (twenty-first session: s32-s36 ran on 2026-12-06 on an H100; the warm cycle and the strays'
-# diagnostics are CPU-tested only), in order:
-#   run(carry=[".whl"]):               COMMIT=<sha> bash bench/gpu_session.sh s38 $OUT   (~8 min: the
-#                                      verify pieces; the spares replaced early against after the discard); before, s37 (the
-#                                      range profiler's warm cycle against the default, the experts' GPU
-#                                      cost; two 16-env passes for the lost spans' strays)
-#   then the in-trial window on an H200 (test_native_runner_gpu.py -k hardware_counters), s25, s21b,
-#   evaluator, s11c, spares, ray_load, benches, gate.
+# Next (twenty-second session: s37-s39 ran on 2026-12-06 on an H100), in order:
+#   the runner's GPU tests and the five experts on an H200 with the span rule of s39 (the skew was only
+#   measured on an H100: s34b's command with COMMIT set), more 16-env passes for the lost spans (s39's
+#   throughput command), then the in-trial window on an H200 (test_native_runner_gpu.py -k
+#   hardware_counters), s25, s21b, evaluator, s11c, spares, ray_load, benches, gate.
+# Done on 2026-12-06 (twenty-second session): s37 (the warm cycle: no cheaper start, left off), s38 (the
+# verify pieces; early_refill against after: no gain, left off; the strays: kernels stamped early), s39
+# (the span rule for kernels stamped early: two passes, no anomaly; the experts).
 # Done on 2026-12-06: s32-s36 (the exchange's order swapped, busy-thread allowance, 128-candidate passes,
 # spares 4 vs 8, quiet vs noisy spares, the settled flush); s23 (s22 + wall parts), s24 (runner spin; batch refill against each, replacing s20).
 # Done on 2026-12-05: flip, flip2, s17-s19, s11a-c, s12-s16, audit_native, fixes, throughput (Python workers); native, python.
