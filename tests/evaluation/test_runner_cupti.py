@@ -370,9 +370,10 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
 def test_a_kernel_stamped_before_its_window_still_times_its_call(driver: Path) -> None:
     """The H100's lost spans: an honest kernel's start stamped a few us before its call's window.
 
-    It belongs to the window (span, census, the trial's wait) since it is still running at its start; a
-    memset so stamped does not (the L2 flush's memset ends just before every window). A kernel launched
-    long before the window that runs into it is charged from its own start.
+    It belongs to the window (span, census, the trial's wait) since it runs on well into it; a memset so
+    stamped does not (the L2 flush's memset ends just before every window), nor a kernel that reaches
+    less than RUN_IN_NS into it. A kernel launched before the window that runs into it is charged from
+    its own start.
     """
     windows = [(1, 10_000, 800_000), (2, 2_000_000, 2_800_000)]
     skewed = [(6_600, 756_600, "gemm"), (1_996_000, 2_746_000, "gemm"), (0, 9_000, "")]
