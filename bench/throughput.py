@@ -393,7 +393,8 @@ def format_pass(r: dict) -> list[str]:
         "         activity trials' ends (cupti_spans.settle_flush): "
         + (
             f"{r['trial_ends'].get('trials', 0)} trials, {r['trial_ends'].get('waited', 0)} waited past one "
-            f"default flush, {r['trial_ends'].get('incomplete', 0)} incomplete records"
+            f"default flush, {r['trial_ends'].get('incomplete', 0)} incomplete records, "
+            f"{r['trial_ends'].get('ran_in', 0)} kernel records in their window by running into it"
             if r.get("trial_ends")
             else "-"
         ),

@@ -332,6 +332,11 @@ class Spans(_Msg):
         description="Over the windows holding no record, the median signed distance to the nearest kernel "
         "record's start, us (negative: before the window; diagnostic).",
     )
+    ran_in: Count = Field(
+        0,
+        description="Kernel records that belong to a window only by running into it: stamped before it, "
+        "or launched before it (``cupti_spans.Records``; diagnostic).",
+    )
 
 
 class SandboxLayer(_Msg):

@@ -181,7 +181,7 @@ def test_a_count_past_64_bits_is_no_count() -> None:
     from ptxgym.evaluation.protocol import Spans
 
     assert Spans(incomplete=2**64 - 1).incomplete == 2**64 - 1
-    for field in ("incomplete", "flushes", "outside"):
+    for field in ("incomplete", "flushes", "outside", "ran_in"):
         with pytest.raises(pydantic.ValidationError):
             Spans(**{field: 2**64})
     with pytest.raises(pydantic.ValidationError):

@@ -33,6 +33,7 @@ from ptxgym.evaluation.sandboxed.cupti_spans import (
     every_window_seen,
     kernel_name,
     kernels_by_window,
+    ran_in,
     settle_flush,
     spans_by_window,
     strays,
@@ -263,6 +264,7 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
             flushes=trial % 5,
             outside=strays(records, windows)[0],
             empty_nearest_us=strays(records, windows)[1],
+            ran_in=ran_in(records, windows),
         )
         assert Spans.model_validate_json(first) == expected
         text = ",".join(f'"{k}":{json.dumps(v)}' for k, v in spans.items())
@@ -354,6 +356,10 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
             assert spans[seq] == ((max(r[1] for r in held) - min(r[0] for r in held)) / 1e6 if held else None)
         kernels = Counter(r[2] for r in records if r[2] and any(_belongs(r, lo, hi) for _, lo, hi in windows))
         assert kernels_by_window(records, windows) == dict(kernels)
+        starts_inside = [any(lo <= r[0] <= hi for _, lo, hi in windows) for r in records]
+        belongs = [any(_belongs(r, lo, hi) for _, lo, hi in windows) for r in records]
+        by_hand = sum(b and not i for b, i in zip(belongs, starts_inside, strict=True))
+        assert ran_in(records, windows) == by_hand
     # a window whose clock ran backwards (hi < lo) holds nothing that starts between, as in the runner
     backwards = [(1, 10, 2)]
     for records in ([(5, 6, ""), (20, 21, "")], [(5, 6, "")]):
@@ -386,6 +392,7 @@ def test_a_kernel_stamped_before_its_window_still_times_its_call(driver: Path) -
         kernels = kernels_by_window(skewed, windows) if got is None else got.kernels
         outside = strays(skewed, windows)[0] if got is None else got.outside
         assert kernels == {"gemm": 2} and outside == 1  # the memset alone is in no window
+        assert (ran_in(skewed, windows) if got is None else got.ran_in) == 2
     assert every_window_seen(skewed, windows)
     assert run(driver, "spans", stdin=_plain_spans(skewed, windows))[2] == "seen"
     # a kernel that ended just before the window, stamped late (the Python worker's flush, WaitNs)

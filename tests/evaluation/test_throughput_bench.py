@@ -79,12 +79,12 @@ def test_the_excess_says_where_the_walls_went_for_timed_calls_and_calibrations()
 
 def test_the_trial_ends_are_summed_over_the_pass_but_not_from_the_cache():
     first = _verdict(0.0, {}, {})
-    first.details["trial_ends"] = {"trials": 5, "waited": 1, "incomplete": 2}
+    first.details["trial_ends"] = {"trials": 5, "waited": 1, "incomplete": 2, "ran_in": 3}
     second = _verdict(0.0, {}, {})
     second.details["trial_ends"] = {"trials": 4, "waited": 0, "incomplete": 0}
     cached = _verdict(0.0, {}, {}, cached=True)
     cached.details["trial_ends"] = {"trials": 9, "waited": 9, "incomplete": 9}
     got = throughput.trial_ends([first, second, cached, _verdict(0.0, {}, {})])
-    assert got == {"trials": 9, "waited": 1, "incomplete": 2}
+    assert got == {"trials": 9, "waited": 1, "incomplete": 2, "ran_in": 3}
     line = "\n".join(throughput.format_pass({**_PASS, "trial_ends": got}))
-    assert "9 trials, 1 waited past one default flush, 2 incomplete records" in line
+    assert "9 trials, 1 waited past one default flush, 2 incomplete records, 3 kernel records" in line

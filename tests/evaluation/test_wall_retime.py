@@ -367,6 +367,7 @@ class SpanLoser(InProcessWorker):
                 flushes=3,
                 outside=2,
                 empty_nearest_us=-0.7,
+                ran_in=1,
             )
             return Reply(seq=self.seq, ok=True, spans=lost)
         if isinstance(cmd, TrialEnd):
@@ -397,6 +398,7 @@ def test_gpu_times_lost_after_a_counted_call_are_described_and_timed_again(arena
         assert gap["activities"] == 0 and gap["incomplete"] == gap["timed"] and gap["flushes"] == 3
         ends = result.trial_ends  # every trial's end counted; the lossy one waited and had incomplete ones
         assert ends["trials"] >= 2 and ends["waited"] == 1 and ends["incomplete"] == gap["timed"]
+        assert ends["ran_in"] == 1  # the other trials' ends carry none
         assert session.retime_due(result, 0.1)
         session.retime(result)
         assert result.missing_spans == 0 and result.trials and result.failure is None

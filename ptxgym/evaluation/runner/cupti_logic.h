@@ -268,12 +268,17 @@ inline std::vector<std::pair<uint64_t, uint64_t>> max_hi_sorted(const std::vecto
   return out;
 }
 
-// Whether a record belongs to some window (cupti_spans.in_some_window; windows sorted by lo, with the
-// running maximum of hi): it starts inside one, or it is a kernel running into the next one.
-inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, const Record& r) {
+// Where a record belongs (cupti_spans.placements; windows sorted by lo, with the running maximum of hi):
+// 0 in no window, 1 starting inside one, 2 a kernel running into the next one.
+inline int placement(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, const Record& r) {
   auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(r.start, UINT64_MAX));
-  if (it != sorted_max_hi.begin() && std::prev(it)->second >= r.start) return true;
-  return !r.name.empty() && it != sorted_max_hi.end() && run_in(it->first) <= r.end;
+  if (it != sorted_max_hi.begin() && std::prev(it)->second >= r.start) return 1;
+  return !r.name.empty() && it != sorted_max_hi.end() && run_in(it->first) <= r.end ? 2 : 0;
+}
+
+// Whether a record belongs to some window (cupti_spans.in_some_window).
+inline bool in_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, const Record& r) {
+  return placement(sorted_max_hi, r) > 0;
 }
 
 // Where a trial's records fell that its windows did not hold (cupti_spans.strays): how many records belong
@@ -311,7 +316,8 @@ inline uint64_t strays(const std::vector<Record>& records, const std::vector<Win
 }
 
 // protocol.Spans as JSON: spans and activity counts per window, the kernel census over all windows, the
-// modules, the census error, the incomplete records left out, the default flushes made and the strays.
+// modules, the census error, the incomplete records left out, the default flushes made, the strays and the
+// kernel records in a window only by running into it.
 inline std::string spans_json(const std::vector<Record>& records, const std::vector<Window>& windows,
                               const std::vector<Module>& modules, const std::string& census_error,
                               uint64_t incomplete = 0, int64_t flushes = 0) {
@@ -346,6 +352,8 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
   int64_t nearest_ns = 0;
   bool has_nearest = false;
   uint64_t outside = strays(records, windows, &nearest_ns, &has_nearest);
+  uint64_t ran_in = 0;  // kernel records in a window only by running into it (cupti_spans.ran_in)
+  for (const Record& r : records) ran_in += placement(sorted_max_hi, r) == 2 ? 1 : 0;
   std::string kernel_text;
   for (const auto& k : kernels)
     kernel_text += (kernel_text.empty() ? "" : ",") + k.first + ":" + std::to_string(k.second);
@@ -364,7 +372,8 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
          "},\"modules\":[" + module_text + "],\"census_error\":" + json_string(census_error) +
          ",\"incomplete\":" + std::to_string(incomplete) + ",\"flushes\":" + std::to_string(flushes) +
          ",\"outside\":" + std::to_string(outside) + ",\"empty_nearest_us\":" +
-         (has_nearest ? json_float(static_cast<double>(nearest_ns) / 1e3) : std::string("null")) + "}";
+         (has_nearest ? json_float(static_cast<double>(nearest_ns) / 1e3) : std::string("null")) +
+         ",\"ran_in\":" + std::to_string(ran_in) + "}";
 }
 
 // One CUPTI SASS metrics record: an instruction of a function, with (metric id, value) per instance.

@@ -152,6 +152,10 @@ class CuptiSpans:
         """After ``end``: its records in no window, and its empty windows' nearest kernels (``strays``)."""
         return strays(self._records, self._windows)
 
+    def ran_in(self) -> int:
+        """After ``end``: its kernel records that belong to a window only by running into it (``ran_in``)."""
+        return ran_in(self._records, self._windows)
+
     def census(self) -> tuple[dict[str, int], list[LoadedModule]]:
         """After ``end``: kernel launches inside the trial's windows by name, and new modules.
 
@@ -303,21 +307,34 @@ def settle_flush(
     return tries
 
 
-def in_some_window(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> list[bool]:
-    """Per record, whether it belongs to some window (``Records``). Sorted look-ups."""
+def placements(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> list[int]:
+    """Per record: 0 in no window, 1 starting inside one, 2 a kernel running into one (``Records``).
+
+    Sorted look-ups (the runner's ``placement``).
+    """
     spans = sorted((lo, hi) for _, lo, hi in windows)
     los, reach, top = [lo for lo, _ in spans], [], 0
     for _, hi in spans:
         top = max(top, hi)
         reach.append(top)  # the furthest end among windows starting at or before this one
 
-    def placed(start: int, end: int, name: str) -> bool:
+    def placed(start: int, end: int, name: str) -> int:
         at = bisect.bisect_right(los, start)  # the windows starting at or before this record: [0, at)
         if at > 0 and reach[at - 1] >= start:
-            return True  # it starts inside one
-        return bool(name) and at < len(los) and run_in(los[at]) <= end  # a kernel running into the next
+            return 1  # it starts inside one
+        return 2 if name and at < len(los) and run_in(los[at]) <= end else 0  # a kernel running into the next
 
     return [placed(*r) for r in records]
+
+
+def in_some_window(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> list[bool]:
+    """Per record, whether it belongs to some window (``Records``)."""
+    return [p > 0 for p in placements(records, windows)]
+
+
+def ran_in(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> int:
+    """Kernel records that belong to a window only by running into it (diagnostic: stamps skewed early)."""
+    return sum(p == 2 for p in placements(records, windows))
 
 
 def strays(

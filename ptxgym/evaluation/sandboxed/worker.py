@@ -366,6 +366,7 @@ class Worker:
                 flushes=self.cupti.flushes,
                 outside=outside,
                 empty_nearest_us=nearest,
+                ran_in=self.cupti.ran_in(),
             ),
         )
 

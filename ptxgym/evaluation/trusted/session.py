@@ -182,8 +182,9 @@ class SessionResult:
     their windows (diagnostic: ``details["missing_spans"]``)."""
     trial_ends: dict[str, int] = field(default_factory=dict)
     """Over the activity trials' ends: ``trials``; ``waited``, those whose records took more than one
-    default flush (``cupti_spans.settle_flush``); ``incomplete``, records handed back without timestamps
-    (diagnostic: ``details["trial_ends"]``)."""
+    default flush (``cupti_spans.settle_flush``); ``incomplete``, records handed back without timestamps;
+    ``ran_in``, kernel records in a window only by running into it (``cupti_spans.Records``) (diagnostic:
+    ``details["trial_ends"]``)."""
     kernels: dict[str, int] = field(default_factory=dict)
     """In-band census: kernel launches by name inside the timed windows (CUPTI backend only)."""
     modules: list[LoadedModule] = field(default_factory=list)
@@ -596,7 +597,13 @@ class Session:
         result.spend("trial_end", t)
         if spans is not None:
             waited = int(spans.flushes > 1)
-            for key, n in (("trials", 1), ("waited", waited), ("incomplete", spans.incomplete)):
+            sums = (
+                ("trials", 1),
+                ("waited", waited),
+                ("incomplete", spans.incomplete),
+                ("ran_in", spans.ran_in),
+            )
+            for key, n in sums:
                 result.trial_ends[key] = result.trial_ends.get(key, 0) + n
         for record in segment:
             record.span_ms = spans.spans.get(record.seq) if spans else None
