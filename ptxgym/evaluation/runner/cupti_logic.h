@@ -338,8 +338,11 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
   const std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi = max_hi_sorted(windows);
   std::vector<std::pair<std::string, int64_t>> kernels;  // first-launch order, as Python's Counter
   std::map<std::string, size_t> kernel_at;
+  uint64_t ran_in = 0;  // kernel records in a window only by running into it (cupti_spans.ran_in)
   for (const Record& r : records) {
-    if (r.name.empty() || !in_any(sorted_max_hi, r)) continue;
+    int where = r.name.empty() ? 0 : placement(sorted_max_hi, r);
+    if (!where) continue;
+    ran_in += where == 2 ? 1 : 0;
     std::string key = json_string(r.name);
     auto it = kernel_at.find(key);
     if (it == kernel_at.end()) {
@@ -352,8 +355,6 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
   int64_t nearest_ns = 0;
   bool has_nearest = false;
   uint64_t outside = strays(records, windows, &nearest_ns, &has_nearest);
-  uint64_t ran_in = 0;  // kernel records in a window only by running into it (cupti_spans.ran_in)
-  for (const Record& r : records) ran_in += placement(sorted_max_hi, r) == 2 ? 1 : 0;
   std::string kernel_text;
   for (const auto& k : kernels)
     kernel_text += (kernel_text.empty() ? "" : ",") + k.first + ":" + std::to_string(k.second);
