@@ -56,3 +56,65 @@ def test_backward_reference_matches_autograd(causal: bool) -> None:
     out.backward(do.float())
     for got, want in ((dq, qf.grad), (dk, kf.grad), (dv, vf.grad)):
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+
+
+def _head_by_head_forward(q, k, v, causal: bool):
+    """The obvious definition, one head at a time (what the chunked references must equal bit for bit)."""
+    b, h, s, d = q.shape
+    o, lse = torch.empty_like(q), torch.empty(b, h, s)
+    for i in range(b):
+        for j in range(h):
+            x = (q[i, j].float() @ k[i, j].float().T) * (1.0 / math.sqrt(d))
+            if causal:
+                x = x.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf"))
+            lse[i, j] = torch.logsumexp(x, dim=-1)
+            o[i, j] = (torch.exp(x - lse[i, j][:, None]) @ v[i, j].float()).to(q.dtype)
+    return o, lse
+
+
+def _head_by_head_backward(q, k, v, o, do, lse, causal: bool):
+    b, h, s, d = q.shape
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    for i in range(b):
+        for j in range(h):
+            qf, kf, vf, dof, of = (t[i, j].float() for t in (q, k, v, do, o))
+            x = (qf @ kf.T) * (1.0 / math.sqrt(d))
+            if causal:
+                x = x.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf"))
+            p = torch.exp(x - lse[i, j][:, None])
+            grads[2][i, j] = (p.T @ dof).to(v.dtype)
+            ds = p * ((dof @ vf.T) - (dof * of).sum(dim=-1, keepdim=True)) * (1.0 / math.sqrt(d))
+            grads[0][i, j] = (ds @ kf).to(q.dtype)
+            grads[1][i, j] = (ds.T @ qf).to(k.dtype)
+    return grads
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads_per_chunk", [None, 1, 2, 4])
+def test_attention_references_in_chunks_of_heads_equal_the_head_by_head_definition(
+    causal: bool, heads_per_chunk: int | None
+) -> None:
+    """A chunk of heads per step (a few launches instead of ~10 per head) changes no bit (CPU).
+
+    Six heads: chunks of 1, 2 and 4 (the last one short) and all in one (None: the shipped budget).
+    """
+    from ptxgym.evaluation.trusted.precision import reference_precision
+
+    s = 32
+    q, k, v = _qkv(2, b=2, h=3, s=s)
+    do = _qkv(3, b=2, h=3, s=s)[0]
+    suffix = "_causal" if causal else ""
+    fwd, bwd = _load("mha_with_lse_d128" + suffix), _load("mha_bwd_d128" + suffix)
+    if heads_per_chunk is not None:
+        for ns in (fwd, bwd):
+            ns["SCORES_PER_CHUNK"] = heads_per_chunk * s * s
+    assert len(fwd["_chunks"](6, s)) == (1 if heads_per_chunk is None else -(-6 // heads_per_chunk))
+    with reference_precision():
+        o, lse = fwd["run"](q, k, v)
+        state = bwd["forward_state"](q, k, v)
+        grads = bwd["run"](q, k, v, state["O"], do, state["LSE"])
+    want_o, want_lse = _head_by_head_forward(q, k, v, causal)
+    for got, want in ((o, want_o), (lse, want_lse), (state["O"], want_o), (state["LSE"], want_lse)):
+        assert got.shape == want.shape and torch.equal(got, want)
+    for got, want in zip(grads, _head_by_head_backward(q, k, v, want_o, do, want_lse, causal), strict=True):
+        assert got.shape == want.shape and torch.equal(got, want)

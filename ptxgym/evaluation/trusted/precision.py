@@ -21,8 +21,9 @@ that file bounds it on the tensor cores.
 ``PTXGYM_REFERENCE_TF32=off`` (``settings.reference_tf32``) turns the TF32 matmuls off.
 
 Cost: the mode adds a few microseconds of host time to each torch call of a reference (measured 4 us
-on a loaded 2-core CPU host), which the head-by-head attention references should hide behind their
-GPU work (hundreds of microseconds per head); references of tiny per-call work (GQA decode) pay it.
+on a loaded 2-core CPU host). The attention references take a chunk of heads per step (a few dozen
+calls in all, not ~10 per head: their host time had outgrown their GPU work), so their GPU work hides
+it; references of tiny per-call work (GQA decode) pay it.
 
 The marks come from a torch function mode on the calling thread (``Tf32WhereExact``); the fp32 matmul
 switch is global in torch, so each matmul sets it, dispatches and restores it under one process lock
