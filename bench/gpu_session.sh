@@ -132,6 +132,19 @@ case "$stage" in
       --candidates-per-env 4 --set ncu_crosscheck_fraction=0 --set native_wall=false \
       --out "$out/throughput_python_wall.txt"
     ;;
+  s40)
+    # twenty-third session: the attention references a chunk of heads per step (12x fewer torch calls; the
+    # MHA forward's time_verify was 0.29 s a turn, its whole reference 94 ms): where a verified call's check
+    # spends the GPU now, the references' precision against float64 and their time on the GPU, the sampled
+    # checks' self-test, the experts' GPU cost, then one 16-env pass (the span rule's ran_in counts)
+    timeout 120 python3 bench/verify_cost.py --tasks MhaFwd-sm90a Gemm-sm90a --out "$out/verify_cost.txt"
+    timeout 150 bash bench/gpu_tests.sh "$out/reference_tests" --timeout 140 -q -s \
+      tests/evaluation/test_reference_precision.py tests/evaluation/test_sampled_checks.py
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_chunked.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn
+    timeout 130 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_chunked.txt"
+    ;;
   s39)
     # twenty-second session: a kernel record belongs to a window also when it starts before the window and
     # runs 50 us or more into it (cupti_spans.Records, the runner's Records: s38's lost spans were kernels
