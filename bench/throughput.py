@@ -394,7 +394,9 @@ def format_pass(r: dict) -> list[str]:
         + (
             f"{r['trial_ends'].get('trials', 0)} trials, {r['trial_ends'].get('waited', 0)} waited past one "
             f"default flush, {r['trial_ends'].get('incomplete', 0)} incomplete records, "
-            f"{r['trial_ends'].get('ran_in', 0)} kernel records in their window by running into it"
+            f"{r['trial_ends'].get('ran_in', 0)} kernel records in their window by running into it, "
+            f"{r['trial_ends'].get('launched_in', 0)} only by their launch "
+            f"({r['trial_ends'].get('launch_known', 0)} with their launch known)"
             if r.get("trial_ends")
             else "-"
         ),

@@ -337,6 +337,16 @@ class Spans(_Msg):
         description="Kernel records that belong to a window only by running into it: stamped before it, "
         "or launched before it (``cupti_spans.Records``; diagnostic).",
     )
+    launched_in: Count = Field(
+        0,
+        description="Kernel records that belong to a window only by their launch API call's host stamp: "
+        "stamped wholly before it (``cupti_spans.Records``; diagnostic).",
+    )
+    launch_known: Count = Field(
+        0,
+        description="Kernel records whose launch API record came back (joined by CUPTI's correlation id; "
+        "the native runner only; diagnostic).",
+    )
 
 
 class SandboxLayer(_Msg):

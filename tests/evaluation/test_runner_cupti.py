@@ -33,6 +33,8 @@ from ptxgym.evaluation.sandboxed.cupti_spans import (
     every_window_seen,
     kernel_name,
     kernels_by_window,
+    launch_known,
+    launched_in,
     ran_in,
     settle_flush,
     spans_by_window,
@@ -181,7 +183,7 @@ def _hex(text: str | bytes) -> str:
 def _plain_spans(records: list, windows: list) -> dict:
     """The driver's ``spans`` input for records and windows alone (no modules, no census error)."""
     return {
-        "records": [[start, end, _hex(name)] for start, end, name in records],
+        "records": [[r[0], r[1], _hex(r[2]), *r[3:]] for r in records],
         "windows": [list(w) for w in windows],
         "modules": [],
         "census_error": "",
@@ -214,9 +216,13 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
         for _ in range(rng.randrange(0, 60)):
             start = base + rng.randrange(0, max(1, t - base + 10_000))
             name = rng.choice(NAMES) if rng.random() > 0.4 else ""
-            records.append(
-                (start, start + rng.choice([rng.randrange(0, 50_000), rng.randrange(0, 300_000)]), name)
-            )
+            end = start + rng.choice([rng.randrange(0, 50_000), rng.randrange(0, 300_000)])
+            if name and rng.random() < 0.5:  # a launch stamp, near its start or anywhere
+                near = start + rng.randrange(-20_000, 20_000)
+                launch = max(1, near if rng.random() < 0.7 else base + rng.randrange(0, t - base + 10_000))
+                records.append((start, end, name, launch))
+            else:
+                records.append((start, end, name))
         if windows and trial % 3 == 0:  # records on the window edges
             records += [(windows[0][1], windows[0][1] + 7, "edge"), (windows[0][2], windows[0][2] + 9, "")]
         if trial % 3 == 1:  # windows of one record each, of durations Python writes in each of its forms
@@ -235,7 +241,7 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
             ["", "module records not requested", "unreadable CUPTI module record: \u00e9"]
         )
         payload = {
-            "records": [[s, e, _hex(n)] for s, e, n in records],
+            "records": [[r[0], r[1], _hex(r[2]), *r[3:]] for r in records],
             "windows": [list(w) for w in windows],
             "modules": [[i, None if img is None else img.hex(), size] for i, img, size in modules],
             "census_error": _hex(census_error),
@@ -265,6 +271,8 @@ def test_spans_and_census_match_the_python_worker(driver: Path, cubins) -> None:
             outside=strays(records, windows)[0],
             empty_nearest_us=strays(records, windows)[1],
             ran_in=ran_in(records, windows),
+            launched_in=launched_in(records, windows),
+            launch_known=launch_known(records),
         )
         assert Spans.model_validate_json(first) == expected
         text = ",".join(f'"{k}":{json.dumps(v)}' for k, v in spans.items())
@@ -314,8 +322,10 @@ def test_where_the_records_a_window_lacks_fell_matches_the_python_worker(driver:
 
 def _belongs(record, lo, hi) -> bool:
     """A record belongs to [lo, hi] (``cupti_spans.Records``), the obvious way."""
-    start, end, name = record
-    return lo <= start <= hi or (bool(name) and start < lo and end >= min(lo + RUN_IN_NS, 2**64 - 1))
+    start, end, name = record[:3]
+    launched = len(record) > 3 and bool(record[3]) and lo <= record[3] <= hi
+    runs_in = start < lo and end >= min(lo + RUN_IN_NS, 2**64 - 1)
+    return lo <= start <= hi or (bool(name) and (runs_in or launched))
 
 
 def _strays_by_hand(records, windows):
@@ -345,6 +355,10 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
                 start,
                 start + rng.choice([5, rng.randrange(0, 3000), rng.randrange(0, 120_000)]),
                 rng.choice(["k", ""]),
+                *(
+                    [rng.choice([0, rng.randrange(1, 14_000), start + rng.randrange(0, 2000)])]
+                    * (rng.random() < 0.6)
+                ),
             )
             for start in (rng.randrange(0, 14_000) for _ in range(rng.randrange(0, 12)))
         ]
@@ -357,9 +371,21 @@ def test_where_the_records_fell_is_what_the_slow_way_finds(driver: Path) -> None
         kernels = Counter(r[2] for r in records if r[2] and any(_belongs(r, lo, hi) for _, lo, hi in windows))
         assert kernels_by_window(records, windows) == dict(kernels)
         starts_inside = [any(lo <= r[0] <= hi for _, lo, hi in windows) for r in records]
+        stamped = [any(_belongs(r[:3], lo, hi) for _, lo, hi in windows) for r in records]
         belongs = [any(_belongs(r, lo, hi) for _, lo, hi in windows) for r in records]
-        by_hand = sum(b and not i for b, i in zip(belongs, starts_inside, strict=True))
-        assert ran_in(records, windows) == by_hand
+        assert ran_in(records, windows) == sum(
+            s and not i for s, i in zip(stamped, starts_inside, strict=True)
+        )
+        assert launched_in(records, windows) == sum(
+            b and not s for b, s in zip(belongs, stamped, strict=True)
+        )
+        got = Spans.model_validate_json(run(driver, "spans", stdin=_plain_spans(records, windows))[0])
+        assert (got.spans, got.activities, got.kernels) == (
+            spans,
+            counts,
+            kernels_by_window(records, windows),
+        )
+        assert (got.ran_in, got.launched_in) == (ran_in(records, windows), launched_in(records, windows))
     # a window whose clock ran backwards (hi < lo) holds nothing that starts between, as in the runner
     backwards = [(1, 10, 2)]
     for records in ([(5, 6, ""), (20, 21, "")], [(5, 6, "")]):
@@ -407,13 +433,74 @@ def test_a_kernel_stamped_before_its_window_still_times_its_call(driver: Path) -
     }
 
 
+def test_a_kernel_launched_in_its_window_belongs_to_it_however_early_its_stamps(driver: Path) -> None:
+    """A kernel shorter than the clock skew, stamped wholly before its call's window, joins it by launch.
+
+    Its launch API call's host stamp (joined by correlation id in the runner) lies in the window: it
+    counts in the call's span (from its own stamps), its activities, the census and the trial's wait,
+    as the python worker's functions say too. Without its launch it stays outside, as before. A launch
+    only adds: a kernel belonging by its stamps is counted once, and a launch between windows, or in a
+    window whose clock ran backwards, adds nothing.
+    """
+    windows = [(1, 10_000, 800_000), (2, 2_000_000, 2_800_000)]
+    foreign = (1_000, 8_000, "evil", 10_500)  # 7 us, stamped 2 us before the window it was launched in
+    honest = (20_000, 770_000, "gemm", 10_700)
+    between = (1_000_000, 1_100_000, "helper", 900_000)
+    twice = (2_100_000, 2_200_000, "gemm", 2_050_000)  # starts inside and was launched inside
+    records = [foreign, honest, between, twice]
+    got = Spans.model_validate_json(run(driver, "spans", stdin=_plain_spans(records, windows))[0])
+    for spans, counts, kernels, outside, by_launch, known in (
+        (
+            *spans_by_window(records, windows),
+            kernels_by_window(records, windows),
+            strays(records, windows)[0],
+            launched_in(records, windows),
+            launch_known(records),
+        ),
+        (got.spans, got.activities, got.kernels, got.outside, got.launched_in, got.launch_known),
+    ):
+        assert spans == {1: 0.769, 2: 0.1} and counts == {1: 2, 2: 1}
+        assert kernels == {"evil": 1, "gemm": 2} and outside == 1 and by_launch == 1 and known == 4
+    # running in by exactly RUN_IN_NS and launched inside too: once, in the runner as in the worker
+    both = [(9_000, 10_000 + RUN_IN_NS, "k", 9_500), (9_000, 10_000 + RUN_IN_NS, "k", 10_100)]
+    got = Spans.model_validate_json(run(driver, "spans", stdin=_plain_spans(both, windows[:1]))[0])
+    assert spans_by_window(both, windows[:1])[1] == got.activities == {1: 2}
+    assert (
+        (ran_in(both, windows[:1]), launched_in(both, windows[:1])) == (got.ran_in, got.launched_in) == (2, 0)
+    )
+    assert every_window_seen([foreign], windows[:1])
+    assert run(driver, "spans", stdin=_plain_spans([foreign], windows[:1]))[2] == "seen"
+    unknown = [foreign[:3], honest[:3]]  # no launch came back: the stamp rules alone
+    got = Spans.model_validate_json(run(driver, "spans", stdin=_plain_spans(unknown, windows))[0])
+    assert kernels_by_window(unknown, windows) == got.kernels == {"gemm": 1}
+    assert strays(unknown, windows)[0] == got.outside == 1 and launched_in(unknown, windows) == 0
+    assert not every_window_seen([foreign[:3]], windows[:1])
+    backwards = [(1, 10_000, 2_000)]
+    assert spans_by_window([(1_000, 8_000, "k", 5_000)], backwards) == ({1: None}, {1: 0})
+    got = Spans.model_validate_json(
+        run(driver, "spans", stdin=_plain_spans([(1_000, 8_000, "k", 5_000)], backwards))[0]
+    )
+    assert got.activities == {1: 0}
+
+
+def test_kernels_take_their_launch_by_correlation_id(driver: Path) -> None:
+    payload = {
+        "records": [[5, 9, _hex("a"), 7], [6, 10, _hex("b"), 8], [7, 11, _hex("c"), 0], [8, 12, _hex(""), 9]],
+        "launches": [[7, 100], [9, 200], [0, 300]],
+    }
+    # a's id came back; b's did not; c has no id (0 never matches, even a launch of id 0); the nameless
+    # kernel is named "(unnamed kernel)" and joins as any kernel
+    assert run(driver, "join", stdin=payload) == ["100", "0", "0", "200"]
+
+
 def test_a_nameless_kernel_is_named_for_the_census_as_the_python_worker_names_it(driver: Path) -> None:
     unnamed = kernel_name(None)
     assert run(driver, "kname") == [unnamed, kernel_name(""), "k", unnamed, "k", "[]"]
     assert kernel_name(None) == kernel_name("") == "(unnamed kernel)" and kernel_name("k") == "k"
     # the buffer callback makes its records with these (the glue itself needs CUPTI: read, not run)
     glue = (NATIVE.parents[2] / "ptxgym/evaluation/runner/cupti_path.h").read_text()
-    assert "kernel_record(k->start, k->end, k->name)" in glue and glue.count("copy_record(m->start") == 2
+    assert "kernel_record(k->start, k->end, k->name, k->correlationId)" in glue
+    assert glue.count("copy_record(m->start") == 2
     assert "kernel_name(data[i].functionName)" in glue  # the SASS rows' functions alike
 
 

@@ -3,8 +3,9 @@
 //
 //  * spans: every kernel, memcpy and memset record whose start lies in a timed call's window
 //    [t0, t1] belongs to that call, and so does a kernel that starts before t0 and ends kRunInNs or more
-//    past it (Records; cupti_spans.Records says why); its span is max(end) - min(start) in ms
-//    (cupti_spans.spans_by_window);
+//    past it, or whose launch (the host stamp of the API call that launched it, joined by correlation
+//    id: join_launches) lies in the window (Records; cupti_spans.Records says why); its span is
+//    max(end) - min(start) in ms (cupti_spans.spans_by_window);
 //  * kernel census: launches per kernel name over the kernel records belonging to some window
 //    (kernels_by_window);
 //  * modules: the cubin's SHA-256, size and ELF function symbols, keyed by CUPTI's module id, reported
@@ -85,11 +86,15 @@ inline std::string json_float(double v) {
   return sign + digits.substr(0, whole) + "." + digits.substr(whole);
 }
 
-// One GPU activity record: a kernel (its name) or a memcpy/memset (empty name).
+// One GPU activity record: a kernel (its name) or a memcpy/memset (empty name). A kernel's `launch` is
+// the host stamp of the API call that launched it (0: unknown), set by join_launches from CUPTI's
+// correlation id.
 struct Record {
   uint64_t start = 0;
   uint64_t end = 0;
   std::string name;
+  uint64_t launch = 0;
+  uint32_t correlation = 0;
 };
 
 // One timed call's host window [lo, hi] (CUPTI timestamps), by command sequence number.
@@ -107,8 +112,18 @@ inline std::string kernel_name(const char* name) { return name && *name ? name :
 
 // The record of a kernel (named by kernel_name) and of a memcpy or memset (no name), as cupti_path.h's
 // buffer callback makes them from CUPTI's records.
-inline Record kernel_record(uint64_t start, uint64_t end, const char* name) {
-  return {start, end, kernel_name(name)};
+inline Record kernel_record(uint64_t start, uint64_t end, const char* name, uint32_t correlation = 0) {
+  return {start, end, kernel_name(name), 0, correlation};
+}
+
+// Each kernel record's launch: the start stamp of the launch API record of its correlation id
+// (`launches`: correlation id -> host stamp; ids of 0 and records without one keep launch 0).
+inline void join_launches(std::vector<Record>* records, const std::map<uint32_t, uint64_t>& launches) {
+  for (Record& r : *records) {
+    if (r.name.empty() || r.correlation == 0) continue;
+    auto it = launches.find(r.correlation);
+    if (it != launches.end()) r.launch = it->second;
+  }
 }
 inline Record copy_record(uint64_t start, uint64_t end) { return {start, end, ""}; }
 
@@ -124,7 +139,7 @@ inline uint64_t run_in(uint64_t lo) { return lo > UINT64_MAX - kRunInNs ? UINT64
 // A trial's records sorted for the window look-ups (cupti_spans.Records): a record belongs to a window
 // [lo, hi] when it starts inside it, or when it is a kernel (a named record) that starts before lo and
 // ends at least kRunInNs past it (a stamp skewed early, or a kernel launched before the window running
-// into it).
+// into it), or a kernel whose launch lies inside it (a stamp skewed early past its whole run).
 struct Records {
   explicit Records(const std::vector<Record>& records) {
     for (const Record& r : records) by_start.push_back(&r);
@@ -136,7 +151,16 @@ struct Records {
       kernel_starts.push_back(r->start);
       kernel_ends.push_back(r->end);
       reach.push_back(reach.empty() ? r->end : std::max(reach.back(), r->end));
+      if (r->launch) by_launch.push_back(r);
     }
+    std::stable_sort(by_launch.begin(), by_launch.end(),
+                     [](const Record* a, const Record* b) { return a->launch < b->launch; });
+    for (const Record* r : by_launch) launches.push_back(r->launch);
+  }
+  // The kernels launched inside [lo, hi]: by_launch[*a, *b) (empty where hi < lo).
+  void launched(uint64_t lo, uint64_t hi, size_t* a, size_t* b) const {
+    *a = size_t(std::lower_bound(launches.begin(), launches.end(), lo) - launches.begin());
+    *b = std::max(*a, size_t(std::upper_bound(launches.begin(), launches.end(), hi) - launches.begin()));
   }
   // The records starting inside [lo, hi]: by_start[*a, *b) (empty where hi < lo).
   void inside(uint64_t lo, uint64_t hi, size_t* a, size_t* b) const {
@@ -162,16 +186,28 @@ struct Records {
       *first = kernel_starts[j];
       *last = std::max(*last, reach[k - 1]);
     }
+    size_t la = 0, lb = 0;  // kernels launched inside that neither start inside nor run in
+    launched(lo, hi, &la, &lb);
+    for (size_t i = la; i < lb; ++i) {
+      const Record* r = by_launch[i];
+      if (r->start >= lo && r->start <= hi) continue;
+      if (r->start < lo && r->end >= end) continue;
+      *first = *count ? std::min(*first, r->start) : r->start;
+      *last = *count ? std::max(*last, r->end) : r->end;
+      ++*count;
+    }
   }
   // Whether a record belongs to the window (sorted look-ups alone).
   bool holds(const Window& w) const {
     size_t a = 0, b = 0;
     inside(w.lo, w.hi, &a, &b);
     size_t k = kernels_before(w.lo);
-    return b > a || (k && reach[k - 1] >= run_in(w.lo));
+    size_t la = 0, lb = 0;
+    launched(w.lo, w.hi, &la, &lb);
+    return b > a || (k && reach[k - 1] >= run_in(w.lo)) || lb > la;
   }
-  std::vector<const Record*> by_start;
-  std::vector<uint64_t> starts, kernel_starts, kernel_ends, reach;
+  std::vector<const Record*> by_start, by_launch;
+  std::vector<uint64_t> starts, kernel_starts, kernel_ends, reach, launches;
 };
 
 // Whether a record belongs to every window (cupti_spans.every_window_seen): the trial's records are all
@@ -268,12 +304,21 @@ inline std::vector<std::pair<uint64_t, uint64_t>> max_hi_sorted(const std::vecto
   return out;
 }
 
+// Whether a stamp lies inside some window (windows sorted by lo, with the running maximum of hi).
+inline bool inside_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, uint64_t t) {
+  auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(t, UINT64_MAX));
+  return it != sorted_max_hi.begin() && std::prev(it)->second >= t;
+}
+
 // Where a record belongs (cupti_spans.placements; windows sorted by lo, with the running maximum of hi):
-// 0 in no window, 1 starting inside one, 2 a kernel running into the next one.
+// 0 in no window, 1 starting inside one, 2 a kernel running into the next one, 3 a kernel launched
+// inside one (and neither of those).
 inline int placement(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, const Record& r) {
+  if (inside_any(sorted_max_hi, r.start)) return 1;
+  if (r.name.empty()) return 0;
   auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(r.start, UINT64_MAX));
-  if (it != sorted_max_hi.begin() && std::prev(it)->second >= r.start) return 1;
-  return !r.name.empty() && it != sorted_max_hi.end() && run_in(it->first) <= r.end ? 2 : 0;
+  if (it != sorted_max_hi.end() && run_in(it->first) <= r.end) return 2;
+  return r.launch && inside_any(sorted_max_hi, r.launch) ? 3 : 0;
 }
 
 // Whether a record belongs to some window (cupti_spans.in_some_window).
@@ -316,8 +361,9 @@ inline uint64_t strays(const std::vector<Record>& records, const std::vector<Win
 }
 
 // protocol.Spans as JSON: spans and activity counts per window, the kernel census over all windows, the
-// modules, the census error, the incomplete records left out, the default flushes made, the strays and the
-// kernel records in a window only by running into it.
+// modules, the census error, the incomplete records left out, the default flushes made, the strays, the
+// kernel records in a window only by running into it or only by their launch, and the kernel records
+// whose launch is known.
 inline std::string spans_json(const std::vector<Record>& records, const std::vector<Window>& windows,
                               const std::vector<Module>& modules, const std::string& census_error,
                               uint64_t incomplete = 0, int64_t flushes = 0) {
@@ -338,11 +384,15 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
   const std::vector<std::pair<uint64_t, uint64_t>> sorted_max_hi = max_hi_sorted(windows);
   std::vector<std::pair<std::string, int64_t>> kernels;  // first-launch order, as Python's Counter
   std::map<std::string, size_t> kernel_at;
-  uint64_t ran_in = 0;  // kernel records in a window only by running into it (cupti_spans.ran_in)
+  uint64_t ran_in = 0;       // kernel records in a window only by running into it (cupti_spans.ran_in)
+  uint64_t launched_in = 0;  // ... only by their launch (cupti_spans.launched_in)
+  uint64_t launch_known = 0;  // kernel records whose launch is known (cupti_spans.launch_known)
   for (const Record& r : records) {
+    launch_known += !r.name.empty() && r.launch ? 1 : 0;
     int where = r.name.empty() ? 0 : placement(sorted_max_hi, r);
     if (!where) continue;
     ran_in += where == 2 ? 1 : 0;
+    launched_in += where == 3 ? 1 : 0;
     std::string key = json_string(r.name);
     auto it = kernel_at.find(key);
     if (it == kernel_at.end()) {
@@ -374,7 +424,8 @@ inline std::string spans_json(const std::vector<Record>& records, const std::vec
          ",\"incomplete\":" + std::to_string(incomplete) + ",\"flushes\":" + std::to_string(flushes) +
          ",\"outside\":" + std::to_string(outside) + ",\"empty_nearest_us\":" +
          (has_nearest ? json_float(static_cast<double>(nearest_ns) / 1e3) : std::string("null")) +
-         ",\"ran_in\":" + std::to_string(ran_in) + "}";
+         ",\"ran_in\":" + std::to_string(ran_in) + ",\"launched_in\":" + std::to_string(launched_in) +
+         ",\"launch_known\":" + std::to_string(launch_known) + "}";
 }
 
 // One CUPTI SASS metrics record: an instruction of a function, with (metric id, value) per instance.

@@ -8,6 +8,10 @@
 //    cuptiActivityGetNextRecord (CUpti_ActivityKernel10 / Memcpy6 / Memset4: the record layouts of the
 //    CUPTI these headers are from, so start() refuses a libcupti of another CUDA major.minor) and
 //    appended under a mutex;
+//  * each kernel's launch: activity records of the driver and runtime API calls whose names hold
+//    "Launch" alone (cuptiActivityEnableDriverApi / RuntimeApi, per callback id), their host start
+//    stamps kept by correlation id and joined to the kernel records (join_launches) before the records
+//    are read, so that a kernel stamped wholly before its call's window still belongs to it;
 //  * the module census is CUPTI's resource callback (CUPTI_CBID_RESOURCE_MODULE_LOADED): the cubin is
 //    hashed and its ELF read while the driver still holds it;
 //  * the SASS counter is set up on the first counted call (profiler initialise, chip name, metric list,
@@ -55,6 +59,7 @@ struct State {
   bool enabled = false;
   std::string enable_error;
   std::vector<Record> records;
+  std::map<uint32_t, uint64_t> launches;  // correlation id -> the launch API call's host start, this trial
   uint64_t incomplete = 0;  // records handed back without their timestamps (complete()), this trial
   std::vector<Window> windows;
   ModuleTable modules;
@@ -87,13 +92,17 @@ inline void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* ma
 
 inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::vector<Record> got;
+  std::vector<std::pair<uint32_t, uint64_t>> launched;
   uint64_t incomplete = 0;
   CUpti_Activity* rec = nullptr;
   try {
     while (buffer && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-        got.push_back(kernel_record(k->start, k->end, k->name));
+        got.push_back(kernel_record(k->start, k->end, k->name, k->correlationId));
+      } else if (rec->kind == CUPTI_ACTIVITY_KIND_DRIVER || rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
+        if (a->correlationId && a->start) launched.emplace_back(a->correlationId, a->start);
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
         got.push_back(copy_record(m->start, m->end));
@@ -109,6 +118,7 @@ inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     s.records.insert(s.records.end(), got.begin(), got.end());
+    for (const auto& [id, t] : launched) s.launches[id] = t;
     s.incomplete += incomplete;
   } catch (...) {  // out of memory on CUPTI's thread: the records are lost, the spans then say so (null)
   }
@@ -134,6 +144,39 @@ inline void CUPTIAPI on_resource(void*, CUpti_CallbackDomain domain, CUpti_Callb
     std::lock_guard<std::mutex> lock(s.mu);
     s.census_error = ("unreadable CUPTI module record: " + std::string(exc.what())).substr(0, 300);
   }
+}
+
+// The driver (or runtime) API callback ids whose names hold "Launch" (cuLaunchKernel, cuLaunchKernelEx,
+// cuGraphLaunch, cudaLaunchKernel, __cudaLaunchKernel, ... and their _ptsz forms), found by name once.
+inline const std::vector<CUpti_CallbackId>& launch_cbids(CUpti_CallbackDomain domain) {
+  static const std::vector<CUpti_CallbackId> driver = [] {
+    std::vector<CUpti_CallbackId> ids;
+    for (uint32_t id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name &&
+          std::string(name).find("Launch") != std::string::npos)
+        ids.push_back(id);
+    }
+    return ids;
+  }();
+  static const std::vector<CUpti_CallbackId> runtime = [] {
+    std::vector<CUpti_CallbackId> ids;
+    for (uint32_t id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, id, &name) == CUPTI_SUCCESS && name &&
+          std::string(name).find("Launch") != std::string::npos)
+        ids.push_back(id);
+    }
+    return ids;
+  }();
+  return domain == CUPTI_CB_DOMAIN_DRIVER_API ? driver : runtime;
+}
+
+// Turn the launch API calls' activity records on or off. Not fatal: a kernel without its launch record
+// keeps the stamp rules alone (launch_known says how many came back).
+inline void launch_records(bool on) {
+  for (CUpti_CallbackId id : launch_cbids(CUPTI_CB_DOMAIN_DRIVER_API)) cuptiActivityEnableDriverApi(id, on);
+  for (CUpti_CallbackId id : launch_cbids(CUPTI_CB_DOMAIN_RUNTIME_API)) cuptiActivityEnableRuntimeApi(id, on);
 }
 
 // Initialise CUPTI's profiler and name the device's chip (the SASS metrics' and the range profiler's
@@ -291,6 +334,7 @@ inline void begin() {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.records.clear();
+    s.launches.clear();
     s.windows.clear();
     s.incomplete = 0;
   }
@@ -298,6 +342,7 @@ inline void begin() {
     std::string err = detail::failed(cuptiActivityEnable(kind), "cuptiActivityEnable");
     if (!err.empty() && s.enable_error.empty()) s.enable_error = err;
   }
+  detail::launch_records(true);
   s.enabled = true;
 }
 
@@ -321,6 +366,7 @@ inline std::string end_json(std::string* json) {
     };
     auto seen = [&s] {
       std::lock_guard<std::mutex> lock(s.mu);
+      join_launches(&s.records, s.launches);
       return every_window_seen(s.records, s.windows);
     };
     auto steady_ns = [] {
@@ -331,11 +377,13 @@ inline std::string end_json(std::string* json) {
     auto nap = [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); };
     flushes = settle_flush(flush, seen, steady_ns, nap, detail::kSettleNs);
     for (CUpti_ActivityKind kind : detail::kKinds) cuptiActivityDisable(kind);
+    detail::launch_records(false);
     s.enabled = false;
     if (err.empty()) err = flushed;
   }
   if (!err.empty()) return err;
   std::lock_guard<std::mutex> lock(s.mu);
+  join_launches(&s.records, s.launches);
   *json = spans_json(s.records, s.windows, s.modules.take(), s.census_error, s.incomplete, flushes);
   return "";
 }

@@ -66,7 +66,7 @@ class CuptiSpans:
         )
         self._kind_ids = {int(k) for k in self._kinds}
         self._kernel_kind = int(cupti.ActivityKind.CONCURRENT_KERNEL)
-        self._records: list[tuple[int, int, str]] = []
+        self._records: list[Record] = []
         self.incomplete = 0
         """Records of this trial handed back without their timestamps (``complete``): counted, not cut."""
         self.flushes = 0
@@ -163,6 +163,17 @@ class CuptiSpans:
         """After ``end``: its kernel records that belong to a window only by running into it (``ran_in``)."""
         return ran_in(self._records, self._windows)
 
+    def launched_in(self) -> int:
+        """After ``end``: its kernel records in a window only by their launch (``launched_in``).
+
+        None here: this worker collects no launch records.
+        """
+        return launched_in(self._records, self._windows)
+
+    def launch_known(self) -> int:
+        """After ``end``: its kernel records whose launch is known (``launch_known``; none here)."""
+        return launch_known(self._records)
+
     def census(self) -> tuple[dict[str, int], list[LoadedModule]]:
         """After ``end``: kernel launches inside the trial's windows by name, and new modules.
 
@@ -234,17 +245,30 @@ def run_in(lo: int) -> int:
     return min(lo + RUN_IN_NS, _UINT64_MAX)
 
 
+Record = tuple[int, int, str] | tuple[int, int, str, int]
+"""(start, end, name) of a GPU activity (a memcpy's or memset's name is ""), and for a kernel whose
+launch is known, the host stamp of the API call that launched it (the runner joins it by CUPTI's
+correlation id; this worker does not collect launch records, so its kernels' launches are unknown)."""
+
+
+def launch(record: Record) -> int:
+    """A record's launch stamp (0: unknown)."""
+    return record[3] if len(record) > 3 else 0
+
+
 class Records:
     """A trial's records sorted for the window look-ups (``belonging``; the runner's ``Records``).
 
     A record belongs to a window [lo, hi] when it starts inside it, or when it is a kernel (a named
     record) that starts before lo and ends at least ``RUN_IN_NS`` past it: a stamp skewed early (module
     docstring), or a kernel launched before the window that runs into it, whose whole run then counts in
-    the call's span and census (before, such a kernel escaped both). Sorted look-ups: a trial may hold
+    the call's span and census (before, such a kernel escaped both); or when it is a kernel whose launch
+    (``launch``: the host stamp of its launch API call) lies inside it, whatever its own stamps say: a
+    kernel shorter than the skew, stamped wholly before its window. Sorted look-ups: a trial may hold
     many records.
     """
 
-    def __init__(self, records: list[tuple[int, int, str]]) -> None:
+    def __init__(self, records: list[Record]) -> None:
         self.by_start = sorted(records, key=lambda r: r[0])
         self.starts = [r[0] for r in self.by_start]
         kernels = [r for r in self.by_start if r[2]]
@@ -252,6 +276,13 @@ class Records:
         self.kernel_ends = [r[1] for r in kernels]
         self.reach = list(itertools.accumulate(self.kernel_ends, max))
         """The furthest end among the kernels up to each one (by start)."""
+        self.by_launch = sorted((r for r in kernels if launch(r)), key=launch)
+        self.launches = [launch(r) for r in self.by_launch]
+
+    def _launched(self, lo: int, hi: int) -> list[Record]:
+        """The kernels launched inside [lo, hi] (none where hi < lo)."""
+        a = bisect.bisect_left(self.launches, lo)
+        return self.by_launch[a : max(a, bisect.bisect_right(self.launches, hi))]
 
     def _inside(self, lo: int, hi: int) -> tuple[int, int]:
         """The records starting inside [lo, hi]: by_start[a:b] (empty where hi < lo)."""
@@ -270,16 +301,21 @@ class Records:
             count += sum(self.kernel_ends[i] >= reach for i in range(j, k))
             first = self.kernel_starts[j]
             last = max(last, self.reach[k - 1])
+        for start, end, *_ in self._launched(lo, hi):  # neither starting inside nor running in
+            if lo <= start <= hi or (start < lo and end >= reach):
+                continue
+            first, last = (min(first, start), max(last, end)) if count else (start, end)
+            count += 1
         return count, first, last
 
     def holds(self, lo: int, hi: int) -> bool:
         """Whether a record belongs to [lo, hi] (sorted look-ups alone)."""
         a, b = self._inside(lo, hi)
         k = bisect.bisect_left(self.kernel_starts, lo)
-        return b > a or (k > 0 and self.reach[k - 1] >= run_in(lo))
+        return b > a or (k > 0 and self.reach[k - 1] >= run_in(lo)) or bool(self._launched(lo, hi))
 
 
-def every_window_seen(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> bool:
+def every_window_seen(records: list[Record], windows: list[tuple[int, int, int]]) -> bool:
     """Whether a record belongs to every window (``Records``): all back, unless a call launched nothing."""
     index = Records(records)
     return all(index.holds(lo, hi) for _, lo, hi in windows)
@@ -314,9 +350,10 @@ def settle_flush(
     return tries
 
 
-def placements(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> list[int]:
-    """Per record: 0 in no window, 1 starting inside one, 2 a kernel running into one (``Records``).
+def placements(records: list[Record], windows: list[tuple[int, int, int]]) -> list[int]:
+    """Per record: 0 in no window, 1 starting inside one, 2 a kernel running into one, 3 launched in one.
 
+    3: a kernel launched inside a window that neither starts inside one nor runs into one (``Records``).
     Sorted look-ups (the runner's ``placement``).
     """
     spans = sorted((lo, hi) for _, lo, hi in windows)
@@ -325,28 +362,45 @@ def placements(records: list[tuple[int, int, str]], windows: list[tuple[int, int
         top = max(top, hi)
         reach.append(top)  # the furthest end among windows starting at or before this one
 
-    def placed(start: int, end: int, name: str) -> int:
-        at = bisect.bisect_right(los, start)  # the windows starting at or before this record: [0, at)
-        if at > 0 and reach[at - 1] >= start:
-            return 1  # it starts inside one
-        return 2 if name and at < len(los) and run_in(los[at]) <= end else 0  # a kernel running into the next
+    def inside(t: int) -> bool:
+        at = bisect.bisect_right(los, t)  # the windows starting at or before t: [0, at)
+        return at > 0 and reach[at - 1] >= t
 
-    return [placed(*r) for r in records]
+    def placed(r: Record) -> int:
+        start, end, name = r[0], r[1], r[2]
+        if inside(start):
+            return 1
+        if not name:
+            return 0
+        at = bisect.bisect_right(los, start)
+        if at < len(los) and run_in(los[at]) <= end:
+            return 2  # a kernel running into the next window
+        return 3 if launch(r) and inside(launch(r)) else 0
+
+    return [placed(r) for r in records]
 
 
-def in_some_window(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> list[bool]:
+def in_some_window(records: list[Record], windows: list[tuple[int, int, int]]) -> list[bool]:
     """Per record, whether it belongs to some window (``Records``)."""
     return [p > 0 for p in placements(records, windows)]
 
 
-def ran_in(records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]) -> int:
+def ran_in(records: list[Record], windows: list[tuple[int, int, int]]) -> int:
     """Kernel records that belong to a window only by running into it (diagnostic: stamps skewed early)."""
     return sum(p == 2 for p in placements(records, windows))
 
 
-def strays(
-    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
-) -> tuple[int, float | None]:
+def launched_in(records: list[Record], windows: list[tuple[int, int, int]]) -> int:
+    """Kernel records that belong to a window only by their launch (diagnostic: stamped wholly before it)."""
+    return sum(p == 3 for p in placements(records, windows))
+
+
+def launch_known(records: list[Record]) -> int:
+    """Kernel records whose launch is known (diagnostic: whether the correlation join works)."""
+    return sum(bool(r[2]) and bool(launch(r)) for r in records)
+
+
+def strays(records: list[Record], windows: list[tuple[int, int, int]]) -> tuple[int, float | None]:
     """Where a trial's records fell that its windows did not hold (diagnostic; the runner's ``strays``).
 
     How many records belong to no window (``Records``), and over the windows holding none, the median
@@ -377,7 +431,7 @@ _UINT64_MAX = 2**64 - 1
 
 
 def spans_by_window(
-    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
+    records: list[Record], windows: list[tuple[int, int, int]]
 ) -> tuple[dict[int, float | None], dict[int, int]]:
     """Per window: (max end - min start) in ms over the records that belong to it, and their count."""
     spans: dict[int, float | None] = {}
@@ -390,12 +444,10 @@ def spans_by_window(
     return spans, counts
 
 
-def kernels_by_window(
-    records: list[tuple[int, int, str]], windows: list[tuple[int, int, int]]
-) -> dict[str, int]:
+def kernels_by_window(records: list[Record], windows: list[tuple[int, int, int]]) -> dict[str, int]:
     """Launches per kernel name over the kernel records (non-empty names) that belong to some window."""
     counted: Counter[str] = Counter()
-    for (_, _, name), placed in zip(records, in_some_window(records, windows), strict=True):
-        if name and placed:
-            counted[name] += 1
+    for record, placed in zip(records, in_some_window(records, windows), strict=True):
+        if record[2] and placed:
+            counted[record[2]] += 1
     return dict(counted)

@@ -367,6 +367,8 @@ class Worker:
                 outside=outside,
                 empty_nearest_us=nearest,
                 ran_in=self.cupti.ran_in(),
+                launched_in=self.cupti.launched_in(),
+                launch_known=self.cupti.launch_known(),
             ),
         )
 

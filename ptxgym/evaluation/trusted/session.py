@@ -183,7 +183,8 @@ class SessionResult:
     trial_ends: dict[str, int] = field(default_factory=dict)
     """Over the activity trials' ends: ``trials``; ``waited``, those whose records took more than one
     default flush (``cupti_spans.settle_flush``); ``incomplete``, records handed back without timestamps;
-    ``ran_in``, kernel records in a window only by running into it (``cupti_spans.Records``) (diagnostic:
+    ``ran_in``, kernel records in a window only by running into it, ``launched_in``, only by their launch,
+    and ``launch_known``, kernel records whose launch came back (``cupti_spans.Records``) (diagnostic:
     ``details["trial_ends"]``)."""
     kernels: dict[str, int] = field(default_factory=dict)
     """In-band census: kernel launches by name inside the timed windows (CUPTI backend only)."""
@@ -602,6 +603,8 @@ class Session:
                 ("waited", waited),
                 ("incomplete", spans.incomplete),
                 ("ran_in", spans.ran_in),
+                ("launched_in", spans.launched_in),
+                ("launch_known", spans.launch_known),
             )
             for key, n in sums:
                 result.trial_ends[key] = result.trial_ends.get(key, 0) + n

@@ -5,10 +5,12 @@
 //   elf FILE...     one line per file: the STT_FUNC names as a JSON array, or null
 //   quote           stdin {"items": [[hex, max_chars or -1], ...]}: one JSON string per line
 //   float           stdin {"values": [float, ...]}: each as the JSON writer writes it, one a line
-//   spans           stdin {"records": [[start, end, hex name]], "windows": [[seq, lo, hi]],
+//   spans           stdin {"records": [[start, end, hex name(, launch)]], "windows": [[seq, lo, hi]],
 //                   "modules": [[id, hex image or null, size]], "census_error": hex}: the Spans JSON,
 //                   then a second one of no records whose modules must be empty (taken once); with
 //                   "incomplete" and "flushes" passed through; then "seen" or "unseen" (every_window_seen)
+//   join            stdin {"records": [[start, end, hex name, correlation id]], "launches": [[id, t]]}:
+//                   join_launches, then each record's launch, one a line
 //   kname           kernel_name of a null name, an empty one and "k", kernel_record's of a null name and
 //                   "k", copy_record's in brackets: one a line
 //   far             strays over a kernel at 1 ns and a window past 2^63 ns (beyond the JSON reader's
@@ -53,8 +55,10 @@ static uint64_t u64(const Json& j) { return static_cast<uint64_t>(j.as_int("numb
 static int spans() {
   Json in = read_stdin();
   std::vector<Record> records;
-  for (const Json& r : in.at("records").as_array("records"))
+  for (const Json& r : in.at("records").as_array("records")) {
     records.push_back({u64(r.items.at(0)), u64(r.items.at(1)), unhex(r.items.at(2).as_str("name"))});
+    if (r.items.size() > 3) records.back().launch = u64(r.items.at(3));
+  }
   std::vector<Window> windows;
   for (const Json& w : in.at("windows").as_array("windows"))
     windows.push_back({w.items.at(0).as_int("seq"), u64(w.items.at(1)), u64(w.items.at(2))});
@@ -74,6 +78,21 @@ static int spans() {
   std::cout << spans_json(records, windows, table.take(), error, incomplete, flushes) << "\n";
   std::cout << spans_json({}, {}, table.take(), error) << "\n";
   std::cout << (every_window_seen(records, windows) ? "seen" : "unseen") << "\n";
+  return 0;
+}
+
+static int join() {
+  Json in = read_stdin();
+  std::vector<Record> records;
+  for (const Json& r : in.at("records").as_array("records"))
+    records.push_back(kernel_record(u64(r.items.at(0)), u64(r.items.at(1)),
+                                    unhex(r.items.at(2).as_str("name")).c_str(),
+                                    static_cast<uint32_t>(u64(r.items.at(3)))));
+  std::map<uint32_t, uint64_t> launches;
+  for (const Json& l : in.at("launches").as_array("launches"))
+    launches[static_cast<uint32_t>(u64(l.items.at(0)))] = u64(l.items.at(1));
+  join_launches(&records, launches);
+  for (const Record& r : records) std::cout << r.launch << "\n";
   return 0;
 }
 
@@ -160,6 +179,8 @@ int main(int argc, char** argv) {
       for (const Json& v : in.at("values").as_array("values")) std::cout << json_float(v.f) << "\n";
     } else if (cmd == "spans") {
       return spans();
+    } else if (cmd == "join") {
+      return join();
     } else if (cmd == "sass") {
       return sass();
     } else if (cmd == "kname") {
