@@ -273,6 +273,9 @@ def test_expert_gemm_native_and_python(native_evaluator):
     counts = native.target.counts  # SASS rows name opcodes; the counters alone (the default here) families
     assert counts.get("HGMMA", counts.get("GMMA", 0)) > 0, counts
     assert counts.get("UTMALDG", counts.get("TMA loads", 0)) > 0, counts
+    ends = (native.details or {}).get("trial_ends") or {}
+    print(f"TRIAL_ENDS {ends}")  # launch_known: kernels whose launch API record came back (correlation ids)
+    assert ends.get("launch_known", 0) > 0 and ends.get("launched_in", 0) <= ends["launch_known"], ends
     native_evaluator.native.wanted = False  # the same arena and baseline, now in the Python worker
     try:
         python = _run(native_evaluator, text)

@@ -77,6 +77,7 @@ def test_cupti_path_spans_census_and_sass_counts_on_the_gpu(tmp_path: Path) -> N
     assert all(ms is not None and 0 < ms < 1000 for ms in spans.spans.values()), spans.spans
     assert spans.activities == {1: 2, 2: 2, 3: 2}  # the memsets between windows belong to none
     assert spans.kernels == {"simt_loop": 3, "hgmma_loop": 3}
+    assert spans.launch_known == 6, spans  # each cuLaunchKernel's record came back by correlation id
     image = cubin.read_bytes()
     ours = [m for m in spans.modules if m.sha256 == hashlib.sha256(image).hexdigest()]
     assert ours, f"no loaded module hashes like the cubin: {spans.modules}"
