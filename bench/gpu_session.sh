@@ -142,8 +142,19 @@ case "$stage" in
       tests/evaluation/test_reference_precision.py tests/evaluation/test_sampled_checks.py
     timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_chunked.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn
+    ;;
+  s41)
+    # twenty-third session: kernel records joined to their launch API records by correlation id (a kernel
+    # belongs to the window its launch lies in): the runner's CUPTI GPU test (every launch back), the
+    # expert GEMM in the runner (launch_known) and with the counted call in the trial (no FOREIGN_KERNEL
+    # from the profiler's own kernel), the experts with the target executed, then one 16-env pass
+    timeout 200 bash bench/gpu_tests.sh "$out/runner_tests" --timeout 190 -q -s \
+      tests/evaluation/test_runner_cupti_gpu.py tests/evaluation/test_native_runner_gpu.py \
+      -k "cupti_path or expert_gemm_native or expert_gemm_hardware"
+    timeout 150 bash bench/gpu_tests.sh "$out/experts" --timeout 140 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
     timeout 130 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
-      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_chunked.txt"
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_launches.txt"
     ;;
   s39)
     # twenty-second session: a kernel record belongs to a window also when it starts before the window and
