@@ -10,14 +10,16 @@ it, and so does a kernel that starts before the window and runs ``RUN_IN_NS`` or
 (1 to 48 of a trial's 50 calls, a TIMING_ANOMALY for an honest kernel:
 ``bench/results/throughput_2026-12-06_s38_*``). A memcpy or memset keeps the start rule: the runner's L2
 flush, a memset, ends just before every window. A kernel shorter than the skew that runs first in a call
-can still be stamped wholly before its window (not seen; launch records joined by correlation id, on the
-host clock, would close that). What such a kernel can do is bounded by the skew: it must end within
-~9 us of GPU time after its call began, so its work is under the wall cross-check's 0.3 ms floor, and
-its MMA work at the GPU's dense BF16 peak (~1 PFLOP/s, ~9 GFLOP) is at most 1.5-4.4% of a primary
+can be stamped wholly before its window. What such a kernel can do is bounded by the skew: it must end
+within ~9 us of GPU time after its call began, so its work is under the wall cross-check's 0.3 ms floor,
+and its MMA work at the GPU's dense BF16 peak (~1 PFLOP/s, ~9 GFLOP) is at most 1.5-4.4% of a primary
 task's FLOPs (GEMM 601, MHA forward 412, causal 206 GFLOP), far under the 50% the target credit needs
-(``feedback.MIN_MMA_SHARE``). Not so for the suite's smallest tasks (a GEMM at M = 128 is ~6 GFLOP): a
-foreign kernel from a module loaded from memory, under names of its own, could do all their work
-unseen if it ran inside the skew. A module that defines the built module's kernel names is still
+(``feedback.MIN_MMA_SHARE``); not so for the suite's smallest tasks (a GEMM at M = 128 is ~6 GFLOP),
+whose whole work a foreign kernel under names of its own could do unseen inside the skew. So a kernel
+also belongs to the window its launch lies in: the native runner collects the launch API calls'
+activity records (host stamps, on the windows' clock) and joins them to the kernel records by CUPTI's
+correlation id (``Record``, ``launch``; the runner's ``join_launches``). This worker collects none: its
+kernels keep the stamp rules alone. A module that defines the built module's kernel names is
 FOREIGN_KERNEL whenever it runs (``census.py``).
 
 The same records carry the in-band kernel census: the name of every kernel that belongs to a timed
