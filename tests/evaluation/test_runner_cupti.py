@@ -79,6 +79,36 @@ def test_cupti_path_and_the_gpu_driver_compile_against_the_cupti_headers(tmp_pat
     compile_program(src, tmp_path / "plain.o", ["-c"])
 
 
+def test_the_launch_calls_are_told_from_other_api_calls_by_callback_id(tmp_path: Path) -> None:
+    """``is_launch``: the API records whose start stamps the runner keeps (CUPTI's names, no GPU needed).
+
+    Launches: cuLaunchKernel (the headers' list), cuLaunchCooperativeKernelMultiDevice and the runtime's
+    __cudaLaunchKernel (CUDA 13's <<<>>>; found by name); not cuMemAlloc, cudaMalloc or cuLaunchHostFunc's
+    neighbours such as cuStreamSynchronize.
+    """
+    cupti = find_cupti()
+    if cupti is None:
+        pytest.skip("no CUPTI headers and library in the CUDA toolkit here")
+    src = tmp_path / "launch.cc"
+    cases = [
+        ("DRIVER", "CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel", 1),
+        ("DRIVER", "CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice", 1),
+        ("RUNTIME", "CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000", 1),
+        ("RUNTIME", "CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000", 1),
+        ("DRIVER", "CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2", 0),
+        ("DRIVER", "CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize", 0),
+        ("RUNTIME", "CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020", 0),
+    ]
+    body = "".join(
+        f"  std::cout << ptxrunner::cupti::detail::is_launch(CUPTI_ACTIVITY_KIND_{kind}, {cbid});\n"
+        for kind, cbid, _ in cases
+    )
+    src.write_text(f'#include "cupti_path.h"\n#include <iostream>\nint main() {{\n{body}  return 0;\n}}\n')
+    program = compile_program(src, tmp_path / "launch", cupti.flags())
+    done = subprocess.run([str(program)], capture_output=True, text=True, check=True)
+    assert done.stdout == "".join(str(want) for _, _, want in cases)
+
+
 def test_sha256_matches_hashlib(driver: Path, tmp_path: Path) -> None:
     rng = random.Random(7)
     sizes = [0, 1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 129, 1000, 1 << 20]

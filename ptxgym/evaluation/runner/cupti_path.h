@@ -8,10 +8,13 @@
 //    cuptiActivityGetNextRecord (CUpti_ActivityKernel10 / Memcpy6 / Memset4: the record layouts of the
 //    CUPTI these headers are from, so start() refuses a libcupti of another CUDA major.minor) and
 //    appended under a mutex;
-//  * each kernel's launch: activity records of the driver and runtime API calls whose names hold
-//    "Launch" alone (cuptiActivityEnableDriverApi / RuntimeApi, per callback id), their host start
-//    stamps kept by correlation id and joined to the kernel records (join_launches) before the records
-//    are read, so that a kernel stamped wholly before its call's window still belongs to it;
+//  * each kernel's launch: the driver and runtime API activity records (every API call's; enabling
+//    the launch calls' alone, cuptiActivityEnableDriverApi / RuntimeApi per callback id, gave none on
+//    an H100 with CUDA 13.0, bench/results/gpu_tests_2026-12-06_s41_runner_h100.txt), of which the
+//    launch calls' (callback names holding "Launch", and the launch ids of the headers) keep their host
+//    start stamps by correlation id, joined to the kernel records (join_launches) before the records
+//    are read, so that a kernel stamped wholly before its call's window still belongs to it; the other
+//    API records are dropped as they are read;
 //  * the module census is CUPTI's resource callback (CUPTI_CBID_RESOURCE_MODULE_LOADED): the cubin is
 //    hashed and its ELF read while the driver still holds it;
 //  * the SASS counter is set up on the first counted call (profiler initialise, chip name, metric list,
@@ -38,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -51,7 +55,8 @@ constexpr size_t kBufferBytes = 8 * 1024 * 1024;
 constexpr uint64_t kSettleNs = 30'000'000;  // cupti_spans.SETTLE_S: the default flushes' longest wait
 constexpr size_t kMaxSassRecords = size_t(1) << 22;
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMSET};
+                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_DRIVER,
+                                         CUPTI_ACTIVITY_KIND_RUNTIME};
 
 struct State {
   std::mutex mu;  // guards records, windows, modules, census_error (CUPTI calls back on other threads)
@@ -84,6 +89,35 @@ inline std::string failed(CUptiResult r, const char* call) {
          ")";
 }
 
+// The callback ids of a domain whose names hold "Launch" (cuLaunchKernel, cuLaunchKernelEx, cuGraphLaunch,
+// cudaLaunchKernel, __cudaLaunchKernel, ... and their _ptsz forms), and the headers' main launch ids.
+inline std::set<CUpti_CallbackId> launch_ids(CUpti_CallbackDomain domain, uint32_t size,
+                                             std::initializer_list<CUpti_CallbackId> known) {
+  std::set<CUpti_CallbackId> ids(known);
+  for (uint32_t id = 1; id < size; ++id) {
+    const char* name = nullptr;
+    if (cuptiGetCallbackName(domain, id, &name) == CUPTI_SUCCESS && name &&
+        std::string(name).find("Launch") != std::string::npos)
+      ids.insert(id);
+  }
+  return ids;
+}
+
+// Whether an API activity record is a launch call's (its start stamp is kept for join_launches).
+inline bool is_launch(CUpti_ActivityKind kind, CUpti_CallbackId cbid) {
+  static const std::set<CUpti_CallbackId> driver = launch_ids(
+      CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE,
+      {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+       CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+       CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+       CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz});
+  static const std::set<CUpti_CallbackId> runtime = launch_ids(
+      CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE,
+      {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+       CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000});
+  return (kind == CUPTI_ACTIVITY_KIND_DRIVER ? driver : runtime).count(cbid) > 0;
+}
+
 inline void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
@@ -102,7 +136,8 @@ inline void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size
         got.push_back(kernel_record(k->start, k->end, k->name, k->correlationId));
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_DRIVER || rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
         const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
-        if (a->correlationId && a->start) launched.emplace_back(a->correlationId, a->start);
+        if (a->correlationId && a->start && is_launch(rec->kind, a->cbid))
+          launched.emplace_back(a->correlationId, a->start);
       } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
         got.push_back(copy_record(m->start, m->end));
@@ -144,39 +179,6 @@ inline void CUPTIAPI on_resource(void*, CUpti_CallbackDomain domain, CUpti_Callb
     std::lock_guard<std::mutex> lock(s.mu);
     s.census_error = ("unreadable CUPTI module record: " + std::string(exc.what())).substr(0, 300);
   }
-}
-
-// The driver (or runtime) API callback ids whose names hold "Launch" (cuLaunchKernel, cuLaunchKernelEx,
-// cuGraphLaunch, cudaLaunchKernel, __cudaLaunchKernel, ... and their _ptsz forms), found by name once.
-inline const std::vector<CUpti_CallbackId>& launch_cbids(CUpti_CallbackDomain domain) {
-  static const std::vector<CUpti_CallbackId> driver = [] {
-    std::vector<CUpti_CallbackId> ids;
-    for (uint32_t id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
-      const char* name = nullptr;
-      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name &&
-          std::string(name).find("Launch") != std::string::npos)
-        ids.push_back(id);
-    }
-    return ids;
-  }();
-  static const std::vector<CUpti_CallbackId> runtime = [] {
-    std::vector<CUpti_CallbackId> ids;
-    for (uint32_t id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
-      const char* name = nullptr;
-      if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, id, &name) == CUPTI_SUCCESS && name &&
-          std::string(name).find("Launch") != std::string::npos)
-        ids.push_back(id);
-    }
-    return ids;
-  }();
-  return domain == CUPTI_CB_DOMAIN_DRIVER_API ? driver : runtime;
-}
-
-// Turn the launch API calls' activity records on or off. Not fatal: a kernel without its launch record
-// keeps the stamp rules alone (launch_known says how many came back).
-inline void launch_records(bool on) {
-  for (CUpti_CallbackId id : launch_cbids(CUPTI_CB_DOMAIN_DRIVER_API)) cuptiActivityEnableDriverApi(id, on);
-  for (CUpti_CallbackId id : launch_cbids(CUPTI_CB_DOMAIN_RUNTIME_API)) cuptiActivityEnableRuntimeApi(id, on);
 }
 
 // Initialise CUPTI's profiler and name the device's chip (the SASS metrics' and the range profiler's
@@ -342,7 +344,6 @@ inline void begin() {
     std::string err = detail::failed(cuptiActivityEnable(kind), "cuptiActivityEnable");
     if (!err.empty() && s.enable_error.empty()) s.enable_error = err;
   }
-  detail::launch_records(true);
   s.enabled = true;
 }
 
@@ -377,7 +378,6 @@ inline std::string end_json(std::string* json) {
     auto nap = [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); };
     flushes = settle_flush(flush, seen, steady_ns, nap, detail::kSettleNs);
     for (CUpti_ActivityKind kind : detail::kKinds) cuptiActivityDisable(kind);
-    detail::launch_records(false);
     s.enabled = false;
     if (err.empty()) err = flushed;
   }
