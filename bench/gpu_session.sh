@@ -143,6 +143,11 @@ case "$stage" in
     timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_chunked.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn
     ;;
+  s42)
+    # twenty-third session: s41 again with the launch records taken from the driver and runtime API
+    # activity kinds, filtered to the launch calls as they are read (per-callback enabling gave none)
+    bash bench/gpu_session.sh s41 "$out"
+    ;;
   s41)
     # twenty-third session: kernel records joined to their launch API records by correlation id (a kernel
     # belongs to the window its launch lies in): the runner's CUPTI GPU test (every launch back), the
