@@ -18,7 +18,8 @@ task's FLOPs (GEMM 601, MHA forward 412, causal 206 GFLOP), far under the 50% th
 whose whole work a foreign kernel under names of its own could do unseen inside the skew. So a kernel
 also belongs to the window its launch lies in: the native runner collects the launch API calls'
 activity records (host stamps, on the windows' clock) and joins them to the kernel records by CUPTI's
-correlation id (``Record``, ``launch``; the runner's ``join_launches``). This worker collects none: its
+correlation id (``Record``, ``launch``; the runner's ``join_launches``; every launch came back on the
+H100: ``bench/results/gpu_tests_2026-12-06_s42_runner_h100.txt``). This worker collects none: its
 kernels keep the stamp rules alone. A module that defines the built module's kernel names is
 FOREIGN_KERNEL whenever it runs (``census.py``).
 

@@ -22,8 +22,10 @@ that file bounds it on the tensor cores.
 
 Cost: the mode adds a few microseconds of host time to each torch call of a reference (measured 4 us
 on a loaded 2-core CPU host). The attention references take a chunk of heads per step (a few dozen
-calls in all, not ~10 per head: their host time had outgrown their GPU work), so their GPU work hides
-it; references of tiny per-call work (GQA decode) pay it.
+calls in all, not ~10 per head), so their GPU work hides it: on the H100 the MHA forward's whole
+reference went from 94 to 79 ms and a sampled quarter from 27 to 25 ms, the rest being GPU work
+(``bench/results/verify_cost_2026-12-06_s40_chunked_h100.txt``); references of tiny per-call work (GQA
+decode) pay it.
 
 The marks come from a torch function mode on the calling thread (``Tf32WhereExact``); the fp32 matmul
 switch is global in torch, so each matmul sets it, dispatches and restores it under one process lock
