@@ -83,8 +83,8 @@ def test_the_launch_calls_are_told_from_other_api_calls_by_callback_id(tmp_path:
     """``is_launch``: the API records whose start stamps the runner keeps (CUPTI's names, no GPU needed).
 
     Launches: cuLaunchKernel (the headers' list), cuLaunchCooperativeKernelMultiDevice and the runtime's
-    __cudaLaunchKernel (CUDA 13's <<<>>>; found by name); not cuMemAlloc, cudaMalloc or cuLaunchHostFunc's
-    neighbours such as cuStreamSynchronize.
+    __cudaLaunchKernel (CUDA 13's <<<>>>; found by name); not cuMemAlloc, cuStreamSynchronize or
+    cudaMalloc.
     """
     cupti = find_cupti()
     if cupti is None:
