@@ -314,9 +314,9 @@ inline bool inside_any(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_
 // 0 in no window, 1 starting inside one, 2 a kernel running into the next one, 3 a kernel launched
 // inside one (and neither of those).
 inline int placement(const std::vector<std::pair<uint64_t, uint64_t>>& sorted_max_hi, const Record& r) {
-  if (inside_any(sorted_max_hi, r.start)) return 1;
-  if (r.name.empty()) return 0;
   auto it = std::upper_bound(sorted_max_hi.begin(), sorted_max_hi.end(), std::make_pair(r.start, UINT64_MAX));
+  if (it != sorted_max_hi.begin() && std::prev(it)->second >= r.start) return 1;
+  if (r.name.empty()) return 0;
   if (it != sorted_max_hi.end() && run_in(it->first) <= r.end) return 2;
   return r.launch && inside_any(sorted_max_hi, r.launch) ? 3 : 0;
 }

@@ -365,20 +365,20 @@ def placements(records: list[Record], windows: list[tuple[int, int, int]]) -> li
         top = max(top, hi)
         reach.append(top)  # the furthest end among windows starting at or before this one
 
-    def inside(t: int) -> bool:
-        at = bisect.bisect_right(los, t)  # the windows starting at or before t: [0, at)
-        return at > 0 and reach[at - 1] >= t
+    def inside(t: int, at: int) -> bool:
+        return at > 0 and reach[at - 1] >= t  # at: the windows starting at or before t, [0, at)
 
     def placed(r: Record) -> int:
         start, end, name = r[0], r[1], r[2]
-        if inside(start):
+        at = bisect.bisect_right(los, start)
+        if inside(start, at):
             return 1
         if not name:
             return 0
-        at = bisect.bisect_right(los, start)
         if at < len(los) and run_in(los[at]) <= end:
             return 2  # a kernel running into the next window
-        return 3 if launch(r) and inside(launch(r)) else 0
+        t = launch(r)
+        return 3 if t and inside(t, bisect.bisect_right(los, t)) else 0
 
     return [placed(r) for r in records]
 
