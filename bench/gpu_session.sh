@@ -47,7 +47,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -144,6 +144,13 @@ case "$stage" in
     timeout 150 bash bench/gpu_tests.sh "$out/reference_tests" --timeout 140 -q -s \
       tests/evaluation/test_reference_precision.py tests/evaluation/test_sampled_checks.py
     timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_chunked.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn
+    ;;
+  s44)
+    # twenty-fourth session, first lent machine: s41 (runner tests, experts, one 16-env pass), then the
+    # experts' GPU cost (s40's gpu_cost part)
+    bash bench/gpu_session.sh s41 "$out"
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost.txt" \
       --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn
     ;;
   s42)
