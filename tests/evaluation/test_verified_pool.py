@@ -16,6 +16,7 @@ from inprocess_worker import ByReference, SignedOutputMemory, run_in_session  # 
 import ptxgym.evaluation.trusted.arena as arena_module  # noqa: E402
 import ptxgym.evaluation.trusted.verified_pool as verified_pool  # noqa: E402
 from ptxgym.evaluation.protocol import SandboxLayer, SandboxReport  # noqa: E402
+from ptxgym.evaluation.trusted import fused_inputs  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
 from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
 from ptxgym.evaluation.trusted.inputs import load_reference, run_reference  # noqa: E402
@@ -203,7 +204,7 @@ def prepare_ops(arena: Arena, index: int, entry) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("name", ["gemm", "mha_fwd"])
-def test_a_verified_pool_call_is_prepared_with_the_same_work_as_any_timed_call(tmp_path, name):
+def test_a_verified_pool_call_is_prepared_with_the_same_work_as_any_timed_call(tmp_path, name, monkeypatch):
     """The gap before a call must not tell a verified one: a pool entry takes the draw's place, no less.
 
     (Before: the entry was copied in without a draw, 0.6 of the MHA forward's 1.7 ms per call.)
@@ -211,10 +212,22 @@ def test_a_verified_pool_call_is_prepared_with_the_same_work_as_any_timed_call(t
     arena = Arena(task_of(name), [1, 2, 3], "cpu", tmp_path, pool_size=2)
     entry = arena.pool.entries[None][0]
     arena.prepare(0, torch.Generator().manual_seed(1), fresh=True)  # a timed call's values to retire
+    fills: list[tuple] = []
+    real_fill = fused_inputs.fill
+
+    def spy(shared, source, signs, keys, index, use_source):
+        fills.append((shared.shape, shared.dtype, source.shape, source.dtype, signs.numel(), index))
+        return real_fill(shared, source, signs, keys, index, use_source)
+
+    monkeypatch.setattr(fused_inputs, "fill", spy)
     drawn = prepare_ops(arena, 0, None)
+    drawn_fills, fills[:] = list(fills), []
     pooled = prepare_ops(arena, 0, entry)
-    assert any("normal" in op or "randn" in op for op, _ in drawn)
     assert pooled == drawn
+    if arena.fused.startswith("on"):  # the interpreter (fused_checks.py): one kernel per input, either way
+        assert len(drawn_fills) == len(arena.fresh) and fills == drawn_fills
+    else:
+        assert any("normal" in op or "randn" in op for op, _ in drawn) and not fills
     assert torch.equal(arena.sets[0].shared_in[arena.fresh[0]], arena.expected_inputs(0)[arena.fresh[0]])
 
 
@@ -362,6 +375,7 @@ def test_a_pool_that_cannot_be_allocated_leaves_the_path_without_one_with_the_re
     assert session.pool_record() == {
         "arena": arena.pool.describe(),
         "sampling": arena.sampling,
+        "fused_inputs": arena.fused,
         "session": f"new draws: {arena.pool.describe()}",
         "whole_checks": 0,  # the Arena default checks every call whole (no sampled.py)
     }

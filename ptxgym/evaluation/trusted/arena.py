@@ -78,7 +78,7 @@ from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, compare_output, outcome, poison_, same_bits
 from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg, VmmBlob, VmmRun
-from ptxgym.evaluation.trusted import sampled
+from ptxgym.evaluation.trusted import fused_inputs, sampled
 from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout, vmm_layout
 from ptxgym.evaluation.trusted.inputs import (
     draw_fresh,
@@ -168,13 +168,15 @@ class Arena:
         pool_reserve: int = 0,
         pool_max_uses: int = 0,
         sample_share: float = 1.0,
+        fused: bool = True,
     ) -> None:
         """Build the blob, the seeded sets and their references, and the verified pool.
 
         ``pool_size``: entries of the verified pool per key (``verified_pool.py``; 0: no pool), built
         only if ``pool_reserve`` device bytes stay free; each renewed after ``pool_max_uses`` sessions.
         ``sample_share``: of the task's independent indices, what a verified call on a new draw checks
-        (``sampled.py``; 1: the whole reference).
+        (``sampled.py``; 1: the whole reference). ``fused``: prepare timed calls' fresh values and check
+        the inputs with one Triton kernel each where it can (``fused_inputs.py``; ``self.fused`` says).
         """
         import torch
 
@@ -219,6 +221,10 @@ class Arena:
             """Whether verified calls on new draws are checked on a sample, and why not (``sampled.py``)."""
             self.sampled_checks = 0
             """Verified calls checked on a sample so far."""
+            self._fill: dict[str, int | None] | None = None
+            """Per fresh input, the sign group ``fused_inputs.fill`` applies (None: the torch path)."""
+            self.fused = self._plan_fused(fused)
+            """Whether timed calls' inputs are prepared and checked by ``fused_inputs``, and why not."""
             self._pool_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
             t = time.perf_counter()
             self.pool: VerifiedPool = build_pool(
@@ -355,6 +361,49 @@ class Arena:
             state=self.perturb.identity(self.device),
         )
 
+    def _plan_fused(self, wanted: bool) -> str:
+        """Use ``fused_inputs`` for every fresh input if it can prepare each; compile its kernels now."""
+        import torch
+
+        if not wanted:
+            return "off: EvalSettings.fused_inputs is off"
+        if not self.fresh:
+            return "off: no input is redrawn for timed calls"
+        plan: dict[str, int | None] = {}
+        for name in self.fresh:
+            groups = [i for i, g in enumerate(self.perturb.groups) if name in g.inputs]
+            axes = self.task.definition.inputs[name].shape or []
+            lead: int | None = 0
+            if len(groups) > 1:
+                lead = None
+            elif groups:
+                g = self.perturb.groups[groups[0]]
+                lead = len(g.axes) if tuple(axes[: len(g.axes)]) == g.axes else None
+            why = fused_inputs.why_not(self.sets[0].shared_in[name], lead)
+            if why:
+                return f"off: {name}: {why}"
+            plan[name] = groups[0] if groups else None
+        self._one = torch.ones(1, dtype=torch.float32, device=self.device)
+        self._flag = fused_inputs.flag(self.device)
+        try:  # compiled (or loaded from Triton's cache) here, not in a candidate's first timed call
+            keys = fused_inputs.seeds(torch.Generator(device=self.device).manual_seed(0), 1, self.device)
+            for name in self.fresh:
+                small = torch.zeros(8, dtype=self.sets[0].shared_in[name].dtype, device=self.device)
+                fused_inputs.fill(small, small.clone(), self._one, keys, 0, False)
+                fused_inputs.differ(small, small.clone(), self._flag)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Exception as exc:  # noqa: BLE001 - a kernel that cannot build or run: the torch path
+            return f"off: the kernels failed: {type(exc).__name__}: {exc}"[:500]
+        self._fill = plan
+        return "on: one Triton pass per fresh input (draw, signs, both copies) and per input check"
+
+    def _same(self, a, b) -> bool:
+        """``compare.same_bits``, by ``fused_inputs.differ`` where the kernels are in use."""
+        if self._fill is not None:
+            return not fused_inputs.differ(a, b, self._flag)
+        return same_bits(a, b)
+
     def _test_sampling(self, share: float) -> str:
         """Turn sampled checks on if the reference on a sample matches that sample of a whole reference."""
         axes = ", ".join(self.task.independent_axes)
@@ -484,22 +533,41 @@ class Arena:
             # The same GPU work before every timed call, pool entry or not (a draw, the set's signs on
             # the redrawn inputs of a sign group, a copy): a shorter preparation would tell the
             # candidate, from the gap before its call, that this call will be verified.
-            drawn = draw_fresh(self.task, self.fresh, generator, self.device)
-            source = entry.fresh if entry is not None else drawn
-            kept = tuple(n for n in self.perturb.changed_inputs if n not in self.fresh)
-            s.fresh = self.perturb.expected_inputs(source, s.state, skip=kept)
+            if self._fill is not None:
+                s.fresh = self._fill_fresh(s, generator, entry)
+            else:
+                drawn = draw_fresh(self.task, self.fresh, generator, self.device)
+                source = entry.fresh if entry is not None else drawn
+                kept = tuple(n for n in self.perturb.changed_inputs if n not in self.fresh)
+                s.fresh = self.perturb.expected_inputs(source, s.state, skip=kept)
+                for name, value in s.fresh.items():
+                    s.shared_in[name].copy_(value)
             s.pool_reference = entry.reference if entry is not None else None
-            for name, value in s.fresh.items():
-                s.shared_in[name].copy_(value)
         for out in s.shared_out.values():
             poison_(out)
+
+    def _fill_fresh(self, s: InputSet, generator, entry: PoolEntry | None) -> dict[str, Any]:
+        """``prepare``'s fresh values by ``fused_inputs.fill``: the same kernel work, entry or not.
+
+        The entry's values or a new draw, times the set's signs, into the shared buffers and a private
+        copy; without an entry the kernel reads the set's seeded values of the input as its discarded
+        source, so that a verified call's preparation takes as long as any other's.
+        """
+        assert self._fill is not None
+        keys = fused_inputs.seeds(generator, len(self._fill), self.device)
+        fresh = {}
+        for k, (name, group) in enumerate(self._fill.items()):
+            signs = s.state[group].reshape(-1) if group is not None else self._one
+            source = entry.fresh[name] if entry is not None else s.base_in[name]
+            fresh[name] = fused_inputs.fill(s.shared_in[name], source, signs, keys, k, entry is not None)
+        return fresh
 
     def _retire_fresh(self, s: InputSet, rewrite: bool) -> None:
         """Forget a set's fresh values, noting any the candidate overwrote; ``rewrite``: back to seeded."""
         if s.fresh is None:
             return
         if not s.inputs_checked:
-            self._mutated.update(n for n, v in s.fresh.items() if not same_bits(s.shared_in[n], v))
+            self._mutated.update(n for n, v in s.fresh.items() if not self._same(s.shared_in[n], v))
         s.fresh, s.fresh_reference, s.pool_reference, s.inputs_checked = None, None, None, False
         if rewrite:
             others = tuple(n for n in s.base_in if n not in self.fresh)
@@ -587,7 +655,7 @@ class Arena:
         """
         s = self.sets[index]
         want = self.expected_inputs(index)
-        self._mutated.update(n for n, t in s.shared_in.items() if not same_bits(t, want[n]))
+        self._mutated.update(n for n, t in s.shared_in.items() if not self._same(t, want[n]))
         s.inputs_checked = s.fresh is not None
         if not keep:
             return None

@@ -104,6 +104,14 @@ class EvalSettings(BaseModel):
         "correctness calls and pool entries are checked whole (``sampled.py``). 1: the whole reference "
         "(H100, MHA forward 4x48x4096x128: its 6 such calls per evaluation took 0.63 s).",
     )
+    fused_inputs: bool = Field(
+        True,
+        description="Prepare each timed call's fresh values (draw, signs, shared and private copies) and "
+        "compare the inputs after it with one Triton kernel per input where the arena can "
+        "(``fused_inputs.py``; a CUDA arena with float inputs); off, or where it cannot, the torch ops "
+        "(H100, MHA forward: 2.2 ms a call for a new draw, "
+        "bench/results/verify_cost_2026-12-06_s40_chunked_h100.txt).",
+    )
     verified_pool: int | None = Field(
         None,
         ge=0,

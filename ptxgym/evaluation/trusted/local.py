@@ -603,6 +603,7 @@ class LocalGpuEvaluator(Evaluator):
                 pool_reserve=self.settings.pool_reserve_bytes,
                 pool_max_uses=self.settings.verified_pool_uses,
                 sample_share=self.settings.verify_sample_share,
+                fused=self.settings.fused_inputs,
             )
 
         try:

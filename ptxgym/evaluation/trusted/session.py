@@ -369,7 +369,11 @@ class Session:
 
     def pool_record(self) -> dict:
         """How this session's verified calls were served, for a verdict's ``details["verified_pool"]``."""
-        record: dict = {"arena": self.arena.pool.describe(), "sampling": self.arena.sampling}
+        record: dict = {
+            "arena": self.arena.pool.describe(),
+            "sampling": self.arena.sampling,
+            "fused_inputs": self.arena.fused,
+        }
         if self.draws is None:
             record["session"] = f"new draws: {self.pool_off}"
         else:

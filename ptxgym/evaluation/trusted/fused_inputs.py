@@ -1,0 +1,153 @@
+"""A timed call's input preparation in one GPU pass per input, and the input check in one more (Triton).
+
+Every timed call of a trial, warm-up included, gets fresh values (``arena.py``): with torch ops that is
+a draw (``torch.randn`` into a new tensor), the set's signs on the redrawn inputs of a sign group (a
+second tensor), a copy into the shared buffers, and after the call a comparison of the shared buffers
+with the private copy (``compare.same_bits``: an 8-byte equality map, then its reduction). On the H100 a
+new draw of the MHA forward's 604 MB of Q, K and V cost 2.2 ms a call (``verify_cost``, s40), about as
+long as the expert kernel's 2.5 ms, paid on all 193 calls of an evaluation.
+
+``fill`` does the draw, the signs and both writes in one kernel: each element is a standard normal from
+a counter-based generator (Philox, ``tl.randn4x``) keyed by a secret seed drawn from the session's
+generator for each call and input, or the pool entry's value (``source``), times its sign, stored in the
+input's dtype into the private tensor and into the shared buffer: 6 bytes moved per bf16 element where
+the torch path moves about 14. A verified call's preparation must not be shorter or longer than any
+other's (the candidate could time the gap before its call, ``arena.py``), so the kernel does the same
+work either way: it always reads a source of the input's size (the pool entry, else the set's seeded
+values, read and discarded) and always draws; ``use_source`` is a run-time argument that Triton may not
+specialise on, so one compiled kernel serves both.
+
+``differ`` compares two tensors' bits (as 8-byte words where the view allows, else bytes) in one pass,
+each program adding 1 to a flag only where its block differs; one host read of the flag ends it.
+
+Both run only where they can (``why_not``): a CUDA device (or Triton's interpreter), Triton importable,
+a float input of 16 or 32 bits, contiguous, at most 2^31 elements, and a sign group over the input's
+leading axes (GEMM A and B, the attention V and dO). Elsewhere the arena keeps the torch path, and says
+why (``Arena.fused``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+
+FILL_BLOCK = 1024
+"""Elements per quarter of a ``fill`` program (each Philox call yields four normals)."""
+DIFFER_BLOCK = 4096
+"""Words per ``differ`` program."""
+MAX_ELEMENTS = (1 << 31) - 4 * FILL_BLOCK
+"""Program offsets are 32-bit."""
+FLOAT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def _on(tensor):
+    """The tensor's CUDA device made current for a launch (Triton launches on the current device)."""
+    import torch
+
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
+
+
+def _kernels():
+    """The Triton kernels' module (imported on first use: ``import ptxgym`` needs no Triton)."""
+    from ptxgym.evaluation.trusted import fused_kernels
+
+    return fused_kernels
+
+
+@functools.cache
+def triton_missing() -> str:
+    """Why Triton cannot run here ("" when it can)."""
+    try:
+        import triton  # noqa: F401 - only whether it imports
+        import triton.language  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means the torch path
+        return f"Triton does not import: {type(exc).__name__}: {exc}"[:300]
+    return ""
+
+
+def interpreted() -> bool:
+    """Whether Triton runs its kernels in its interpreter (``TRITON_INTERPRET=1``: on CPU tensors too).
+
+    The CPU tests use it to run the arena's fused path where no GPU is (``tests/evaluation``).
+    """
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def why_not(tensor, sign_lead: int | None) -> str:
+    """Why ``fill`` cannot prepare this input ("" when it can).
+
+    ``sign_lead``: how many leading axes the input's sign group spans (0: no group; None: a group that
+    does not lead the input's axes, or more than one group).
+    """
+    if tensor.device.type != "cuda" and not interpreted():
+        return f"the arena is on {tensor.device}, not a CUDA device"
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype not in FLOAT_DTYPES:
+        return f"an input of dtype {dtype} (the kernel draws {', '.join(FLOAT_DTYPES)})"
+    if not tensor.is_contiguous():
+        return "an input that is not contiguous"
+    if tensor.numel() > MAX_ELEMENTS:
+        return f"an input of {tensor.numel()} elements (at most {MAX_ELEMENTS})"
+    if sign_lead is None:
+        return "a sign group that does not lead the input's axes"
+    return triton_missing()
+
+
+def seeds(generator, count: int, device):
+    """``count`` secret Philox keys from the session's generator, on the device (no host sync)."""
+    import torch
+
+    return torch.randint(0, 1 << 62, (count,), generator=generator, device=device, dtype=torch.int64)
+
+
+def fill(shared, source, signs, keys, index: int, use_source: bool):
+    """Fresh values for ``shared`` (written in place) and their private copy (returned).
+
+    ``source``: a tensor of ``shared``'s shape and dtype, read whatever ``use_source`` says (the pool
+    entry's values to use, or any values to read and discard). ``signs``: float32, one per index of the
+    input's leading sign axes (flattened), or a single 1.0. ``keys[index]``: the Philox key.
+    """
+    import torch
+    import triton
+
+    private = torch.empty_like(shared)
+    n = shared.numel()
+    inner = max(1, n // signs.numel())
+    grid = (triton.cdiv(n, 4 * FILL_BLOCK),)
+    with _on(shared):
+        _kernels().fill_kernel[grid](
+            private, shared, source, signs, keys, index, n, inner, int(use_source), BLOCK=FILL_BLOCK
+        )
+    return private
+
+
+def flag(device):
+    """The counter ``differ`` adds to (one per arena: allocated once, not within a trial)."""
+    import torch
+
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
+def differ(a, b, counter) -> bool:
+    """Whether two tensors of one shape and dtype hold different bits (one pass, one host read).
+
+    ``counter``: a ``flag`` on their device, zeroed here.
+    """
+    import torch
+    import triton
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return True
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    try:
+        x, y = flat_a.view(torch.int64), flat_b.view(torch.int64)
+    except RuntimeError:  # a size or storage offset the 8-byte view refuses
+        x, y = flat_a.view(torch.uint8), flat_b.view(torch.uint8)
+    n = x.numel()
+    if n == 0:
+        return False
+    counter.zero_()
+    with _on(a):
+        _kernels().differ_kernel[(triton.cdiv(n, DIFFER_BLOCK),)](x, y, counter, n, BLOCK=DIFFER_BLOCK)
+    return bool(counter.item())

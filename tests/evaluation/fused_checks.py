@@ -1,0 +1,153 @@
+"""Checks of ``fused_inputs`` run in Triton's interpreter on CPU tensors (``test_fused_inputs.py``).
+
+Each ``check_*`` raises AssertionError on a failure; ``python fused_checks.py NAME [cuda]`` runs one (or
+``all``), on CPU tensors in the interpreter or, with ``cuda``, on the GPU with the compiled kernels. The
+interpreter must be on before Triton's kernels are defined, so they run in a child process with
+``TRITON_INTERPRET=1`` (the test sets it), never in the pytest process.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ptxgym.evaluation.trusted import fused_inputs
+
+DEVICE = "cpu"
+"""Where the checks run (``cuda``: the compiled kernels on GPU 0)."""
+SHAPE = (4, 6, 37, 11)
+"""Leading sign axes (4, 6), 407 elements under each sign, 9768 in all: not a whole number of programs."""
+
+
+def _signs(seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2, SHAPE[:2], generator=g).float().mul_(2).sub_(1).reshape(-1).to(DEVICE)
+
+
+def _keys(*values: int) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=DEVICE)
+
+
+def _fill(dtype, keys, index=0, signs=None, source=None):
+    shared = torch.full(SHAPE, 7.0, dtype=dtype, device=DEVICE)
+    use = source is not None
+    src = source if use else torch.zeros(SHAPE, dtype=dtype, device=DEVICE)
+    one = torch.ones(1, device=DEVICE)
+    private = fused_inputs.fill(shared, src, one if signs is None else signs, keys, index, use)
+    return private, shared
+
+
+def check_draw() -> None:
+    """A standard normal per element, the same in both copies; a key gives the same draw, another not."""
+    assert fused_inputs.interpreted() == (DEVICE == "cpu")
+    assert fused_inputs.why_not(torch.zeros(4, device=DEVICE), 0) == ""
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        keys = _keys(11, 12)
+        private, shared = _fill(dtype, keys)
+        assert private.dtype == dtype and private.shape == SHAPE
+        assert torch.equal(private.view(-1).view(torch.uint8), shared.view(-1).view(torch.uint8))
+        x = private.float()
+        assert abs(x.mean().item()) < 0.05 and abs(x.std().item() - 1) < 0.05, (x.mean(), x.std())
+        assert (x == 7.0).sum() < 3, "the shared buffer's old values were left"
+        again, _ = _fill(dtype, keys)
+        assert torch.equal(again, private), "one key, one draw"
+        other, _ = _fill(dtype, keys, index=1)
+        assert (other != private).float().mean() > 0.99, "another key, another draw"
+        tail = x.view(-1)[-100:]
+        assert tail.std() > 0.5, "the last program's masked tail was drawn too"
+
+
+def check_signs() -> None:
+    """The signs of the leading axes multiply the draw exactly (sign flips commute with rounding)."""
+    signs = _signs(3)
+    assert (signs < 0).any() and (signs > 0).any()
+    for dtype in (torch.bfloat16, torch.float32):
+        keys = _keys(5)
+        plain, _ = _fill(dtype, keys)
+        signed, shared = _fill(dtype, keys, signs=signs)
+        want = plain * signs.reshape(*SHAPE[:2], 1, 1).to(dtype)
+        assert torch.equal(signed, want) and torch.equal(shared, want)
+
+
+def check_source() -> None:
+    """With ``use_source`` the source's values times the signs, bit for bit, and no draw among them."""
+    signs = _signs(4)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        source = torch.randn(SHAPE, generator=torch.Generator().manual_seed(9)).to(dtype).to(DEVICE)
+        private, shared = _fill(dtype, _keys(8), signs=signs, source=source)
+        want = source * signs.reshape(*SHAPE[:2], 1, 1).to(dtype)
+        assert torch.equal(private, want) and torch.equal(shared, want)
+
+
+def check_differ() -> None:
+    """Any changed bit is found, in 8-byte words and in bytes (a tail the word view refuses)."""
+    a = torch.randn(9768).to(torch.bfloat16).to(DEVICE)
+    flag = fused_inputs.flag(DEVICE)
+    assert not fused_inputs.differ(a, a.clone(), flag)
+    for where in (0, 4000, 9767):
+        b = a.clone()
+        b[where] = -b[where]
+        assert fused_inputs.differ(a, b, flag), where
+    z = torch.zeros(64, dtype=torch.float32, device=DEVICE)
+    minus = z.clone()
+    minus[63] = -0.0
+    assert fused_inputs.differ(z, minus, flag), "-0.0 over 0.0 is a write"
+    odd = torch.randn(3).to(torch.bfloat16).to(DEVICE)  # 6 bytes: no 8-byte view
+    assert not fused_inputs.differ(odd, odd.clone(), flag)
+    changed = odd.clone()
+    changed[2] += 1
+    assert fused_inputs.differ(odd, changed, flag)
+    assert fused_inputs.differ(a, a[:-1].clone(), flag), "another shape differs"
+    assert not fused_inputs.differ(a[:0], a[:0].clone(), flag)
+
+
+def check_arena() -> None:
+    """The arena's fused path: the shared buffers equal the private copy.
+
+    A pool entry comes through times the set's signs as in the torch path, and a write into the inputs
+    is found by the fused comparison.
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    from evaltest_helpers import tiny_task
+
+    from ptxgym.evaluation.trusted.arena import Arena
+
+    task = tiny_task("MhaFwd-sm90a", B=2, H=3, S=16, D=8)
+    with tempfile.TemporaryDirectory() as scratch:
+        arena = Arena(task, [1, 2, 3], 0 if DEVICE == "cuda" else "cpu", Path(scratch), pool_size=2)
+        assert arena.fused.startswith("on:"), arena.fused
+        assert set(arena.fresh) == {"Q", "K", "V"} and arena.pool.active
+        gen = torch.Generator(device=arena.device).manual_seed(1)
+        arena.prepare(0, gen, perturb=True, fresh=False)  # a correctness call: the set's signs change
+        s = arena.sets[0]
+        assert any((x < 0).any() for x in s.state), "the set has signs to apply"
+        entry = arena.pool.entries[None][0]
+        arena.prepare(0, gen, fresh=True, entry=entry)
+        want = arena.perturb.expected_inputs(entry.fresh, s.state)
+        for name in ("Q", "K", "V"):
+            assert torch.equal(s.fresh[name], want[name]), name
+            assert torch.equal(s.shared_in[name], want[name]), name
+        assert s.pool_reference is entry.reference
+        arena.prepare(0, gen, fresh=True)
+        for name in ("Q", "K", "V"):
+            assert torch.equal(s.shared_in[name], s.fresh[name]) and not torch.equal(
+                s.fresh[name], want[name]
+            )
+        assert arena.mutated_inputs() == []
+        kept = s.shared_in["K"].view(-1)[5].clone()
+        s.shared_in["K"].view(-1)[5] += 1  # the candidate writes into an input
+        arena.hold(0, False, {})  # the check right after the call (the fused comparison)
+        s.shared_in["K"].view(-1)[5] = kept  # and puts it back before the next one
+        assert arena.mutated_inputs() == ["K"], arena.mutated_inputs()
+        arena.close()
+
+
+if __name__ == "__main__":
+    DEVICE = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    names = [n.removeprefix("check_") for n in list(globals()) if n.startswith("check_")]
+    for name in names if sys.argv[1] == "all" else [sys.argv[1]]:
+        globals()[f"check_{name}"]()
+    print("passed")
