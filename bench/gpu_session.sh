@@ -47,7 +47,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s46, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -150,14 +150,21 @@ case "$stage" in
     # twenty-fourth session: a timed call's fresh values and input check by one Triton kernel per input
     # (fused_inputs.py): the kernels on the GPU, the preparation's cost on both paths (a pool entry's
     # beside a new draw's), the GPU tests of the fresh values and the pool (allocator, held checks), the
-    # verify pieces, then the experts' GPU cost
+    # experts' GPU cost on both paths side by side, then the verify pieces
     timeout 100 bash bench/gpu_tests.sh "$out/fused_tests" --timeout 90 -q \
       tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
     timeout 100 python3 bench/prepare_cost.py --tasks Gemm-sm90a MhaFwd-sm90a --out "$out/prepare_cost.txt"
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" \
+      --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
+      --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
     timeout 80 python3 bench/verify_cost.py --tasks MhaFwd-sm90a Gemm-sm90a --out "$out/verify_cost.txt"
-    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost.txt" \
-      --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn
+    ;;
+  s46)
+    # twenty-fourth session: the verified pool's GPU tests on the fused path (allocator, held checks),
+    # then s41 (runner tests, experts, one 16-env pass)
     timeout 120 bash bench/gpu_tests.sh "$out/pool_tests" --timeout 110 -q tests/evaluation/test_verified_pool.py
+    bash bench/gpu_session.sh s41 "$out"
     ;;
   s44)
     # twenty-fourth session, first lent machine: s41 (runner tests, experts, one 16-env pass), then the
