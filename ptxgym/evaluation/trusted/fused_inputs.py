@@ -23,7 +23,10 @@ each program adding 1 to a flag only where its block differs; one host read of t
 Both run only where they can (``why_not``): a CUDA device (or Triton's interpreter), Triton importable,
 a float input of 16 or 32 bits, contiguous, at most 2^31 elements, and a sign group over the input's
 leading axes (GEMM A and B, the attention V and dO). Elsewhere the arena keeps the torch path, and says
-why (``Arena.fused``).
+why (``Arena.fused``). The kernels are compiled in the trusted process when its first arena is built
+(``Arena._plan_fused``), or loaded from Triton's cache, which no candidate can write: the jails confine
+a candidate's writes to its scratch directory (``sandboxed/sandbox.py``, the runner's ``confine.h``), as
+they must for the package's own files.
 """
 
 from __future__ import annotations
