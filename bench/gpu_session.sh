@@ -150,7 +150,7 @@ case "$stage" in
     # twenty-fourth session: a timed call's fresh values and input check by one Triton kernel per input
     # (fused_inputs.py): the kernels on the GPU, the preparation's cost on both paths (a pool entry's
     # beside a new draw's), the GPU tests of the fresh values and the pool (allocator, held checks), the
-    # experts' GPU cost on both paths side by side, then the verify pieces
+    # experts' GPU cost on both paths side by side
     timeout 100 bash bench/gpu_tests.sh "$out/fused_tests" --timeout 90 -q \
       tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
     timeout 100 python3 bench/prepare_cost.py --tasks Gemm-sm90a MhaFwd-sm90a --out "$out/prepare_cost.txt"
@@ -158,7 +158,6 @@ case "$stage" in
       --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
     timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
-    timeout 80 python3 bench/verify_cost.py --tasks MhaFwd-sm90a Gemm-sm90a --out "$out/verify_cost.txt"
     ;;
   s46)
     # twenty-fourth session: the verified pool's GPU tests on the fused path (allocator, held checks),
