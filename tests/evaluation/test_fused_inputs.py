@@ -63,3 +63,14 @@ def test_a_cpu_arena_keeps_the_torch_path_and_says_why(tmp_path, monkeypatch):
     assert arena.fused == "off: A: the arena is on cpu, not a CUDA device"
     off = Arena(task, [1], "cpu", tmp_path, fused=False)
     assert off.fused == "off: EvalSettings.fused_inputs is off"
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_evaluator_builds_its_arenas_with_the_setting(tmp_path, monkeypatch, fused):
+    from test_baseline_path import SETTINGS, Workers, cpu_evaluator, gemm_task
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    settings = SETTINGS.model_copy(update={"fused_inputs": fused})
+    arena = cpu_evaluator(tmp_path, Workers(tmp_path), settings)._arena(gemm_task())
+    want = "off: A: the arena is on cpu" if fused else "off: EvalSettings.fused_inputs is off"
+    assert arena.fused.startswith(want)
