@@ -47,7 +47,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s46, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -158,6 +158,15 @@ case "$stage" in
       --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
     timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects gemm_expert mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s45b)
+    # s45 cut to fit a short device budget: the kernels on the GPU, then the MHA forward expert's GPU cost
+    # on both paths side by side (3 turns each)
+    timeout 100 bash bench/gpu_tests.sh "$out/fused_tests" --timeout 90 -q tests/evaluation/test_fused_inputs.py
+    timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
+      --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     ;;
   s46)
     # twenty-fourth session: the verified pool's GPU tests on the fused path (allocator, held checks),
