@@ -47,7 +47,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -167,6 +167,12 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s47)
+    # twenty-fourth session, after s45 (the fused path no cheaper, now off by default): the kernels on the
+    # GPU (opt-in path), the fresh values' GPU test with its hold fixed, the pool's GPU tests (default path)
+    timeout 200 bash bench/gpu_tests.sh "$out/tests" --timeout 190 -q tests/evaluation/test_fused_inputs.py \
+      tests/evaluation/test_fresh_values.py tests/evaluation/test_verified_pool.py
     ;;
   s46)
     # twenty-fourth session: the verified pool's GPU tests on the fused path (allocator, held checks),

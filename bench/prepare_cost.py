@@ -53,7 +53,7 @@ def measure(task_id: str, repeats: int) -> list[str]:
 
     task = get_task(task_id)
     with tempfile.TemporaryDirectory() as scratch:
-        arena = Arena(task, [1], 0, Path(scratch))
+        arena = Arena(task, [1], 0, Path(scratch), fused=True)
         try:
             gen = torch.Generator(device=arena.device).manual_seed(7)
             s = arena.sets[0]

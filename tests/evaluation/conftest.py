@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,3 +23,21 @@ def fake_worker_argv():
         return [sys.executable, str(FAKE_WORKER), "--mode", mode, *extra]
 
     return _argv
+
+
+@pytest.fixture(autouse=True)
+def _fused_arenas_under_the_interpreter(monkeypatch):
+    """Under Triton's interpreter every arena a test builds takes the fused path unless it says otherwise.
+
+    ``test_fused_inputs.py`` plays the fresh-value and pool tests again that way.
+    """
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    from ptxgym.evaluation.trusted.arena import Arena
+
+    real = Arena.__init__
+
+    def init(self, *args, fused: bool = True, **kwargs) -> None:
+        real(self, *args, fused=fused, **kwargs)
+
+    monkeypatch.setattr(Arena, "__init__", init)

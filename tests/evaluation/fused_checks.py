@@ -117,7 +117,8 @@ def check_arena() -> None:
 
     task = tiny_task("MhaFwd-sm90a", B=2, H=3, S=16, D=8)
     with tempfile.TemporaryDirectory() as scratch:
-        arena = Arena(task, [1, 2, 3], 0 if DEVICE == "cuda" else "cpu", Path(scratch), pool_size=2)
+        device = 0 if DEVICE == "cuda" else "cpu"
+        arena = Arena(task, [1, 2, 3], device, Path(scratch), pool_size=2, fused=True)
         assert arena.fused.startswith("on:"), arena.fused
         assert set(arena.fresh) == {"Q", "K", "V"} and arena.pool.active
         gen = torch.Generator(device=arena.device).manual_seed(1)

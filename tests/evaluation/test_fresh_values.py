@@ -310,9 +310,9 @@ def test_held_calls_do_not_grow_the_allocator_within_a_trial(tmp_path, monkeypat
     reserved: list[int] = []
     real = Arena.hold
 
-    def hold(self, index, keep, outputs):
+    def hold(self, index, keep, outputs, whole=False):
         reserved.append(torch.cuda.memory_reserved())
-        return real(self, index, keep, outputs)
+        return real(self, index, keep, outputs, whole=whole)
 
     monkeypatch.setattr(Arena, "hold", hold)
     result, _ = run_in_session(Honest(), arena, SETTINGS, tmp_path)

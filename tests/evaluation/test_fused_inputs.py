@@ -59,9 +59,9 @@ def test_the_fresh_value_attacks_and_the_pool_through_the_fused_path():
 def test_a_cpu_arena_keeps_the_torch_path_and_says_why(tmp_path, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     task = tiny_task("Gemm-sm90a", M=64, N=48, K=32)
-    arena = Arena(task, [1], "cpu", tmp_path)
+    arena = Arena(task, [1], "cpu", tmp_path, fused=True)
     assert arena.fused == "off: A: the arena is on cpu, not a CUDA device"
-    off = Arena(task, [1], "cpu", tmp_path, fused=False)
+    off = Arena(task, [1], "cpu", tmp_path)  # the default, as EvalSettings'
     assert off.fused == "off: EvalSettings.fused_inputs is off"
 
 

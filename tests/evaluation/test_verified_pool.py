@@ -224,6 +224,7 @@ def test_a_verified_pool_call_is_prepared_with_the_same_work_as_any_timed_call(t
     drawn_fills, fills[:] = list(fills), []
     pooled = prepare_ops(arena, 0, entry)
     assert pooled == drawn
+    assert arena.fused.startswith("on") == fused_inputs.interpreted()  # conftest: fused there
     if arena.fused.startswith("on"):  # the interpreter (fused_checks.py): one kernel per input, either way
         assert len(drawn_fills) == len(arena.fresh) and fills == drawn_fills
     else:

@@ -169,7 +169,7 @@ class Arena:
         pool_reserve: int = 0,
         pool_max_uses: int = 0,
         sample_share: float = 1.0,
-        fused: bool = True,
+        fused: bool = False,
     ) -> None:
         """Build the blob, the seeded sets and their references, and the verified pool.
 
@@ -177,7 +177,8 @@ class Arena:
         only if ``pool_reserve`` device bytes stay free; each renewed after ``pool_max_uses`` sessions.
         ``sample_share``: of the task's independent indices, what a verified call on a new draw checks
         (``sampled.py``; 1: the whole reference). ``fused``: prepare timed calls' fresh values and check
-        the inputs with one Triton kernel each where it can (``fused_inputs.py``; ``self.fused`` says).
+        the inputs with one Triton kernel each where it can (``fused_inputs.py``, an experiment that was
+        no cheaper on an H100: ``EvalSettings.fused_inputs``; ``self.fused`` says).
         """
         import torch
 

@@ -105,12 +105,14 @@ class EvalSettings(BaseModel):
         "(H100, MHA forward 4x48x4096x128: its 6 such calls per evaluation took 0.63 s).",
     )
     fused_inputs: bool = Field(
-        True,
+        False,
         description="Prepare each timed call's fresh values (draw, signs, shared and private copies) and "
         "compare the inputs after it with one Triton kernel per input where the arena can "
-        "(``fused_inputs.py``; a CUDA arena with float inputs); off, or where it cannot, the torch ops "
-        "(H100, MHA forward: 2.2 ms a call for a new draw, "
-        "bench/results/verify_cost_2026-12-06_s40_chunked_h100.txt).",
+        "(``fused_inputs.py``; a CUDA arena with float inputs); off, or where it cannot, the torch ops. "
+        "Off by default: measured side by side on an H100 it was no cheaper (a new draw's preparation, MHA "
+        "forward: 2.25 ms fused against 2.04 ms with torch ops; the kernel's normals are compute-bound, "
+        "1.6 ms for 604 MB; GEMM 0.75 against 0.77 ms; "
+        "bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt).",
     )
     verified_pool: int | None = Field(
         None,
