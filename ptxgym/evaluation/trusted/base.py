@@ -110,8 +110,8 @@ class EvalSettings(BaseModel):
         "compare the inputs after it with one Triton kernel per input where the arena can "
         "(``fused_inputs.py``; a CUDA arena with float inputs); off, or where it cannot, the torch ops. "
         "Off by default: measured side by side on an H100 it was no cheaper (a new draw's preparation, MHA "
-        "forward: 2.25 ms fused against 2.04 ms with torch ops; the kernel's normals are compute-bound, "
-        "1.6 ms for 604 MB; GEMM 0.75 against 0.77 ms; "
+        "forward: 2.25 ms fused against 2.04 ms with torch ops; the kernel alone 1.6 ms for 1.8 GB moved, "
+        "its arithmetic the cost; GEMM 0.75 against 0.77 ms; "
         "bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt).",
     )
     verified_pool: int | None = Field(

@@ -17,6 +17,12 @@ work either way: it always reads a source of the input's size (the pool entry, e
 values, read and discarded) and always draws; ``use_source`` is a run-time argument that Triton may not
 specialise on, so one compiled kernel serves both.
 
+Measured side by side on an H100 it was no cheaper, so it is an opt-in experiment
+(``EvalSettings.fused_inputs``, off by default): for the MHA forward ``fill`` took 1.62 ms for its 1.8 GB
+(the torch draw alone 0.72 ms; its arithmetic, the normals and a per-element sign index, is the cost), a
+whole preparation 2.25 ms against 2.04 with torch ops; ``differ`` 0.53 against 0.57 ms
+(``bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt``).
+
 ``differ`` compares two tensors' bits (as 8-byte words where the view allows, else bytes) in one pass,
 each program adding 1 to a flag only where its block differs; one host read of the flag ends it.
 
