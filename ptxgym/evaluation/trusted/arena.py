@@ -27,8 +27,9 @@ give a call new values at the same addresses:
 Cost of fresh values, per call of a trial (warm-up included), on the trusted side's GPU and outside
 the timed window, with torch ops: one device draw of the fresh inputs, one device copy into the shared
 buffers and one comparison with the previous draw (the input-mutation check, bit for bit on 8-byte words:
-``compare.same_bits``); on a CUDA arena one Triton kernel per input does the draw, the signs and both
-copies, and one more the comparison (``fused_inputs.py``). With torch ops, about five passes over the fresh
+``compare.same_bits``); with ``fused`` (an experiment, off by default: no cheaper on an H100) one
+Triton kernel per input does the draw, the signs and both copies, and one more the comparison
+(``fused_inputs.py``). With torch ops, about five passes over the fresh
 inputs' bytes: GEMM 8192x7168x5120 157 MB, MHA forward 604 MB, MHA backward 201 MB (dO only). At H200
 bandwidth that is roughly 0.2 ms, 0.8 ms and 0.3 ms per call, 0.04-0.15 s per evaluation at the
 default 3 x 60 calls (estimates from bytes, not measurements; measured: bench/prepare_cost.py). In a
