@@ -4,11 +4,14 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (twenty-third session: s40-s42 ran on 2026-12-06 on an H100), in order:
-#   on an H200: s41's command (the runner's GPU tests with the launch join, the experts, one 16-env pass:
-#   launched_in / ran_in counts and the 40/min goal where the issue names it), s40 (the references' cost),
-#   then the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
-#   spares, ray_load, benches, gate.
+# Next (twenty-fourth session: s45 ran on 2026-12-06 on an H100), in order:
+#   s47 (the allocator test's fix, the fused kernels, the pool's GPU tests); on an H200: s41's command (the
+#   runner's GPU tests with the launch join, the experts, one 16-env pass: launched_in / ran_in counts and
+#   the 40/min goal where the issue names it), s40 (the references' cost), then the in-trial window
+#   (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c, spares, ray_load,
+#   benches, gate.
+# Done on 2026-12-06 (twenty-fourth session): s45 (the fused input preparation side by side with the torch
+# ops: no cheaper, left off by default; the kernels' GPU test passed).
 # Done on 2026-12-06 (twenty-third session): s40 (the attention references a chunk of heads per step:
 # 94 -> 79 ms whole, a small saving per turn), s41 (launch records enabled per callback id: none came
 # back), s42 (from the API activity kinds: every launch back; experts and runner tests PASSED).
