@@ -18,8 +18,8 @@ from ptxgym.evaluation.trusted import fused_inputs
 
 DEVICE = "cpu"
 """Where the checks run (``cuda``: the compiled kernels on GPU 0)."""
-SHAPE = (4, 6, 37, 11)
-"""Leading sign axes (4, 6), 407 elements under each sign, 9768 in all: not a whole number of programs."""
+SHAPE = (4, 6, 37, 41)
+"""Leading sign axes (4, 6), 1517 elements under each sign, 36408 in all: no whole number of programs."""
 
 
 def _signs(seed: int) -> torch.Tensor:
@@ -43,7 +43,10 @@ def _fill(dtype, keys, index=0, signs=None, source=None):
 def check_draw() -> None:
     """A standard normal per element, the same in both copies; a key gives the same draw, another not."""
     assert fused_inputs.interpreted() == (DEVICE == "cpu")
-    assert fused_inputs.why_not(torch.zeros(4, device=DEVICE), 0) == ""
+    assert fused_inputs.why_not(torch.zeros(SHAPE, device=DEVICE), 2) == ""
+    small_groups = torch.zeros(1 << 10, 1 << 10, dtype=torch.bfloat16, device=DEVICE)  # a large input
+    assert "sign groups of 1024" not in fused_inputs.why_not(small_groups, 1)
+    assert "sign groups of 512" in fused_inputs.why_not(small_groups.view(2048, 512), 1)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         keys = _keys(11, 12)
         private, shared = _fill(dtype, keys)
@@ -66,7 +69,7 @@ def check_signs() -> None:
     assert (signs < 0).any() and (signs > 0).any()
     for dtype in (torch.bfloat16, torch.float32):
         keys = _keys(5)
-        plain, _ = _fill(dtype, keys)
+        plain, _ = _fill(dtype, keys, signs=torch.ones_like(signs))  # the same groups, all +1
         signed, shared = _fill(dtype, keys, signs=signs)
         want = plain * signs.reshape(*SHAPE[:2], 1, 1).to(dtype)
         assert torch.equal(signed, want) and torch.equal(shared, want)

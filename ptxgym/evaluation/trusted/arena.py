@@ -390,10 +390,13 @@ class Arena:
         self._flag = fused_inputs.flag(self.device)
         try:  # compiled (or loaded from Triton's cache) here, not in a candidate's first timed call
             keys = fused_inputs.seeds(torch.Generator(device=self.device).manual_seed(0), 1, self.device)
-            for name in self.fresh:
-                small = torch.zeros(8, dtype=self.sets[0].shared_in[name].dtype, device=self.device)
-                fused_inputs.fill(small, small.clone(), self._one, keys, 0, False)
-                fused_inputs.differ(small, small.clone(), self._flag)
+            for name, group in plan.items():  # a scratch of two of its sign groups: the same variant
+                shared = self.sets[0].shared_in[name]
+                inner = shared.numel() // (1 if group is None else self.sets[0].state[group].numel())
+                scratch = torch.zeros(2 * inner, dtype=shared.dtype, device=self.device)
+                two = torch.ones(2, dtype=torch.float32, device=self.device)
+                fused_inputs.fill(scratch, scratch.clone(), two, keys, 0, False)
+                fused_inputs.differ_all([(shared, shared)], self._flag)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except Exception as exc:  # noqa: BLE001 - a kernel that cannot build or run: the torch path
@@ -401,11 +404,16 @@ class Arena:
         self._fill = plan
         return "on: one Triton pass per fresh input (draw, signs, both copies) and per input check"
 
-    def _same(self, a, b) -> bool:
-        """``compare.same_bits``, by ``fused_inputs.differ`` where the kernels are in use."""
-        if self._fill is not None:
-            return not fused_inputs.differ(a, b, self._flag)
-        return same_bits(a, b)
+    def _changed(self, pairs: dict[str, tuple[Any, Any]]) -> list[str]:
+        """The names whose two tensors' bits differ.
+
+        By ``compare.same_bits`` each, or where the kernels are in use by ``fused_inputs.differ_all`` (one
+        pass each, one host read for all).
+        """
+        if self._fill is not None and len(pairs) <= fused_inputs.FLAG_SLOTS:
+            names = list(pairs)
+            return [names[i] for i in fused_inputs.differ_all(list(pairs.values()), self._flag)]
+        return [n for n, (a, b) in pairs.items() if not same_bits(a, b)]
 
     def _test_sampling(self, share: float) -> str:
         """Turn sampled checks on if the reference on a sample matches that sample of a whole reference."""
@@ -570,7 +578,7 @@ class Arena:
         if s.fresh is None:
             return
         if not s.inputs_checked:
-            self._mutated.update(n for n, v in s.fresh.items() if not self._same(s.shared_in[n], v))
+            self._mutated.update(self._changed({n: (s.shared_in[n], v) for n, v in s.fresh.items()}))
         s.fresh, s.fresh_reference, s.pool_reference, s.inputs_checked = None, None, None, False
         if rewrite:
             others = tuple(n for n in s.base_in if n not in self.fresh)
@@ -658,7 +666,7 @@ class Arena:
         """
         s = self.sets[index]
         want = self.expected_inputs(index)
-        self._mutated.update(n for n, t in s.shared_in.items() if not self._same(t, want[n]))
+        self._mutated.update(self._changed({n: (t, want[n]) for n, t in s.shared_in.items()}))
         s.inputs_checked = s.fresh is not None
         if not keep:
             return None

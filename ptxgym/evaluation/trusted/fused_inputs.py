@@ -39,14 +39,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 
-FILL_BLOCK = 1024
-"""Elements per quarter of a ``fill`` program (each Philox call yields four normals)."""
+FILL_BLOCKS = (1024, 512, 256, 128)
+"""Lanes per ``fill`` program, largest first (each lane's Philox call yields eight normals)."""
+FILL_WASTE = 1 / 8
+"""The share of a sign group's lanes a ``fill`` block may leave idle (past the group's end)."""
+MIN_GROUP = 8 * FILL_BLOCKS[-1]
+"""Elements a sign group of a large input must hold for ``fill`` (a smaller one would leave most of each
+program idle: the torch path is cheaper there)."""
+LARGE = 1 << 20
+"""Elements from which an input is large (``MIN_GROUP``); a small one's idle lanes cost little."""
 DIFFER_BLOCK = 4096
 """Words per ``differ`` program."""
-MAX_ELEMENTS = (1 << 31) - 4 * FILL_BLOCK
-"""Program offsets are 32-bit."""
+MAX_ELEMENTS = (1 << 31) - 8 * FILL_BLOCKS[0]
+"""Philox counters (program x lanes) are 32-bit."""
+FLAG_SLOTS = 16
+"""Inputs one ``differ_all`` can compare (one counter each)."""
 FLOAT_DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -100,7 +110,21 @@ def why_not(tensor, sign_lead: int | None) -> str:
         return f"an input of {tensor.numel()} elements (at most {MAX_ELEMENTS})"
     if sign_lead is None:
         return "a sign group that does not lead the input's axes"
+    inner = math.prod(tensor.shape[sign_lead:])
+    if tensor.numel() >= LARGE and inner < MIN_GROUP:
+        return f"sign groups of {inner} elements (at least {MIN_GROUP})"
     return triton_missing()
+
+
+def fill_block(inner: int) -> int:
+    """Lanes per ``fill`` program for sign groups of ``inner`` elements.
+
+    The largest of ``FILL_BLOCKS`` that leaves at most ``FILL_WASTE`` of the lanes idle, else the smallest.
+    """
+    for block in FILL_BLOCKS:
+        if -(-inner // (8 * block)) * 8 * block <= inner * (1 + FILL_WASTE):
+            return block
+    return FILL_BLOCKS[-1]
 
 
 def seeds(generator, count: int, device):
@@ -118,45 +142,73 @@ def fill(shared, source, signs, keys, index: int, use_source: bool):
     input's leading sign axes (flattened), or a single 1.0. ``keys[index]``: the Philox key.
     """
     import torch
-    import triton
 
     private = torch.empty_like(shared)
     n = shared.numel()
-    inner = max(1, n // signs.numel())
-    grid = (triton.cdiv(n, 4 * FILL_BLOCK),)
+    if n == 0:
+        return private
+    inner = n // signs.numel()
+    block = fill_block(inner)
+    per_group = -(-inner // (8 * block))
+    grid = (signs.numel() * per_group,)
     with _on(shared):
         _kernels().fill_kernel[grid](
-            private, shared, source, signs, keys, index, n, inner, int(use_source), BLOCK=FILL_BLOCK
+            private,
+            shared,
+            source,
+            signs,
+            keys,
+            index,
+            inner,
+            per_group,
+            int(use_source),
+            BLOCK=block,
+            num_warps=max(1, block // 256),  # at least 4 lanes a thread: vector loads and stores
         )
     return private
 
 
 def flag(device):
-    """The counter ``differ`` adds to (one per arena: allocated once, not within a trial)."""
+    """The counters ``differ`` adds to (one set per arena: allocated once, not within a trial)."""
     import torch
 
-    return torch.zeros(1, dtype=torch.int32, device=device)
+    return torch.zeros(FLAG_SLOTS, dtype=torch.int32, device=device)
 
 
 def differ(a, b, counter) -> bool:
     """Whether two tensors of one shape and dtype hold different bits (one pass, one host read).
 
-    ``counter``: a ``flag`` on their device, zeroed here.
+    ``counter``: a ``flag`` on their device.
+    """
+    return bool(differ_all([(a, b)], counter))
+
+
+def differ_all(pairs, counter) -> list[int]:
+    """The indices of the pairs of tensors whose bits differ: a pass over each, one host read for all.
+
+    At most ``FLAG_SLOTS`` pairs; ``counter``: a ``flag`` on their device, zeroed here.
     """
     import torch
     import triton
 
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return True
-    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
-    try:
-        x, y = flat_a.view(torch.int64), flat_b.view(torch.int64)
-    except RuntimeError:  # a size or storage offset the 8-byte view refuses
-        x, y = flat_a.view(torch.uint8), flat_b.view(torch.uint8)
-    n = x.numel()
-    if n == 0:
-        return False
+    if len(pairs) > counter.numel():
+        raise ValueError(f"{len(pairs)} pairs to compare, counters for {counter.numel()}")
     counter.zero_()
-    with _on(a):
-        _kernels().differ_kernel[(triton.cdiv(n, DIFFER_BLOCK),)](x, y, counter, n, BLOCK=DIFFER_BLOCK)
-    return bool(counter.item())
+    known = []
+    for slot, (a, b) in enumerate(pairs):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            known.append(slot)
+            continue
+        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        try:
+            x, y = flat_a.view(torch.int64), flat_b.view(torch.int64)
+        except RuntimeError:  # a size or storage offset the 8-byte view refuses
+            x, y = flat_a.view(torch.uint8), flat_b.view(torch.uint8)
+        n = x.numel()
+        if n == 0:
+            continue
+        with _on(a):
+            grid = (triton.cdiv(n, DIFFER_BLOCK),)
+            _kernels().differ_kernel[grid](x, y, counter, slot, n, BLOCK=DIFFER_BLOCK)
+    found = counter[: len(pairs)].tolist() if pairs else []
+    return sorted(set(known) | {i for i, hits in enumerate(found) if hits})

@@ -1,46 +1,120 @@
 """The Triton kernels of ``fused_inputs.py`` (imported only there, on first use; see it for what they do).
 
-Module-level functions: Triton resolves a kernel's callees among its module's globals.
+Module-level functions: Triton resolves a kernel's callees among its module's globals. Compiled, the
+normals use the GPU's approximate special functions (``sin.approx``, ``cos.approx``, ``lg2.approx``,
+``sqrt.approx``: libdevice's accurate sine and cosine reduce their argument through local memory, and made
+the first version of ``fill`` compute-bound); Triton's interpreter has no libdevice, so there they are
+the accurate ones (the same formula).
 """
+
+import os
 
 import triton
 import triton.language as tl
 
+if os.environ.get("TRITON_INTERPRET") == "1":
+
+    @triton.jit
+    def _sin(x):
+        return tl.sin(x)
+
+    @triton.jit
+    def _cos(x):
+        return tl.cos(x)
+
+    @triton.jit
+    def _log2(x):
+        return tl.log2(x)
+
+else:
+    from triton.language.extra.cuda import libdevice
+
+    @triton.jit
+    def _sin(x):
+        return libdevice.fast_sinf(x)
+
+    @triton.jit
+    def _cos(x):
+        return libdevice.fast_cosf(x)
+
+    @triton.jit
+    def _log2(x):
+        return libdevice.fast_log2f(x)
+
 
 @triton.jit
-def _put(priv, shared, source, signs, start, n, inner, use_source, r, BLOCK: tl.constexpr):
-    """One quarter of a ``fill_kernel`` program: BLOCK elements from ``start``."""
+def _normals(word):
+    """Two standard normals from one 32-bit word: 16-bit uniforms, Box-Muller.
+
+    The radius from the high half, u in (0, 1) (|z| at most 4.9); the angle from the low half, in
+    (-pi, pi), where the approximate sine and cosine are accurate to about 2^-21.
+    """
+    u = ((word >> 16).to(tl.float32) + 0.5) * (1.0 / 65536.0)
+    angle = ((word & 0xFFFF).to(tl.float32) - 32767.5) * (6.283185307179586 / 65536.0)
+    radius = tl.sqrt(-1.3862943611198906 * _log2(u))  # -2 ln u = -2 ln(2) log2(u)
+    return radius * _cos(angle), radius * _sin(angle)
+
+
+@triton.jit
+def _put(priv, shared, source, sign, start, end, full, use_source, r, BLOCK: tl.constexpr):
+    """An eighth of a ``fill_kernel`` program: BLOCK elements from ``start`` (``full``: all in range)."""
     offs = start + tl.arange(0, BLOCK)
-    mask = offs < n
-    s = tl.load(source + offs, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(signs + offs // inner, mask=mask, other=1.0)
-    v = (tl.where(use_source != 0, s, r) * g).to(priv.dtype.element_ty)
-    tl.store(priv + offs, v, mask=mask)
-    tl.store(shared + offs, v, mask=mask)
+    if full:  # unmasked: vector loads and stores
+        s = tl.load(source + offs).to(tl.float32)
+        v = (tl.where(use_source != 0, s, r) * sign).to(priv.dtype.element_ty)
+        tl.store(priv + offs, v)
+        tl.store(shared + offs, v)
+    else:
+        mask = offs < end
+        s = tl.load(source + offs, mask=mask, other=0.0).to(tl.float32)
+        v = (tl.where(use_source != 0, s, r) * sign).to(priv.dtype.element_ty)
+        tl.store(priv + offs, v, mask=mask)
+        tl.store(shared + offs, v, mask=mask)
 
 
-@triton.jit(do_not_specialize=["seed_index", "n", "inner", "use_source"])
-def fill_kernel(priv, shared, source, signs, seeds, seed_index, n, inner, use_source, BLOCK: tl.constexpr):
-    """4 x BLOCK elements per program, each a standard normal or ``source``'s value, times its sign.
+@triton.jit(do_not_specialize=["seed_index", "per_group", "use_source"])
+def fill_kernel(
+    priv, shared, source, signs, seeds, seed_index, inner, per_group, use_source, BLOCK: tl.constexpr
+):
+    """8 x BLOCK elements of one sign group per program: a standard normal or ``source``'s, times the sign.
 
-    The normals: Philox keyed by ``seeds[seed_index]``, counter = the element's place in its quarter.
+    Group ``g`` holds elements [g x inner, (g + 1) x inner) and ``per_group`` programs. The normals: Philox
+    keyed by ``seeds[seed_index]``, counter = the program's index x BLOCK + the lane, each of its four
+    words two normals.
     """
     pid = tl.program_id(0)
+    g = pid // per_group
+    start = g.to(tl.int64) * inner + (pid - g * per_group).to(tl.int64) * (8 * BLOCK)
+    end = (g + 1).to(tl.int64) * inner
+    full = start + 8 * BLOCK <= end
+    sign = tl.load(signs + g)
     seed = tl.load(seeds + seed_index)
-    r0, r1, r2, r3 = tl.randn4x(seed, pid * BLOCK + tl.arange(0, BLOCK))
-    base = pid * (4 * BLOCK)
-    _put(priv, shared, source, signs, base, n, inner, use_source, r0, BLOCK)
-    _put(priv, shared, source, signs, base + BLOCK, n, inner, use_source, r1, BLOCK)
-    _put(priv, shared, source, signs, base + 2 * BLOCK, n, inner, use_source, r2, BLOCK)
-    _put(priv, shared, source, signs, base + 3 * BLOCK, n, inner, use_source, r3, BLOCK)
+    w0, w1, w2, w3 = tl.randint4x(seed, pid * BLOCK + tl.arange(0, BLOCK))
+    a, b = _normals(w0)
+    _put(priv, shared, source, sign, start, end, full, use_source, a, BLOCK)
+    _put(priv, shared, source, sign, start + BLOCK, end, full, use_source, b, BLOCK)
+    a, b = _normals(w1)
+    _put(priv, shared, source, sign, start + 2 * BLOCK, end, full, use_source, a, BLOCK)
+    _put(priv, shared, source, sign, start + 3 * BLOCK, end, full, use_source, b, BLOCK)
+    a, b = _normals(w2)
+    _put(priv, shared, source, sign, start + 4 * BLOCK, end, full, use_source, a, BLOCK)
+    _put(priv, shared, source, sign, start + 5 * BLOCK, end, full, use_source, b, BLOCK)
+    a, b = _normals(w3)
+    _put(priv, shared, source, sign, start + 6 * BLOCK, end, full, use_source, a, BLOCK)
+    _put(priv, shared, source, sign, start + 7 * BLOCK, end, full, use_source, b, BLOCK)
 
 
-@triton.jit(do_not_specialize=["n"])
-def differ_kernel(a, b, flag, n, BLOCK: tl.constexpr):
-    """Add 1 to ``flag`` for each block of BLOCK words where ``a`` and ``b`` differ."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(a + offs, mask=mask, other=0)
-    y = tl.load(b + offs, mask=mask, other=0)
+@triton.jit
+def differ_kernel(a, b, flag, slot, n, BLOCK: tl.constexpr):
+    """Add 1 to ``flag[slot]`` for each block of BLOCK words where ``a`` and ``b`` differ."""
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    if start + BLOCK <= n:  # unmasked: vector loads
+        x = tl.load(a + offs)
+        y = tl.load(b + offs)
+    else:
+        mask = offs < n
+        x = tl.load(a + offs, mask=mask, other=0)
+        y = tl.load(b + offs, mask=mask, other=0)
     if tl.sum((x != y).to(tl.int32), axis=0) > 0:
-        tl.atomic_add(flag, 1)
+        tl.atomic_add(flag + slot, 1)
