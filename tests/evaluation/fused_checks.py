@@ -22,6 +22,10 @@ SHAPE = (4, 6, 37, 41)
 """Leading sign axes (4, 6), 1517 elements under each sign, 36408 in all: no whole number of programs."""
 
 
+SMALL_GROUPS = (4, 6, 5, 7)
+"""The same sign axes over 35 elements each: fewer than a program holds (``fill``'s gather variant)."""
+
+
 def _signs(seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, 2, SHAPE[:2], generator=g).float().mul_(2).sub_(1).reshape(-1).to(DEVICE)
@@ -31,10 +35,10 @@ def _keys(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64, device=DEVICE)
 
 
-def _fill(dtype, keys, index=0, signs=None, source=None):
-    shared = torch.full(SHAPE, 7.0, dtype=dtype, device=DEVICE)
+def _fill(dtype, keys, index=0, signs=None, source=None, shape=SHAPE):
+    shared = torch.full(shape, 7.0, dtype=dtype, device=DEVICE)
     use = source is not None
-    src = source if use else torch.zeros(SHAPE, dtype=dtype, device=DEVICE)
+    src = source if use else torch.zeros(shape, dtype=dtype, device=DEVICE)
     one = torch.ones(1, device=DEVICE)
     private = fused_inputs.fill(shared, src, one if signs is None else signs, keys, index, use)
     return private, shared
@@ -67,22 +71,24 @@ def check_signs() -> None:
     """The signs of the leading axes multiply the draw exactly (sign flips commute with rounding)."""
     signs = _signs(3)
     assert (signs < 0).any() and (signs > 0).any()
-    for dtype in (torch.bfloat16, torch.float32):
+    for dtype, shape in ((torch.bfloat16, SHAPE), (torch.float32, SHAPE), (torch.bfloat16, SMALL_GROUPS)):
         keys = _keys(5)
-        plain, _ = _fill(dtype, keys, signs=torch.ones_like(signs))  # the same groups, all +1
-        signed, shared = _fill(dtype, keys, signs=signs)
+        plain, _ = _fill(dtype, keys, signs=torch.ones_like(signs), shape=shape)  # the same groups, all +1
+        signed, shared = _fill(dtype, keys, signs=signs, shape=shape)
         want = plain * signs.reshape(*SHAPE[:2], 1, 1).to(dtype)
-        assert torch.equal(signed, want) and torch.equal(shared, want)
+        assert torch.equal(signed, want) and torch.equal(shared, want), shape
+        assert (plain.float().std() - 1).abs() < 0.1, shape
 
 
 def check_source() -> None:
     """With ``use_source`` the source's values times the signs, bit for bit, and no draw among them."""
     signs = _signs(4)
-    for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        source = torch.randn(SHAPE, generator=torch.Generator().manual_seed(9)).to(dtype).to(DEVICE)
-        private, shared = _fill(dtype, _keys(8), signs=signs, source=source)
+    cases = [(torch.bfloat16, SHAPE), (torch.float16, SHAPE), (torch.float32, SHAPE)]
+    for dtype, shape in [*cases, (torch.float32, SMALL_GROUPS)]:
+        source = torch.randn(shape, generator=torch.Generator().manual_seed(9)).to(dtype).to(DEVICE)
+        private, shared = _fill(dtype, _keys(8), signs=signs, source=source, shape=shape)
         want = source * signs.reshape(*SHAPE[:2], 1, 1).to(dtype)
-        assert torch.equal(private, want) and torch.equal(shared, want)
+        assert torch.equal(private, want) and torch.equal(shared, want), shape
 
 
 def check_differ() -> None:

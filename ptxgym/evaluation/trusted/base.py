@@ -270,6 +270,14 @@ class EvalSettings(BaseModel):
         "profiler (attach phase ``hw_warm_failed``) (H100, ``bench/results/gpu_cost_2026-12-06_s37_"
         "warm_{false,true}_h100.txt``). The start is not a first-use cost the process can pay ahead.",
     )
+    defer_final_checks: bool = Field(
+        True,
+        description="Stop the subject's worker (SIGKILL of its process group) once its last call and memory "
+        "check are made, then run the checks that need no worker: the last trial's verified calls, the "
+        "timing's whole check and its input check (``Session.finish``), so that the process's teardown "
+        "(``discard``: 0.07-0.12 s of a GPU turn on an H100) overlaps their references instead of following "
+        "them. Off: those checks end the timing, the worker alive, as before 2026-12-06.",
+    )
     early_refill: bool = Field(
         False,
         description="With quiet spares (``local.QUIET_SPARES``), replace the spares handed out as soon as "

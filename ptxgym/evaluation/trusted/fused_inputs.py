@@ -148,9 +148,10 @@ def fill(shared, source, signs, keys, index: int, use_source: bool):
     if n == 0:
         return private
     inner = n // signs.numel()
-    block = fill_block(inner)
-    per_group = -(-inner // (8 * block))
-    grid = (signs.numel() * per_group,)
+    gather = inner < MIN_GROUP  # a small input's small sign groups (why_not): each element its sign
+    block = fill_block(n if gather else inner)
+    per_group = -(-(n if gather else inner) // (8 * block))
+    grid = (per_group if gather else signs.numel() * per_group,)
     with _on(shared):
         _kernels().fill_kernel[grid](
             private,
@@ -159,11 +160,13 @@ def fill(shared, source, signs, keys, index: int, use_source: bool):
             signs,
             keys,
             index,
+            n,
             inner,
             per_group,
             int(use_source),
             BLOCK=block,
-            num_warps=max(1, block // 256),  # at least 4 lanes a thread: vector loads and stores
+            GATHER=gather,
+            num_warps=max(1, block // 256),  # at least 4 lanes a thread: vector accesses
         )
     return private
 

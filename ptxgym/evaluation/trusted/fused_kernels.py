@@ -56,52 +56,91 @@ def _normals(word):
 
 
 @triton.jit
-def _put(priv, shared, source, sign, start, end, full, use_source, r, BLOCK: tl.constexpr):
-    """An eighth of a ``fill_kernel`` program: BLOCK elements from ``start`` (``full``: all in range)."""
+def _put(
+    priv,
+    shared,
+    source,
+    signs,
+    sign,
+    inner,
+    start,
+    end,
+    full,
+    use_source,
+    r,
+    BLOCK: tl.constexpr,
+    GATHER: tl.constexpr,
+):
+    """An eighth of a fill program: BLOCK elements from ``start`` (``full``: all before ``end``).
+
+    Times ``sign``, or with ``GATHER`` each element's own sign (``signs[offset // inner]``).
+    """
     offs = start + tl.arange(0, BLOCK)
     if full:  # unmasked: vector loads and stores
         s = tl.load(source + offs).to(tl.float32)
+        if GATHER:
+            sign = tl.load(signs + offs // inner)
         v = (tl.where(use_source != 0, s, r) * sign).to(priv.dtype.element_ty)
         tl.store(priv + offs, v)
         tl.store(shared + offs, v)
     else:
         mask = offs < end
         s = tl.load(source + offs, mask=mask, other=0.0).to(tl.float32)
+        if GATHER:
+            sign = tl.load(signs + offs // inner, mask=mask, other=1.0)
         v = (tl.where(use_source != 0, s, r) * sign).to(priv.dtype.element_ty)
         tl.store(priv + offs, v, mask=mask)
         tl.store(shared + offs, v, mask=mask)
 
 
-@triton.jit(do_not_specialize=["seed_index", "per_group", "use_source"])
+@triton.jit(do_not_specialize=["seed_index", "n", "per_group", "use_source"])
 def fill_kernel(
-    priv, shared, source, signs, seeds, seed_index, inner, per_group, use_source, BLOCK: tl.constexpr
+    priv,
+    shared,
+    source,
+    signs,
+    seeds,
+    seed_index,
+    n,
+    inner,
+    per_group,
+    use_source,
+    BLOCK: tl.constexpr,
+    GATHER: tl.constexpr,
 ):
-    """8 x BLOCK elements of one sign group per program: a standard normal or ``source``'s, times the sign.
+    """8 x BLOCK elements per program: a standard normal or ``source``'s value, times its sign.
 
-    Group ``g`` holds elements [g x inner, (g + 1) x inner) and ``per_group`` programs. The normals: Philox
-    keyed by ``seeds[seed_index]``, counter = the program's index x BLOCK + the lane, each of its four
-    words two normals.
+    Sign group ``g`` holds elements [g x inner, (g + 1) x inner). Grouped (the GPU's path), a program
+    works in one group, ``per_group`` programs each: one sign per program. With ``GATHER`` (sign groups
+    smaller than a program: small inputs only, ``fused_inputs.fill``), the programs cover the input in
+    order and each element loads its sign. The normals: Philox keyed by ``seeds[seed_index]``, counter =
+    the program's index x BLOCK + the lane, each of its four words two normals.
     """
     pid = tl.program_id(0)
-    g = pid // per_group
-    start = g.to(tl.int64) * inner + (pid - g * per_group).to(tl.int64) * (8 * BLOCK)
-    end = (g + 1).to(tl.int64) * inner
+    if GATHER:
+        g = pid * 0
+        start = pid.to(tl.int64) * (8 * BLOCK)
+        end = n.to(tl.int64)
+    else:
+        g = pid // per_group
+        start = g.to(tl.int64) * inner + (pid - g * per_group).to(tl.int64) * (8 * BLOCK)
+        end = (g + 1).to(tl.int64) * inner
     full = start + 8 * BLOCK <= end
     sign = tl.load(signs + g)
     seed = tl.load(seeds + seed_index)
     w0, w1, w2, w3 = tl.randint4x(seed, pid * BLOCK + tl.arange(0, BLOCK))
     a, b = _normals(w0)
-    _put(priv, shared, source, sign, start, end, full, use_source, a, BLOCK)
-    _put(priv, shared, source, sign, start + BLOCK, end, full, use_source, b, BLOCK)
+    _put(priv, shared, source, signs, sign, inner, start, end, full, use_source, a, BLOCK, GATHER)
+    _put(priv, shared, source, signs, sign, inner, start + BLOCK, end, full, use_source, b, BLOCK, GATHER)
     a, b = _normals(w1)
-    _put(priv, shared, source, sign, start + 2 * BLOCK, end, full, use_source, a, BLOCK)
-    _put(priv, shared, source, sign, start + 3 * BLOCK, end, full, use_source, b, BLOCK)
+    _put(priv, shared, source, signs, sign, inner, start + 2 * BLOCK, end, full, use_source, a, BLOCK, GATHER)
+    _put(priv, shared, source, signs, sign, inner, start + 3 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
     a, b = _normals(w2)
-    _put(priv, shared, source, sign, start + 4 * BLOCK, end, full, use_source, a, BLOCK)
-    _put(priv, shared, source, sign, start + 5 * BLOCK, end, full, use_source, b, BLOCK)
+    _put(priv, shared, source, signs, sign, inner, start + 4 * BLOCK, end, full, use_source, a, BLOCK, GATHER)
+    _put(priv, shared, source, signs, sign, inner, start + 5 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
     a, b = _normals(w3)
-    _put(priv, shared, source, sign, start + 6 * BLOCK, end, full, use_source, a, BLOCK)
-    _put(priv, shared, source, sign, start + 7 * BLOCK, end, full, use_source, b, BLOCK)
+    _put(priv, shared, source, signs, sign, inner, start + 6 * BLOCK, end, full, use_source, a, BLOCK, GATHER)
+    _put(priv, shared, source, signs, sign, inner, start + 7 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
 
 
 @triton.jit

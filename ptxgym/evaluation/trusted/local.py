@@ -1006,6 +1006,7 @@ class LocalGpuEvaluator(Evaluator):
                 hw = self._hw_counts(turn, handle)
                 turn.hw_alone = hw and self._hw_alone(turn)
                 session.count_outside = self.count_outside
+                session.defer_checks = self.settings.defer_final_checks
                 started = time.perf_counter()
                 session.timing(
                     result,
@@ -1014,8 +1015,17 @@ class LocalGpuEvaluator(Evaluator):
                     count=self._counts(turn) and not turn.hw_alone,
                     hw_count=hw,
                 )
-                if self.settings.wall_retries and session.retime_due(result, time.perf_counter() - started):
-                    session.retime(result, strict, base.median_ms if base else None)  # one at most
+                took = time.perf_counter() - started
+                if self.settings.wall_retries and session.retime_due(result, took):
+                    session.finish(result, strict)  # the first timing's checks first: a failure ends it
+                    if session.retime_due(result, took):
+                        session.retime(result, strict, base.median_ms if base else None)  # one at most
+            hog = self._memory_hog(turn.free_before)
+            self._early_refill(turn, handle, hog)
+            if session.defer_checks and not hog:
+                with turn.timed("finish"):
+                    handle.stop()  # no code of its process runs from here; its teardown overlaps the checks
+                    session.finish(result, strict)
             self._note_counted(turn, session)
             turn.details["verified_pool"] = session.pool_record()
             turn.details["wall_path"] = session.wall_path
@@ -1023,8 +1033,6 @@ class LocalGpuEvaluator(Evaluator):
             turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
             if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only
                 turn.walls.update(runner_phases(result.hw_counts.host_ms))
-            hog = self._memory_hog(turn.free_before)
-            self._early_refill(turn, handle, hog)
             if hog or (strict and result.failure is not None):
                 return self._failed(turn, hog)
         except StepBudgetExceeded as exc:

@@ -14,6 +14,9 @@ session given the arena's verified pool (``use_pool``), each verified call takes
 (secret places among them: ``_new_draws``). A verified call on a new draw is checked on a secret sample of
 the task's independent indices (``sampled.py``); one per timing, at a secret place among them
 (``_whole_place``), is also checked against its whole reference once the timing's last trial has ended.
+With ``defer_checks`` (``EvalSettings.defer_final_checks``) the last trial's held calls, that whole check
+and the input check wait for ``finish``, which the evaluator calls once it has stopped the worker: none
+of them needs it, and its process's teardown then overlaps their references.
 
 The counted call (``Call.count``: executions per SASS instruction, the in-band target proof of
 ``proofs.py``) takes a secret position among the timed calls: ``Session.timing(count=True)`` draws one
@@ -281,6 +284,12 @@ class Session:
         """That call's held outputs, checked whole after the timing's last trial (``_check_whole``)."""
         self.whole_checks = 0
         """Verified calls checked against their whole reference after sampled ones (``_check_whole``)."""
+        self.defer_checks = False
+        """Leave a timing's last checks to ``finish`` (``EvalSettings.defer_final_checks``)."""
+        self._deferred: list[Held] = []
+        """The last trial's held verified calls, left to ``finish``."""
+        self._finish_due = False
+        """A timing ended with its whole check and input check left to ``finish``."""
         self.wall_path = ""
         """How the calls' trusted walls were read: "native" (``exchange.py``) or "python: <why>"."""
 
@@ -519,6 +528,7 @@ class Session:
         hw_counted: int | None = None,
         new_draws: frozenset[int] = frozenset(),
         whole_check: bool = False,
+        last: bool = False,
     ) -> list[TimedCall] | None:
         """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
 
@@ -527,6 +537,7 @@ class Session:
         ``hw_counted``: the position of the hardware-counted call (``_hw_counted``).
         ``new_draws``: verified positions that draw new values even with the pool (``_new_draws``).
         ``whole_check``: the timing's one new draw checked whole is in this trial (``_whole_place``).
+        ``last``: the timing's last trial; with ``defer_checks`` its held calls are left to ``finish``.
         """
         cupti = self.backend == CUPTI
         self._request(TrialBegin(cupti=cupti, spin_us=self.settings.runner_spin_us), stage)
@@ -578,6 +589,9 @@ class Session:
             if held and not self._check_held(held, result, stage) and strict:
                 return None
             raise
+        if last and self.defer_checks:
+            self._deferred.extend(held)
+            return timed
         if not self._check_held(held, result, stage) and strict:
             return None
         return timed
@@ -900,14 +914,27 @@ class Session:
                 hw_counted=hw_at,
                 new_draws=new,
                 whole_check=trial == whole_trial,
+                last=trial == s.trials - 1,
             )
             if timed is None:
                 return
             self._collect(timed, result)
             if trial == 0 and not result.shortened and result.trials and not probing:
                 result.shortened = slow_cutoff(result.trials[0], baseline_ms, s.slow_cutoff_speedup, s.trials)
-        if not self._check_whole(result) and strict:
+        if self.defer_checks:
+            self._finish_due = True
+        elif not self._final_checks(result, strict):
             return
+        reference = self.reference_calibration()
+        if crosscheck and reference is not None and result.trials:
+            lat = [x for t in result.trials for x in t]
+            slack = (s.wall_slack_ms, s.wall_slack_fraction, self.slack_scale)
+            result.crosscheck = cross_check(result.walls, lat, reference, *slack)
+
+    def _final_checks(self, result: SessionResult, strict: bool) -> bool:
+        """A timing's whole check, then its inputs (written during the timing: INPUT_MUTATED)."""
+        if not self._check_whole(result) and strict:
+            return False
         mutated = self.arena.mutated_inputs()
         if mutated and result.failure is None:
             result.failure = Failure(
@@ -915,12 +942,23 @@ class Session:
                 Stage.TIME,
                 f"the candidate modified its input(s) {', '.join(mutated)} during timing",
             )
+            return False
+        return True
+
+    def finish(self, result: SessionResult, strict: bool = True) -> None:
+        """The checks a timing left with ``defer_checks``, in the order a timing makes them.
+
+        Its last trial's verified calls, then its whole check and its inputs. None of them needs the
+        worker (held copies, private tensors, the trusted references), so the evaluator stops the worker
+        first and its process's teardown overlaps them (``EvalSettings.defer_final_checks``). A failure
+        is recorded like one in the timing.
+        """
+        held, self._deferred = self._deferred, []
+        due, self._finish_due = self._finish_due, False
+        if held and not self._check_held(held, result, Stage.TIME) and strict:
             return
-        reference = self.reference_calibration()
-        if crosscheck and reference is not None and result.trials:
-            lat = [x for t in result.trials for x in t]
-            slack = (s.wall_slack_ms, s.wall_slack_fraction, self.slack_scale)
-            result.crosscheck = cross_check(result.walls, lat, reference, *slack)
+        if due:
+            self._final_checks(result, strict)
 
     def retime_due(self, result: SessionResult, took_s: float) -> bool:
         """Whether ``retime`` may run after a timing that took ``took_s``.
