@@ -174,16 +174,19 @@ case "$stage" in
   s48)
     # twenty-fifth session: fused_inputs' second fill kernel (eight normals per Philox call on the fast
     # special functions, one sign per program, vector loads and stores) and differ_all (one host read per
-    # check): the kernels on the GPU, the fresh values' and the pool's GPU tests (the allocator test's
-    # fix), the preparation on both paths, the L2 flush by part, the experts' GPU cost on both paths
-    timeout 150 bash bench/gpu_tests.sh "$out/tests" --timeout 140 -q tests/evaluation/test_fused_inputs.py \
+    # check), and the last checks after the worker's stop (defer_final_checks): the kernels on the GPU,
+    # the fresh values' and the pool's GPU tests (the allocator test's fix), the preparation on both
+    # paths, the L2 flush by part, the experts' GPU cost on both paths, then fused without the deferral
+    timeout 130 bash bench/gpu_tests.sh "$out/tests" --timeout 120 -q tests/evaluation/test_fused_inputs.py \
       tests/evaluation/test_fresh_values.py tests/evaluation/test_verified_pool.py
-    timeout 90 python3 bench/prepare_cost.py --tasks Gemm-sm90a MhaFwd-sm90a --out "$out/prepare_cost.txt"
-    timeout 40 python3 bench/flush_probe.py --out "$out/flush_probe.txt"
+    timeout 80 python3 bench/prepare_cost.py --tasks Gemm-sm90a MhaFwd-sm90a --out "$out/prepare_cost.txt"
+    timeout 30 python3 bench/flush_probe.py --out "$out/flush_probe.txt"
     timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" --set fused_inputs=true \
       --subjects mha_fwd_expert gemm_expert --turns 4 --no-crosscheck-turn --prepare-tasks
     timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    timeout 70 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_not_deferred.txt" --set fused_inputs=true \
+      --set defer_final_checks=false --subjects mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
     ;;
   s47)
     # twenty-fourth session, after s45 (the fused path no cheaper, now off by default): the kernels on the
