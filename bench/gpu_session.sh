@@ -50,7 +50,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s49, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -174,19 +174,34 @@ case "$stage" in
   s48)
     # twenty-fifth session: fused_inputs' second fill kernel (eight normals per Philox call on the fast
     # special functions, one sign per program, vector loads and stores) and differ_all (one host read per
-    # check), and the last checks after the worker's stop (defer_final_checks): the kernels on the GPU,
-    # the fresh values' and the pool's GPU tests (the allocator test's fix), the preparation on both
-    # paths, the L2 flush by part, the experts' GPU cost on both paths, then fused without the deferral
-    timeout 130 bash bench/gpu_tests.sh "$out/tests" --timeout 120 -q tests/evaluation/test_fused_inputs.py \
-      tests/evaluation/test_fresh_values.py tests/evaluation/test_verified_pool.py
-    timeout 80 python3 bench/prepare_cost.py --tasks Gemm-sm90a MhaFwd-sm90a --out "$out/prepare_cost.txt"
+    # check); the last checks after the worker's stop (defer_final_checks); the attention forward's
+    # reference in fewer passes (softmax; the LSE from the softmax at the max): the kernels and the
+    # references on the GPU, the fresh values' and the pool's GPU tests (the allocator test's fix), the
+    # preparation on both paths, the L2 flush by part, the reference's cost beside the previous formula,
+    # the experts' GPU cost on both input paths
+    timeout 150 bash bench/gpu_tests.sh "$out/tests" --timeout 140 -q tests/evaluation/test_fused_inputs.py \
+      tests/evaluation/test_fresh_values.py tests/evaluation/test_verified_pool.py \
+      tests/evaluation/test_reference_precision.py
+    timeout 70 python3 bench/prepare_cost.py --tasks Gemm-sm90a MhaFwd-sm90a --out "$out/prepare_cost.txt"
     timeout 30 python3 bench/flush_probe.py --out "$out/flush_probe.txt"
+    timeout 60 python3 bench/verify_cost.py --tasks MhaFwd-sm90a --out "$out/verify_cost.txt"
     timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" --set fused_inputs=true \
       --subjects mha_fwd_expert gemm_expert --turns 4 --no-crosscheck-turn --prepare-tasks
     timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s49)
+    # after s48: the deferral side by side (fused inputs, defer_final_checks off), then s41's runner tests
+    # and experts
     timeout 70 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_not_deferred.txt" --set fused_inputs=true \
       --set defer_final_checks=false --subjects mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    timeout 70 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_deferred.txt" --set fused_inputs=true \
+      --subjects mha_fwd_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    timeout 200 bash bench/gpu_tests.sh "$out/runner_tests" --timeout 190 -q -s \
+      tests/evaluation/test_runner_cupti_gpu.py tests/evaluation/test_native_runner_gpu.py \
+      -k "cupti_path or expert_gemm_native or expert_gemm_hardware"
+    timeout 150 bash bench/gpu_tests.sh "$out/experts" --timeout 140 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
     ;;
   s47)
     # twenty-fourth session, after s45 (the fused path no cheaper, now off by default): the kernels on the

@@ -39,6 +39,28 @@ def timed(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+PREVIOUS_FORWARD = """
+def run(Q, K, V, causal=CAUSAL):
+    # the attention forward's reference until 2026-12-06 (torch.logsumexp, then exp(s - lse) in place)
+    B, H, S, D = Q.shape
+    scale = 1.0 / math.sqrt(D)
+    q, k, v = (t.reshape(B * H, S, D) for t in (Q, K, V))
+    O = torch.empty_like(q)
+    LSE = torch.empty(B * H, S, dtype=torch.float32, device=Q.device)
+    hidden = torch.ones(S, S, dtype=torch.bool, device=Q.device).triu(1) if causal else None
+    for i, j in _chunks(B * H, S):
+        s = (q[i:j].float() @ k[i:j].float().transpose(1, 2)) * scale
+        if hidden is not None:
+            s.masked_fill_(hidden, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        p = s.sub_(lse[..., None]).exp_()
+        O[i:j] = (p @ v[i:j].float()).to(Q.dtype)
+        LSE[i:j] = lse
+    return O.view(B, H, S, D), LSE.view(B, H, S)
+"""
+"""The attention forward's previous reference, timed beside the shipped one (one run, one device)."""
+
+
 def pieces(task_id: str, repeats: int, scratch: Path, device: int | str = 0) -> dict[str, float]:
     """Each piece of a verified call's check on a real arena of ``task_id``, median seconds."""
     import torch
@@ -57,6 +79,17 @@ def pieces(task_id: str, repeats: int, scratch: Path, device: int | str = 0) -> 
     out = {"prepare (a new draw)": timed(lambda: arena.prepare(0, gen, fresh=True), repeats)}
     want = arena.expected_inputs(0)
     out["whole reference"] = timed(lambda: run_reference(task, arena.namespace, want), repeats)
+    if task.family == "mha_fwd":
+        previous = dict(arena.namespace)
+        causal = "causal" in task.definition.name
+        exec(PREVIOUS_FORWARD.replace("CAUSAL", str(causal)), previous)  # noqa: S102 - our own text
+        out["whole reference, the previous formula"] = timed(
+            lambda: run_reference(task, previous, want), repeats
+        )
+        got, old = run_reference(task, arena.namespace, want), run_reference(task, previous, want)
+        for name in got:
+            diff = (got[name].float() - old[name].float()).abs().max().item()
+            out[f"the two formulas' largest difference in {name} (not s)"] = diff
     reference = run_reference(task, arena.namespace, want)
     for name, value in reference.items():
         s.shared_out[name].copy_(value)

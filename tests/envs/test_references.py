@@ -58,8 +58,12 @@ def test_backward_reference_matches_autograd(causal: bool) -> None:
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
-def _head_by_head_forward(q, k, v, causal: bool):
-    """The obvious definition, one head at a time (what the chunked references must equal bit for bit)."""
+def _head_by_head_forward(q, k, v, causal: bool, softmax: bool = False):
+    """The obvious definition, one head at a time (what the chunked references must equal bit for bit).
+
+    ``softmax``: as the forward task computes it (``torch.softmax``, the logsumexp from the softmax at
+    the maximum), else with ``torch.logsumexp`` (the backward's forward state).
+    """
     b, h, s, d = q.shape
     o, lse = torch.empty_like(q), torch.empty(b, h, s)
     for i in range(b):
@@ -67,8 +71,13 @@ def _head_by_head_forward(q, k, v, causal: bool):
             x = (q[i, j].float() @ k[i, j].float().T) * (1.0 / math.sqrt(d))
             if causal:
                 x = x.masked_fill(~torch.ones(s, s, dtype=torch.bool).tril(), float("-inf"))
-            lse[i, j] = torch.logsumexp(x, dim=-1)
-            o[i, j] = (torch.exp(x - lse[i, j][:, None]) @ v[i, j].float()).to(q.dtype)
+            if softmax:
+                p = torch.softmax(x, dim=-1)
+                lse[i, j] = x.amax(dim=-1) - p.amax(dim=-1).log()
+            else:
+                lse[i, j] = torch.logsumexp(x, dim=-1)
+                p = torch.exp(x - lse[i, j][:, None])
+            o[i, j] = (p @ v[i, j].float()).to(q.dtype)
     return o, lse
 
 
@@ -114,7 +123,11 @@ def test_attention_references_in_chunks_of_heads_equal_the_head_by_head_definiti
         state = bwd["forward_state"](q, k, v)
         grads = bwd["run"](q, k, v, state["O"], do, state["LSE"])
     want_o, want_lse = _head_by_head_forward(q, k, v, causal)
-    for got, want in ((o, want_o), (lse, want_lse), (state["O"], want_o), (state["LSE"], want_lse)):
+    fwd_o, fwd_lse = _head_by_head_forward(q, k, v, causal, softmax=True)
+    for got, want in ((o, fwd_o), (lse, fwd_lse), (state["O"], want_o), (state["LSE"], want_lse)):
         assert got.shape == want.shape and torch.equal(got, want)
+    # the two definitions differ by fp32 rounding alone
+    torch.testing.assert_close(lse, want_lse, atol=2e-6, rtol=0)
+    assert (o.float() - want_o.float()).abs().max() <= 2 ** -7 * want_o.float().abs().max()
     for got, want in zip(grads, _head_by_head_backward(q, k, v, want_o, do, want_lse, causal), strict=True):
         assert got.shape == want.shape and torch.equal(got, want)
