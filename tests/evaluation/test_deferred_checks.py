@@ -149,7 +149,8 @@ def test_the_evaluator_stops_the_worker_before_the_deferred_checks(tmp_path, mon
     whole = int(arena.sample_share < 1)  # the timing's whole check comes last
     assert after.count("check") == per_trial + whole, log[-30:]
     assert before.count("check") == (settings.trials - 1) * per_trial
-    assert "finish" in verdict.stage_wall_s
+    walls = verdict.stage_wall_s
+    assert 0 < walls["finish_verify"] <= walls["finish"] and "time_finish_verify" not in walls
 
 
 def test_a_wrong_last_trial_fails_the_evaluators_verdict(tmp_path):

@@ -1024,13 +1024,16 @@ class LocalGpuEvaluator(Evaluator):
             self._early_refill(turn, handle, hog)
             if session.defer_checks and not hog:
                 with turn.timed("finish"):
-                    handle.stop()  # no code of its process runs from here; its teardown overlaps the checks
+                    if not turn.refilled:  # else stopped already (_early_refill)
+                        handle.stop()  # no code of its process runs from here; its teardown overlaps them
                     session.finish(result, strict)
             self._note_counted(turn, session)
             turn.details["verified_pool"] = session.pool_record()
             turn.details["wall_path"] = session.wall_path
             turn.clocks.append(sm_clock_mhz(self.device))
-            turn.walls.update({f"time_{k}": round(v, 4) for k, v in result.trusted_s.items()})
+            # the checks after the worker's stop (``finish_verify``) are not the timing's
+            prefix = {k: "" if k.startswith("finish") else "time_" for k in result.trusted_s}
+            turn.walls.update({f"{prefix[k]}{k}": round(v, 4) for k, v in result.trusted_s.items()})
             if result.hw_counts is not None:  # the runner's own word on its phases: diagnostic only
                 turn.walls.update(runner_phases(result.hw_counts.host_ms))
             if hog or (strict and result.failure is not None):

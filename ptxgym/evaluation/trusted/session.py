@@ -951,14 +951,22 @@ class Session:
         Its last trial's verified calls, then its whole check and its inputs. None of them needs the
         worker (held copies, private tensors, the trusted references), so the evaluator stops the worker
         first and its process's teardown overlaps them (``EvalSettings.defer_final_checks``). A failure
-        is recorded like one in the timing.
+        is recorded like one in the timing. Their wall goes to ``trusted_s["finish_verify"]``, not to the
+        timing's ``verify``.
         """
         held, self._deferred = self._deferred, []
         due, self._finish_due = self._finish_due, False
-        if held and not self._check_held(held, result, Stage.TIME) and strict:
-            return
-        if due:
-            self._final_checks(result, strict)
+        timing_verify = result.trusted_s.get("verify", 0.0)
+        try:
+            if held and not self._check_held(held, result, Stage.TIME) and strict:
+                return
+            if due:
+                self._final_checks(result, strict)
+        finally:
+            moved = result.trusted_s.get("verify", 0.0) - timing_verify
+            if moved:
+                result.trusted_s["verify"] = timing_verify
+                result.trusted_s["finish_verify"] = result.trusted_s.get("finish_verify", 0.0) + moved
 
     def retime_due(self, result: SessionResult, took_s: float) -> bool:
         """Whether ``retime`` may run after a timing that took ``took_s``.
