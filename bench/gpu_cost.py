@@ -77,6 +77,8 @@ SHOWN = (
     "runner_hw_start",
     "runner_hw_run",
     "runner_hw_read",
+    "finish",
+    "finish_verify",
     "discard",
 )
 SHOWN += ("memcheck", "execute", "proof_boot", "proof_queue", "proof_gpu", "gpu_turn")
