@@ -28,5 +28,10 @@ def test_every_piece_is_timed_on_a_sampled_arena(tmp_path, monkeypatch):
         "held, checked on a sample",
         "held pool entry (stored reference)",
         "compare only",
+        "whole reference, the previous formula",
+        "the two formulas' largest difference in O (not s)",
+        "the two formulas' largest difference in LSE (not s)",
     }
+    assert got.pop("the two formulas' largest difference in LSE (not s)") < 1e-5
+    assert got.pop("the two formulas' largest difference in O (not s)") < 2e-2
     assert all(s > 0 for s in got.values())
