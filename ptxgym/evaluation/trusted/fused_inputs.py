@@ -7,24 +7,29 @@ with the private copy (``compare.same_bits``: an 8-byte equality map, then its r
 new draw of the MHA forward's 604 MB of Q, K and V cost 2.2 ms a call (``verify_cost``, s40), about as
 long as the expert kernel's 2.5 ms, paid on all 193 calls of an evaluation.
 
-``fill`` does the draw, the signs and both writes in one kernel: each element is a standard normal from
-a counter-based generator (Philox, ``tl.randn4x``) keyed by a secret seed drawn from the session's
-generator for each call and input, or the pool entry's value (``source``), times its sign, stored in the
-input's dtype into the private tensor and into the shared buffer: 6 bytes moved per bf16 element where
-the torch path moves about 14. A verified call's preparation must not be shorter or longer than any
+``fill`` does the draw, the signs and both writes in one kernel: each element is a standard normal
+(Box-Muller on two 16-bit halves of a Philox word: each lane's Philox call gives eight normals; radius
+bounded at 4.9) keyed by a secret seed drawn from the session's generator for each call and input, or
+the pool entry's value (``source``), times its sign, stored in the input's dtype into the private tensor
+and into the shared buffer: 6 bytes moved per bf16 element where the torch path moves about 14. A
+program works inside one sign group (one sign load, unmasked vector loads and stores but at a group's
+end); sign groups smaller than a program are the gather variant's (each element loads its sign: small
+inputs only, ``why_not``). A verified call's preparation must not be shorter or longer than any
 other's (the candidate could time the gap before its call, ``arena.py``), so the kernel does the same
 work either way: it always reads a source of the input's size (the pool entry, else the set's seeded
 values, read and discarded) and always draws; ``use_source`` is a run-time argument that Triton may not
 specialise on, so one compiled kernel serves both.
 
-Measured side by side on an H100 it was no cheaper, so it is an opt-in experiment
-(``EvalSettings.fused_inputs``, off by default): for the MHA forward ``fill`` took 1.62 ms for its 1.8 GB
-(the torch draw alone 0.72 ms; its arithmetic, the normals and a per-element sign index, is the cost), a
-whole preparation 2.25 ms against 2.04 with torch ops; ``differ`` 0.53 against 0.57 ms
-(``bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt``).
+The first version (``tl.randn4x``: four normals per Philox call, libdevice's accurate sine and cosine,
+which reduce their argument through local memory, and a per-element sign index) was no cheaper than the
+torch ops on an H100: for the MHA forward ``fill`` took 1.62 ms for its 1.8 GB, a whole preparation
+2.25 ms against 2.04 with torch ops (``bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt``). The
+path is an opt-in experiment (``EvalSettings.fused_inputs``, off by default) until this version is
+measured side by side (``gpu_session.sh s48``).
 
-``differ`` compares two tensors' bits (as 8-byte words where the view allows, else bytes) in one pass,
-each program adding 1 to a flag only where its block differs; one host read of the flag ends it.
+``differ_all`` compares pairs of tensors' bits (as 8-byte words where the view allows, else bytes), one
+pass each, each program adding 1 to its pair's counter only where its block differs; one host read of
+the counters ends it (the torch path syncs once per input).
 
 Both run only where they can (``why_not``): a CUDA device (or Triton's interpreter), Triton importable,
 a float input of 16 or 32 bits, contiguous, at most 2^31 elements, and a sign group over the input's
