@@ -128,6 +128,6 @@ def test_attention_references_in_chunks_of_heads_equal_the_head_by_head_definiti
         assert got.shape == want.shape and torch.equal(got, want)
     # the two definitions differ by fp32 rounding alone
     torch.testing.assert_close(lse, want_lse, atol=2e-6, rtol=0)
-    assert (o.float() - want_o.float()).abs().max() <= 2 ** -7 * want_o.float().abs().max()
+    assert (o.float() - want_o.float()).abs().max() <= 2**-7 * want_o.float().abs().max()
     for got, want in zip(grads, _head_by_head_backward(q, k, v, want_o, do, want_lse, causal), strict=True):
         assert got.shape == want.shape and torch.equal(got, want)

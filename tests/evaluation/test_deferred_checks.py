@@ -147,8 +147,12 @@ def test_the_evaluator_stops_the_worker_before_the_deferred_checks(tmp_path, mon
     before, after = log[: log.index("stop")], log[log.index("stop") + 1 :]
     arena = next(iter(ev._arenas.values()))
     whole = int(arena.sample_share < 1)  # the timing's whole check comes last
-    assert after.count("check") == per_trial + whole, log[-30:]
-    assert before.count("check") == (settings.trials - 1) * per_trial
+    assert not any(c.startswith(("call", "count", "hw")) for c in after)
+    if verdict.details.get("retimed"):  # a loaded host's wall check: the first timing's checks came first
+        assert after.count("check") >= whole and before.count("check") >= settings.trials * per_trial
+    else:
+        assert after.count("check") == per_trial + whole, log[-30:]
+        assert before.count("check") == (settings.trials - 1) * per_trial
     walls = verdict.stage_wall_s
     assert 0 < walls["finish_verify"] <= walls["finish"] and "time_finish_verify" not in walls
 

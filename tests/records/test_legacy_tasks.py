@@ -10,7 +10,10 @@ must be exactly what they were.
 One change on purpose since: the four attention references compute a chunk of heads per step instead of
 one head (their host time had outgrown their GPU work, ``precision.py``), equal to the head-by-head
 ones bit for bit on the CPU (``tests/envs/test_references.py``); the eight attention tasks' definition
-and user-prompt hashes (the prompt shows the reference) were recorded again for that alone.
+and user-prompt hashes (the prompt shows the reference) were recorded again for that alone. And the
+four forward references take the softmax in one pass and the logsumexp from the softmax at the maximum
+(2026-12-06; equal to the previous formula to fp32 rounding, ``tests/envs/test_references.py``): their
+definition and user-prompt hashes were recorded again for that alone.
 """
 
 from __future__ import annotations
