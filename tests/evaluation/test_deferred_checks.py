@@ -125,7 +125,8 @@ def test_the_evaluator_stops_the_worker_before_the_deferred_checks(tmp_path, mon
     from test_baseline_path import Workers
 
     workers = Workers(tmp_path)
-    settings = EV_SETTINGS.model_copy(update={"defer_final_checks": defer})
+    # no slow cut-off: a loaded host's slow first trial would check every later call at once
+    settings = EV_SETTINGS.model_copy(update={"defer_final_checks": defer, "slow_cutoff_speedup": 0})
     ev = cpu_evaluator(tmp_path, workers, settings)
     task = tiny_task("Gemm-sm90a", M=64, N=48, K=32)
     ev.baseline(task)
