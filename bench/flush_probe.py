@@ -1,5 +1,6 @@
-"""What the L2 flush before every call costs, by part: the runner's byte memset, a 4-byte-word memset, and
-the persisting-L2 reset (``runner/cuda_path.h``'s ``flush_l2``).
+"""What the L2 flush before every call costs, by part (``runner/cuda_path.h``'s ``flush_l2``).
+
+The runner's byte memset, a 4-byte-word memset, and the persisting-L2 reset.
 
     python bench/flush_probe.py --out bench/results/flush_probe.txt
 
@@ -48,7 +49,9 @@ def main() -> int:
     ptr = buf.data_ptr()
 
     variants = {
-        "byte memset (cuMemsetD8Async, the runner's)": lambda: _check(cu.cuMemsetD8Async(ptr, 0, nbytes, handle)),
+        "byte memset (cuMemsetD8Async, the runner's)": lambda: _check(
+            cu.cuMemsetD8Async(ptr, 0, nbytes, handle)
+        ),
         "word memset (cuMemsetD32Async)": lambda: _check(cu.cuMemsetD32Async(ptr, 0, nbytes // 4, handle)),
         "persisting-L2 reset alone (cuCtxResetPersistingL2Cache)": lambda: _check(
             cu.cuCtxResetPersistingL2Cache()
