@@ -50,7 +50,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s49, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -189,6 +189,19 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 4 --no-crosscheck-turn --prepare-tasks
     timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s48b)
+    # s48 cut for a short device budget: the kernels' and references' GPU tests, the preparation, the
+    # flush, the reference side by side, the MHA forward expert's GPU cost on both input paths
+    timeout 110 bash bench/gpu_tests.sh "$out/tests" --timeout 100 -q tests/evaluation/test_fused_inputs.py \
+      tests/evaluation/test_reference_precision.py
+    timeout 60 python3 bench/prepare_cost.py --tasks MhaFwd-sm90a Gemm-sm90a --out "$out/prepare_cost.txt"
+    timeout 25 python3 bench/flush_probe.py --out "$out/flush_probe.txt"
+    timeout 50 python3 bench/verify_cost.py --tasks MhaFwd-sm90a --out "$out/verify_cost.txt"
+    timeout 70 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" --set fused_inputs=true \
+      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 70 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
+      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     ;;
   s49)
     # after s48: the deferral side by side (fused inputs, defer_final_checks off), then s41's runner tests
