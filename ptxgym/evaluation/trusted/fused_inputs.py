@@ -177,7 +177,7 @@ def fill(shared, source, signs, keys, index: int, use_source: bool):
 
 
 def flag(device):
-    """The counters ``differ`` adds to (one set per arena: allocated once, not within a trial)."""
+    """The counters ``differ_all`` adds to (one set per arena: allocated once, not within a trial)."""
     import torch
 
     return torch.zeros(FLAG_SLOTS, dtype=torch.int32, device=device)

@@ -7,12 +7,12 @@ the first version of ``fill`` compute-bound); Triton's interpreter has no libdev
 the accurate ones (the same formula).
 """
 
-import os
-
 import triton
 import triton.language as tl
 
-if os.environ.get("TRITON_INTERPRET") == "1":
+from ptxgym.evaluation.trusted.fused_inputs import interpreted
+
+if interpreted():
 
     @triton.jit
     def _sin(x):
