@@ -49,6 +49,9 @@ SETTINGS = EvalSettings(
     # the walls here are the host's (a busy 2-core machine): its scheduling noise, not what these tests
     # check, must not fail the cross-check (test_timing and test_forged_latencies test that)
     wall_slack_ms=25.0,
+    # nor cut a timing short: a fake candidate's first trial can trail the fake baseline by 10x there
+    # (test_slow_cutoff and test_counted_position test the cut-off)
+    slow_cutoff_speedup=0.0,
 )
 FACTS = GpuFacts(0, "NVIDIA H200", (9, 0), 132, 50 << 20, 140 << 30, "580", "13.0", "2.13")
 
@@ -142,7 +145,9 @@ def test_baseline_and_candidate_send_the_same_commands(tmp_path):
     base, cand = (w.transcript for w in workers.made)
     assert "load:baseline" in base and "load:so" in cand
     assert base == [c.replace("load:so", "load:baseline") for c in cand]
-    full = cpu_evaluator(tmp_path, workers)  # the defaults: both additions
+    cut = EvalSettings.model_fields["slow_cutoff_speedup"].default
+    full = cpu_evaluator(tmp_path, workers, SETTINGS.model_copy(update={"slow_cutoff_speedup": cut}))
+    # the defaults: both additions
     assert full.evaluate(task, built(task)).status is Status.PASSED
     extra = workers.made[-1].transcript
     assert extra.count("load:noop") == 3  # trivial, probe of the matched no-op, matched

@@ -161,7 +161,8 @@ def test_the_evaluator_stops_the_worker_before_the_deferred_checks(tmp_path, mon
 def test_a_wrong_last_trial_fails_the_evaluators_verdict(tmp_path):
     from test_baseline_path import Workers
 
-    settings = EV_SETTINGS.model_copy(update={"slow_probe_calls": 0})
+    # no slow cut-off: a loaded host's slow first trial would shorten the last trial to verified calls
+    settings = EV_SETTINGS.model_copy(update={"slow_probe_calls": 0, "slow_cutoff_speedup": 0})
     calls = before_last(settings)
     cheat = Candidate(wrong_from=calls + 1)
     workers = Workers(tmp_path)
