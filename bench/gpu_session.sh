@@ -51,7 +51,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -171,6 +171,20 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s50)
+    # s48 and s49 cut to a ten-minute device budget (~330 s): the fill kernels' GPU test, the MHA forward
+    # expert's GPU cost on the fused path, on the torch ops, and fused with the last checks not deferred;
+    # the forward reference beside the previous formula; the L2 flush by part
+    timeout 80 bash bench/gpu_tests.sh "$out/tests" --timeout 70 -q tests/evaluation/test_fused_inputs.py
+    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" --set fused_inputs=true \
+      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
+      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 45 python3 bench/verify_cost.py --tasks MhaFwd-sm90a --out "$out/verify_cost.txt"
+    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_not_deferred.txt" --set fused_inputs=true \
+      --set defer_final_checks=false --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 20 python3 bench/flush_probe.py --out "$out/flush_probe.txt"
     ;;
   s48)
     # twenty-fifth session: fused_inputs' second fill kernel (eight normals per Philox call on the fast
