@@ -4,9 +4,10 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (twenty-fifth session: no device call ran), in order:
-#   s48 (or s48b for a short budget), then s49: the second fill kernel, the flush's parts, the forward
-#   reference side by side, the deferred last checks; s47 (the allocator test's fix); on an H200: s41's command (the
+# Next (twenty-fifth and twenty-sixth sessions: no device call ran; the twenty-sixth had 600 s of device
+# time and lost it to refused starts), in order:
+#   s50 (~330 s: s48 and s49's decisive parts) on a short budget, else s48 then s49: the second fill
+#   kernel, the flush's parts, the forward reference side by side, the deferred last checks; s47 (the allocator test's fix); on an H200: s41's command (the
 #   runner's GPU tests with the launch join, the experts, one 16-env pass: launched_in / ran_in counts and
 #   the 40/min goal where the issue names it), s40 (the references' cost), then the in-trial window
 #   (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c, spares, ray_load,
