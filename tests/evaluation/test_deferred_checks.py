@@ -173,3 +173,33 @@ def test_a_wrong_last_trial_fails_the_evaluators_verdict(tmp_path):
     verdict = ev.evaluate(task, built(task))
     assert verdict.status is Status.INCORRECT_NUMERICAL, verdict.message
     assert cheat.calls == calls + settings.warmup + settings.iterations  # it ran to the end
+
+
+def test_a_memory_hog_wrong_in_its_last_trial_is_paid_nothing(tmp_path, monkeypatch):
+    """A process still holding too much GPU memory after its timing ends as the hog, deferred checks unmade.
+
+    The hog's memory could starve the trusted references, so the deferred checks are not run; the verdict
+    is the hog's (RUNTIME_ERROR, as for a hog found after the correctness calls), never PASSED.
+    """
+    from test_baseline_path import Workers
+
+    settings = EV_SETTINGS.model_copy(update={"slow_probe_calls": 0, "slow_cutoff_speedup": 0})
+    cheat = Candidate(wrong_from=before_last(settings) + 1)
+    workers = Workers(tmp_path)
+    ev = cpu_evaluator(tmp_path, workers, settings)
+    task = tiny_task("Gemm-sm90a", M=64, N=48, K=32)
+    ev.baseline(task)
+    workers.candidate = cheat
+    free = iter([100 * 2**30, 100 * 2**30] + [0] * 100)  # before the load, after the check; then none
+    monkeypatch.setattr(ev, "_free_bytes", lambda: next(free))
+    finished: list[int] = []
+    real = Session.finish
+
+    def noted(self, result, strict=True):
+        finished.append(1)
+        return real(self, result, strict)
+
+    monkeypatch.setattr(Session, "finish", noted)
+    verdict = ev.evaluate(task, built(task))
+    assert verdict.status is Status.RUNTIME_ERROR and "GiB of GPU memory" in verdict.message, verdict.message
+    assert finished == [] and cheat.calls == before_last(settings) + settings.warmup + settings.iterations
