@@ -6,7 +6,8 @@
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
 # Next (twenty-fifth and twenty-sixth sessions: no device call ran; the twenty-sixth had 600 s of device
 # time and lost it to refused starts), in order:
-#   s50 (~330 s: s48 and s49's decisive parts) on a short budget, else s48 then s49: the second fill
+#   s50 (~330 s: s48 and s49's decisive parts, most decisive first, each to its own file: a run cut short
+#   still brings back the parts it finished) on a short budget, else s48 then s49: the second fill
 #   kernel, the flush's parts, the forward reference side by side, the deferred last checks; s47 (the allocator test's fix); on an H200: s41's command (the
 #   runner's GPU tests with the launch join, the experts, one 16-env pass: launched_in / ran_in counts and
 #   the 40/min goal where the issue names it), s40 (the references' cost), then the in-trial window
