@@ -145,9 +145,8 @@ def test_baseline_and_candidate_send_the_same_commands(tmp_path):
     base, cand = (w.transcript for w in workers.made)
     assert "load:baseline" in base and "load:so" in cand
     assert base == [c.replace("load:so", "load:baseline") for c in cand]
-    cut = EvalSettings.model_fields["slow_cutoff_speedup"].default
+    cut = EvalSettings.model_fields["slow_cutoff_speedup"].default  # the defaults: both additions
     full = cpu_evaluator(tmp_path, workers, SETTINGS.model_copy(update={"slow_cutoff_speedup": cut}))
-    # the defaults: both additions
     assert full.evaluate(task, built(task)).status is Status.PASSED
     extra = workers.made[-1].transcript
     assert extra.count("load:noop") == 3  # trivial, probe of the matched no-op, matched

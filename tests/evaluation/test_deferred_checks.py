@@ -183,7 +183,11 @@ def test_a_memory_hog_wrong_in_its_last_trial_is_paid_nothing(tmp_path, monkeypa
     """
     from test_baseline_path import Workers
 
-    settings = EV_SETTINGS.model_copy(update={"slow_probe_calls": 0, "slow_cutoff_speedup": 0})
+    # no retime either: its first timing's checks run before it, with the worker alive (a loaded host's
+    # wall could call for one)
+    settings = EV_SETTINGS.model_copy(
+        update={"slow_probe_calls": 0, "slow_cutoff_speedup": 0, "wall_retries": 0}
+    )
     cheat = Candidate(wrong_from=before_last(settings) + 1)
     workers = Workers(tmp_path)
     ev = cpu_evaluator(tmp_path, workers, settings)
