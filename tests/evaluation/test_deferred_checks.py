@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
 from inprocess_worker import InProcessWorker  # noqa: E402
-from test_baseline_path import SETTINGS as EV_SETTINGS  # noqa: E402
+from test_baseline_path import SETTINGS as EV_SETTINGS  # noqa: E402 - no slow cut-off (a loaded host)
 from test_baseline_path import built, cpu_evaluator  # noqa: E402
 
 from ptxgym.evaluation.protocol import Load  # noqa: E402
@@ -125,8 +125,7 @@ def test_the_evaluator_stops_the_worker_before_the_deferred_checks(tmp_path, mon
     from test_baseline_path import Workers
 
     workers = Workers(tmp_path)
-    # no slow cut-off: a loaded host's slow first trial would check every later call at once
-    settings = EV_SETTINGS.model_copy(update={"defer_final_checks": defer, "slow_cutoff_speedup": 0})
+    settings = EV_SETTINGS.model_copy(update={"defer_final_checks": defer})
     ev = cpu_evaluator(tmp_path, workers, settings)
     task = tiny_task("Gemm-sm90a", M=64, N=48, K=32)
     ev.baseline(task)
@@ -161,8 +160,7 @@ def test_the_evaluator_stops_the_worker_before_the_deferred_checks(tmp_path, mon
 def test_a_wrong_last_trial_fails_the_evaluators_verdict(tmp_path):
     from test_baseline_path import Workers
 
-    # no slow cut-off: a loaded host's slow first trial would shorten the last trial to verified calls
-    settings = EV_SETTINGS.model_copy(update={"slow_probe_calls": 0, "slow_cutoff_speedup": 0})
+    settings = EV_SETTINGS.model_copy(update={"slow_probe_calls": 0})
     calls = before_last(settings)
     cheat = Candidate(wrong_from=calls + 1)
     workers = Workers(tmp_path)
@@ -185,9 +183,7 @@ def test_a_memory_hog_wrong_in_its_last_trial_is_paid_nothing(tmp_path, monkeypa
 
     # no retime either: its first timing's checks run before it, with the worker alive (a loaded host's
     # wall could call for one)
-    settings = EV_SETTINGS.model_copy(
-        update={"slow_probe_calls": 0, "slow_cutoff_speedup": 0, "wall_retries": 0}
-    )
+    settings = EV_SETTINGS.model_copy(update={"wall_retries": 0})
     cheat = Candidate(wrong_from=before_last(settings) + 1)
     workers = Workers(tmp_path)
     ev = cpu_evaluator(tmp_path, workers, settings)
