@@ -6,8 +6,9 @@
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
 # Next (twenty-fifth and twenty-sixth sessions: no device call ran; the twenty-sixth had 600 s of device
 # time and lost it to refused starts), in order:
-#   s50 (~330 s: s48 and s49's decisive parts, most decisive first, each to its own file: a run cut short
-#   still brings back the parts it finished) on a short budget, else s48 then s49: the second fill
+#   s51 (~400 s: s50 with the warm-up calls without a draw beside it) or s50 (~330 s: s48 and s49's
+#   decisive parts, most decisive first, each to its own file: a run cut short still brings back the
+#   parts it finished) on a short budget, else s48 then s49: the second fill
 #   kernel, the flush's parts, the forward reference side by side, the deferred last checks; s47 (the allocator test's fix); on an H200: s41's command (the
 #   runner's GPU tests with the launch join, the experts, one 16-env pass: launched_in / ran_in counts and
 #   the 40/min goal where the issue names it), s40 (the references' cost), then the in-trial window
@@ -53,7 +54,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -173,6 +174,22 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s51)
+    # s50 (~330 s) with the warm-up calls without a draw (warmup_redraw off) beside it (~400 s): the fill
+    # kernels' GPU test, the MHA forward expert's GPU cost fused, on the torch ops, fused without warm-up
+    # draws, fused with the last checks not deferred; the forward reference; the L2 flush by part
+    timeout 80 bash bench/gpu_tests.sh "$out/tests" --timeout 70 -q tests/evaluation/test_fused_inputs.py
+    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" --set fused_inputs=true \
+      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
+      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_warm_rest.txt" --set fused_inputs=true \
+      --set warmup_redraw=false --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 45 python3 bench/verify_cost.py --tasks MhaFwd-sm90a --out "$out/verify_cost.txt"
+    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_not_deferred.txt" --set fused_inputs=true \
+      --set defer_final_checks=false --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    timeout 20 python3 bench/flush_probe.py --out "$out/flush_probe.txt"
     ;;
   s50)
     # s48 and s49 cut to a ten-minute device budget (~330 s): the fill kernels' GPU test, the MHA forward

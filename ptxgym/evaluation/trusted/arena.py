@@ -557,6 +557,18 @@ class Arena:
         for out in s.shared_out.values():
             poison_(out)
 
+    def rest(self, index: int) -> None:
+        """A warm-up call's preparation without a draw (``EvalSettings.warmup_redraw`` off).
+
+        The set keeps the values the previous call left (fresh or seeded); only its outputs are poisoned.
+        Its inputs are compared after the call as after any other (``hold``), and otherwise before the
+        set's next draw replaces them (``_retire_fresh``).
+        """
+        s = self.sets[index]
+        s.inputs_checked = False
+        for out in s.shared_out.values():
+            poison_(out)
+
     def _fill_fresh(self, s: InputSet, generator, entry: PoolEntry | None) -> dict[str, Any]:
         """``prepare``'s fresh values by ``fused_inputs.fill``: the same kernel work, entry or not.
 

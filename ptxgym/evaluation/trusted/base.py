@@ -114,6 +114,15 @@ class EvalSettings(BaseModel):
         "its arithmetic the cost; GEMM 0.75 against 0.77 ms; "
         "bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt).",
     )
+    warmup_redraw: bool = Field(
+        True,
+        description="Give every warm-up call of a timed trial fresh values like a timed call (on), or leave "
+        "the set's inputs as the previous call left them and only poison its outputs (off: an experiment, "
+        "``Session._trial``). A warm-up call is never timed or verified, and the protocol's counts already "
+        "tell a candidate which calls warm up, so a cheaper preparation before them tells it nothing; its "
+        "inputs are still compared after the call. Saves a draw per warm-up call (MHA forward: ~2 ms of "
+        "GPU each, 30 per evaluation); not yet measured on a GPU.",
+    )
     verified_pool: int | None = Field(
         None,
         ge=0,

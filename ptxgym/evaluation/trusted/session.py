@@ -529,6 +529,7 @@ class Session:
         new_draws: frozenset[int] = frozenset(),
         whole_check: bool = False,
         last: bool = False,
+        warmup: int = 0,
     ) -> list[TimedCall] | None:
         """One trial; a failed check ends it (``strict``) or is only recorded (the trusted baseline).
 
@@ -538,6 +539,8 @@ class Session:
         ``new_draws``: verified positions that draw new values even with the pool (``_new_draws``).
         ``whole_check``: the timing's one new draw checked whole is in this trial (``_whole_place``).
         ``last``: the timing's last trial; with ``defer_checks`` its held calls are left to ``finish``.
+        ``warmup``: the trial's leading warm-up calls; with ``EvalSettings.warmup_redraw`` off they keep
+        their set's values (``Arena.rest``).
         """
         cupti = self.backend == CUPTI
         self._request(TrialBegin(cupti=cupti, spin_us=self.settings.runner_spin_us), stage)
@@ -553,7 +556,10 @@ class Session:
                 checked = fresh and (pos in verify or pos in (counted, hw_counted))
                 entry = self._entry(index, result) if checked and pos not in new_draws else None
                 self.new_draws += checked and pos in new_draws
-                self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
+                if fresh and pos < warmup and not checked and not self.settings.warmup_redraw:
+                    self.arena.rest(index)
+                else:
+                    self.arena.prepare(index, self.generator, fresh=fresh, entry=entry)
                 result.spend("inputs", t)
                 if pos == counted:
                     if not self._counted(index, result, stage, segment) and strict:
@@ -915,6 +921,7 @@ class Session:
                 new_draws=new,
                 whole_check=trial == whole_trial,
                 last=trial == s.trials - 1,
+                warmup=0 if result.shortened else s.warmup,
             )
             if timed is None:
                 return
