@@ -175,31 +175,20 @@ case "$stage" in
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     ;;
-  s51)
-    # s50 (~330 s) with the warm-up calls without a draw (warmup_redraw off) beside it (~400 s): the fill
-    # kernels' GPU test, the MHA forward expert's GPU cost fused, on the torch ops, fused without warm-up
-    # draws, fused with the last checks not deferred; the forward reference; the L2 flush by part
-    timeout 80 bash bench/gpu_tests.sh "$out/tests" --timeout 70 -q tests/evaluation/test_fused_inputs.py
-    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" --set fused_inputs=true \
-      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
-    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
-      --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
-    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_warm_rest.txt" --set fused_inputs=true \
-      --set warmup_redraw=false --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
-    timeout 45 python3 bench/verify_cost.py --tasks MhaFwd-sm90a --out "$out/verify_cost.txt"
-    timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_not_deferred.txt" --set fused_inputs=true \
-      --set defer_final_checks=false --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
-    timeout 20 python3 bench/flush_probe.py --out "$out/flush_probe.txt"
-    ;;
-  s50)
+  s50|s51)
     # s48 and s49 cut to a ten-minute device budget (~330 s): the fill kernels' GPU test, the MHA forward
     # expert's GPU cost on the fused path, on the torch ops, and fused with the last checks not deferred;
-    # the forward reference beside the previous formula; the L2 flush by part
+    # the forward reference beside the previous formula; the L2 flush by part. s51 (~400 s): also fused
+    # with the warm-up calls without a draw (warmup_redraw off)
     timeout 80 bash bench/gpu_tests.sh "$out/tests" --timeout 70 -q tests/evaluation/test_fused_inputs.py
     timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused.txt" --set fused_inputs=true \
       --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    if [ "$stage" = s51 ]; then
+      timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_warm_rest.txt" --set fused_inputs=true \
+        --set warmup_redraw=false --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    fi
     timeout 45 python3 bench/verify_cost.py --tasks MhaFwd-sm90a --out "$out/verify_cost.txt"
     timeout 65 python3 bench/gpu_cost.py --out "$out/gpu_cost_fused_not_deferred.txt" --set fused_inputs=true \
       --set defer_final_checks=false --subjects mha_fwd_expert --turns 3 --no-crosscheck-turn --prepare-tasks
