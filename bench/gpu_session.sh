@@ -4,8 +4,8 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (twenty-fifth and twenty-sixth sessions: no device call ran; the twenty-sixth had 600 s of device
-# time and lost it to refused starts), in order:
+# Next (twenty-fifth to twenty-seventh sessions: no device call ran; the twenty-sixth had 600 s of device
+# time and the twenty-seventh 1800 s, both lost to refused starts), in order:
 #   s51 (~400 s: s50 with the warm-up calls without a draw beside it) or s50 (~330 s: s48 and s49's
 #   decisive parts, most decisive first, each to its own file: a run cut short still brings back the
 #   parts it finished) on a short budget, else s48 then s49: the second fill
