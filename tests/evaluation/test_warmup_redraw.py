@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from evaltest_helpers import tiny_task  # noqa: E402
 from inprocess_worker import run_in_session  # noqa: E402
+from test_fresh_values import _gemm, gemm_task  # noqa: E402
 
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
 from ptxgym.evaluation.trusted.base import EvalSettings  # noqa: E402
@@ -33,10 +33,6 @@ def settings(redraw: bool) -> EvalSettings:
         rotate_sets=3,
         warmup_redraw=redraw,
     )
-
-
-def _gemm(A, B):
-    return (A.float() @ B.float().T).to(torch.bfloat16)
 
 
 class Fingerprints:
@@ -77,7 +73,7 @@ class ReplaysAfterWarmup:
 
 
 def judge(candidate, tmp_path, redraw: bool):
-    arena = Arena(tiny_task("Gemm-sm90a", M=64, N=48, K=32), [1, 2, 3], "cpu", tmp_path)
+    arena = Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path)
     return run_in_session(candidate, arena, settings(redraw), tmp_path, seed=7)[0], arena
 
 

@@ -156,6 +156,12 @@ def ipc_pickle(obj: Any) -> bytes:
     return buf.getvalue()
 
 
+def _poison_outputs(s: InputSet) -> None:
+    """Fill a set's outputs with their dtype's poison pattern (``compare.poison_``): a skipped write shows."""
+    for out in s.shared_out.values():
+        poison_(out)
+
+
 class Arena:
     """Input sets, outputs and references of one task on one device."""
 
@@ -554,8 +560,7 @@ class Arena:
                 for name, value in s.fresh.items():
                     s.shared_in[name].copy_(value)
             s.pool_reference = entry.reference if entry is not None else None
-        for out in s.shared_out.values():
-            poison_(out)
+        _poison_outputs(s)
 
     def rest(self, index: int) -> None:
         """A warm-up call's preparation without a draw (``EvalSettings.warmup_redraw`` off).
@@ -566,8 +571,7 @@ class Arena:
         """
         s = self.sets[index]
         s.inputs_checked = False
-        for out in s.shared_out.values():
-            poison_(out)
+        _poison_outputs(s)
 
     def _fill_fresh(self, s: InputSet, generator, entry: PoolEntry | None) -> dict[str, Any]:
         """``prepare``'s fresh values by ``fused_inputs.fill``: the same kernel work, entry or not.
@@ -768,8 +772,7 @@ class Arena:
             tensor.copy_(want)
             fixed.add(name)
         for s in self.sets:
-            for out in s.shared_out.values():
-                poison_(out)
+            _poison_outputs(s)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return sorted(fixed)
