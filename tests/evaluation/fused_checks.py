@@ -155,6 +155,38 @@ def check_arena() -> None:
         arena.close()
 
 
+def check_compiled() -> None:
+    """Every kernel variant ``fill`` and ``differ_all`` launch compiles for Hopper and Blackwell, no GPU needed.
+
+    The interpreter runs Python, not Triton's compiler: a kernel it runs may still be refused compiled
+    (a block assigned to a scalar's name was). Ahead of time, from the launch's argument types (pointers
+    of each input dtype, 32-bit counts, the 64-bit count of a byte view past 2^31 words).
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from ptxgym.evaluation.trusted import fused_kernels
+
+    assert not fused_inputs.interpreted(), "compiled variants: run without TRITON_INTERPRET"
+    pointers = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
+    ints = dict.fromkeys(("seed_index", "n", "inner", "per_group", "use_source"), "i32")
+    for arch in (90, 100):
+        target = GPUTarget("cuda", arch, 32)
+        for dtype in fused_inputs.FLOAT_DTYPES:
+            ptr = pointers[dtype]
+            sig = {"priv": ptr, "shared": ptr, "source": ptr, "signs": "*fp32", "seeds": "*i64", **ints}
+            sig |= {"BLOCK": "constexpr", "GATHER": "constexpr"}
+            for block in fused_inputs.FILL_BLOCKS:
+                for gather in (False, True):
+                    consts = {"BLOCK": block, "GATHER": gather}
+                    triton.compile(ASTSource(fused_kernels.fill_kernel, sig, consts), target=target)
+        for word, count in (("*i64", "i32"), ("*u8", "i32"), ("*u8", "i64")):
+            sig = {"a": word, "b": word, "flag": "*i32", "slot": "i32", "n": count, "BLOCK": "constexpr"}
+            consts = {"BLOCK": fused_inputs.DIFFER_BLOCK}
+            triton.compile(ASTSource(fused_kernels.differ_kernel, sig, consts), target=target)
+
+
 if __name__ == "__main__":
     DEVICE = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     names = [n.removeprefix("check_") for n in list(globals()) if n.startswith("check_")]

@@ -1,7 +1,8 @@
 """The fused input preparation and input check (``fused_inputs.py``): its kernels, the arena's use of them.
 
 The kernels run in Triton's interpreter on CPU tensors, in a child process (``fused_checks.py``: the
-interpreter must be on before they are defined), and on the GPU with the compiled kernels (``gpu``).
+interpreter must be on before they are defined), compiled ahead of time for sm_90 and sm_100 without a
+GPU, and on the GPU with the compiled kernels (``gpu``).
 Under the interpreter a CPU arena takes the fused path too, so the fresh-value attacks and the verified
 pool's tests are played through it once more.
 """
@@ -36,6 +37,12 @@ def _run(args: list[str], interpret: bool, timeout: float = 600) -> subprocess.C
 @pytest.mark.parametrize("name", CHECKS)
 def test_the_kernels_in_the_interpreter(name):
     proc = _run([sys.executable, "fused_checks.py", name], interpret=True)
+    assert proc.returncode == 0 and "passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def test_every_kernel_variant_compiles_for_the_gpus_without_one():
+    """Triton's compiler refuses what its interpreter runs (a GPU run found one): compiled ahead of time."""
+    proc = _run([sys.executable, "fused_checks.py", "compiled"], interpret=False)
     assert proc.returncode == 0 and "passed" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 

@@ -78,17 +78,21 @@ def _put(
     offs = start + tl.arange(0, BLOCK)
     if full:  # unmasked: vector loads and stores
         s = tl.load(source + offs).to(tl.float32)
-        if GATHER:
-            sign = tl.load(signs + offs // inner)
-        v = (tl.where(use_source != 0, s, r) * sign).to(priv.dtype.element_ty)
+        if GATHER:  # a new name: compiled, a block may not take a scalar's name (the interpreter allows it)
+            times = tl.load(signs + offs // inner)
+        else:
+            times = sign
+        v = (tl.where(use_source != 0, s, r) * times).to(priv.dtype.element_ty)
         tl.store(priv + offs, v)
         tl.store(shared + offs, v)
     else:
         mask = offs < end
         s = tl.load(source + offs, mask=mask, other=0.0).to(tl.float32)
         if GATHER:
-            sign = tl.load(signs + offs // inner, mask=mask, other=1.0)
-        v = (tl.where(use_source != 0, s, r) * sign).to(priv.dtype.element_ty)
+            times = tl.load(signs + offs // inner, mask=mask, other=1.0)
+        else:
+            times = sign
+        v = (tl.where(use_source != 0, s, r) * times).to(priv.dtype.element_ty)
         tl.store(priv + offs, v, mask=mask)
         tl.store(shared + offs, v, mask=mask)
 
