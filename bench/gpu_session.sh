@@ -54,7 +54,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -174,6 +174,20 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s52)
+    # twenty-eighth session: the new defaults (fused_inputs on, warmup_redraw off, the gather variant's
+    # compile fix) side by side with the old ones in one device call: the experts' and the SIMT control's
+    # GPU cost (one more turn each with Nsight Compute's cross-check drawn), then the old defaults; the
+    # fill kernels', fresh values' and pool's GPU tests; the GEMM and MHA forward experts with the target
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_new_defaults.txt" \
+      --subjects mha_fwd_expert gemm_expert gemm_simt --turns 4 --prepare-tasks
+    timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_old_defaults.txt" --set fused_inputs=false \
+      --set warmup_redraw=true --subjects mha_fwd_expert gemm_expert --turns 4 --no-crosscheck-turn --prepare-tasks
+    timeout 130 bash bench/gpu_tests.sh "$out/tests" --timeout 120 -q tests/evaluation/test_fused_inputs.py \
+      tests/evaluation/test_fresh_values.py tests/evaluation/test_verified_pool.py
+    timeout 150 bash bench/gpu_tests.sh "$out/experts" --timeout 140 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
     ;;
   s50|s51)
     # s48 and s49 cut to a ten-minute device budget (~330 s): the fill kernels' GPU test, the MHA forward

@@ -262,16 +262,28 @@ def run_in_session(
     return result, session
 
 
+def is_warmup(settings, index: int) -> bool:
+    """Whether a session's call ``index`` (0-based) is a warm-up call.
+
+    Calls in order: the checks, then each trial's warm-up and timed calls (a session without the slow
+    cut-off's probe or a counted call).
+    """
+    timing = index - settings.correctness_sets
+    return timing >= 0 and timing % (settings.warmup + settings.iterations) < settings.warmup
+
+
 class SignedOutputMemory:
     """A GEMM cheat's memory: outputs kept by input magnitudes, replayed with the signs corrected.
 
     The key is the magnitudes of A[:, 0] and B[:, 0], which sign flips leave alone (the caching attacks'
-    common core).
+    common core). ``recall`` runs first in every call: ``replayed_at`` holds the indices of the calls
+    it replayed.
     """
 
     def __init__(self) -> None:
         self.store: dict[tuple, tuple] = {}
-        self.replays = 0
+        self.replays, self.calls = 0, 0
+        self.replayed_at: list[int] = []
 
     @staticmethod
     def _key(A, B) -> tuple:
@@ -283,12 +295,14 @@ class SignedOutputMemory:
         import torch
 
         a, b, key = self._key(A, B)
+        self.calls += 1
         if key not in self.store:
             return False
         a0, b0, c0 = self.store[key]
         sign = torch.sign(a * a0)[:, None] * torch.sign(b * b0)[None, :]
         C.copy_((c0.float() * sign).to(C.dtype))
         self.replays += 1
+        self.replayed_at.append(self.calls - 1)
         return True
 
     def remember(self, A, B, C) -> None:

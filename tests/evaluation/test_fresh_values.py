@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evaltest_helpers import tiny_task  # noqa: E402
-from inprocess_worker import InProcessWorker, SignedOutputMemory, run_in_session  # noqa: E402
+from inprocess_worker import InProcessWorker, SignedOutputMemory, is_warmup, run_in_session  # noqa: E402
 
 from ptxgym.evaluation.protocol import Load  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
@@ -103,12 +103,14 @@ class SignCorrectedReplay:
         self.store[C.data_ptr()] = (a.clone(), b.clone(), C.clone())
 
 
-def judge(candidate, tmp_path, task=None, fresh=True, seed=7) -> tuple[SessionResult, Arena]:
+def judge(
+    candidate, tmp_path, task=None, fresh=True, seed=7, settings=SETTINGS
+) -> tuple[SessionResult, Arena]:
     """Correctness, then timing (if correct), as the evaluator runs a candidate."""
     arena = Arena(task or gemm_task(), [1, 2, 3], "cpu", tmp_path)
     if not fresh:
         arena.fresh = ()  # the old protocol: timed calls only flip signs of the seeded sets
-    return run_in_session(candidate, arena, SETTINGS, tmp_path, seed)[0], arena
+    return run_in_session(candidate, arena, settings, tmp_path, seed)[0], arena
 
 
 def test_an_honest_candidate_passes_every_verified_timed_call(tmp_path):
@@ -136,15 +138,21 @@ def test_sign_corrected_replay_fooled_sign_flips_alone(tmp_path):
     assert cheat.replays == TIMED_CALLS  # every timed call replayed, none computed
 
 
-def test_a_cache_keyed_on_sampled_values_never_hits(tmp_path):
-    """Fresh values never repeat, so a value-keyed cache computes every call: nothing to gain.
+@pytest.mark.parametrize("redraw", [False, True], ids=["warm-up calls keep their values", "redrawn"])
+def test_a_cache_keyed_on_sampled_values_never_hits_a_timed_call(tmp_path, redraw):
+    """Fresh values never repeat in a timed call, so a value-keyed cache computes each: nothing to gain.
 
-    (It cannot be judged incorrect, since it never replays; against sign flips alone it replayed every
-    timed call and passed.)
+    Its hits are warm-up calls (never timed), which keep their set's last values
+    (``EvalSettings.warmup_redraw`` off, the default); with them redrawn it never hits. (It cannot be
+    judged incorrect, since it replays only what it computed; against sign flips alone it replayed
+    every timed call and passed.)
     """
+    settings = SETTINGS.model_copy(update={"warmup_redraw": redraw})
     cheat = SampledValueCache()
-    result, _ = judge(cheat, tmp_path)
-    assert result.failure is None and cheat.replays == 0
+    result, _ = judge(cheat, tmp_path, settings=settings)
+    assert result.failure is None
+    assert all(is_warmup(settings, i) for i in cheat.memory.replayed_at)
+    assert cheat.replays == (0 if redraw else settings.trials * settings.warmup)
     before = SampledValueCache()
     old, _ = judge(before, tmp_path, fresh=False)
     assert old.failure is None and before.replays == TIMED_CALLS

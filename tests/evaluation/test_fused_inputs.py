@@ -68,7 +68,8 @@ def test_a_cpu_arena_keeps_the_torch_path_and_says_why(tmp_path, monkeypatch):
     task = tiny_task("Gemm-sm90a", M=64, N=48, K=32)
     arena = Arena(task, [1], "cpu", tmp_path, fused=True)
     assert arena.fused == "off: A: the arena is on cpu, not a CUDA device"
-    off = Arena(task, [1], "cpu", tmp_path)  # the default, as EvalSettings'
+    assert Arena(task, [1], "cpu", tmp_path).fused == arena.fused  # on by default, as EvalSettings'
+    off = Arena(task, [1], "cpu", tmp_path, fused=False)
     assert off.fused == "off: EvalSettings.fused_inputs is off"
 
 

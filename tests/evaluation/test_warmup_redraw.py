@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from inprocess_worker import run_in_session  # noqa: E402
+from inprocess_worker import is_warmup, run_in_session  # noqa: E402
 from test_fresh_values import _gemm, gemm_task  # noqa: E402
 
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
@@ -79,10 +79,7 @@ def judge(candidate, tmp_path, redraw: bool):
 
 def _timing_calls(seen: list[int]) -> list[tuple[bool, bool]]:
     """(a warm-up call, its values seen before) for each call of the timing, in order."""
-    out = []
-    for i in range(CHECKS, len(seen)):
-        out.append(((i - CHECKS) % PER_TRIAL < WARMUP, seen[i] in seen[:i]))
-    return out
+    return [(is_warmup(settings(False), i), seen[i] in seen[:i]) for i in range(CHECKS, len(seen))]
 
 
 @pytest.mark.parametrize("redraw", [True, False])

@@ -27,8 +27,8 @@ give a call new values at the same addresses:
 Cost of fresh values, per call of a trial (warm-up included), on the trusted side's GPU and outside
 the timed window, with torch ops: one device draw of the fresh inputs, one device copy into the shared
 buffers and one comparison with the previous draw (the input-mutation check, bit for bit on 8-byte words:
-``compare.same_bits``); with ``fused`` (an experiment, off by default: no cheaper on an H100) one
-Triton kernel per input does the draw, the signs and both copies, and one more the comparison
+``compare.same_bits``); with ``fused`` (``EvalSettings.fused_inputs``, on by default) one Triton
+kernel per input does the draw, the signs and both copies, and one more the comparison
 (``fused_inputs.py``). With torch ops, about five passes over the fresh
 inputs' bytes: GEMM 8192x7168x5120 157 MB, MHA forward 604 MB, MHA backward 201 MB (dO only). At H200
 bandwidth that is roughly 0.2 ms, 0.8 ms and 0.3 ms per call, 0.04-0.15 s per evaluation at the
@@ -176,7 +176,7 @@ class Arena:
         pool_reserve: int = 0,
         pool_max_uses: int = 0,
         sample_share: float = 1.0,
-        fused: bool = False,
+        fused: bool = True,
     ) -> None:
         """Build the blob, the seeded sets and their references, and the verified pool.
 
@@ -184,8 +184,8 @@ class Arena:
         only if ``pool_reserve`` device bytes stay free; each renewed after ``pool_max_uses`` sessions.
         ``sample_share``: of the task's independent indices, what a verified call on a new draw checks
         (``sampled.py``; 1: the whole reference). ``fused``: prepare timed calls' fresh values and check
-        the inputs with one Triton kernel each where it can (``fused_inputs.py``, an experiment that was
-        no cheaper on an H100: ``EvalSettings.fused_inputs``; ``self.fused`` says).
+        the inputs with one Triton kernel each where it can (``fused_inputs.py``;
+        ``EvalSettings.fused_inputs``; ``self.fused`` says).
         """
         import torch
 

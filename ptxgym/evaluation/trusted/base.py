@@ -105,23 +105,24 @@ class EvalSettings(BaseModel):
         "(H100, MHA forward 4x48x4096x128: its 6 such calls per evaluation took 0.63 s).",
     )
     fused_inputs: bool = Field(
-        False,
+        True,
         description="Prepare each timed call's fresh values (draw, signs, shared and private copies) and "
         "compare the inputs after it with one Triton kernel per input where the arena can "
         "(``fused_inputs.py``; a CUDA arena with float inputs); off, or where it cannot, the torch ops. "
-        "Off by default: measured side by side on an H100 it was no cheaper (a new draw's preparation, MHA "
-        "forward: 2.25 ms fused against 2.04 ms with torch ops; the kernel alone 1.6 ms for 1.8 GB moved, "
-        "its arithmetic the cost; GEMM 0.75 against 0.77 ms; "
-        "bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt).",
+        "Measured side by side on an H100 (MHA forward expert, later turns): the wait for the inputs "
+        "0.08-0.09 s a turn against 0.22 s, the timing stage 1.24-1.28 s against 1.39 s "
+        "(bench/results/gpu_cost_2026-12-07_s51_*_h100.txt). Its first version was no cheaper "
+        "(prepare_cost_2026-12-06_s45_fused_h100.txt).",
     )
     warmup_redraw: bool = Field(
-        True,
+        False,
         description="Give every warm-up call of a timed trial fresh values like a timed call (on), or leave "
-        "the set's inputs as the previous call left them and only poison its outputs (off: an experiment, "
+        "the set's inputs as the previous call left them and only poison its outputs (off, "
         "``Session._trial``). A warm-up call is never timed or verified, and the protocol's counts already "
         "tell a candidate which calls warm up, so a cheaper preparation before them tells it nothing; its "
-        "inputs are still compared after the call. Saves a draw per warm-up call (MHA forward: ~2 ms of "
-        "GPU each, 30 per evaluation); not yet measured on a GPU.",
+        "inputs are still compared after the call. Saves a draw per warm-up call (30 per evaluation); "
+        "with the fused preparation, the MHA forward expert's timing stage 1.19-1.22 s a turn against "
+        "1.24-1.28 s (H100, bench/results/gpu_cost_2026-12-07_s51_fused_warm_rest_h100.txt).",
     )
     verified_pool: int | None = Field(
         None,

@@ -23,9 +23,10 @@ specialise on, so one compiled kernel serves both.
 The first version (``tl.randn4x``: four normals per Philox call, libdevice's accurate sine and cosine,
 which reduce their argument through local memory, and a per-element sign index) was no cheaper than the
 torch ops on an H100: for the MHA forward ``fill`` took 1.62 ms for its 1.8 GB, a whole preparation
-2.25 ms against 2.04 with torch ops (``bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt``). The
-path is an opt-in experiment (``EvalSettings.fused_inputs``, off by default) until this version is
-measured side by side (``gpu_session.sh s48``).
+2.25 ms against 2.04 with torch ops (``bench/results/prepare_cost_2026-12-06_s45_fused_h100.txt``).
+This version, side by side with the torch ops on an H100, cut the MHA forward expert's wait for its
+inputs from 0.22 to 0.08-0.09 s a turn (``gpu_cost_2026-12-07_s51_*_h100.txt``): the default
+(``EvalSettings.fused_inputs``).
 
 ``differ_all`` compares pairs of tensors' bits (as 8-byte words where the view allows, else bytes), one
 pass each, each program adding 1 to its pair's counter only where its block differs; one host read of
