@@ -54,7 +54,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -174,6 +174,17 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s53)
+    # twenty-eighth session, on an H200 (none lent for seven sessions): the new defaults' GPU cost (the
+    # experts and the SIMT control, the cross-check turn), one 16-env pass of 128 candidates (issue 12's
+    # 40 verified correct/min), the GEMM and MHA forward experts with the target executed
+    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_new_defaults.txt" \
+      --subjects mha_fwd_expert gemm_expert gemm_simt --turns 4 --prepare-tasks
+    timeout 140 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128.txt"
+    timeout 150 bash bench/gpu_tests.sh "$out/experts" --timeout 140 -q \
+      tests/knowledge_packs/test_expert_solutions.py -k "executed and (Gemm or MhaFwd)"
     ;;
   s52)
     # twenty-eighth session: the new defaults (fused_inputs on, warmup_redraw off, the gather variant's
