@@ -4,16 +4,13 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next (twenty-fifth to twenty-seventh sessions: no device call ran; the twenty-sixth had 600 s of device
-# time and the twenty-seventh 1800 s, both lost to refused starts), in order:
-#   s51 (~400 s: s50 with the warm-up calls without a draw beside it) or s50 (~330 s: s48 and s49's
-#   decisive parts, most decisive first, each to its own file: a run cut short still brings back the
-#   parts it finished) on a short budget, else s48 then s49: the second fill
-#   kernel, the flush's parts, the forward reference side by side, the deferred last checks; s47 (the allocator test's fix); on an H200: s41's command (the
-#   runner's GPU tests with the launch join, the experts, one 16-env pass: launched_in / ran_in counts and
-#   the 40/min goal where the issue names it), s40 (the references' cost), then the in-trial window
+# Next: on an H200 (none lent for seven sessions; refused again on 2026-12-07) s53 (the new defaults' GPU
+#   cost, one 16-env pass of 128 candidates, the experts), then s41's command, s40, the in-trial window
 #   (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c, spares, ray_load,
-#   benches, gate.
+#   benches, gate; on an H100 s47 (the allocator test's fix).
+# Done on 2026-12-07 (twenty-eighth session): s51 (the second fill kernel, warm-up calls without a draw,
+# the deferral, the forward reference, the flush probe: the fill kernels' GPU test failed on a compile
+# error), s52 (the fix and the new defaults beside the old: fused_inputs on, warmup_redraw off).
 # Done on 2026-12-06 (twenty-fourth session): s45 (the fused input preparation side by side with the torch
 # ops: no cheaper, left off by default; the kernels' GPU test passed).
 # Done on 2026-12-06 (twenty-third session): s40 (the attention references a chunk of heads per step:
