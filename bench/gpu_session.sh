@@ -7,7 +7,7 @@
 # Next: on an H200 (none lent for seven sessions; refused again on 2026-12-07) s53 (the new defaults' GPU
 #   cost, one 16-env pass of 128 candidates, the experts), then s41's command, s40, the in-trial window
 #   (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c, spares, ray_load,
-#   benches, gate; on an H100 s47 (the allocator test's fix).
+#   benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (twenty-eighth session): s51 (the second fill kernel, warm-up calls without a draw,
 # the deferral, the forward reference, the flush probe: the fill kernels' GPU test failed on a compile
 # error), s52 (the fix and the new defaults beside the old: fused_inputs on, warmup_redraw off).
