@@ -155,6 +155,22 @@ def test_the_timeout_bounds_the_gpu_phase_only(gate_root):
     assert len(holds.entered) == 2 and holds.entered[1] == (True, False)
 
 
+def test_the_read_back_is_held_and_counted_apart(gate_root):
+    """The report's reading runs under the hold, after the tool's exit: part of ``gpu_s``, also ``read_s``."""
+    holds = Holds(gate_root)
+    gate = Gate(holds.hold)
+
+    def read(code, late):
+        assert holds.inside  # under the hold
+        time.sleep(0.3)  # as if Nsight Compute's import took that long
+        return code
+
+    run = run_tool(_waiter(0, gate), 10, gate=gate, read=read)
+    assert run.read == 0 and "went" in run.output
+    assert 0.3 <= gate.read_s < gate.gpu_s < 10
+    assert gate.record()["proof_read"] == round(gate.read_s, 4)
+
+
 def test_a_gated_run_must_pass_its_gate_on(gate_root):
     gate = Gate(Holds(gate_root).hold)
     with pytest.raises(ValueError, match="must pass its gate"):

@@ -85,7 +85,9 @@ class Gate:
     queue_s: float = 0.0
     """Seconds waited for the GPU once the driver was ready."""
     gpu_s: float = 0.0
-    """Seconds the GPU was held (from letting the driver go to the tool's exit)."""
+    """Seconds the GPU was held (from letting the driver go to the tool's exit and the report's reading)."""
+    read_s: float = 0.0
+    """Of ``gpu_s``, the seconds of reading the report back (``run_tool``'s ``read``), after the exit."""
 
     @property
     def key(self) -> str:
@@ -106,6 +108,7 @@ class Gate:
             "proof_boot": round(self.boot_s, 4),
             "proof_queue": round(self.queue_s, 4),
             "proof_gpu": round(self.gpu_s, 4),
+            "proof_read": round(self.read_s, 4),
         }
 
 
@@ -363,6 +366,9 @@ def _gated(
         part.replace(gate.dir / GATE_GO)
         timed_out = _end(proc, timeout_s, grace_s=GROUP_GRACE_S)
         (gate.dir / GATE_GO).unlink(missing_ok=True)  # the secret is not left lying about
+        t3 = time.perf_counter()
         got = read(proc.returncode, timed_out) if read is not None else None
-        gate.gpu_s += time.perf_counter() - t2
+        t4 = time.perf_counter()
+        gate.read_s += t4 - t3
+        gate.gpu_s += t4 - t2
     return timed_out, got
