@@ -53,7 +53,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -173,6 +173,18 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s57)
+    # twenty-ninth session: where Nsight Compute's cross-check spends its GPU phase (the driver's phases),
+    # and whether its report reads back from a sealed memfd (no file a candidate could reach, so outside
+    # the hold); on an H200 also s53 (none lent for eight sessions)
+    timeout 240 python3 bench/ncu_readback_probe.py --out "$out/ncu_readback.txt"
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_new_defaults.txt" \
+        --subjects mha_fwd_expert gemm_expert gemm_simt --turns 4 --prepare-tasks
+      timeout 140 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128.txt"
+    fi
     ;;
   s56)
     # twenty-eighth session: Nsight Compute's cross-check split: how much of its GPU phase (proof_gpu) is

@@ -82,6 +82,20 @@ def _range():
         return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop, "torch.cuda.nvtx"
 
 
+def _phase_printer(on: bool):
+    """``phase(name)``: with ``--phases`` a ``driver: phase NAME T`` line on stderr, else nothing.
+
+    T is CLOCK_MONOTONIC, the host's clock, so a benchmark can place it among its own times (a log line,
+    never parsed as proof).
+    """
+
+    def phase(name: str) -> None:
+        if on:
+            print(f"driver: phase {name} {time.monotonic():.4f}", file=sys.stderr, flush=True)
+
+    return phase
+
+
 def _target(args, outputs):
     """The callable to drive: the candidate's entry point, or a baseline writing into ``outputs``."""
     if args.so:
@@ -149,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", choices=MODES, default="on", help="host sandbox mode (with --scratch)")
     parser.add_argument("--gate", help="wait at this gate directory before initialising CUDA")
     parser.add_argument("--gate-key", help="SHA-256 of the go's content")
+    parser.add_argument(
+        "--phases", action="store_true", help="print each phase's CLOCK_MONOTONIC time (benchmarks: a log)"
+    )
     args = parser.parse_args(argv)
+    phase = _phase_printer(args.phases)
 
     import torch
 
@@ -159,12 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     if not wait_at_gate(args.gate, args.gate_key):
         print(f"driver: no go at the gate within {GATE_WAIT_S:.0f} s", file=sys.stderr)
         return 4
+    phase("go")
     early = bool(args.scratch) and args.mode in EARLY_JAIL_MODES
     if early and not _jail(args, rlimits=False):
         return 3
     import tvm_ffi  # after the gate: its import initialises CUDA (module docstring)
 
     torch.cuda.set_device(args.device)
+    phase("cuda")
     dev = torch.device("cuda", args.device)
     inputs = [saved["inputs"][n].to(dev) for n in saved["order"]]
     outputs = [
@@ -175,15 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.set_stream(stream)
     push, pop, how = _range()
     torch.cuda.synchronize()
+    phase("buffers")
     if args.scratch and not (_limit(args) if early else _jail(args)):
         return 3
+    phase("jail")
     fn = _target(args, outputs)  # no candidate code ran before this line
+    phase("load")
     with tvm_ffi.use_torch_stream():
         for out in outputs:
             poison_(out)
         torch.cuda.synchronize()
         fn(*inputs, *outputs)
         torch.cuda.synchronize()
+        phase("first_call")
         if args.mode == "profile":
             for out in outputs:
                 poison_(out)
@@ -192,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             fn(*inputs, *outputs)
             torch.cuda.synchronize()
             pop()
+            phase("profiled_call")
     print(f"driver: {args.mode} done ({how})", file=sys.stderr)
     return 0
 
