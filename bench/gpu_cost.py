@@ -16,8 +16,9 @@ the target family, with Nsight Compute (stage ``execute``) on a secret 5% of the
 
 GPU-exclusive seconds are ``stage_wall_s["gpu_total"]``: the wall time the evaluator held its GPU queue
 for the candidate, its turn (``gpu_turn``) and its proofs' GPU phases (``proof_gpu``; their tools'
-start-up runs outside, ``proof_boot``; the report's read-back inside, under the hold: ``proof_read``, part
-of ``proof_gpu``, ``tools.Gate``); the CPU stages, screen, build and SASS, are
+start-up runs outside, ``proof_boot``; the report taken under the hold, ``proof_read``, part of
+``proof_gpu``; its conversion to CSV outside, ``proof_convert``, ``tools.Gate``); the CPU stages, screen,
+build and SASS, are
 printed apart and never hold the GPU. After each subject's episode one more turn has Nsight Compute's
 secret cross-check drawn (``--no-crosscheck-turn`` skips it): the summary adds its GPU seconds times the
 share of candidates that draw it, the expected excess over an episode.
@@ -82,7 +83,8 @@ SHOWN = (
     "finish_verify",
     "discard",
 )
-SHOWN += ("memcheck", "execute", "proof_boot", "proof_queue", "proof_gpu", "proof_read", "gpu_turn")
+SHOWN += ("memcheck", "execute", "proof_boot", "proof_queue", "proof_gpu", "proof_read", "proof_convert")
+SHOWN += ("gpu_turn",)
 
 
 class Printer:
@@ -247,7 +249,7 @@ def summary(rows: list[dict], say, fraction: float) -> None:
     """
     say(
         "subject | correct turns | mean gpu_total s | mean floor s | mean excess s | without one-time s | "
-        f"cross-check drawn: proof_gpu s (execute, boot outside, read-back within) | "
+        f"cross-check drawn: proof_gpu s (execute, boot outside, report taken within, converted outside) | "
         f"expected excess with {fraction:g} of it"
     )
     for subject in dict.fromkeys(r["subject"] for r in rows):
@@ -267,7 +269,7 @@ def summary(rows: list[dict], say, fraction: float) -> None:
             extra = w.get("proof_gpu", 0.0)
             tail = (
                 f"{extra:.2f} (execute {w.get('execute', 0.0):.2f}, boot {w.get('proof_boot', 0.0):.2f}, "
-                f"read-back {w.get('proof_read', 0.0):.2f}) | "
+                f"taken {w.get('proof_read', 0.0):.2f}, converted {w.get('proof_convert', 0.0):.2f}) | "
                 f"{excess - one_time + fraction * extra:.2f}"
             )
         head = f"{subject} | {len(plain)} | {gpu:.2f} | {floor:.2f} | {excess:.2f}"

@@ -177,8 +177,11 @@ case "$stage" in
   s57)
     # twenty-ninth session: where Nsight Compute's cross-check spends its GPU phase (the driver's phases),
     # and whether its report reads back from a sealed memfd (no file a candidate could reach, so outside
-    # the hold); on an H200 also s53 (none lent for eight sessions)
+    # the hold), then the GPU cost with that read-back; on an H200 also s53 (none lent for eight sessions)
     timeout 240 python3 bench/ncu_readback_probe.py --out "$out/ncu_readback.txt"
+    # the evaluator's cross-check with the conversion outside the hold (from a sealed copy), as s56
+    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_convert_outside.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 3 --prepare-tasks
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_new_defaults.txt" \
         --subjects mha_fwd_expert gemm_expert gemm_simt --turns 4 --prepare-tasks

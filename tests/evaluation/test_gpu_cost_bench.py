@@ -34,9 +34,14 @@ def test_summary_counts_only_verified_turns_and_splits_the_one_time_share():
     lines: list[str] = []
     gpu_cost.summary(rows, lines.append, 0.05)
     assert lines[1] == "g | 2 | 10.50 | 0.14 | 10.36 | 8.36 | - | -"
-    drawn = row(3, "PASSED", 9.0, {"proof_gpu": 2.0, "execute": 7.5, "proof_boot": 3.25, "proof_read": 0.5})
+    drawn = row(
+        3,
+        "PASSED",
+        9.0,
+        {"proof_gpu": 2.0, "execute": 7.5, "proof_boot": 3.25, "proof_read": 0.5, "proof_convert": 1.25},
+    )
     lines.clear()
     gpu_cost.summary([*rows, {**drawn, "crosscheck": True}], lines.append, 0.05)
     # the drawn turn is not in the means; its proofs' GPU seconds, amortised: 8.36 + 0.05 x 2.0
-    drawn_part = "2.00 (execute 7.50, boot 3.25, read-back 0.50)"
+    drawn_part = "2.00 (execute 7.50, boot 3.25, taken 0.50, converted 1.25)"
     assert lines[1] == f"g | 2 | 10.50 | 0.14 | 10.36 | 8.36 | {drawn_part} | 8.46"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from ptxgym.evaluation.sandboxed.sandbox import landlock_abi
 from ptxgym.evaluation.trusted import memcheck, ncu
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, GpuVerdict, MemcheckMode
 from ptxgym.evaluation.trusted.proofs import run_proofs
-from ptxgym.evaluation.trusted.tools import ProofDirs, driver_argv, run_tool
+from ptxgym.evaluation.trusted.tools import Gate, ProofDirs, driver_argv, read_fd, run_tool, sealed_file
 from ptxgym.evaluation.trusted.verdicts import ProofResults, with_proofs
 from ptxgym.records.arch import HOPPER
 from ptxgym.records.feedback import Proof, Stage, Status, Verdict
@@ -27,6 +28,7 @@ from ptxgym.records.tasks import get_task
 
 HERE = Path(__file__).resolve().parent
 NCU_FIXTURES = HERE.parent / "fixtures" / "ncu"
+FORGED_CSV = NCU_FIXTURES / "expert_gemm_derived.csv"
 SECRET = "s3cr3t-value-never-shown"
 GEMM = get_task("Gemm-sm90a")
 LANDLOCK = landlock_abi()[0] > 0
@@ -307,16 +309,101 @@ def test_memcheck_runs_where_guard_pages_do_not():
     assert not memcheck_due(MemcheckMode.NEVER, first_correct=True, guard_pages=False)
 
 
-def test_no_read_back_after_a_failed_profile(tmp_path):
-    """The read-back runs while the GPU is held: it is skipped where its result would not be used."""
+def test_no_report_is_taken_after_a_failed_profile(tmp_path):
+    """The report is taken while the GPU is held: not where its result would not be used."""
     report = tmp_path / "profile.ncu-rep"
     report.write_text("a report of a run that failed")
-    dirs = ProofDirs.create(tmp_path)
-    args = ("/nonexistent/ncu", report, tmp_path / "source.csv", {}, dirs, 10.0)
     for code, late in ((1, False), (None, True)):
-        got = ncu._read_back(*args, code, late)  # would fail to start the missing ncu if it tried
-        assert got.report and got.kernels is None and got.reason == "the profile failed"
-    dirs.remove()
+        got = ncu._take(report, code, late)
+        assert got.written and got.data is None and got.reason == "the profile failed"
+    assert ncu._take(report, 0, False).data == report.read_bytes()
+    assert not ncu._take(tmp_path / "none.ncu-rep", 0, False).written
+
+
+def test_a_sealed_file_cannot_be_changed_by_any_way_in():
+    fd = sealed_file(b"report bytes")
+    try:
+        assert read_fd(fd) == "report bytes"
+        with pytest.raises(PermissionError):
+            os.write(fd, b"forged")
+        again = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)  # as another process would reach it through /proc
+        try:
+            with pytest.raises(PermissionError):
+                os.write(again, b"forged")
+            with pytest.raises(PermissionError):
+                os.ftruncate(again, 0)
+        finally:
+            os.close(again)
+        assert read_fd(fd) == "report bytes" and read_fd(fd, limit=4) is None
+    finally:
+        os.close(fd)
+
+
+class TamperingHold:
+    """The evaluator's queue, and another candidate's process that forges the report when it lets go.
+
+    Each time the hold ends, the expert's HGMMA rows are written where the profile left its report, as a
+    partial jail's hole would allow.
+    """
+
+    def __init__(self, report: Path) -> None:
+        self.report, self.holds, self.inside = report, 0, False
+
+    @contextmanager
+    def hold(self):
+        self.holds += 1
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+            if self.report.parent.is_dir():
+                self.report.write_text(FORGED_CSV.read_text())
+
+
+def _gated(dirs: ProofDirs, holds: TamperingHold) -> tuple[ncu.ProfileOutcome, Gate]:
+    gate = Gate(holds.hold)
+    try:
+        out = ncu.check_executed(
+            HOPPER,
+            Path("i.pt"),
+            Path("c.so"),
+            "run",
+            0,
+            60,
+            None,
+            "k",
+            task_flops=GEMM.flops,
+            dirs=dirs,
+            gate=gate,
+        )
+    finally:
+        gate.close()
+    return out, gate
+
+
+def test_the_report_is_converted_outside_the_hold_from_what_was_taken_under_it(tools, monkeypatch):
+    """The slow conversion (``ncu --import``) holds no GPU, and a report forged after the hold is not read."""
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("FAKE_IMPORT_SLEEP", "0.4")
+    holds = TamperingHold(tools.report / "profile.ncu-rep")
+    out, gate = _gated(tools, holds)
+    assert holds.holds == 1 and "HGMMA" in holds.report.read_text()  # the forgery was written, and ignored
+    assert out.target.executed is Verdict.NO and not out.failed and out.profiled  # the decoy's SIMT profile
+    assert gate.outside_s >= 0.4 and gate.read_s < 0.4
+    assert gate.record()["proof_convert"] == round(gate.outside_s, 4)
+
+
+def test_where_the_tool_will_not_read_from_memory_it_converts_under_the_hold_again(tools, monkeypatch):
+    """The fallback holds the GPU again and converts the bytes taken under the first hold, not the file."""
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("FAKE_TOOL_MODE", "no-fd-import")
+    monkeypatch.setenv("FAKE_IMPORT_SLEEP", "0.4")
+    holds = TamperingHold(tools.report / "profile.ncu-rep")
+    out, gate = _gated(tools, holds)
+    assert holds.holds == 2
+    assert out.target.executed is Verdict.NO and not out.failed and out.profiled
+    assert gate.read_s >= 0.4 and gate.outside_s >= 0.4  # the refused conversion, then the held one
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable cores")

@@ -2,10 +2,12 @@
 
 Two commands. The profile (FACTS.md): ``ncu --clock-control none --nvtx --nvtx-include "candidate/"
 --metrics inst_executed,thread_inst_executed_true --export <report dir>/profile <driver>`` writes a
-report file; the read-back ``ncu --import <report dir>/profile.ncu-rep --page source --print-source sass
---csv --log-file <report dir>/source.csv`` turns it into CSV. Only that file is parsed: the candidate's
-stdout is never read as proof (issue 11 item 2: a kernel that printed ncu-shaped rows got a yes), and
-the driver runs sandboxed, so it cannot write the report directory (``tools.ProofDirs``). A missing or
+report file, whose bytes are taken as soon as the tool exits; the read-back ``ncu --import <report>
+--page source --print-source sass --csv --log-file <csv>`` turns them into CSV, holding no GPU, from a
+sealed in-memory copy into an in-memory file (``_convert``; where the tool refuses that, from the report
+directory under the hold, as before). Only that CSV is parsed: the candidate's stdout is never read as
+proof (issue 11 item 2: a kernel that printed ncu-shaped rows got a yes), and the driver runs
+sandboxed, so it cannot write the report directory (``tools.ProofDirs``). A missing or
 unparseable report is a failed proof (``ProfileOutcome.failed``: PROOF_FAILED), never a yes. The CSV has,
 per profiled kernel, a ``"Kernel Name","<name>"`` row, then a header naming ``Address``, ``Source`` and
 the metrics, then one row per SASS instruction. A target-family opcode (``ArchSpec.is_target_opcode``)
@@ -25,6 +27,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +35,16 @@ from pathlib import Path
 from ptxgym.evaluation.trusted.census import is_own_kernel
 from ptxgym.evaluation.trusted.target_work import work_share
 from ptxgym.evaluation.trusted.tools import (
+    MAX_REPORT_BYTES,
     Gate,
     ProofDirs,
+    ToolRun,
     driver_argv,
     find_tool,
+    read_fd,
     read_report,
     run_tool,
+    sealed_file,
     tool_environ,
 )
 from ptxgym.records.arch import ArchSpec
@@ -238,9 +245,10 @@ def read_profile(
     """Profile, read back, parse: (kernels, "", wall, tail) or (None, why it failed, wall, tail).
 
     Kernel replay first; if the driver itself finished (its own marker in the log, only a hint) but no
-    usable report came back, once more with application replay. The read-back runs as soon as the
-    profiled run's process group is gone: with ``gate``, still holding the GPU (``tools.run_tool``), so
-    no other candidate's code is alive between the report's writing and its reading.
+    usable report came back, once more with application replay. The report's bytes are taken as soon as
+    the profiled run's process group is gone: with ``gate``, still holding the GPU (``tools.run_tool``),
+    so no other candidate's code is alive between the report's writing and its taking. Their conversion
+    to CSV (``ncu --import``, a second run of the tool's front end) then holds no GPU (``_convert``).
     """
     wall, tail, reason = 0.0, "", ""
     env = tool_environ(dirs.scratch)
@@ -257,17 +265,20 @@ def read_profile(
             env,
             dirs.scratch,
             gate,
-            read=lambda code, late: _read_back(ncu, report, csv_file, env, dirs, timeout_s, code, late),
+            read=lambda code, late: _take(report, code, late),
         )
         wall, tail = wall + run.wall_s, run.output[-4000:]
         if run.timed_out:
             return None, f"Nsight Compute timed out after {timeout_s:.0f} s", wall, tail
-        if run.returncode != 0 or not run.read.report:
-            reason = (
-                f"ncu exited with {run.returncode} and {'wrote' if run.read.report else 'wrote no'} report"
-            )
+        taken: _Taken = run.read
+        if run.returncode != 0 or not taken.written:
+            reason = f"ncu exited with {run.returncode} and {'wrote' if taken.written else 'wrote no'} report"
+        elif taken.data is None:
+            reason = taken.reason
         else:
-            kernels, reason = run.read.kernels, run.read.reason
+            t0 = time.perf_counter()
+            kernels, reason = _convert(ncu, taken.data, report, csv_file, env, dirs, timeout_s, gate)
+            wall += time.perf_counter() - t0
             if kernels is not None:
                 return kernels, "", wall, tail
         if "driver: profile done" not in run.output:
@@ -276,37 +287,111 @@ def read_profile(
 
 
 @dataclass(frozen=True)
-class _ReadBack:
-    """What the read-back found: whether a report was written, its kernels, or why none."""
+class _Taken:
+    """The report as the profile left it, taken under the hold: whether one was written, its bytes."""
 
-    report: bool
-    kernels: list[KernelProfile] | None = None
+    written: bool
+    data: bytes | None = None
     reason: str = ""
 
 
-def _read_back(
+def _take(report: Path, returncode: int | None, timed_out: bool) -> _Taken:
+    """The report's bytes; nothing is taken after a failed or timed-out profile (it is not used)."""
+    if not report.is_file():
+        return _Taken(written=False)
+    if timed_out or returncode != 0:
+        return _Taken(written=True, reason="the profile failed")
+    try:
+        if report.stat().st_size > MAX_REPORT_BYTES:
+            return _Taken(True, reason=f"Nsight Compute's report is larger than {MAX_REPORT_BYTES >> 20} MiB")
+        return _Taken(True, report.read_bytes())
+    except OSError as exc:
+        return _Taken(True, reason=f"Nsight Compute's report could not be read: {exc}")
+
+
+def _convert(
     ncu: str,
+    data: bytes,
     report: Path,
     csv_file: Path,
     env: dict[str, str],
     dirs: ProofDirs,
     timeout_s: float,
-    returncode: int | None,
-    timed_out: bool,
-) -> _ReadBack:
-    """The report's kernels; nothing is read back after a failed or timed-out profile (it is not used)."""
-    if not report.is_file():
-        return _ReadBack(report=False)
-    if timed_out or returncode != 0:
-        return _ReadBack(report=True, reason="the profile failed")
+    gate: Gate | None,
+) -> tuple[list[KernelProfile] | None, str]:
+    """The kernels of a taken report, converted without holding the GPU where the tool allows it.
+
+    First from a sealed in-memory copy of the taken bytes (``tools.sealed_file``: nobody can change it,
+    however they reach it), imported as ``/proc/self/fd/N``, the CSV written to a private in-memory file
+    (``/proc/self/fd/M``): no path in the file system, so nothing a candidate jailed to its scratch
+    (``sandbox.py``; it reads only its own ``/proc`` entry) can reach, and the GPU is free meanwhile
+    (``Gate.outside_s``). What that leaves to a partial jail's hole (code on a thread Landlock did not
+    reach, ``sandbox.py``): opening the converting tool's output through ``/proc`` while it runs, the
+    same reach it has to the evaluator's caches on disk. Where the tool refuses such paths (or the
+    conversion fails for any reason), the report is written back from the taken bytes and converted as
+    before, holding the GPU again (``Gate.held``), so no other candidate's code is alive meanwhile.
+    """
+    t0 = time.perf_counter()
+    kernels, reason = _import_sealed(ncu, data, env, dirs, timeout_s)
+    if gate is not None:
+        gate.outside_s += time.perf_counter() - t0
+    if kernels is not None:
+        return kernels, ""
+
+    def from_file() -> tuple[list[KernelProfile] | None, str]:
+        return _import_file(ncu, data, report, csv_file, env, dirs, timeout_s)
+
+    again, why = gate.held(from_file) if gate is not None else from_file()
+    if again is None:
+        return None, f"{why} (from memory: {reason})"
+    return again, ""
+
+
+def _import_sealed(
+    ncu: str, data: bytes, env: dict[str, str], dirs: ProofDirs, timeout_s: float
+) -> tuple[list[KernelProfile] | None, str]:
+    """``ncu --import`` of a sealed copy of ``data``, its CSV into an in-memory file (``_convert``)."""
+    rep = sealed_file(data)
+    try:
+        out = os.memfd_create("ptxgym-ncu-csv", os.MFD_CLOEXEC)
+        try:
+            argv = import_argv(ncu, Path(f"/proc/self/fd/{rep}"), Path(f"/proc/self/fd/{out}"))
+            back = run_tool(argv, timeout_s, env, dirs.report, pass_fds=(rep, out))
+            text = read_fd(out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(rep)
+    return _parsed(back, text)
+
+
+def _import_file(
+    ncu: str,
+    data: bytes,
+    report: Path,
+    csv_file: Path,
+    env: dict[str, str],
+    dirs: ProofDirs,
+    timeout_s: float,
+) -> tuple[list[KernelProfile] | None, str]:
+    """``ncu --import`` of the report file, rewritten from ``data`` first, its CSV into ``csv_file``."""
+    try:
+        csv_file.unlink(missing_ok=True)
+        report.write_bytes(data)  # what the file held since the bytes were taken does not count
+    except OSError as exc:
+        return None, f"Nsight Compute's report could not be written back: {exc}"
     back = run_tool(import_argv(ncu, report, csv_file), timeout_s, env, dirs.report)
-    text = read_report(csv_file)
+    return _parsed(back, read_report(csv_file))
+
+
+def _parsed(back: ToolRun, text: str | None) -> tuple[list[KernelProfile] | None, str]:
+    """The kernels of a read-back's CSV, or why there are none."""
     failure = _tool_failed(back.output) or _tool_failed(text or "")
     kernels = parse_ncu_csv(text) if text else []
     if back.timed_out or back.returncode != 0 or failure or not kernels:
         why = failure or f"the read-back exited with {back.returncode} and gave {len(kernels)} kernel(s)"
-        return _ReadBack(True, None, f"Nsight Compute's report could not be read: {why}")
-    return _ReadBack(True, kernels)
+        return None, f"Nsight Compute's report could not be read: {why}"
+    return kernels, ""
 
 
 def check_executed(

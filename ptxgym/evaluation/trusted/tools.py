@@ -17,9 +17,11 @@ read back. Only the part between the driver's CUDA initialisation and the tool's
 a gate the driver stops before it initialises CUDA (``--gate DIR``, the gate's private directory, on its
 command line, which every tool passes on unchanged: it creates ``ready`` there and waits for ``go``), so
 the start-up runs beside other candidates' GPU work, and the caller takes the GPU (``Gate.hold``, the
-evaluator's queue) only to let the driver go, wait for the tool's process group to end, and read the
+evaluator's queue) only to let the driver go, wait for the tool's process group to end, and take the
 report (``run_tool``'s ``read``: while the GPU is held no other candidate's code is alive, so none can
-touch the report between the tool's exit and its reading). A gated run whose command line lacks its
+touch the report between the tool's exit and its taking; what needs no GPU, such as Nsight Compute's
+conversion of the taken bytes, runs after the hold on a copy nobody can change, ``sealed_file``, and
+``Gate.held`` takes the GPU again for a step that cannot). A gated run whose command line lacks its
 gate is refused (it would run unheld). Nothing before the gate is the candidate's: its code is loaded
 after it (and after the sandbox), so what runs beside another candidate's timing is trusted code that
 has not touched the GPU. The go is authenticated: the driver's command line carries the SHA-256 of a
@@ -33,6 +35,7 @@ partial jail's hole.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import json
@@ -87,7 +90,10 @@ class Gate:
     gpu_s: float = 0.0
     """Seconds the GPU was held (from letting the driver go to the tool's exit and the report's reading)."""
     read_s: float = 0.0
-    """Of ``gpu_s``, the seconds of reading the report back (``run_tool``'s ``read``), after the exit."""
+    """Of ``gpu_s``, the seconds of taking the report (``run_tool``'s ``read``, after the exit, and any
+    read-back that had to hold the GPU again: ``held``)."""
+    outside_s: float = 0.0
+    """Seconds of the report's conversion after the hold, holding no GPU (``ncu.read_profile``)."""
 
     @property
     def key(self) -> str:
@@ -109,7 +115,21 @@ class Gate:
             "proof_queue": round(self.queue_s, 4),
             "proof_gpu": round(self.gpu_s, 4),
             "proof_read": round(self.read_s, 4),
+            "proof_convert": round(self.outside_s, 4),
         }
+
+    def held(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` under the hold once more (a read-back that cannot run outside it), counted as reading."""
+        t0 = time.perf_counter()
+        with self.hold():
+            t1 = time.perf_counter()
+            self.queue_s += t1 - t0
+            try:
+                return fn()
+            finally:
+                spent = time.perf_counter() - t1
+                self.read_s += spent
+                self.gpu_s += spent
 
 
 def gate_key(secret: str) -> str:
@@ -256,6 +276,37 @@ def tool_environ(scratch: Path, extra: dict[str, str] | None = None) -> dict[str
     return {**worker_environ(os.environ, scratch), "PYTHONSAFEPATH": "1", **(extra or {})}
 
 
+def sealed_file(data: bytes) -> int:
+    """A descriptor of an in-memory file holding ``data``, sealed: nobody can change, grow or shrink it.
+
+    The seals (``F_SEAL_WRITE``, ``F_SEAL_GROW``, ``F_SEAL_SHRINK``, then ``F_SEAL_SEAL``) belong to the
+    file, not to this descriptor, so a write through any other way in (``/proc/<pid>/fd/N`` reopened for
+    writing) fails with EPERM too. No path names it but ``/proc/<pid>/fd/N``. The caller closes it.
+    """
+    fd = os.memfd_create("ptxgym-sealed", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_fd(fd: int, limit: int = MAX_REPORT_BYTES) -> str | None:
+    """The text of an in-memory file from its start, or None if it is larger than ``limit``."""
+    if os.fstat(fd).st_size > limit:
+        return None
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
 def read_report(path: Path) -> str | None:
     """The text of a report file the tool wrote, or None if there is none (or it is absurdly large)."""
     try:
@@ -273,6 +324,7 @@ def run_tool(
     cwd: Path | None = None,
     gate: Gate | None = None,
     read: Callable[[int | None, bool], Any] | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ToolRun:
     """Run a tool, its stdout+stderr to a private temporary file; then end its whole process group.
 
@@ -281,7 +333,8 @@ def run_tool(
     ``read(returncode, timed_out)`` is called once the tool's process group is gone (with a ``gate``,
     before the GPU is let go: module docstring); its result is ``ToolRun.read``. With a ``gate``,
     ``timeout_s`` bounds the GPU phase, and a driver that does not reach its gate (it ends first, or the
-    start-up outlasts the gate's limit) raises ``GateError``, holding no GPU.
+    start-up outlasts the gate's limit) raises ``GateError``, holding no GPU. ``pass_fds``: descriptors the
+    tool inherits under their numbers (``/proc/self/fd/N`` names them on its command line).
     """
     t0 = time.perf_counter()
     if gate is not None:
@@ -298,6 +351,7 @@ def run_tool(
             start_new_session=True,
             env=env,
             cwd=str(cwd) if cwd is not None else tempfile.gettempdir(),
+            pass_fds=pass_fds,
         )
         cores.pin_process(proc.pid, cores.usable())  # started in a pinned GPU turn: not on its cores alone
 
