@@ -60,6 +60,7 @@ SHOWN = (
     "worker_settle",
     "worker_calibrate",
     "spare_attach_hw_prepare",
+    "spare_attach_hw_prepare_failed",
     "spare_attach_hw_warm",
     "spare_attach_hw_warm_failed",
     "check",

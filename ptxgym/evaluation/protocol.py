@@ -263,10 +263,22 @@ between the call's start and end events), the wait for its GPU work, and the eve
 after it. With the trusted side's own split of the wall (``Session._call``: the round trip, then the copy
 of the outputs) they say where the calibrated overhead goes (``bench/wall_allowance.py``)."""
 
-ATTACH_PHASES = ("cuda", "map", "flush", "cupti", "hw_prepare", "hw_warm", "hw_warm_failed", "sets")
+ATTACH_PHASES = (
+    "cuda",
+    "map",
+    "flush",
+    "cupti",
+    "hw_prepare",
+    "hw_prepare_failed",
+    "hw_warm",
+    "hw_warm_failed",
+    "sets",
+)
 """The steps a native runner's attach reports (``AttachResult.phases_ms``): CUDA's start-up (driver,
-context, runtime), mapping the arena, the L2-flush buffer, CUPTI's start, the counter query, the warm
-cycle (``Attach.hw_warm``: named ``hw_warm_failed`` where the range profiler was not started), the sets."""
+context, runtime), mapping the arena, the L2-flush buffer, CUPTI's start, the counter query (with its
+retries; named ``hw_prepare_failed`` where none worked, so the subject's sandbox step queries again),
+the warm cycle (``Attach.hw_warm``: named ``hw_warm_failed`` where the range profiler was not started),
+the sets."""
 
 
 class CallResult(_Msg):
