@@ -21,46 +21,18 @@ Each read-back's kernels are compared with the file's (names and per-instruction
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from gpu_cost import Printer
 from provenance import commit
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "knowledge_packs" / "sm90a" / "solutions"
 SUBJECTS = {"mha_fwd_expert": ("MhaFwd-sm90a", "MhaFwd"), "gemm_expert": ("Gemm-sm90a", "Gemm")}
-
-
-class Printer:
-    def __init__(self, out: Path) -> None:
-        self.out, self.lines = out, []
-
-    def __call__(self, *parts) -> None:
-        line = " ".join(str(p) for p in parts)
-        print(line, flush=True)
-        self.lines.append(line)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.out.write_text("\n".join(self.lines) + "\n")
-
-
-def sealed(data: bytes) -> int:
-    fd = os.memfd_create("probe-report", os.MFD_ALLOW_SEALING)
-    os.write(fd, data)
-    seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-    return fd
-
-
-def memfd_text(fd: int) -> str:
-    os.lseek(fd, 0, os.SEEK_SET)
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
 
 
 def signature(kernels) -> list:
@@ -81,7 +53,7 @@ def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, fl
     import subprocess
 
     from ptxgym.evaluation.trusted import ncu
-    from ptxgym.evaluation.trusted.tools import read_report, run_tool, tool_environ
+    from ptxgym.evaluation.trusted.tools import read_fd, read_report, run_tool, sealed_file, tool_environ
 
     env = tool_environ(dirs.scratch)
     report = dirs.report / f"{ncu.REPORT}.ncu-rep"
@@ -114,7 +86,7 @@ def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, fl
     reference = ncu.parse_ncu_csv(read_report(dirs.report / ncu.SOURCE_CSV) or "")
     say(f"{label}: file import exit {back.returncode}, {len(reference)} kernel(s), report {len(data)} bytes")
 
-    rep = sealed(data)
+    rep = sealed_file(data)
     out_fd = os.memfd_create("probe-csv")
     try:
         t1 = time.monotonic()
@@ -123,7 +95,7 @@ def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, fl
             argv, pass_fds=(rep, out_fd), env=env, cwd=dirs.report, capture_output=True, timeout=300
         )
         got["import_memfd"] = time.monotonic() - t1
-        kernels = ncu.parse_ncu_csv(memfd_text(out_fd))
+        kernels = ncu.parse_ncu_csv(read_fd(out_fd) or "")
         same = signature(kernels) == signature(reference)
         say(
             f"{label}: memfd import exit {proc.returncode}, {len(kernels)} kernel(s), same as file: {same}; "
@@ -160,17 +132,7 @@ def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, fl
     at = argv.index("--export")
     argv = [*argv[:at], *argv[at + 3 :]]  # drops --export STEM --force-overwrite
     split = argv.index(driver[0])
-    argv = [
-        *argv[:split],
-        "--page",
-        "source",
-        "--print-source",
-        "sass",
-        "--csv",
-        "--log-file",
-        str(direct),
-        *argv[split:],
-    ]
+    argv = [*argv[:split], *ncu.SOURCE_PAGE, "--log-file", str(direct), *argv[split:]]
     t1 = time.monotonic()
     run = run_tool(argv, 300, env, dirs.scratch)
     got["profile_direct_csv"] = time.monotonic() - t1

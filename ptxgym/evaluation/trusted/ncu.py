@@ -53,6 +53,8 @@ from ptxgym.records.feedback import TargetInfo, Verdict
 METRICS = ("inst_executed", "thread_inst_executed_true")
 REPORT = "profile"
 """Stem of the exported report in ``ProofDirs.report`` (ncu adds ``.ncu-rep``)."""
+SOURCE_PAGE = ("--page", "source", "--print-source", "sass", "--csv")
+"""The output options that print the profiled kernels' SASS rows with their counts as CSV."""
 SOURCE_CSV = "source.csv"
 """The read-back CSV in ``ProofDirs.report``: the only text parsed."""
 _OPCODE = re.compile(r"^\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
@@ -188,18 +190,7 @@ def profile_argv(
 
 def import_argv(ncu: str, report_file: Path, csv_file: Path) -> list[str]:
     """The read-back command: the report's source page as CSV, written by ncu to ``csv_file``."""
-    return [
-        ncu,
-        "--import",
-        str(report_file),
-        "--page",
-        "source",
-        "--print-source",
-        "sass",
-        "--csv",
-        "--log-file",
-        str(csv_file),
-    ]
+    return [ncu, "--import", str(report_file), *SOURCE_PAGE, "--log-file", str(csv_file)]
 
 
 def _tool_failed(text: str) -> str | None:
@@ -277,7 +268,7 @@ def read_profile(
             reason = taken.reason
         else:
             t0 = time.perf_counter()
-            kernels, reason = _convert(ncu, taken.data, report, csv_file, env, dirs, timeout_s, gate)
+            kernels, reason = _convert(ncu, taken.data, env, dirs, timeout_s, gate)
             wall += time.perf_counter() - t0
             if kernels is not None:
                 return kernels, "", wall, tail
@@ -310,14 +301,7 @@ def _take(report: Path, returncode: int | None, timed_out: bool) -> _Taken:
 
 
 def _convert(
-    ncu: str,
-    data: bytes,
-    report: Path,
-    csv_file: Path,
-    env: dict[str, str],
-    dirs: ProofDirs,
-    timeout_s: float,
-    gate: Gate | None,
+    ncu: str, data: bytes, env: dict[str, str], dirs: ProofDirs, timeout_s: float, gate: Gate | None
 ) -> tuple[list[KernelProfile] | None, str]:
     """The kernels of a taken report, converted without holding the GPU where the tool allows it.
 
@@ -339,7 +323,7 @@ def _convert(
         return kernels, ""
 
     def from_file() -> tuple[list[KernelProfile] | None, str]:
-        return _import_file(ncu, data, report, csv_file, env, dirs, timeout_s)
+        return _import_file(ncu, data, env, dirs, timeout_s)
 
     again, why = gate.held(from_file) if gate is not None else from_file()
     if again is None:
@@ -366,15 +350,10 @@ def _import_sealed(
 
 
 def _import_file(
-    ncu: str,
-    data: bytes,
-    report: Path,
-    csv_file: Path,
-    env: dict[str, str],
-    dirs: ProofDirs,
-    timeout_s: float,
+    ncu: str, data: bytes, env: dict[str, str], dirs: ProofDirs, timeout_s: float
 ) -> tuple[list[KernelProfile] | None, str]:
-    """``ncu --import`` of the report file, rewritten from ``data`` first, its CSV into ``csv_file``."""
+    """``ncu --import`` of the report file, rewritten from ``data`` first, its CSV into ``SOURCE_CSV``."""
+    report, csv_file = dirs.report / f"{REPORT}.ncu-rep", dirs.report / SOURCE_CSV
     try:
         csv_file.unlink(missing_ok=True)
         report.write_bytes(data)  # what the file held since the bytes were taken does not count
