@@ -4,11 +4,11 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: on any GPU s57 (written in the twenty-ninth session, never run: no device started that session):
-#   the cross-check's GPU phase split, the report's conversion from a sealed memfd (outside the hold) and
-#   the experts' GPU cost with it; on an H200 it also runs s53 (none lent for eight sessions), then s41's
-#   command, s40, the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b,
-#   evaluator, s11c, spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
+# Next: on an H200 (none lent for eight sessions) s57 (which then runs s53 too), then s41's command, s40,
+#   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
+#   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
+# Done on 2026-12-07 (twenty-ninth session): s57 on an H100 (the report converted outside the hold, the
+#   cross-check's GPU phase split, the experts' GPU cost), then by hand the MHA forward expert, 6 turns.
 # Done on 2026-12-07 (twenty-eighth session, later): s53-s55 on an H100 (no H200 lent), s56.
 # Done on 2026-12-07 (twenty-eighth session): s51 (the second fill kernel, warm-up calls without a draw,
 # the deferral, the forward reference, the flush probe: the fill kernels' GPU test failed on a compile
