@@ -325,7 +325,8 @@ class Runner {
                                       : "not requested";
       phase("cupti");
       bool prepare = cmd.has("hw_prepare") && cmd.at("hw_prepare").b;
-      phase(!prepare || prepare_hw_counters_patiently() ? "hw_prepare" : "hw_prepare_failed");  // a spare's
+      // a spare's warm-up (Attach.hw_prepare)
+      phase(!prepare || prepare_hw_counters_patiently() ? "hw_prepare" : "hw_prepare_failed");
       if (prepare && cmd.has("hw_warm") && cmd.at("hw_warm").b)  // EvalSettings.hw_warm_start
         phase(warm_hw_counters() ? "hw_warm" : "hw_warm_failed");
 #else
@@ -437,8 +438,9 @@ class Runner {
 
   // A spare's query (Attach.hw_prepare), tried again up to kHwPrepareAttempts times 100 ms apart where it
   // failed. Every MHA forward subject's third turn on an H100 paid ~0.12 s at its sandbox step, which is
-  // where the query is made again when the spare's failed (gpu_cost_2026-12-07_s5*_h100.txt); one guess is
-  // that the spare queried beside another runner's hardware-counted call. The attach's phase says whether
+  // where the query is made again when the spare's failed (gpu_cost_2026-12-07_s5*_h100.txt); with the
+  // retries none did in ten later turns (gpu_cost_2026-12-07_s57*_h100.txt). Why the first query fails is
+  // not known (a guess: beside another runner's hardware-counted call). The attach's phase says whether
   // it worked in the end ("hw_prepare", else "hw_prepare_failed"); its wall includes the retries, off the
   // GPU turn. Whether it worked.
   bool prepare_hw_counters_patiently() {
