@@ -202,6 +202,8 @@ def _play_turn(ev, subject: str, task, turn: int, first_correct: bool, simt: lis
             f"#   {subject} turn {turn} counted window: {hw['window'][0]} activities, busiest timed call "
             f"{hw['window'][1]}"
         )
+    if details.get("calibration_source"):
+        say(f"#   {subject} turn {turn} calibration: {details['calibration_source']}")
     if status.value != "PASSED":
         say(f"#   {subject} turn {turn}: {message[:400]}")
         for key in ("missing_spans", "retimed", "crosscheck"):

@@ -174,6 +174,16 @@ case "$stage" in
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     ;;
+  s58)
+    # thirtieth session: Nsight Compute's driver ending without the interpreter's teardown (--exit-now:
+    # the report whole and the same? the time after the profiled call), then the experts' GPU cost with
+    # each worker calibrating (as before) and with calibrations reused (the new default) and --exit-now
+    timeout 150 python3 bench/ncu_readback_probe.py --out "$out/ncu_exit_now.txt" --file-only --exit-now-too
+    timeout 190 python3 bench/gpu_cost.py --out "$out/gpu_cost_calibrate_each.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 6 --prepare-tasks --set calibration_reuse=1
+    timeout 190 python3 bench/gpu_cost.py --out "$out/gpu_cost_reuse_exit_now.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 6 --prepare-tasks --set ncu_exit_now=true
+    ;;
   s57)
     # twenty-ninth session: where Nsight Compute's cross-check spends its GPU phase (the driver's phases),
     # and whether its report reads back from a sealed memfd (no file a candidate could reach, so outside

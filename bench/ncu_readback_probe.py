@@ -16,6 +16,10 @@ sandboxed driver), ungated and with nothing else on the GPU, the driver printing
 then once more as one profile that prints the CSV itself (``--page source --csv --log-file``, no export).
 Each read-back's kernels are compared with the file's (names and per-instruction counts). Repeated
 ``--repeats`` times; the medians are printed. Every figure printed is also written to ``--out``.
+
+``--file-only``: the file read-back alone. ``--exit-now-too``: each repeat also profiles with the driver's
+``--exit-now`` (``os._exit`` after its calls, ``driver.EXIT_NOW_MODES``), its parts prefixed ``exit_now_``,
+its kernels compared with the ordinary run's (whether the report is whole without the teardown).
 """
 
 from __future__ import annotations
@@ -48,8 +52,10 @@ def phases(output: str) -> dict[str, float]:
     return got
 
 
-def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, float]:
-    """One profile and its three read-backs; seconds by part."""
+def one(
+    ncu_path: str, driver: list[str], dirs, say, label: str, reads: bool = True
+) -> tuple[dict[str, float], list | None]:
+    """One profile and its read-backs (``reads``: all three, else the file's); seconds by part, kernels."""
     import subprocess
 
     from ptxgym.evaluation.trusted import ncu
@@ -73,7 +79,7 @@ def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, fl
     got["after_driver"] = t_exit - last
     if run.returncode != 0 or not report.is_file():
         say(f"{label}: the profile failed (exit {run.returncode}): {run.output[-1500:]}")
-        return got
+        return got, None
     data = report.read_bytes()
     got["report_mb"] = len(data) / 1e6
     t1 = time.monotonic()
@@ -85,6 +91,8 @@ def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, fl
     got["import_file"] = time.monotonic() - t1
     reference = ncu.parse_ncu_csv(read_report(dirs.report / ncu.SOURCE_CSV) or "")
     say(f"{label}: file import exit {back.returncode}, {len(reference)} kernel(s), report {len(data)} bytes")
+    if not reads:
+        return got, signature(reference)
 
     rep = sealed_file(data)
     out_fd = os.memfd_create("probe-csv")
@@ -139,7 +147,7 @@ def one(ncu_path: str, driver: list[str], dirs, say, label: str) -> dict[str, fl
     kernels = ncu.parse_ncu_csv(read_report(direct) or "")
     same = signature(kernels) == signature(reference)
     say(f"{label}: direct CSV profile exit {run.returncode}, {len(kernels)} kernel(s), same: {same}")
-    return got
+    return got, signature(reference)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--subjects", nargs="*", default=list(SUBJECTS), choices=list(SUBJECTS))
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--file-only", action="store_true", help="read the report back from its file only")
+    parser.add_argument(
+        "--exit-now-too", action="store_true", help="also profile with the driver's --exit-now"
+    )
     args = parser.parse_args(argv)
     say = Printer(args.out)
 
@@ -196,7 +208,17 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     "--phases",
                 ]
-                rows.append(one(tool, driver, dirs, say, f"{subject} #{r}"))
+                got, sig = one(tool, driver, dirs, say, f"{subject} #{r}", reads=not args.file_only)
+                if args.exit_now_too:
+                    quick, quick_sig = one(
+                        tool, [*driver, "--exit-now"], dirs, say, f"{subject} #{r} exit-now", reads=False
+                    )
+                    got.update({f"exit_now_{k}": v for k, v in quick.items()})
+                    say(
+                        f"{subject} #{r} exit-now: {len(quick_sig or [])} kernel(s), same kernels and "
+                        f"counts as the ordinary exit's: {quick_sig is not None and quick_sig == sig}"
+                    )
+                rows.append(got)
             finally:
                 dirs.remove()
         keys = dict.fromkeys(k for row in rows for k in row)

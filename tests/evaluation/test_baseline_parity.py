@@ -60,8 +60,11 @@ def test_bridge_passes_as_a_candidate_beside_the_baseline_path(bridge, tmp_path)
     task = tiny_task("Gemm-sm90a", M=64, N=48, K=32)
     module = tvm_ffi.load_module(str(bridge))
     workers = Workers(tmp_path, candidate=module[baseline_parity.ENTRY["Gemm-sm90a"]])
-    # the candidate-only additions (matched calibration, slow cut-off probe) off: the same commands
-    same = SETTINGS.model_copy(update={"matched_calibration": False, "slow_probe_calls": 0})
+    # the candidate-only additions (matched calibration, slow cut-off probe) off: the same commands; each
+    # worker calibrates (a second baseline worker would reuse the first's: calibration_reuse)
+    same = SETTINGS.model_copy(
+        update={"matched_calibration": False, "slow_probe_calls": 0, "calibration_reuse": 1}
+    )
     ev = cpu_evaluator(tmp_path, workers, same)
     cand = baseline_parity.bridge_candidate(task.model_copy(update={"id": "Gemm-sm90a"}), bridge)
     verdict = ev.evaluate(task, cand)

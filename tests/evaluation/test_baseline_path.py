@@ -29,6 +29,7 @@ from ptxgym.evaluation.trusted.baseline_store import (  # noqa: E402
     installed,
     with_fallback,
 )
+from ptxgym.evaluation.trusted.calibration_reuse import CalibrationReuse  # noqa: E402
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue  # noqa: E402
 from ptxgym.evaluation.trusted.gpuinfo import GpuFacts  # noqa: E402
 from ptxgym.evaluation.trusted.native_worker import NativeRunners  # noqa: E402
@@ -95,6 +96,7 @@ def cpu_evaluator(tmp_path, make_worker, settings: EvalSettings = SETTINGS) -> l
     ev.baselines = BaselineStore(tmp_path / "baselines", FACTS.key)
     ev.queue, ev.cores = GpuQueue(), CoreSplit()
     ev.verdicts = VerdictCache(0)
+    ev.calibrations = CalibrationReuse()
     ev.proof_slots = threading.BoundedSemaphore(local.PROOF_RUNS_AT_ONCE)
     ev._inflight, ev._inflight_lock = {}, threading.Lock()
     ev.native = NativeRunners(False, 0, 0, tmp_path, False)  # candidates in the (fake) Python worker
@@ -487,6 +489,7 @@ def test_an_infra_error_says_whether_the_candidate_had_been_loaded(tmp_path, mon
     after = ev.evaluate(task, built(task, 1).model_copy(update={"artifact_sha256": "c" * 64}))
     assert after.status is Status.INFRA_ERROR and after.candidate_ran
     monkeypatch.setattr(Session, "calibrate", broken)  # before it
+    ev.calibrations = CalibrationReuse()  # else the worker reuses the last one's (calibration_reuse)
     before = ev.evaluate(task, built(task, 2).model_copy(update={"artifact_sha256": "d" * 64}))
     assert before.status is Status.INFRA_ERROR and not before.candidate_ran
 

@@ -220,3 +220,26 @@ def test_unavailable_rlimits_fail_soft_in_on_mode_and_are_an_error_in_strict(mon
     assert layer.state == "unavailable" and "setrlimit failed" in layer.detail
     with pytest.raises(sandbox.SandboxError, match="strict sandbox mode, but the rlimits layer"):
         sandbox.apply_rlimits("strict")
+
+
+@pytest.mark.parametrize("mode", ["profile", "memcheck"])
+def test_exit_now_skips_the_teardown_under_nsight_compute_only(tmp_path, monkeypatch, mode):
+    """``--exit-now``: a profile's driver ends with ``os._exit(0)`` once both calls returned.
+
+    Under compute-sanitizer (not in ``EXIT_NOW_MODES``) it returns 0 as without the flag: the tool's
+    leak check and summary need the process's orderly end.
+    """
+    spies = Spies(monkeypatch, cuda=True)
+    calls: list[int] = []
+    monkeypatch.setattr(driver, "_target", lambda args, outputs: lambda *a: calls.append(len(a)))
+    monkeypatch.setattr(driver, "_range", lambda: (lambda name: None, lambda: None, "spy"))
+
+    def exit_now(code: int) -> None:
+        spies.events.append(f"_exit {code}")
+        raise Stop("_exit")
+
+    monkeypatch.setattr(driver.os, "_exit", exit_now)
+    _run(spies, [*_argv(tmp_path, mode), "--exit-now"], tmp_path)
+    assert calls == ([2, 2] if mode == "profile" else [2])  # input a, output c; profiled twice
+    assert spies.events[-1] == ("_exit 0" if mode in driver.EXIT_NOW_MODES else "exit 0"), spies.events
+    assert mode != "profile" or mode in driver.EXIT_NOW_MODES

@@ -61,6 +61,8 @@ def test_driver_argv_sandboxes_the_driver(tmp_path):
     argv = driver_argv(Path("i.pt"), Path("c.so"), "run", 0, "memcheck", scratch=tmp_path, sandbox="strict")
     assert argv[-4:] == ["--scratch", str(tmp_path), "--sandbox", "strict"]
     assert "--scratch" not in driver_argv(Path("i.pt"), Path("c.so"), "run", 0, "profile")
+    assert "--exit-now" not in driver_argv(Path("i.pt"), Path("c.so"), "run", 0, "profile")
+    assert driver_argv(Path("i.pt"), Path("c.so"), "run", 0, "profile", exit_now=True)[-1] == "--exit-now"
 
 
 def test_a_forged_ncu_csv_on_stdout_is_not_a_yes(tools):

@@ -44,6 +44,13 @@ from ptxgym.evaluation.protocol import MODES
 
 EARLY_JAIL_MODES = ("memcheck",)
 """Tool modes whose driver applies the sandbox before CUDA is initialised (module docstring)."""
+EXIT_NOW_MODES = ("profile",)
+"""Tool modes where ``--exit-now`` applies: the process ends with ``os._exit`` after its calls, without the
+interpreter's teardown (torch's, TVM-FFI's, the CUDA context's), which under Nsight Compute held the GPU
+turn ~0.8 s after the profiled call (``bench/results/ncu_readback_2026-12-07_s57_h100.txt``,
+``after_driver``); whether the report is whole and the same that way is ``bench/ncu_readback_probe.py
+--exit-now-too``'s question (``EvalSettings.ncu_exit_now``). Never under compute-sanitizer, whose leak
+check and summary come at the process's orderly end."""
 GATE_WAIT_S = 3600.0
 """How long the driver waits at its gate before giving up (the caller died or forgot it)."""
 
@@ -166,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--phases", action="store_true", help="print each phase's CLOCK_MONOTONIC time (benchmarks: a log)"
     )
+    parser.add_argument(
+        "--exit-now",
+        action="store_true",
+        help="profile mode: end the process with os._exit once both calls returned, skipping the "
+        "interpreter's teardown (EXIT_NOW_MODES)",
+    )
     args = parser.parse_args(argv)
     phase = _phase_printer(args.phases)
 
@@ -218,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             pop()
             phase("profiled_call")
     print(f"driver: {args.mode} done ({how})", file=sys.stderr)
+    if args.exit_now and args.mode in EXIT_NOW_MODES:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -232,6 +232,28 @@ class EvalSettings(BaseModel):
         description="Calibrate a candidate's harness overhead also with a no-op as long as the baseline's "
         "call, and cross-check its wall time against that (``Session.calibrate``).",
     )
+    ncu_exit_now: bool = Field(
+        False,
+        description="Nsight Compute's driver ends with ``os._exit`` once its calls returned, skipping the "
+        "interpreter's teardown, which held the cross-check's GPU turn ~0.8 s after the profiled call on an "
+        "H100 (``sandboxed/driver.py``, ``EXIT_NOW_MODES``). An experiment until measured: "
+        "``bench/ncu_readback_probe.py --exit-now-too``.",
+    )
+    calibration_reuse: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="Workers one calibration serves, the one that measured it included, all of the same "
+        "arena, process kind, sandbox, backend and matched target (``calibration_reuse.py``); then the next "
+        "worker measures again. 1: every worker calibrates itself (before 2026-12-07). A calibration is "
+        "always measured before any candidate code is loaded in its worker.",
+    )
+    calibration_max_age_s: float = Field(
+        300.0,
+        gt=0,
+        description="A kept calibration older than this many seconds is measured again "
+        "(``calibration_reuse``).",
+    )
     floor_slack: float = Field(
         1.0, gt=0, description="A median latency below floor_ms * floor_slack is a TIMING_ANOMALY."
     )

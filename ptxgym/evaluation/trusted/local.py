@@ -71,6 +71,7 @@ from ptxgym.evaluation.trusted.baseline_store import (
     with_fallback,
 )
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
+from ptxgym.evaluation.trusted.calibration_reuse import CalibrationReuse
 from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, pci_bus_id, sm_clock_mhz
@@ -250,6 +251,8 @@ class LocalGpuEvaluator(Evaluator):
         """Spares replaced only after a subject's timed calls and awaited before the next calibration
         (``QUIET_SPARES``); False: replaced at once, warming beside the timing (for measurements)."""
         self.spares_wait_s = 0.0
+        self.calibrations = CalibrationReuse()
+        """Recent workers' calibrations, each serving the next workers of its kind (``calibration_reuse``)."""
         if self.settings.native_wall:  # its library compiled now, never inside a GPU turn's first call
             from ptxgym.evaluation.trusted.exchange import unavailable
 
@@ -751,6 +754,7 @@ class LocalGpuEvaluator(Evaluator):
         match_ms: float | None = None,
         hw_prepare: bool = False,
         walls: dict[str, float] | None = None,
+        candidate: bool = True,
     ) -> tuple[Session, WorkerHandle, int]:
         """Take a worker, attach, sandbox (for a candidate), calibrate: all before candidate code is loaded.
 
@@ -764,6 +768,8 @@ class LocalGpuEvaluator(Evaluator):
         from 0.08 s a candidate at 1 env to 0.30 s at 16 and 64: that wait, it seems;
         throughput_2026-12-05_native_h200.txt). ``walls``: the parts' wall seconds (``worker_restore``,
         ``worker_take``, ``worker_attach``, ``worker_sandbox``, ``worker_settle``, ``worker_calibrate``).
+        ``candidate``: a candidate's worker, not the baseline's (they never share a calibration,
+        ``_calibrate``).
         """
         walls = {} if walls is None else walls
         t = time.perf_counter()
@@ -801,7 +807,7 @@ class LocalGpuEvaluator(Evaluator):
             if self.quiet_spares:  # a spare started after the last timed calls may still be starting:
                 self._settle_spares()  # it had this worker's attach and sandbox to do it in
             part("settle")
-            session.calibrate(match_ms=match_ms)
+            self._calibrate(session, arena, (candidate, pool is not None, sandboxed), match_ms)
             part("calibrate")
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
@@ -810,6 +816,26 @@ class LocalGpuEvaluator(Evaluator):
             handle.discard()
             raise
         return session, handle, self._free_bytes()
+
+    def _calibrate(
+        self, session: Session, arena: Arena, kind: tuple[bool, bool, bool], match_ms: float | None
+    ) -> None:
+        """Measure the worker's calibration, or reuse a recent one of the same kind (``calibration_reuse``).
+
+        ``kind``: a candidate's worker (else the baseline's: the first of each measures its own, so the
+        baseline's commands stay a candidate's), a native runner, sandboxed. ``session.calibration_source``
+        says which (the verdict's ``details["calibration_source"]``).
+        """
+        key = (arena.id, *kind, self.sandbox_mode, self.backend, match_ms)
+        s = self.settings
+        found = self.calibrations.take(key, s.calibration_reuse, s.calibration_max_age_s)
+        if found is not None:
+            kept, session.calibration_source = found
+            session.use_calibration(kept.cal, kept.matched)
+            return
+        session.calibrate(match_ms=match_ms)
+        assert session.cal is not None
+        self.calibrations.put(key, session.cal, session.cal_matched)
 
     def _baseline(self, task: Task, arena: Arena) -> BaselineRecord:
         """This evaluator's own baseline of the task: measured on first use, kept for its life.
@@ -903,7 +929,7 @@ class LocalGpuEvaluator(Evaluator):
         with turn.timed("worker"):
             try:
                 turn.session, turn.handle, turn.free_before = self._session(
-                    turn.arena, turn.seed, sandboxed, pool, match_ms, hw_prepare, turn.walls
+                    turn.arena, turn.seed, sandboxed, pool, match_ms, hw_prepare, turn.walls, candidate
                 )
                 if pool is not None:
                     self.native.worked(hw_prepare)
@@ -913,7 +939,7 @@ class LocalGpuEvaluator(Evaluator):
                 fallback = self.native.failed(f"a native runner could not be set up: {exc}", hw_prepare)
                 pool = None
                 turn.session, turn.handle, turn.free_before = self._session(
-                    turn.arena, turn.seed, sandboxed, match_ms=match_ms, walls=turn.walls
+                    turn.arena, turn.seed, sandboxed, match_ms=match_ms, walls=turn.walls, candidate=candidate
                 )
         process = fallback or self.native.note(pool is not None, guard, candidate)
         turn.details["candidate_process"] = process
@@ -980,6 +1006,7 @@ class LocalGpuEvaluator(Evaluator):
             {
                 "calibration": session.cal.__dict__,
                 "calibration_matched": session.cal_matched.__dict__ if session.cal_matched else None,
+                "calibration_source": session.calibration_source,
                 "calibration_used": "matched"
                 if session.cal_matched is not None and session.reference_calibration() is session.cal_matched
                 else "trivial",

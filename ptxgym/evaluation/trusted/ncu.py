@@ -388,11 +388,13 @@ def check_executed(
     dirs: ProofDirs | None = None,
     sandbox: str = "on",
     gate: Gate | None = None,
+    exit_now: bool = False,
 ) -> ProfileOutcome:
     """Run (or look up) the check over one call of the candidate, sandboxed, in ``dirs`` (or fresh ones).
 
     ``driver`` replaces the default driver command (used to profile a baseline the same way); pass the
     ``dirs`` whose scratch it names. ``module_kernels``: the built module's kernel names, for the census.
+    ``exit_now``: the default driver ends without the interpreter's teardown (``EvalSettings.ncu_exit_now``).
     """
     cached = cache_dir / f"{key}.json" if cache_dir else None
     if cached is not None and cached.exists():
@@ -405,7 +407,15 @@ def check_executed(
     own = dirs or ProofDirs.create()
     try:
         driver = driver or driver_argv(
-            inputs, so_path, entry, device, "profile", scratch=own.scratch, sandbox=sandbox, gate=gate
+            inputs,
+            so_path,
+            entry,
+            device,
+            "profile",
+            scratch=own.scratch,
+            sandbox=sandbox,
+            gate=gate,
+            exit_now=exit_now,
         )
         kernels, reason, wall, tail = read_profile(ncu, driver, own, timeout_s, gate)
     finally:

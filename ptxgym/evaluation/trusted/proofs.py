@@ -233,6 +233,7 @@ def _ncu(run: _Run) -> ProofResults:
             dirs=dirs,
             sandbox=run.sandbox,
             gate=run.gate,
+            exit_now=run.settings.ncu_exit_now,
         )
     finally:
         dirs.remove()

@@ -254,6 +254,8 @@ class Session:
         self.cal: Calibration | None = None
         self.cal_matched: Calibration | None = None
         """The calibration at a subject's duration (``calibrate(match_ms=...)``), if made."""
+        self.calibration_source = "measured in this worker"
+        """Or an earlier worker's, reused (``use_calibration``: its note)."""
         self.flush_bytes = 0
         """The worker's L2-flush buffer (from the attach reply): the busy no-op's memsets write it."""
         self.sandbox_report: SandboxReport | None = None
@@ -810,6 +812,10 @@ class Session:
                 calls = min(n, max(MIN_MATCHED_CALLS, int(MATCHED_BUDGET_MS / match_ms)))
                 self.cal_matched = self._calibration(calls, busy)
         return self.cal
+
+    def use_calibration(self, cal: Calibration, matched: Calibration | None) -> None:
+        """Take an earlier worker's calibration instead of measuring one (``calibration_reuse.py``)."""
+        self.cal, self.cal_matched = cal, matched
 
     def reference_calibration(self) -> Calibration | None:
         """The calibration the wall cross-check uses: the matched one where it is plausible, else trivial.

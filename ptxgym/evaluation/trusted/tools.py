@@ -235,11 +235,13 @@ def driver_argv(
     scratch: Path | None = None,
     sandbox: str = "on",
     gate: Gate | None = None,
+    exit_now: bool = False,
 ) -> list[str]:
     """The driver command line a tool wraps (a candidate's .so, or a baseline function by name).
 
     With ``scratch`` the driver applies the host sandbox (mode ``sandbox``) before loading the target;
-    with ``gate`` it waits at that gate before CUDA (module docstring).
+    with ``gate`` it waits at that gate before CUDA (module docstring). ``exit_now``: a profile's driver
+    ends without the interpreter's teardown (``driver.EXIT_NOW_MODES``).
     """
     target = (
         ["--so", str(so_path)]
@@ -264,6 +266,7 @@ def driver_argv(
         "--mode",
         mode,
         *confine,
+        *(["--exit-now"] if exit_now else []),
     ]
 
 
