@@ -175,14 +175,14 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     ;;
   s58)
-    # thirtieth session: Nsight Compute's driver ending without the interpreter's teardown (--exit-now:
-    # the report whole and the same? the time after the profiled call), then the experts' GPU cost with
-    # each worker calibrating (as before) and with calibrations reused (the new default) and --exit-now
-    timeout 150 python3 bench/ncu_readback_probe.py --out "$out/ncu_exit_now.txt" --file-only --exit-now-too
-    timeout 190 python3 bench/gpu_cost.py --out "$out/gpu_cost_calibrate_each.txt" \
-      --subjects mha_fwd_expert gemm_expert --turns 6 --prepare-tasks --set calibration_reuse=1
-    timeout 190 python3 bench/gpu_cost.py --out "$out/gpu_cost_reuse_exit_now.txt" \
-      --subjects mha_fwd_expert gemm_expert --turns 6 --prepare-tasks --set ncu_exit_now=true
+    # thirtieth session: the experts' GPU cost with calibrations reused (the new default: the first turn
+    # measures, the later ones reuse) and Nsight Compute's driver ending without the interpreter's
+    # teardown in the drawn cross-check (--exit-now); then the probe: is the report whole and the same
+    # that way, and how long after the profiled call does the tool end
+    timeout 200 python3 bench/gpu_cost.py --out "$out/gpu_cost_reuse_exit_now.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 5 --prepare-tasks --set ncu_exit_now=true
+    timeout 120 python3 bench/ncu_readback_probe.py --out "$out/ncu_exit_now.txt" --file-only --exit-now-too \
+      --repeats 1
     ;;
   s57)
     # twenty-ninth session: where Nsight Compute's cross-check spends its GPU phase (the driver's phases),
