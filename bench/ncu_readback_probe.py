@@ -72,7 +72,7 @@ def one(
     got: dict[str, float] = {"profile": t_exit - t0}
     marks = phases(run.output)
     last = t0
-    for name in ("go", "cuda", "buffers", "jail", "load", "first_call", "profiled_call"):
+    for name in ("go", "ffi", "cuda", "buffers", "jail", "load", "first_call", "profiled_call"):
         if name in marks:
             got[f"to_{name}"] = marks[name] - last
             last = marks[name]

@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     import tvm_ffi  # after the gate: its import initialises CUDA (module docstring)
 
+    phase("ffi")  # the driver API initialised (a profiler's injected library with it), no context yet
     torch.cuda.set_device(args.device)
     phase("cuda")
     dev = torch.device("cuda", args.device)
