@@ -43,6 +43,7 @@ def main() -> int:
     parser.add_argument("--sandbox", default="on")
     parser.add_argument("--gate")
     parser.add_argument("--gate-key")
+    parser.add_argument("--exit-now", action="store_true")
     args = parser.parse_args()
     time.sleep(float(os.environ.get("FAKE_DRIVER_BOOT_S", "0")))
     if not driver.wait_at_gate(args.gate, args.gate_key):

@@ -418,3 +418,24 @@ def test_a_tool_started_in_a_pinned_gpu_turn_runs_on_every_core():
     with GpuQueue(cpus=(usable[-1],)).turn():
         run = run_tool([sys.executable, "-c", script], 30)
     assert run.returncode == 0 and run.output.strip() == str(usable), run.output
+
+
+@pytest.mark.parametrize("exit_now", [True, False])
+def test_the_cross_checks_driver_ends_as_the_settings_say(tmp_path, monkeypatch, exit_now):
+    """``EvalSettings.ncu_exit_now`` reaches the profiled driver's command line (``EXIT_NOW_MODES``)."""
+    from ptxgym.evaluation.trusted import proofs
+
+    seen: list[list[str]] = []
+
+    def check(*args, **kwargs):
+        seen.append(driver_argv(args[1], args[2], args[3], args[4], "profile", exit_now=kwargs["exit_now"]))
+        return ncu.ProfileOutcome(ncu._info(HOPPER, Verdict.UNKNOWN, {}, "spy"), failed="spy")
+
+    monkeypatch.setattr(ncu, "check_executed", check)
+    cand = BuiltCandidate(
+        task_id=GEMM.id, so_path="c.so", source_sha256="0", artifact_sha256="0", static_target=True
+    )
+    settings = EvalSettings(ncu_exit_now=exit_now)
+    proofs._ncu(proofs._Run(GEMM, cand, tmp_path / "i.pt", 0, settings, tmp_path, "on"))
+    assert len(seen) == 1 and ("--exit-now" in seen[0]) is exit_now
+    assert EvalSettings().ncu_exit_now  # the default since s58

@@ -47,10 +47,9 @@ EARLY_JAIL_MODES = ("memcheck",)
 EXIT_NOW_MODES = ("profile",)
 """Tool modes where ``--exit-now`` applies: the process ends with ``os._exit`` after its calls, without the
 interpreter's teardown (torch's, TVM-FFI's, the CUDA context's), which under Nsight Compute held the GPU
-turn ~0.8 s after the profiled call (``bench/results/ncu_readback_2026-12-07_s57_h100.txt``,
-``after_driver``); whether the report is whole and the same that way is ``bench/ncu_readback_probe.py
---exit-now-too``'s question (``EvalSettings.ncu_exit_now``). Never under compute-sanitizer, whose leak
-check and summary come at the process's orderly end."""
+turn 0.83-0.88 s after the profiled call on an H100, 0.22-0.24 s without it, the report the same
+(``bench/results/ncu_exit_now_2026-12-07_s58_h100.txt``; ``EvalSettings.ncu_exit_now``, on by default).
+Never under compute-sanitizer, whose leak check and summary come at the process's orderly end."""
 GATE_WAIT_S = 3600.0
 """How long the driver waits at its gate before giving up (the caller died or forgot it)."""
 
