@@ -197,21 +197,26 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeats):
             dirs = ProofDirs.create()
             try:
-                driver = [
-                    *driver_argv(
-                        inputs,
-                        prepared.candidate.so_path,
-                        prepared.candidate.entry_symbol,
-                        0,
-                        "profile",
-                        scratch=dirs.scratch,
-                    ),
-                    "--phases",
-                ]
-                got, sig = one(tool, driver, dirs, say, f"{subject} #{r}", reads=not args.file_only)
+                cand = prepared.candidate
+                ordinary, quick_exit = (
+                    [
+                        *driver_argv(
+                            inputs,
+                            cand.so_path,
+                            cand.entry_symbol,
+                            0,
+                            "profile",
+                            scratch=dirs.scratch,
+                            exit_now=exit_now,
+                        ),
+                        "--phases",
+                    ]
+                    for exit_now in (False, True)
+                )
+                got, sig = one(tool, ordinary, dirs, say, f"{subject} #{r}", reads=not args.file_only)
                 if args.exit_now_too:
                     quick, quick_sig = one(
-                        tool, [*driver, "--exit-now"], dirs, say, f"{subject} #{r} exit-now", reads=False
+                        tool, quick_exit, dirs, say, f"{subject} #{r} exit-now", reads=False
                     )
                     got.update({f"exit_now_{k}": v for k, v in quick.items()})
                     say(
