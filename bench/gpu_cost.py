@@ -21,7 +21,10 @@ start-up runs outside, ``proof_boot``; the report taken under the hold, ``proof_
 build and SASS, are
 printed apart and never hold the GPU. After each subject's episode one more turn has Nsight Compute's
 secret cross-check drawn (``--no-crosscheck-turn`` skips it): the summary adds its GPU seconds times the
-share of candidates that draw it, the expected excess over an episode.
+share of candidates that draw it, the expected excess over an episode. With ``--ncu-phases`` that turn's
+profile also splits its GPU phase: the driver prints its phases (``driver --phases``, CLOCK_MONOTONIC, a
+log line read only by this script) and the gate's go and the tool's end are stamped beside them
+(``PhaseSpy``), so the part of ``proof_gpu`` outside the driver's phases is placed.
 The timed floor is calls x median latency: the kernel executions the protocol needs (checked calls +
 trials x (warm-up + timed)) at the candidate's own median latency, the GPU time no harness can avoid;
 the excess is ``gpu_total`` - floor. The first turn of a task in an evaluator also builds the task's arena
@@ -108,12 +111,79 @@ def floor_s(settings, median_ms: float | None) -> float | None:
     return None if median_ms is None else calls * median_ms / 1e3
 
 
-def play(ev, subject: str, turns: int, say, crosscheck: bool = True) -> list[dict]:
+class PhaseSpy:
+    """``--ncu-phases``: Nsight Compute's gated profile runs with the driver's ``--phases``, stamped.
+
+    Wraps ``ncu.run_tool`` for the block: a gated profile (``--export`` on its command line) gets the
+    driver's ``--phases`` and its gate's hold is wrapped to stamp when the GPU was taken (the go is written
+    right after) and, from ``Gate.gpu_s``/``read_s``, when the tool's group had ended. ``runs`` keeps, per
+    profile, the seconds from the go to each driver phase and from the last one to the end.
+    """
+
+    ORDER = ("go", "ffi", "cuda", "buffers", "jail", "load", "first_call", "profiled_call")
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, float]] = []
+
+    @contextlib.contextmanager
+    def active(self):
+        from ptxgym.evaluation.trusted import ncu
+
+        real = ncu.run_tool
+
+        def spied(argv, timeout_s, env=None, cwd=None, gate=None, read=None, pass_fds=()):
+            if gate is None or "--export" not in argv:
+                return real(argv, timeout_s, env, cwd, gate, read, pass_fds)
+            held, stamps = gate.hold, {}
+
+            @contextlib.contextmanager
+            def stamped():
+                with held():
+                    stamps["taken"] = time.monotonic()
+                    yield
+
+            gpu0, read0 = gate.gpu_s, gate.read_s
+            gate.hold = stamped
+            try:
+                run = real([*argv, "--phases"], timeout_s, env, cwd, gate, read, pass_fds)
+            finally:
+                gate.hold = held
+            if "taken" in stamps:
+                end = stamps["taken"] + (gate.gpu_s - gpu0) - (gate.read_s - read0)
+                self.runs.append(self.parts(run.output, stamps["taken"], end))
+            return run
+
+        ncu.run_tool = spied
+        try:
+            yield self
+        finally:
+            ncu.run_tool = real
+
+    @classmethod
+    def parts(cls, output: str, taken: float, end: float) -> dict[str, float]:
+        """Seconds from the GPU's taking to each phase the driver printed, then to the tool's end."""
+        marks = {}
+        for line in output.splitlines():
+            if line.startswith("driver: phase "):
+                _, _, name, t = line.split()
+                marks[name] = float(t)
+        got, last = {}, taken
+        for name in cls.ORDER:
+            if name in marks:
+                got[f"to_{name}"] = round(marks[name] - last, 3)
+                last = marks[name]
+        got["to_end"] = round(end - last, 3)
+        got["held"] = round(end - taken, 3)
+        return got
+
+
+def play(ev, subject: str, turns: int, say, crosscheck: bool = True, phases: bool = False) -> list[dict]:
     """One episode of ``turns`` turns; one row (status, latency, stage walls) per turn.
 
     With ``crosscheck``, one more turn with Nsight Compute's cross-check drawn (``ncu_crosscheck_fraction``
     1 for that turn, an empty Nsight Compute cache), marked ``crosscheck`` in its row: what the secret
-    draw costs when it falls (``summary`` amortises it over the default fraction).
+    draw costs when it falls (``summary`` amortises it over the default fraction). ``phases``: that
+    turn's profile split by the driver's phases (``PhaseSpy``).
     """
     from ptxgym.records.tasks import get_task
 
@@ -125,8 +195,12 @@ def play(ev, subject: str, turns: int, say, crosscheck: bool = True) -> list[dic
         drawn = crosscheck and turn == turns
         ev.settle()
         if drawn:
-            with _crosscheck_drawn(ev):
+            spy = PhaseSpy()
+            with _crosscheck_drawn(ev), spy.active() if phases else contextlib.nullcontext():
                 row = _play_turn(ev, subject, task, turn, first_correct, simt, say)
+            for run in spy.runs:
+                split = " ".join(f"{k}={v:.3f}" for k, v in run.items())
+                say(f"#   {subject} turn {turn} profile's GPU phase (s, from the GPU's taking): {split}")
         else:
             row = _play_turn(ev, subject, task, turn, first_correct, simt, say)
         row["crosscheck"] = drawn
@@ -296,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the extra turn per subject with Nsight Compute's cross-check drawn",
     )
     parser.add_argument(
+        "--ncu-phases",
+        action="store_true",
+        help="split the drawn cross-check's GPU phase by the driver's phases (PhaseSpy)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -333,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for subject in args.subjects:
             try:
-                rows += play(ev, subject, args.turns, say, crosscheck=not args.no_crosscheck_turn)
+                rows += play(ev, subject, args.turns, say, not args.no_crosscheck_turn, args.ncu_phases)
             except Exception as exc:  # noqa: BLE001 - one failed subject must not lose the others
                 say(f"{subject} | FAILED: {type(exc).__name__}: {exc}")
         if args.prepare_tasks:

@@ -55,7 +55,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -175,6 +175,18 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s59)
+    # thirty-first session: where the drawn cross-check's GPU phase goes inside the evaluator (the driver's
+    # phases stamped against the gate's go and the tool's end: ~1 s of proof_gpu was not placed by the
+    # ungated probe), then issue 12's 16-env pass with calibrations reused (comparable with s53/s55: the
+    # cross-check off), and one pass with the default cross-check share
+    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_phases.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 2 --prepare-tasks --ncu-phases
+    timeout 140 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_reuse.txt"
+    timeout 150 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --out "$out/throughput_128_defaults.txt"
     ;;
   s58)
     # thirtieth session: the experts' GPU cost with calibrations reused (the new default: the first turn

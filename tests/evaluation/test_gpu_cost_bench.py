@@ -45,3 +45,56 @@ def test_summary_counts_only_verified_turns_and_splits_the_one_time_share():
     # the drawn turn is not in the means; its proofs' GPU seconds, amortised: 8.36 + 0.05 x 2.0
     drawn_part = "2.00 (execute 7.50, boot 3.25, taken 0.50, converted 1.25)"
     assert lines[1] == f"g | 2 | 10.50 | 0.14 | 10.36 | 8.36 | {drawn_part} | 8.46"
+
+
+def test_phase_spy_places_the_gpu_phase_between_the_go_and_the_tools_end():
+    out = "\n".join(
+        ["==PROF== Connected", "driver: phase go 100.010", "driver: phase ffi 100.600", "noise"]
+        + ["driver: phase cuda 100.800", "driver: phase profiled_call 102.000"]
+    )
+    got = gpu_cost.PhaseSpy.parts(out, taken=100.0, end=102.5)
+    assert got == {
+        "to_go": 0.01,
+        "to_ffi": 0.59,
+        "to_cuda": 0.2,
+        "to_profiled_call": 1.2,
+        "to_end": 0.5,
+        "held": 2.5,
+    }
+
+
+def test_phase_spy_adds_phases_to_gated_profiles_only_and_stamps_the_hold(monkeypatch):
+    import contextlib
+    import time
+
+    from ptxgym.evaluation.trusted import ncu
+    from ptxgym.evaluation.trusted.tools import Gate, ToolRun
+
+    seen: list[list[str]] = []
+
+    def fake_run_tool(argv, timeout_s, env=None, cwd=None, gate=None, read=None, pass_fds=()):
+        seen.append(list(argv))
+        if gate is None:
+            return ToolRun(0, "", False, 0.0)
+        with gate.hold():
+            start = time.monotonic()
+            gate.gpu_s += 0.25  # what tools._gated adds: the go to the end, and the read within it
+            gate.read_s += 0.05
+        return ToolRun(0, f"driver: phase go {start + 0.01:.4f}\n", False, 0.3)
+
+    monkeypatch.setattr(ncu, "run_tool", fake_run_tool)
+    gate = Gate(contextlib.nullcontext)
+    spy = gpu_cost.PhaseSpy()
+    try:
+        with spy.active():
+            ncu.run_tool(["ncu", "--import", "r"], 1.0)  # a read-back: untouched
+            ncu.run_tool(["ncu", "--export", "r", "driver", *gate.argv()], 1.0, gate=gate)
+        ncu.run_tool(["ncu", "--export", "r", "driver", *gate.argv()], 1.0, gate=gate)  # after: untouched
+    finally:
+        gate.close()
+    assert [a[-1] == "--phases" for a in seen] == [False, True, False]
+    assert ncu.run_tool is fake_run_tool and gate.hold is contextlib.nullcontext
+    assert len(spy.runs) == 1
+    run = spy.runs[0]
+    assert run["held"] == pytest.approx(0.2) and run["to_go"] == pytest.approx(0.01, abs=2e-3)
+    assert run["to_end"] == pytest.approx(0.19, abs=2e-3)
