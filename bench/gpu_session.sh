@@ -177,15 +177,20 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     ;;
   s59)
-    # thirty-first session: where the drawn cross-check's GPU phase goes inside the evaluator (the driver's
-    # phases stamped against the gate's go and the tool's end: ~1 s of proof_gpu was not placed by the
-    # ungated probe), then issue 12's 16-env pass with calibrations reused (comparable with s53/s55: the
-    # cross-check off), and one pass with the default cross-check share
-    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_phases.txt" \
-      --subjects mha_fwd_expert gemm_expert --turns 2 --prepare-tasks --ncu-phases
-    timeout 140 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+    # thirty-first session: the input check after each timed call on a secret eighth of each input's
+    # blocks (input_check_share, the new default) beside every block (1, as before), the fused kernels'
+    # GPU checks (sampled included); where the drawn cross-check's GPU phase goes inside the evaluator
+    # (the driver's phases stamped against the gate's go and the tool's end: ~1 s of proof_gpu was not
+    # placed by the ungated probe); then issue 12's 16-env pass with calibrations reused (comparable with
+    # s53/s55: the cross-check off) and one with the defaults
+    timeout 90 bash bench/gpu_tests.sh "$out/fused" --timeout 80 -q tests/evaluation/test_fused_inputs.py
+    timeout 140 python3 bench/gpu_cost.py --out "$out/gpu_cost_sampled_checks.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 3 --prepare-tasks --ncu-phases
+    timeout 60 python3 bench/gpu_cost.py --out "$out/gpu_cost_whole_checks.txt" \
+      --subjects mha_fwd_expert --turns 3 --prepare-tasks --no-crosscheck-turn --set input_check_share=1
+    timeout 130 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
       --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_reuse.txt"
-    timeout 150 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+    timeout 130 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
       --candidates-per-env 8 --out "$out/throughput_128_defaults.txt"
     ;;
   s58)

@@ -114,6 +114,90 @@ def check_differ() -> None:
     assert not fused_inputs.differ(a[:0], a[:0].clone(), flag)
 
 
+def check_sampled() -> None:
+    """A sampled comparison: what differs everywhere is always found, one block at about the share.
+
+    64.5 blocks of words (a partial last one), 1/8 drawn per comparison: 9 programs, each a Philox draw
+    among the blocks; a change in one block is found in about 1 - exp(-9/65) = 13% of comparisons, the
+    last partial block included; a key is needed, and a key gives the same draw.
+    """
+    words = int(64.5 * fused_inputs.DIFFER_BLOCK)
+    a = torch.randn(2 * words, device=DEVICE)  # float32: two elements a word
+    flag = fused_inputs.flag(DEVICE)
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    assert fused_inputs.sampled_blocks(65, 0.125) == 9 and fused_inputs.sampled_blocks(3, 0.125) == 1
+    assert fused_inputs.sampled_blocks(65, 1.0) == 65 and fused_inputs.sampled_blocks(1, 0.01) == 1
+
+    def found(b) -> bool:
+        keys = fused_inputs.seeds(gen, 1, DEVICE)
+        return bool(fused_inputs.differ_all([(a, b)], flag, 0.125, keys))
+
+    same = a.clone()
+    assert not any(found(same) for _ in range(20)), "nothing differs: nothing found"
+    everywhere = a + 1
+    assert all(found(everywhere) for _ in range(20)), "every block differs: always found"
+    for where in (2 * 3 * fused_inputs.DIFFER_BLOCK + 7, 2 * words - 1):  # a middle block, the last one
+        b = a.clone()
+        b[where] = -b[where]
+        hits = sum(found(b) for _ in range(200))
+        assert 8 <= hits <= 48, (where, hits)  # binomial(200, 0.13): mean 26, sd 4.8
+    keys = fused_inputs.seeds(gen, 1, DEVICE)
+    b = a.clone()
+    b[5] += 1
+    first = fused_inputs.differ_all([(a, b)], flag, 0.125, keys)
+    assert all(fused_inputs.differ_all([(a, b)], flag, 0.125, keys) == first for _ in range(5))
+    try:
+        fused_inputs.differ_all([(a, b)], flag, 0.125)
+    except ValueError as exc:
+        assert "keys" in str(exc)
+    else:
+        raise AssertionError("a sampled comparison without keys ran")
+
+
+def check_arena_sampled() -> None:
+    """The arena's check after a timed call samples at ``input_check_share``; the last check is whole.
+
+    K of the tiny attention is two blocks of words: one is drawn per check, so a one-element write is
+    found in about half of the checks right after the call, a write into all of K in every one, and a
+    write left in place by the final check (``mutated_inputs``), always.
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    from evaltest_helpers import tiny_task
+
+    from ptxgym.evaluation.trusted.arena import Arena
+
+    task = tiny_task("MhaFwd-sm90a", B=1, H=2, S=128, D=128)
+    with tempfile.TemporaryDirectory() as scratch:
+        device = 0 if DEVICE == "cuda" else "cpu"
+        arena = Arena(task, [1], device, Path(scratch), fused=True, input_check_share=0.125)
+        assert arena.fused.startswith("on:"), arena.fused
+        gen = torch.Generator(device=arena.device).manual_seed(1)
+        k = arena.sets[0].shared_in["K"].view(-1)
+        assert k.numel() * k.element_size() == 2 * 8 * fused_inputs.DIFFER_BLOCK
+        hits = 0
+        for _ in range(60):
+            arena.prepare(0, gen, fresh=True)
+            kept = k[-3].clone()
+            k[-3] += 1  # in the second block
+            arena.hold(0, False, {})
+            k[-3] = kept
+            hits += arena.mutated_inputs() == ["K"]
+            arena.restore()
+        assert 12 <= hits <= 48, hits  # binomial(60, 1/2)
+        for _ in range(10):
+            arena.prepare(0, gen, fresh=True)
+            kept = k.clone()
+            k.neg_()
+            arena.hold(0, False, {})
+            k.copy_(kept)
+            assert arena.mutated_inputs() == ["K"]
+            arena.restore()
+        arena.prepare(0, gen, fresh=True)
+        k[-3] += 1
+        assert arena.mutated_inputs() == ["K"], "a write left in place: the last check compares whole"
+        arena.close()
+
+
 def check_arena() -> None:
     """The arena's fused path: the shared buffers equal the private copy.
 
@@ -186,6 +270,10 @@ def check_compiled() -> None:
             sig = {"a": word, "b": word, "flag": "*i32", "slot": "i32", "n": count, "BLOCK": "constexpr"}
             consts = {"BLOCK": fused_inputs.DIFFER_BLOCK}
             triton.compile(ASTSource(fused_kernels.differ_kernel, sig, consts), target=target)
+            sig |= {"seeds": "*i64", "seed_index": "i32", "blocks": "i32"}
+            order = ("a", "b", "flag", "slot", "n", "seeds", "seed_index", "blocks", "BLOCK")
+            sig = {k: sig[k] for k in order}
+            triton.compile(ASTSource(fused_kernels.differ_sampled_kernel, sig, consts), target=target)
 
 
 if __name__ == "__main__":

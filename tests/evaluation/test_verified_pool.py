@@ -378,6 +378,7 @@ def test_a_pool_that_cannot_be_allocated_leaves_the_path_without_one_with_the_re
         "arena": arena.pool.describe(),
         "sampling": arena.sampling,
         "fused_inputs": arena.fused,
+        "input_check_share": 1.0,  # the torch path (a CPU arena) compares every bit
         "session": f"new draws: {arena.pool.describe()}",
         "whole_checks": 0,  # the Arena default checks every call whole (no sampled.py)
     }

@@ -63,6 +63,18 @@ After every call the guard regions are compared with their private copy: one cop
 their bytes (64 KiB around each buffer plus the blob's rounding tail: 2 MiB for the GEMM's three
 sets; 18 MiB with guard pages, whose first page of each run is guard) and one host sync, outside the timed
 window; small workloads compare at most their 12 MiB minimum blob.
+
+Input checks after timed calls. With the fused kernels the check after each timed call (``hold``, or the
+set's next preparation, ``_retire_fresh``) compares a secret draw of ``input_check_share`` of each input's
+blocks (``fused_inputs.differ_all``; ``EvalSettings.input_check_share``, 1/8 by default), the same amount of
+work after every call, verified or not (a longer check after a verified call would be a gap the candidate
+could time). What a write into an input can gain is using it as scratch or leaving a mark for a later call;
+both touch many blocks or many calls, and a write confined to k blocks of one call goes unseen with
+probability about exp(-share x k) (blocks are drawn with replacement; one block of one call: 0.88; the same
+block on all 60 calls of a trial: ~6e-4). What it cannot hide: a write that lasts to the timing's end (its
+last check compares every set whole, ``mutated_inputs``), a write in a correctness call (``verify``, whole),
+and a verified call's outputs, which are checked against the reference for what the inputs had to hold, not
+what the candidate left in them. The torch path (no kernels) compares every bit.
 """
 
 from __future__ import annotations
@@ -177,6 +189,7 @@ class Arena:
         pool_max_uses: int = 0,
         sample_share: float = 1.0,
         fused: bool = True,
+        input_check_share: float = 1.0,
     ) -> None:
         """Build the blob, the seeded sets and their references, and the verified pool.
 
@@ -185,7 +198,9 @@ class Arena:
         ``sample_share``: of the task's independent indices, what a verified call on a new draw checks
         (``sampled.py``; 1: the whole reference). ``fused``: prepare timed calls' fresh values and check
         the inputs with one Triton kernel each where it can (``fused_inputs.py``;
-        ``EvalSettings.fused_inputs``; ``self.fused`` says).
+        ``EvalSettings.fused_inputs``; ``self.fused`` says). ``input_check_share``: with the kernels, the
+        share of each input's blocks that the check after a timed call compares (``_changed``;
+        ``EvalSettings.input_check_share``).
         """
         import torch
 
@@ -230,6 +245,10 @@ class Arena:
             """Whether verified calls on new draws are checked on a sample, and why not (``sampled.py``)."""
             self.sampled_checks = 0
             """Verified calls checked on a sample so far."""
+            self.input_check_share = input_check_share
+            """Of each input's blocks, what the check after a timed call compares (``_changed``)."""
+            self._check_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
+            """Keys of the sampled checks' block draws (secret, like every draw of the arena)."""
             self._fill: dict[str, int | None] | None = None
             """Per fresh input, the sign group ``fused_inputs.fill`` applies (None: the torch path)."""
             self.fused = self._plan_fused(fused)
@@ -410,15 +429,21 @@ class Arena:
         self._fill = plan
         return "on: one Triton pass per fresh input (draw, signs, both copies) and per input check"
 
-    def _changed(self, pairs: dict[str, tuple[Any, Any]]) -> list[str]:
+    def _changed(self, pairs: dict[str, tuple[Any, Any]], sampled: bool = False) -> list[str]:
         """The names whose two tensors' bits differ.
 
         By ``compare.same_bits`` each, or where the kernels are in use by ``fused_inputs.differ_all`` (one
-        pass each, one host read for all).
+        pass each, one host read for all). ``sampled``: a timed call's check, which with the kernels
+        compares a secret draw of ``input_check_share`` of each input's blocks (module docstring, "Input
+        checks after timed calls"); the torch path compares everything.
         """
         if self._fill is not None and len(pairs) <= fused_inputs.FLAG_SLOTS:
-            names = list(pairs)
-            return [names[i] for i in fused_inputs.differ_all(list(pairs.values()), self._flag)]
+            names, share, keys = list(pairs), 1.0, None
+            if sampled and self.input_check_share < 1.0:
+                share = self.input_check_share
+                keys = fused_inputs.seeds(self._check_generator, len(pairs), self.device)
+            found = fused_inputs.differ_all(list(pairs.values()), self._flag, share, keys)
+            return [names[i] for i in found]
         return [n for n, (a, b) in pairs.items() if not same_bits(a, b)]
 
     def _test_sampling(self, share: float) -> str:
@@ -594,7 +619,8 @@ class Arena:
         if s.fresh is None:
             return
         if not s.inputs_checked:
-            self._mutated.update(self._changed({n: (s.shared_in[n], v) for n, v in s.fresh.items()}))
+            pairs = {n: (s.shared_in[n], v) for n, v in s.fresh.items()}
+            self._mutated.update(self._changed(pairs, sampled=True))
         s.fresh, s.fresh_reference, s.pool_reference, s.inputs_checked = None, None, None, False
         if rewrite:
             others = tuple(n for n in s.base_in if n not in self.fresh)
@@ -682,7 +708,7 @@ class Arena:
         """
         s = self.sets[index]
         want = self.expected_inputs(index)
-        self._mutated.update(self._changed({n: (t, want[n]) for n, t in s.shared_in.items()}))
+        self._mutated.update(self._changed({n: (t, want[n]) for n, t in s.shared_in.items()}, sampled=True))
         s.inputs_checked = s.fresh is not None
         if not keep:
             return None

@@ -114,6 +114,18 @@ class EvalSettings(BaseModel):
         "(bench/results/gpu_cost_2026-12-07_s51_*_h100.txt). Its first version was no cheaper "
         "(prepare_cost_2026-12-06_s45_fused_h100.txt).",
     )
+    input_check_share: float = Field(
+        0.125,
+        gt=0.0,
+        le=1.0,
+        description="With the fused kernels, the share of each input's blocks (4096 words) that the check "
+        "after every timed call compares with what the input must hold, a secret draw per call and input "
+        "(``Arena._changed``); correctness calls, the timing's last check of every set and the arena's "
+        "restore compare every bit. A write confined to k blocks of one call goes unseen with probability "
+        "about exp(-share x k), and the same write on every call of a trial is seen almost surely; a write "
+        "whose result survives to the timing's end is always seen. 1: every block after every call "
+        "(the MHA forward: two passes over 604 MB a call, ~0.10 s of GPU an evaluation on an H100).",
+    )
     warmup_redraw: bool = Field(
         False,
         description="Give every warm-up call of a timed trial fresh values like a timed call (on), or leave "

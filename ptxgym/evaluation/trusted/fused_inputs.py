@@ -192,16 +192,21 @@ def differ(a, b, counter) -> bool:
     return bool(differ_all([(a, b)], counter))
 
 
-def differ_all(pairs, counter) -> list[int]:
+def differ_all(pairs, counter, share: float = 1.0, keys=None) -> list[int]:
     """The indices of the pairs of tensors whose bits differ: a pass over each, one host read for all.
 
-    At most ``FLAG_SLOTS`` pairs; ``counter``: a ``flag`` on their device, zeroed here.
+    At most ``FLAG_SLOTS`` pairs; ``counter``: a ``flag`` on their device, zeroed here. ``share`` below 1:
+    each pair is compared on about that share of its blocks of ``DIFFER_BLOCK`` words only, drawn by
+    Philox keyed by ``keys[slot]`` (``seeds``, secret), with replacement: a difference confined to ``k``
+    blocks goes unseen with a probability of about exp(-share x k) (``sampled_blocks``).
     """
     import torch
     import triton
 
     if len(pairs) > counter.numel():
         raise ValueError(f"{len(pairs)} pairs to compare, counters for {counter.numel()}")
+    if share < 1.0 and (keys is None or keys.numel() < len(pairs)):
+        raise ValueError(f"a sampled comparison of {len(pairs)} pairs needs as many keys")
     counter.zero_()
     known = []
     for slot, (a, b) in enumerate(pairs):
@@ -216,8 +221,19 @@ def differ_all(pairs, counter) -> list[int]:
         n = x.numel()
         if n == 0:
             continue
+        blocks = triton.cdiv(n, DIFFER_BLOCK)
+        drawn = sampled_blocks(blocks, share)
         with _on(a):
-            grid = (triton.cdiv(n, DIFFER_BLOCK),)
-            _kernels().differ_kernel[grid](x, y, counter, slot, n, BLOCK=DIFFER_BLOCK)
+            if drawn < blocks:
+                _kernels().differ_sampled_kernel[(drawn,)](
+                    x, y, counter, slot, n, keys, slot, blocks, BLOCK=DIFFER_BLOCK
+                )
+            else:
+                _kernels().differ_kernel[(blocks,)](x, y, counter, slot, n, BLOCK=DIFFER_BLOCK)
     found = counter[: len(pairs)].tolist() if pairs else []
     return sorted(set(known) | {i for i, hits in enumerate(found) if hits})
+
+
+def sampled_blocks(blocks: int, share: float) -> int:
+    """How many blocks a comparison at ``share`` draws among ``blocks`` (all of them at 1)."""
+    return blocks if share >= 1.0 else min(blocks, max(1, math.ceil(blocks * share)))

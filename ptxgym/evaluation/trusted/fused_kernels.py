@@ -161,3 +161,25 @@ def differ_kernel(a, b, flag, slot, n, BLOCK: tl.constexpr):
         y = tl.load(b + offs, mask=mask, other=0)
     if tl.sum((x != y).to(tl.int32), axis=0) > 0:
         tl.atomic_add(flag + slot, 1)
+
+
+@triton.jit(do_not_specialize=["seed_index", "blocks"])
+def differ_sampled_kernel(a, b, flag, slot, n, seeds, seed_index, blocks, BLOCK: tl.constexpr):
+    """``differ_kernel`` on one block of BLOCK words per program, drawn among ``blocks``.
+
+    The block: a Philox word keyed by ``seeds[seed_index]`` at the program's index, modulo ``blocks``
+    (draws with replacement: a block may be drawn twice, the share is an upper bound).
+    """
+    seed = tl.load(seeds + seed_index)
+    word = tl.randint(seed, tl.program_id(0))
+    start = (word.to(tl.int64) & 0xFFFFFFFF) % blocks * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    if start + BLOCK <= n:
+        x = tl.load(a + offs)
+        y = tl.load(b + offs)
+    else:
+        mask = offs < n
+        x = tl.load(a + offs, mask=mask, other=0)
+        y = tl.load(b + offs, mask=mask, other=0)
+    if tl.sum((x != y).to(tl.int32), axis=0) > 0:
+        tl.atomic_add(flag + slot, 1)

@@ -607,6 +607,7 @@ class LocalGpuEvaluator(Evaluator):
                 pool_max_uses=self.settings.verified_pool_uses,
                 sample_share=self.settings.verify_sample_share,
                 fused=self.settings.fused_inputs,
+                input_check_share=self.settings.input_check_share,
             )
 
         try:

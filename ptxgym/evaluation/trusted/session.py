@@ -384,6 +384,7 @@ class Session:
             "arena": self.arena.pool.describe(),
             "sampling": self.arena.sampling,
             "fused_inputs": self.arena.fused,
+            "input_check_share": self.arena.input_check_share if self.arena.fused.startswith("on") else 1.0,
         }
         if self.draws is None:
             record["session"] = f"new draws: {self.pool_off}"
