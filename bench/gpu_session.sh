@@ -55,7 +55,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -175,6 +175,18 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s61)
+    # thirty-first session, later: the drawn cross-check with the driver's sandbox library built by the
+    # trusted side first (s59's phases: the driver built it after the go in gpu_cost's fresh cache, 1.0-1.6
+    # s of the GPU phase), the experts' GPU cost over 4 turns; then s60's Ray pass again (its summary
+    # failed on the remote backend's missing verdicts)
+    timeout 150 python3 bench/gpu_cost.py --out "$out/gpu_cost_prebuilt.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --ncu-phases
+    # shellcheck disable=SC1091
+    source bench/carried_ray.sh
+    timeout 170 python3 bench/throughput.py --evaluator ray --sizes 16 --schedule stream --candidates 128 \
+      --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_ray.txt"
     ;;
   s60)
     # thirty-first session: issue 12's Ray backend beside the local one at the current defaults (16 envs

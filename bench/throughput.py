@@ -310,8 +310,8 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
         "shortened": sum(bool(fb.timing and fb.timing.shortened) for fb in feedbacks),
         "retimed": sum("timed again after a wall cross-check" in fb.message for fb in feedbacks),
         "statuses": dict(sorted(by_kind.items())),
-        "excess": excess(seen.verdicts),
-        "trial_ends": trial_ends(seen.verdicts),
+        "excess": excess(getattr(seen, "verdicts", [])),  # none kept for a remote backend (recorder)
+        "trial_ends": trial_ends(getattr(seen, "verdicts", [])),
         "wake": probe.quantiles(),
     }
 

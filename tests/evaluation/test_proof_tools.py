@@ -10,6 +10,7 @@ report reading and parsing, ``check_executed``/``run_memcheck`` and ``with_proof
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -168,6 +169,30 @@ def test_run_proofs_end_to_end_honest(tools, monkeypatch, tmp_path):
         Proof.NCU_OFFLINE
     ]
     assert list(scratch.iterdir()) == []  # the proof directories are removed
+
+
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")), reason="no host C++ compiler")
+@pytest.mark.parametrize("sandbox", ["on", "off"])
+def test_the_drivers_sandbox_library_is_built_before_any_tool_runs(tools, monkeypatch, tmp_path, sandbox):
+    """Built by the trusted side before the first tool starts (its gate's GPU phase builds nothing)."""
+    monkeypatch.setenv("FAKE_DRIVER_MODE", "honest")
+    monkeypatch.setenv("PTXGYM_CACHE_DIR", str(tmp_path / "cache"))
+    built_when_run: list[bool] = []
+
+    def spy(real):
+        def run(*args, **kwargs):
+            built_when_run.append(any((tmp_path / "cache").glob("runner/broadcast-*/libptxgym-broadcast.so")))
+            return real(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(memcheck, "run_tool", spy(memcheck.run_tool))
+    monkeypatch.setattr(ncu, "run_tool", spy(ncu.run_tool))
+    scratch = tmp_path / "evaluator"
+    scratch.mkdir()
+    run_proofs(GEMM, _candidate(OWN), Path("i.pt"), 0, SETTINGS, scratch, sandbox, True)
+    assert len(built_when_run) >= 2  # memcheck, then the profile (and its read-back)
+    assert built_when_run == [sandbox == "on"] * len(built_when_run)
 
 
 def test_run_proofs_stops_at_a_failed_memcheck(tools, monkeypatch, tmp_path):

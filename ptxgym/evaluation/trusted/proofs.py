@@ -61,7 +61,8 @@ evaluator's sandbox mode) and read the tool's report from a file the candidate c
 (``tools.ProofDirs``). The evaluator hands the result to ``verdicts.with_proofs``, which can only take
 the PASSED away. The evaluator runs them after its GPU turn, with a ``gpu`` hold (``tools.Gate``): a
 tool's start-up and Nsight Compute's read-back run beside other candidates' turns, and only each run's
-GPU phase holds the GPU again (``GpuQueue.turn(resume=True)``).
+GPU phase holds the GPU again (``GpuQueue.turn(resume=True)``). What the driver's sandbox loads is built
+here first (``_ready_sandbox``), so that no build runs inside that phase.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ptxgym.evaluation.runner.build import build_broadcast
 from ptxgym.evaluation.trusted import ncu
 from ptxgym.evaluation.trusted.base import BuiltCandidate, EvalSettings, TargetMode
 from ptxgym.evaluation.trusted.memcheck import run_memcheck
@@ -135,6 +137,7 @@ def run_proofs(
     ``gpu``: how to hold the GPU for each tool run's GPU phase (module docstring); the walls then also
     say how the runs' time split (``tools.Gate.record``). None: the caller holds it throughout.
     """
+    _ready_sandbox(sandbox)
     gate = Gate(gpu) if gpu is not None else None
     run = _Run(task, cand, inputs, device, settings, scratch, sandbox, gate)
     walls: dict[str, float] = {}
@@ -154,6 +157,24 @@ def run_proofs(
         if gate is not None:
             walls.update(gate.record())
             gate.close()
+
+
+def _ready_sandbox(sandbox: str) -> None:
+    """Build (or find in the cache) the thread broadcast library the driver's sandbox loads, here and now.
+
+    Below Landlock ABI 8 the driver's sandbox has each thread that existed before it restrict itself from
+    a signal handler, a small library compiled once per cache directory (``sandbox._restrict_others``,
+    ``runner.build.build_broadcast``). Left to the driver, its first build ran after the gate's go, on
+    the GPU's time: on an H100 the jail step of a drawn cross-check took 1.0-1.6 s against 0.07 s with the
+    library built (``bench/results/gpu_cost_2026-12-07_s59_sampled_checks_h100.txt``). A failure (no
+    compiler) is left to the driver's sandbox, whose report says why its filesystem layer is partial.
+    """
+    if sandbox == "off":
+        return
+    try:
+        build_broadcast()
+    except Exception:  # noqa: BLE001 - the driver's sandbox reports it (module docstring)
+        pass
 
 
 def _memcheck(run: _Run) -> MemcheckInfo:
