@@ -108,6 +108,12 @@ CASES: tuple[AuditCase, ...] = (
     _k("half_written", {Status.UNWRITTEN}),
     _k("nan_output", {Status.NONFINITE}),
     _k("input_mutating", {Status.INPUT_MUTATED}),
+    _k(
+        "timed_scratch",
+        {Status.INPUT_MUTATED},
+        note="64 KiB of an input as scratch on timed calls only: the sampled checks after them, and the "
+        "timing's last check whole",
+    ),
     _k("pointer_cache", {Status.INCORRECT_NUMERICAL, Status.UNWRITTEN}),
     _k("call_counting", {Status.UNWRITTEN, Status.INCORRECT_NUMERICAL}),
     _k("hang", {Status.TIMEOUT}, issue="11.8"),

@@ -24,6 +24,7 @@ HOSTILE = (
     "half_written",
     "nan_output",
     "input_mutating",
+    "timed_scratch",
     "side_stream",
     "pointer_cache",
     "call_counting",

@@ -197,6 +197,7 @@ HOSTILE = [
     ("half_written", {Status.UNWRITTEN}, "never written"),
     ("nan_output", {Status.NONFINITE}, "NaN"),
     ("input_mutating", {Status.INPUT_MUTATED}, "input"),
+    ("timed_scratch", {Status.INPUT_MUTATED}, "input"),  # past the correctness calls only
     ("pointer_cache", {Status.INCORRECT_NUMERICAL}, "timed call"),
     ("call_counting", {Status.UNWRITTEN}, "timed call"),
     ("hang", {Status.TIMEOUT}, "did not return"),
