@@ -322,7 +322,9 @@ def summary(rows: list[dict], say, fraction: float) -> None:
 
     The turns without the cross-check give the means; a turn with it drawn (``play``) adds its proofs'
     GPU seconds (``proof_gpu``: the tool's GPU phase; its start-up and read-back hold no GPU) times the
-    share of candidates that draw it (``fraction``): the expected excess per candidate.
+    share of candidates that draw it (``fraction``): the expected excess per candidate. Then the same for
+    the later turns alone (every plain turn after the subject's first: what a long episode pays per
+    candidate once the task is resident, first-use costs outside the one-time split included).
     """
     say(
         "subject | correct turns | mean gpu_total s | mean floor s | mean excess s | without one-time s | "
@@ -351,6 +353,42 @@ def summary(rows: list[dict], say, fraction: float) -> None:
             )
         head = f"{subject} | {len(plain)} | {gpu:.2f} | {floor:.2f} | {excess:.2f}"
         say(f"{head} | {excess - one_time:.2f} | {tail}")
+        later = sorted(plain, key=lambda r: r["turn"])[1:]
+        if later:
+            spread = [r["gpu_s"] - r["floor_s"] for r in later]
+            mean = statistics.mean(spread)
+            say(
+                f"{subject} later turns | {len(later)} | excess {min(spread):.2f}-{max(spread):.2f}, mean "
+                f"{mean:.2f} | expected excess with {fraction:g} of the drawn cross-check: "
+                f"{mean + fraction * extra:.2f}" + ("" if drawn else " (none drawn)")
+            )
+
+
+def rows_from(path: Path) -> list[dict]:
+    """The turn rows a results file of this script printed (``--summarize``).
+
+    A turn whose walls show a proof's GPU phase (``proof_gpu`` > 0) counts as one with the cross-check
+    drawn, forced (``play``) or by the secret draw itself.
+    """
+    rows = []
+    for line in path.read_text().splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) != 9 or not parts[1].isdigit():
+            continue
+        walls = {k: float(v) for k, _, v in (w.partition("=") for w in f"{parts[7]} {parts[8]}".split()) if v}
+        rows.append(
+            {
+                "subject": parts[0],
+                "turn": int(parts[1]),
+                "status": parts[2],
+                "median_ms": None if parts[3] == "None" else float(parts[3]),
+                "floor_s": None if parts[4] == "-" else float(parts[4]),
+                "gpu_s": float(parts[5]),
+                "walls": walls,
+                "crosscheck": walls.get("proof_gpu", 0.0) > 0,
+            }
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,8 +419,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FIELD=VALUE",
         help="override an EvalSettings field (e.g. verify_timed_fraction=0.05); printed with the protocol",
     )
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        help="print the summary of an earlier results file's turns (rows_from) and exit; no GPU",
+    )
     args = parser.parse_args(argv)
     say = Printer(args.out)
+    if args.summarize is not None:
+        from ptxgym.evaluation.trusted.base import EvalSettings
+
+        say(f"# summary of {args.summarize.name} (gpu_cost.py --summarize, commit {commit()})")
+        summary(rows_from(args.summarize), say, EvalSettings().ncu_crosscheck_fraction)
+        return 0
 
     from ptxgym.evaluation.trusted.base import EvalSettings
     from ptxgym.evaluation.trusted.local import LocalGpuEvaluator

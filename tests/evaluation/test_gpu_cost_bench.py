@@ -98,3 +98,42 @@ def test_phase_spy_adds_phases_to_gated_profiles_only_and_stamps_the_hold(monkey
     run = spy.runs[0]
     assert run["held"] == pytest.approx(0.2) and run["to_go"] == pytest.approx(0.01, abs=2e-3)
     assert run["to_end"] == pytest.approx(0.19, abs=2e-3)
+
+
+def test_summarize_reads_the_turn_rows_back_and_adds_the_later_turns(tmp_path):
+    head = "subject | turn | status | median ms | floor s | gpu_total s | excess s | GPU stages | CPU stages"
+    text = "\n".join(
+        [
+            "# gpu cost ...",
+            head,
+            "m | 0 | PASSED | 2.5000 | 0.50 | 20.00 | 19.50 | prepare=18.00 prepare_arena=8.00 "
+            "prepare_baseline=10.00 | cpu: build=9.00",
+            "#   m turn 0 calibration: measured in this worker",
+            "m | 1 | PASSED | 2.5000 | 0.50 | 1.40 | 0.90 | time=1.20 proof_gpu=0.00 | cpu: build=0.02",
+            "m | 2 | PASSED | 2.5000 | 0.50 | 1.50 | 1.00 | time=1.30 proof_gpu=0.00 | cpu: build=0.02",
+            "m | 3 | INCORRECT_NUMERICAL | None | - | 0.70 | - | check=0.04 | cpu: build=0.02",
+            "m | 4 | PASSED | 2.5000 | 0.50 | 4.45 | 3.95 | time=1.25 execute=9.00 proof_gpu=3.00 | cpu: x=7",
+        ]
+    )
+    path = tmp_path / "gpu_cost.txt"
+    path.write_text(text + "\n")
+    rows = gpu_cost.rows_from(path)
+    assert [(r["turn"], r["status"], r["crosscheck"]) for r in rows] == [
+        (0, "PASSED", False),
+        (1, "PASSED", False),
+        (2, "PASSED", False),
+        (3, "INCORRECT_NUMERICAL", False),
+        (4, "PASSED", True),  # a proof's GPU phase: the cross-check drawn
+    ]
+    assert rows[0]["walls"]["prepare_arena"] == 8.0 and rows[0]["walls"]["build"] == 9.0
+    assert rows[3]["floor_s"] is None and rows[3]["median_ms"] is None
+    lines: list[str] = []
+    gpu_cost.summary(rows, lines.append, 0.05)
+    # later turns 1 and 2: excess 0.90 and 1.00, mean 0.95; with 0.05 of the drawn 3.00: 1.10
+    assert lines[2] == (
+        "m later turns | 2 | excess 0.90-1.00, mean 0.95 | expected excess with 0.05 of the drawn "
+        "cross-check: 1.10"
+    )
+    out = tmp_path / "summary.txt"
+    assert gpu_cost.main(["--summarize", str(path), "--out", str(out)]) == 0
+    assert lines[2] in out.read_text()
