@@ -198,6 +198,49 @@ def check_arena_sampled() -> None:
         arena.close()
 
 
+def check_arena_deferred() -> None:
+    """With ``deferred_checks`` the checks after timed calls are read once, by ``mutated_inputs``.
+
+    A write the check right after the call saw and that was put back before the read is still found;
+    nothing is read before (no host read after the call); a restore forgets an earlier session's.
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    from evaltest_helpers import tiny_task
+
+    from ptxgym.evaluation.trusted.arena import Arena
+
+    task = tiny_task("MhaFwd-sm90a", B=2, H=3, S=16, D=8)
+    with tempfile.TemporaryDirectory() as scratch:
+        device = 0 if DEVICE == "cuda" else "cpu"
+        arena = Arena(task, [1, 2], device, Path(scratch), fused=True, deferred_checks=True)
+        assert arena.fused.startswith("on:") and arena._pending is not None, arena.fused
+        gen = torch.Generator(device=arena.device).manual_seed(1)
+        v = arena.sets[1].shared_in["V"].view(-1)
+        arena.prepare(1, gen, fresh=True)
+        arena.hold(1, False, {})  # a clean call
+        arena.prepare(1, gen, fresh=True)
+        kept = v[7].clone()
+        v[7] += 1
+        arena.hold(1, False, {})  # queued: the write is seen on the device...
+        v[7] = kept
+        assert arena._mutated == set() and int(arena._pending.sum()) == 1  # ...and not read yet
+        arena.prepare(0, gen, fresh=True)
+        arena.hold(0, False, {})
+        assert arena.mutated_inputs() == ["V"]  # read here, though put back before
+        arena.restore()
+        assert arena.mutated_inputs() == [] and int(arena._pending.sum()) == 0
+        arena.prepare(1, gen, fresh=True)
+        v[3] += 1  # found by the next preparation's check of the last values (``_retire_fresh``)
+        arena.prepare(1, gen, fresh=True)
+        arena.restore()  # a new session forgets it
+        assert arena.mutated_inputs() == []
+        arena.prepare(1, gen, fresh=True)
+        v[3] += 1
+        arena.prepare(1, gen, fresh=True)
+        assert arena.mutated_inputs() == ["V"]
+        arena.close()
+
+
 def check_arena() -> None:
     """The arena's fused path: the shared buffers equal the private copy.
 

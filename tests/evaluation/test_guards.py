@@ -202,6 +202,59 @@ def test_an_overrun_in_a_warmup_call_is_a_memory_error_in_timing(arena):
     assert arena.mutated_inputs() == []  # not an input write: the bytes lie outside A
 
 
+@pytest.mark.parametrize("deferred", [True, False])
+def test_an_overrun_in_a_timed_call_is_a_memory_error_read_now_or_at_the_trials_end(tmp_path, deferred):
+    settings = SETTINGS.model_copy(update={"deferred_call_checks": deferred})
+    on = SETTINGS.correctness_sets + 2 + SETTINGS.warmup + 3  # a timed call of the first trial
+    cheat = OverrunC(on=on)
+    result = run_in_session(cheat, Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path), settings, tmp_path)[0]
+    f = result.failure
+    assert f is not None and f.status is Status.MEMORY_ERROR and f.stage is Stage.TIME, f
+    assert "past the end of output C" in f.message
+    assert ("found at the trial's end" in f.message) is deferred
+    # read after every call, the trial ends at the breach; read at the trial's end, at the trial's end
+    per_trial = SETTINGS.warmup + SETTINGS.iterations + 1  # its calls, the counted one included
+    assert cheat.calls < on + (per_trial if deferred else 1)
+
+
+class OverrunPutBack(OverrunC):
+    """Writes past the end of C on call ``on`` and puts the bytes back on the next call."""
+
+    def __call__(self, A, B, C):
+        super().__call__(A, B, C)
+        if self.calls == self.on:
+            self.written = C  # this call's set: the next call may run on another
+        if self.calls == self.on + 1:
+            C = self.written
+            _scribble(C, C.numel() * C.element_size(), 3)  # XOR again: the guard's bytes as they were
+
+
+def test_a_breach_put_back_before_the_trials_end_is_still_a_memory_error(tmp_path):
+    """The queued check compared the guards right after the call: what came after cannot undo it."""
+    on = SETTINGS.correctness_sets + 2 + SETTINGS.warmup + 3
+    cheat = OverrunPutBack(on=on)
+    result = run_in_session(cheat, Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path), SETTINGS, tmp_path)[0]
+    f = result.failure
+    assert f is not None and f.status is Status.MEMORY_ERROR and f.stage is Stage.TIME, f
+    assert "were put back before the check at the trial's end" in f.message and cheat.calls > on + 1
+
+
+def test_queued_guard_checks_are_read_once_and_forgotten(arena):
+    arena.queue_guard_check()
+    assert arena.pending_guard_breach() is None
+    C = arena.sets[2].shared_out["C"]
+    _scribble(C, C.numel() * C.element_size() + 1, 1)
+    arena.queue_guard_check()
+    arena.queue_guard_check()  # a later clean-or-not check cannot clear an earlier finding
+    breach = arena.pending_guard_breach()
+    assert breach is not None and "past the end of output C of input set 2" in breach.message
+    assert arena.pending_guard_breach() is None and arena.check_guards() is None  # read, re-filled
+    _scribble(C, C.numel() * C.element_size() + 1, 1)
+    arena.queue_guard_check()
+    arena.restore()  # a new session: an earlier session's finding is forgotten, its guards re-filled
+    assert arena.pending_guard_breach() is None and arena.check_guards() is None
+
+
 def test_an_honest_candidate_never_breaches(arena):
     cheat = OverrunC(on=0)
     result = judge(cheat, arena)

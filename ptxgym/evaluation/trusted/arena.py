@@ -74,7 +74,10 @@ probability about exp(-share x k) (blocks are drawn with replacement; one block 
 block on all 60 calls of a trial: ~6e-4). What it cannot hide: a write that lasts to the timing's end (its
 last check compares every set whole, ``mutated_inputs``), a write in a correctness call (``verify``, whole),
 and a verified call's outputs, which are checked against the reference for what the inputs had to hold, not
-what the candidate left in them. The torch path (no kernels) compares every bit.
+what the candidate left in them. The torch path (no kernels) compares every bit. With ``deferred_checks``
+(``EvalSettings.deferred_call_checks``) these checks' outcomes stay on the device, added up per input, and
+are read once by ``mutated_inputs`` (``_take_pending``): the comparison still runs right after each call,
+in order with it, so a write put back later is still seen, but no call waits for a host read of it.
 """
 
 from __future__ import annotations
@@ -190,6 +193,7 @@ class Arena:
         sample_share: float = 1.0,
         fused: bool = True,
         input_check_share: float = 1.0,
+        deferred_checks: bool = False,
     ) -> None:
         """Build the blob, the seeded sets and their references, and the verified pool.
 
@@ -200,7 +204,8 @@ class Arena:
         the inputs with one Triton kernel each where it can (``fused_inputs.py``;
         ``EvalSettings.fused_inputs``; ``self.fused`` says). ``input_check_share``: with the kernels, the
         share of each input's blocks that the check after a timed call compares (``_changed``;
-        ``EvalSettings.input_check_share``).
+        ``EvalSettings.input_check_share``). ``deferred_checks``: with the kernels, those checks' outcomes
+        stay on the device until read (``_take_pending``; ``EvalSettings.deferred_call_checks``).
         """
         import torch
 
@@ -246,9 +251,14 @@ class Arena:
             self.sampled_checks = 0
             """Verified calls checked on a sample so far."""
             self.input_check_share = input_check_share
+            self.deferred_checks = deferred_checks
             """Of each input's blocks, what the check after a timed call compares (``_changed``)."""
             self._check_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
             """Keys of the sampled checks' block draws (secret, like every draw of the arena)."""
+            self._pending: Any = None
+            """Per input (``_slots``), the checks after timed calls that found it changed, not yet read
+            (``_changed(..., sampled=True)``; read by ``_take_pending``); None: each check reads its own."""
+            self._slots: dict[str, int] = {}
             self._fill: dict[str, int | None] | None = None
             """Per fresh input, the sign group ``fused_inputs.fill`` applies (None: the torch path)."""
             self.fused = self._plan_fused(fused)
@@ -413,6 +423,10 @@ class Arena:
             plan[name] = groups[0] if groups else None
         self._one = torch.ones(1, dtype=torch.float32, device=self.device)
         self._flag = fused_inputs.flag(self.device)
+        names = list(self.sets[0].shared_in)
+        if self.deferred_checks and len(names) <= fused_inputs.FLAG_SLOTS:
+            self._pending = fused_inputs.flag(self.device)
+            self._slots = {n: k for k, n in enumerate(names)}
         try:  # compiled (or loaded from Triton's cache) here, not in a candidate's first timed call
             keys = fused_inputs.seeds(torch.Generator(device=self.device).manual_seed(0), 1, self.device)
             for name, group in plan.items():  # a scratch of two of its sign groups: the same variant
@@ -422,6 +436,8 @@ class Arena:
                 two = torch.ones(2, dtype=torch.float32, device=self.device)
                 fused_inputs.fill(scratch, scratch.clone(), two, keys, 0, False)
                 fused_inputs.differ_all([(shared, shared)], self._flag)
+                # and the sampled comparison of a call's check (where the input has blocks to draw among)
+                fused_inputs.differ_all([(shared, shared)], self._flag, self.input_check_share, keys)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except Exception as exc:  # noqa: BLE001 - a kernel that cannot build or run: the torch path
@@ -442,9 +458,25 @@ class Arena:
             if sampled and self.input_check_share < 1.0:
                 share = self.input_check_share
                 keys = fused_inputs.seeds(self._check_generator, len(pairs), self.device)
+            if sampled and self._pending is not None and all(n in self._slots for n in names):
+                slots = [self._slots[n] for n in names]
+                known = fused_inputs.differ_into(list(pairs.values()), self._pending, slots, share, keys)
+                return [names[i] for i in known]  # the rest when read (``_take_pending``)
             found = fused_inputs.differ_all(list(pairs.values()), self._flag, share, keys)
             return [names[i] for i in found]
         return [n for n, (a, b) in pairs.items() if not same_bits(a, b)]
+
+    def _take_pending(self) -> None:
+        """Read the checks after timed calls (one host read for all since the last), into ``_mutated``.
+
+        They run on the GPU right after each call, in order with it (the next call's inputs are written
+        after them), but are read only here: no host read, and no wait for the GPU, after every call.
+        """
+        if self._pending is None:
+            return
+        hits = self._pending.tolist()
+        self._pending.zero_()
+        self._mutated.update(n for n, k in self._slots.items() if hits[k])
 
     def _test_sampling(self, share: float) -> str:
         """Turn sampled checks on if the reference on a sample matches that sample of a whole reference."""
@@ -759,6 +791,14 @@ class Arena:
         """Whether the last call wrote outside its buffers (``guards.py``); a breach re-fills the guards."""
         return self.guards.check()
 
+    def queue_guard_check(self) -> None:
+        """``check_guards`` queued on the GPU, read by ``pending_guard_breach`` (``Guards.queue_check``)."""
+        self.guards.queue_check()
+
+    def pending_guard_breach(self) -> GuardBreach | None:
+        """A breach the queued guard checks found since the last read (``Guards.take_pending``)."""
+        return self.guards.take_pending()
+
     def _damaged(self):
         """(shared tensor, what it must hold, input name) for every input of any set that differs."""
         import torch
@@ -771,6 +811,7 @@ class Arena:
 
     def mutated_inputs(self) -> list[str]:
         """Names of inputs (in any set) that differ from what they must hold, or did before a redraw."""
+        self._take_pending()
         return sorted(self._mutated | {n for _, _, n in self._damaged()})
 
     def restore(self) -> list[str]:
@@ -791,7 +832,9 @@ class Arena:
 
         for s in self.sets:  # the last fresh values (a verified call's may be a pool entry): back to seeded
             self._retire_fresh(s, rewrite=True)
+        self._take_pending()
         self._mutated.clear()
+        self.guards.take_pending()  # an earlier session's queued checks: read and forgotten
         self.guards.check()  # re-fills any guard an earlier worker wrote
         fixed = set()
         for tensor, want, name in list(self._damaged()):

@@ -200,18 +200,32 @@ def differ_all(pairs, counter, share: float = 1.0, keys=None) -> list[int]:
     Philox keyed by ``keys[slot]`` (``seeds``, secret), with replacement: a difference confined to ``k``
     blocks goes unseen with a probability of about exp(-share x k) (``sampled_blocks``).
     """
+    if len(pairs) > counter.numel():
+        raise ValueError(f"{len(pairs)} pairs to compare, counters for {counter.numel()}")
+    counter.zero_()
+    known = differ_into(pairs, counter, list(range(len(pairs))), share, keys)
+    found = counter[: len(pairs)].tolist() if pairs else []
+    return sorted(set(known) | {i for i, hits in enumerate(found) if hits})
+
+
+def differ_into(pairs, counter, slots: list[int], share: float = 1.0, keys=None) -> list[int]:
+    """``differ_all``'s comparisons, added to ``counter[slots[i]]`` for pair i, with no host read.
+
+    Nothing is zeroed or read: the counters accumulate until their owner reads them (the GPU work is
+    queued on the current stream, in order with the calls around it). ``keys[i]`` keys pair i's draw.
+    Returns the indices of the pairs known to differ without a comparison (shape or dtype).
+    """
     import torch
     import triton
 
-    if len(pairs) > counter.numel():
-        raise ValueError(f"{len(pairs)} pairs to compare, counters for {counter.numel()}")
     if share < 1.0 and (keys is None or keys.numel() < len(pairs)):
         raise ValueError(f"a sampled comparison of {len(pairs)} pairs needs as many keys")
-    counter.zero_()
+    if len(slots) != len(pairs) or any(not 0 <= k < counter.numel() for k in slots):
+        raise ValueError(f"slots {slots} for {len(pairs)} pairs and {counter.numel()} counters")
     known = []
-    for slot, (a, b) in enumerate(pairs):
+    for i, (a, b) in enumerate(pairs):
         if a.shape != b.shape or a.dtype != b.dtype:
-            known.append(slot)
+            known.append(i)
             continue
         flat_a, flat_b = a.reshape(-1), b.reshape(-1)
         try:
@@ -226,12 +240,11 @@ def differ_all(pairs, counter, share: float = 1.0, keys=None) -> list[int]:
         with _on(a):
             if drawn < blocks:
                 _kernels().differ_sampled_kernel[(drawn,)](
-                    x, y, counter, slot, n, keys, slot, blocks, BLOCK=DIFFER_BLOCK
+                    x, y, counter, slots[i], n, keys, i, blocks, BLOCK=DIFFER_BLOCK
                 )
             else:
-                _kernels().differ_kernel[(blocks,)](x, y, counter, slot, n, BLOCK=DIFFER_BLOCK)
-    found = counter[: len(pairs)].tolist() if pairs else []
-    return sorted(set(known) | {i for i, hits in enumerate(found) if hits})
+                _kernels().differ_kernel[(blocks,)](x, y, counter, slots[i], n, BLOCK=DIFFER_BLOCK)
+    return known
 
 
 def sampled_blocks(blocks: int, share: float) -> int:

@@ -147,7 +147,7 @@ def fill_kernel(
     _put(priv, shared, source, signs, sign, inner, start + 7 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["slot"])
 def differ_kernel(a, b, flag, slot, n, BLOCK: tl.constexpr):
     """Add 1 to ``flag[slot]`` for each block of BLOCK words where ``a`` and ``b`` differ."""
     start = tl.program_id(0).to(tl.int64) * BLOCK
@@ -163,7 +163,7 @@ def differ_kernel(a, b, flag, slot, n, BLOCK: tl.constexpr):
         tl.atomic_add(flag + slot, 1)
 
 
-@triton.jit(do_not_specialize=["seed_index", "blocks"])
+@triton.jit(do_not_specialize=["slot", "seed_index", "blocks"])
 def differ_sampled_kernel(a, b, flag, slot, n, seeds, seed_index, blocks, BLOCK: tl.constexpr):
     """``differ_kernel`` on one block of BLOCK words per program, drawn among ``blocks``.
 

@@ -214,6 +214,8 @@ class Guards:
         self.pattern = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=gen, device=blob.device)
         """The private copy of every guard byte, regions concatenated in layout order."""
         self._seen = torch.empty_like(self.pattern)
+        self._pending = torch.zeros((), dtype=torch.bool, device=blob.device)
+        """Whether a queued check (``queue_check``) found a changed byte; read by ``take_pending``."""
         self._views = [blob[g.start : g.end] for g in layout.gaps]
         self._at = [0]
         for g in layout.gaps:
@@ -237,6 +239,36 @@ class Guards:
         breach = self._describe()
         self.fill()
         return breach
+
+    def queue_check(self) -> None:
+        """``check``'s comparison queued on the GPU, its outcome kept on the device for ``take_pending``.
+
+        No host read and no wait: it runs right after the call, in order with the work around it.
+        """
+        import torch
+
+        if not self._views:
+            return
+        torch.cat(self._views, out=self._seen)
+        torch.logical_or(self._pending, (self._seen != self.pattern).any(), out=self._pending)
+
+    def take_pending(self) -> GuardBreach | None:
+        """The breach a queued check found since the last read (one host read), else None.
+
+        Described from the guards as they are now (``check``, which re-fills them); where the bytes were
+        put back since, the breach says so without a place.
+        """
+        if not self._views or not bool(self._pending):
+            return None
+        self._pending.zero_()
+        breach = self.check()
+        if breach is not None:
+            return breach
+        message = (
+            "the candidate wrote outside its buffers: guard bytes changed after a call and were put back "
+            "before the check at the trial's end; a call may write only its outputs, within their bounds"
+        )
+        return GuardBreach(changed=0, regions=0, first=-1, message=message)
 
     def _describe(self) -> GuardBreach:
         import torch

@@ -608,6 +608,7 @@ class LocalGpuEvaluator(Evaluator):
                 sample_share=self.settings.verify_sample_share,
                 fused=self.settings.fused_inputs,
                 input_check_share=self.settings.input_check_share,
+                deferred_checks=self.settings.deferred_call_checks,
             )
 
         try:

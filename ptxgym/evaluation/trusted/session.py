@@ -577,7 +577,11 @@ class Session:
                     timed.append(record)
                     segment.append(record)
                 t = time.perf_counter()
-                breached = self._breached(result, stage)
+                if self.settings.deferred_call_checks:  # read once, at the trial's end
+                    self.arena.queue_guard_check()
+                    breached = False
+                else:
+                    breached = self._breached(result, stage)
                 result.spend("guards", t)
                 if breached and strict:
                     return None
@@ -592,9 +596,14 @@ class Session:
                     if not self._verified(index, result, stage, kept) and strict:
                         return None
                 del outputs
+            if self._breached_before(result, stage) and strict:
+                return None
             self._close(stage, segment, result)
         except (CandidateFault, WorkerError):
-            # a crash, hang or exhausted budget after a wrong verified call: the wrong result came first
+            # a write outside the buffers, or a wrong verified call, before a crash, hang or exhausted
+            # budget: that came first
+            if self._breached_before(result, stage) and strict:
+                return None
             if held and not self._check_held(held, result, stage) and strict:
                 return None
             raise
@@ -773,6 +782,21 @@ class Session:
         breached = self._breached(result, stage)
         result.spend("guards", t)
         return reply, not breached and self._verified(index, result, stage)
+
+    def _breached_before(self, result: SessionResult, stage: Stage) -> bool:
+        """The guard checks queued after this trial's calls (``deferred_call_checks``), read once.
+
+        A breach is a MEMORY_ERROR, as ``_breached`` records it after each call otherwise.
+        """
+        t = time.perf_counter()
+        breach = self.arena.pending_guard_breach()
+        result.spend("guards", t)
+        if breach is None:
+            return False
+        if result.failure is None:
+            where = "a timing call (warm-up or timed); found at the trial's end"
+            result.failure = Failure(Status.MEMORY_ERROR, stage, f"{breach.message} (in {where})")
+        return True
 
     def _breached(self, result: SessionResult, stage: Stage) -> bool:
         """Check the guard regions after a call (outside the timed window); a breach is a MEMORY_ERROR."""
