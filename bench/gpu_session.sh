@@ -180,15 +180,16 @@ case "$stage" in
     ;;
   s63)
     # thirty-first session, for the next: the per-call guard and input checks read once per trial
-    # (deferred_call_checks, the new default) against after every call, side by side on one machine
-    # (MHA forward and GEMM experts, 4 turns, no cross-check turn); the guard and hostile GPU tests
+    # (deferred_call_checks, off until measured) against after every call (the default), side by side on
+    # one machine (MHA forward and GEMM experts, 4 turns, no cross-check turn); then the guard and hostile
+    # GPU tests and the fused kernels' (its deferred check included) with it on
     timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_deferred.txt" \
-      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn
-    timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_per_call.txt" \
       --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn \
-      --set deferred_call_checks=false
+      --set deferred_call_checks=true
+    timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_per_call.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn
     timeout 200 bash bench/gpu_tests.sh "$out/hostile" --timeout 190 -q tests/evaluation/test_gpu_evaluator.py \
-      -k "hostile or guard or kernels_on_the_gpu" tests/evaluation/test_fused_inputs.py
+      -k "hostile or guard or deferred or kernels_on_the_gpu" tests/evaluation/test_fused_inputs.py
     ;;
   s62a)
     # s62's audit cases alone (a session with little device time left)

@@ -109,6 +109,12 @@ CASES: tuple[AuditCase, ...] = (
     _k("nan_output", {Status.NONFINITE}),
     _k("input_mutating", {Status.INPUT_MUTATED}),
     _k(
+        "timed_overrun",
+        {Status.MEMORY_ERROR, Status.RUNTIME_ERROR, Status.CRASH},
+        note="4 bytes past C flipped on one timed call and put back on the next: the guard region's check "
+        "after the call (MEMORY_ERROR), or with guard pages a fault",
+    ),
+    _k(
         "timed_scratch",
         {Status.INPUT_MUTATED},
         note="64 KiB of an input as scratch on timed calls only: the sampled checks after them, and the "

@@ -37,6 +37,7 @@ HOSTILE = (
     "sandbox_escape",
     "module_from_memory",
     "guard_overrun",
+    "timed_overrun",
 )
 HONEST = ("naive", "tma_gemm", "decoy_wgmma", "oob_read", "unobserved_oob_read", "mha_fwd_naive")
 

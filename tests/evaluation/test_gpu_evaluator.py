@@ -216,6 +216,27 @@ def test_hostile_candidate_gets_the_right_status(evaluator, gemm, name, statuses
     assert verdict.timing is None or verdict.timing.speedup is None
 
 
+def test_deferred_call_checks_find_timed_writes_put_back_or_not(gemm):
+    """The guard and input checks queued after each timed call, read at the trial's end (its own evaluator).
+
+    Plain blob (no guard pages), so a write past C lands in its guard region: flipped on one timed call
+    and put back on the next, it is a MEMORY_ERROR all the same; 64 KiB of A as scratch on timed calls is
+    INPUT_MUTATED; the honest naive GEMM PASSES.
+    """
+    from ptxgym.evaluation.trusted.local import LocalGpuEvaluator
+
+    settings = SETTINGS.model_copy(update={"deferred_call_checks": True, "guard_pages": False})
+    with LocalGpuEvaluator(settings=settings, spares=1) as ev:
+        honest = _evaluate(ev, gemm, "naive")
+        overrun = _evaluate(ev, gemm, "timed_overrun")
+        scratch = _evaluate(ev, gemm, "timed_scratch")
+    assert honest.status is Status.PASSED, honest.message
+    assert overrun.status is Status.MEMORY_ERROR and overrun.stage is Stage.TIME, overrun.message
+    assert "found at the trial's end" in overrun.message, overrun.message
+    assert overrun.timing is None or overrun.timing.speedup is None
+    assert scratch.status is Status.INPUT_MUTATED, scratch.message
+
+
 def test_module_loaded_from_memory_under_an_own_name_is_foreign(gemm):
     """A module loaded from PTX at run time defines (and runs) a kernel under the built kernel's name.
 

@@ -127,13 +127,14 @@ class EvalSettings(BaseModel):
         "(the MHA forward: two passes over 604 MB a call, ~0.10 s of GPU an evaluation on an H100).",
     )
     deferred_call_checks: bool = Field(
-        True,
+        False,
         description="The guard check and the input check after each call of a timed trial are queued on "
         "the GPU, in order with the calls, and read once at the trial's end (and by the timing's last "
         "check), not after every call with a host read each (``Guards.queue_check``, "
         "``Arena._take_pending``): the same checks of the same bytes, without a wait for the GPU "
         "between calls. A breach then ends the trial at its end, not at the call. Off: read after every "
-        "call, as before. Correctness calls and the counted calls read theirs at once either way.",
+        "call, as before (the default until it is measured on a GPU: ``bench/gpu_session.sh s63``). "
+        "Correctness calls and the counted calls read theirs at once either way.",
     )
     warmup_redraw: bool = Field(
         False,
