@@ -233,7 +233,8 @@ def test_a_breach_put_back_before_the_trials_end_is_still_a_memory_error(tmp_pat
     """The queued check compared the guards right after the call: what came after cannot undo it."""
     on = SETTINGS.correctness_sets + 2 + SETTINGS.warmup + 3
     cheat = OverrunPutBack(on=on)
-    result = run_in_session(cheat, Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path), SETTINGS, tmp_path)[0]
+    settings = SETTINGS.model_copy(update={"deferred_call_checks": True})
+    result = run_in_session(cheat, Arena(gemm_task(), [1, 2, 3], "cpu", tmp_path), settings, tmp_path)[0]
     f = result.failure
     assert f is not None and f.status is Status.MEMORY_ERROR and f.stage is Stage.TIME, f
     assert "were put back before the check at the trial's end" in f.message and cheat.calls > on + 1

@@ -251,8 +251,9 @@ class Arena:
             self.sampled_checks = 0
             """Verified calls checked on a sample so far."""
             self.input_check_share = input_check_share
-            self.deferred_checks = deferred_checks
             """Of each input's blocks, what the check after a timed call compares (``_changed``)."""
+            self.deferred_checks = deferred_checks
+            """Whether those checks' outcomes wait on the device for one read (``_take_pending``)."""
             self._check_generator = torch.Generator(device=self.device).manual_seed(secrets.randbits(63))
             """Keys of the sampled checks' block draws (secret, like every draw of the arena)."""
             self._pending: Any = None

@@ -596,13 +596,13 @@ class Session:
                     if not self._verified(index, result, stage, kept) and strict:
                         return None
                 del outputs
-            if self._breached_before(result, stage) and strict:
+            if self.settings.deferred_call_checks and self._breached_before(result, stage) and strict:
                 return None
             self._close(stage, segment, result)
         except (CandidateFault, WorkerError):
             # a write outside the buffers, or a wrong verified call, before a crash, hang or exhausted
             # budget: that came first
-            if self._breached_before(result, stage) and strict:
+            if self.settings.deferred_call_checks and self._breached_before(result, stage) and strict:
                 return None
             if held and not self._check_held(held, result, stage) and strict:
                 return None
