@@ -147,10 +147,9 @@ def fill_kernel(
     _put(priv, shared, source, signs, sign, inner, start + 7 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
 
 
-@triton.jit(do_not_specialize=["slot"])
-def differ_kernel(a, b, flag, slot, n, BLOCK: tl.constexpr):
-    """Add 1 to ``flag[slot]`` for each block of BLOCK words where ``a`` and ``b`` differ."""
-    start = tl.program_id(0).to(tl.int64) * BLOCK
+@triton.jit
+def _differ_block(a, b, flag, slot, start, n, BLOCK: tl.constexpr):
+    """Add 1 to ``flag[slot]`` if the BLOCK words from ``start`` differ between ``a`` and ``b``."""
     offs = start + tl.arange(0, BLOCK)
     if start + BLOCK <= n:  # unmasked: vector loads
         x = tl.load(a + offs)
@@ -163,6 +162,12 @@ def differ_kernel(a, b, flag, slot, n, BLOCK: tl.constexpr):
         tl.atomic_add(flag + slot, 1)
 
 
+@triton.jit(do_not_specialize=["slot"])
+def differ_kernel(a, b, flag, slot, n, BLOCK: tl.constexpr):
+    """Add 1 to ``flag[slot]`` for each block of BLOCK words where ``a`` and ``b`` differ."""
+    _differ_block(a, b, flag, slot, tl.program_id(0).to(tl.int64) * BLOCK, n, BLOCK)
+
+
 @triton.jit(do_not_specialize=["slot", "seed_index", "blocks"])
 def differ_sampled_kernel(a, b, flag, slot, n, seeds, seed_index, blocks, BLOCK: tl.constexpr):
     """``differ_kernel`` on one block of BLOCK words per program, drawn among ``blocks``.
@@ -172,14 +177,4 @@ def differ_sampled_kernel(a, b, flag, slot, n, seeds, seed_index, blocks, BLOCK:
     """
     seed = tl.load(seeds + seed_index)
     word = tl.randint(seed, tl.program_id(0))
-    start = (word.to(tl.int64) & 0xFFFFFFFF) % blocks * BLOCK
-    offs = start + tl.arange(0, BLOCK)
-    if start + BLOCK <= n:
-        x = tl.load(a + offs)
-        y = tl.load(b + offs)
-    else:
-        mask = offs < n
-        x = tl.load(a + offs, mask=mask, other=0)
-        y = tl.load(b + offs, mask=mask, other=0)
-    if tl.sum((x != y).to(tl.int32), axis=0) > 0:
-        tl.atomic_add(flag + slot, 1)
+    _differ_block(a, b, flag, slot, (word.to(tl.int64) & 0xFFFFFFFF) % blocks * BLOCK, n, BLOCK)
