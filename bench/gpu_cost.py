@@ -111,6 +111,29 @@ def floor_s(settings, median_ms: float | None) -> float | None:
     return None if median_ms is None else calls * median_ms / 1e3
 
 
+DRIVER_PHASES = ("go", "ffi", "cuda", "buffers", "jail", "load", "first_call", "profiled_call")
+"""The phases ``driver --phases`` prints, in order (``sandboxed/driver.py``)."""
+
+
+def phase_steps(output: str, start: float) -> tuple[dict[str, float], float]:
+    """Seconds from ``start`` to the first phase the driver printed, then from each to the next.
+
+    ``output``: a driver run's log (``driver: phase NAME T`` lines, CLOCK_MONOTONIC; a log read only by a
+    benchmark). Keys ``to_<phase>``; also the time of the last phase found (``start`` if none).
+    """
+    marks = {}
+    for line in output.splitlines():
+        if line.startswith("driver: phase "):
+            _, _, name, t = line.split()
+            marks[name] = float(t)
+    steps, last = {}, start
+    for name in DRIVER_PHASES:
+        if name in marks:
+            steps[f"to_{name}"] = marks[name] - last
+            last = marks[name]
+    return steps, last
+
+
 class PhaseSpy:
     """``--ncu-phases``: Nsight Compute's gated profile runs with the driver's ``--phases``, stamped.
 
@@ -119,8 +142,6 @@ class PhaseSpy:
     right after) and, from ``Gate.gpu_s``/``read_s``, when the tool's group had ended. ``runs`` keeps, per
     profile, the seconds from the go to each driver phase and from the last one to the end.
     """
-
-    ORDER = ("go", "ffi", "cuda", "buffers", "jail", "load", "first_call", "profiled_call")
 
     def __init__(self) -> None:
         self.runs: list[dict[str, float]] = []
@@ -159,19 +180,11 @@ class PhaseSpy:
         finally:
             ncu.run_tool = real
 
-    @classmethod
-    def parts(cls, output: str, taken: float, end: float) -> dict[str, float]:
+    @staticmethod
+    def parts(output: str, taken: float, end: float) -> dict[str, float]:
         """Seconds from the GPU's taking to each phase the driver printed, then to the tool's end."""
-        marks = {}
-        for line in output.splitlines():
-            if line.startswith("driver: phase "):
-                _, _, name, t = line.split()
-                marks[name] = float(t)
-        got, last = {}, taken
-        for name in cls.ORDER:
-            if name in marks:
-                got[f"to_{name}"] = round(marks[name] - last, 3)
-                last = marks[name]
+        steps, last = phase_steps(output, taken)
+        got = {k: round(v, 3) for k, v in steps.items()}
         got["to_end"] = round(end - last, 3)
         got["held"] = round(end - taken, 3)
         return got

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_cost import Printer
+from gpu_cost import Printer, phase_steps
 from provenance import commit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,15 +41,6 @@ SUBJECTS = {"mha_fwd_expert": ("MhaFwd-sm90a", "MhaFwd"), "gemm_expert": ("Gemm-
 
 def signature(kernels) -> list:
     return [(k.name, tuple(k.rows)) for k in kernels or []]
-
-
-def phases(output: str) -> dict[str, float]:
-    got = {}
-    for line in output.splitlines():
-        if line.startswith("driver: phase "):
-            _, _, name, t = line.split()
-            got[name] = float(t)
-    return got
 
 
 def one(
@@ -70,12 +61,8 @@ def one(
     run = run_tool(ncu.profile_argv(ncu_path, dirs.report / ncu.REPORT, driver), 300, env, dirs.scratch)
     t_exit = time.monotonic()
     got: dict[str, float] = {"profile": t_exit - t0}
-    marks = phases(run.output)
-    last = t0
-    for name in ("go", "ffi", "cuda", "buffers", "jail", "load", "first_call", "profiled_call"):
-        if name in marks:
-            got[f"to_{name}"] = marks[name] - last
-            last = marks[name]
+    steps, last = phase_steps(run.output, t0)
+    got.update(steps)
     got["after_driver"] = t_exit - last
     if run.returncode != 0 or not report.is_file():
         say(f"{label}: the profile failed (exit {run.returncode}): {run.output[-1500:]}")

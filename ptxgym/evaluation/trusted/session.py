@@ -88,6 +88,7 @@ from ptxgym.evaluation.protocol import (
 from ptxgym.evaluation.trusted.arena import Arena, Held, ipc_pickle
 from ptxgym.evaluation.trusted.base import PROBE_WARMUP, EvalSettings
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, StepClock
+from ptxgym.evaluation.trusted.guards import GuardBreach
 from ptxgym.evaluation.trusted.pool import WorkerHandle
 from ptxgym.evaluation.trusted.timing import (
     CUPTI,
@@ -791,22 +792,12 @@ class Session:
         t = time.perf_counter()
         breach = self.arena.pending_guard_breach()
         result.spend("guards", t)
-        if breach is None:
-            return False
-        if result.failure is None:
-            where = "a timing call (warm-up or timed); found at the trial's end"
-            result.failure = Failure(Status.MEMORY_ERROR, stage, f"{breach.message} (in {where})")
-        return True
+        return _breach(result, stage, breach, "a timing call (warm-up or timed); found at the trial's end")
 
     def _breached(self, result: SessionResult, stage: Stage) -> bool:
         """Check the guard regions after a call (outside the timed window); a breach is a MEMORY_ERROR."""
-        breach = self.arena.check_guards()
-        if breach is None:
-            return False
-        if result.failure is None:
-            when = "a correctness call" if stage is Stage.CHECK else "a timing call (warm-up or timed)"
-            result.failure = Failure(Status.MEMORY_ERROR, stage, f"{breach.message} (in {when})")
-        return True
+        when = "a correctness call" if stage is Stage.CHECK else "a timing call (warm-up or timed)"
+        return _breach(result, stage, self.arena.check_guards(), when)
 
     @staticmethod
     def _where(stage: Stage, check: SetCheck) -> str:
@@ -1271,6 +1262,15 @@ def _extra_places(
 
 
 CENSUS_OVERFLOW = "the worker reported more kernel names or modules than the census keeps"
+
+
+def _breach(result: SessionResult, stage: Stage, breach: GuardBreach | None, when: str) -> bool:
+    """Record a guard breach as the first failure (a MEMORY_ERROR in ``when``); whether there was one."""
+    if breach is None:
+        return False
+    if result.failure is None:
+        result.failure = Failure(Status.MEMORY_ERROR, stage, f"{breach.message} (in {when})")
+    return True
 
 
 def _add_census(result: SessionResult, spans: Spans) -> None:
