@@ -182,7 +182,9 @@ case "$stage" in
     # thirty-first session, for the next: the per-call guard and input checks read once per trial
     # (deferred_call_checks, off until measured) against after every call (the default), side by side on
     # one machine (MHA forward and GEMM experts, 4 turns, no cross-check turn); then the guard and hostile
-    # GPU tests and the fused kernels' (its deferred check included) with it on
+    # GPU tests and the fused kernels' (its deferred check included) with it on. First (thirty-second
+    # session) the output copy's probe: the copy engine against a PTX copy kernel (bench/copy_probe.py)
+    timeout 60 python3 bench/copy_probe.py --out "$out/copy_probe.txt"
     timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_deferred.txt" \
       --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn \
       --set deferred_call_checks=true
