@@ -230,3 +230,53 @@ def test_a_frame_never_sent_leaves_no_command_awaited(fake_worker_argv, tmp_path
         assert handle.request(Call(), 5.0).ok
     finally:
         handle.kill()
+
+
+def test_without_a_cuda_driver_the_copy_kernel_says_why():
+    """On a host without libcuda the kernel is refused with the copies' reason, before anything is sent."""
+    import ctypes.util
+
+    if ctypes.util.find_library("cuda"):
+        pytest.skip("a CUDA driver is installed here: the GPU test below covers the kernel")
+    assert ex.kernel_unavailable() == ex.STATUS[ex.NO_CUDA]
+    cmd_r, cmd_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    with pytest.raises(ex.ExchangeError) as info:
+        ex.exchange(cmd_w, b"\0\0\0\1x", 1.0, rep_r, 0.2, 0.1, [(16, 32, 16)], 0, kernel=True)
+    assert info.value.status == ex.NO_CUDA
+    os.set_blocking(cmd_r, False)
+    with pytest.raises(BlockingIOError):
+        os.read(cmd_r, 16)  # nothing was sent
+    for fd in (cmd_r, cmd_w, rep_r, rep_w):
+        os.close(fd)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [False, True])
+def test_the_output_copies_are_exact_by_engine_or_kernel(kernel):
+    """Every byte of each output copied, whichever copies: 16-byte multiples (the kernel's, on several
+    blocks' strides), a size with a tail and an odd offset (the copy engine's then), and an empty one."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    torch.cuda.init()
+    sizes = [(0, 192 << 20), (0, 16), (0, 1000), (1, 4096 + 3), (0, 0)]
+    sources, targets, copies = [], [], []
+    for offset, size in sizes:
+        src = torch.randint(0, 256, (offset + size,), dtype=torch.uint8, device="cuda")[offset:]
+        dst = torch.zeros(offset + size, dtype=torch.uint8, device="cuda")[offset:]
+        sources.append(src)
+        targets.append(dst)
+        if size:
+            copies.append((dst.data_ptr(), src.data_ptr(), size))
+    with torch.cuda.device(0):
+        if kernel:
+            assert ex.kernel_unavailable() == ""
+        stream = torch.cuda.current_stream().cuda_stream
+        cmd_w, rep_r, thread = _peer(b"\0\0\0\2ok")
+        done = ex.exchange(cmd_w, b"\0\0\0\1x", 5.0, rep_r, 5.0, 0.1, copies, stream, kernel=kernel)
+        thread.join(2.0)
+    assert done.raw == b"ok" and done.request_ms <= done.wall_ms
+    torch.cuda.synchronize()
+    for (offset, size), src, dst in zip(sizes, sources, targets, strict=True):
+        assert torch.equal(src, dst), (offset, size)
