@@ -254,11 +254,8 @@ def test_without_a_cuda_driver_the_copy_kernel_says_why():
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", [False, True])
 def test_the_output_copies_are_exact_by_engine_or_kernel(kernel):
-    """Every byte of each output copied, whichever copies.
-
-    16-byte multiples (the kernel's, over several grid strides), a size with a tail and an odd offset (the
-    copy engine's then), and an empty one.
-    """
+    """Every byte of each output copied, whichever copies: 16-byte multiples (the kernel's, on several
+    blocks' strides), a size with a tail and an odd offset (the copy engine's then), and an empty one."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")

@@ -502,7 +502,7 @@ class Session:
         return time.perf_counter()
 
     def _use_copy_kernel(self) -> bool:
-        """Whether this session's exchanges copy outputs by the copy kernel (``EvalSettings.copy_kernel``).
+        """Whether this session's exchanges copy the outputs by the copy kernel (``EvalSettings.copy_kernel``).
 
         Decided once, with the arena's device current (the kernel is loaded into that context here, not
         within a call's wall); where it cannot load, the copy engine copies and ``wall_path`` says why.
