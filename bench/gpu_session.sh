@@ -4,7 +4,7 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s63, s64, s62 (or s62a); on an H200 (none lent for ten sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s63, s62 (or s62a); on an H200 (none lent for ten sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (thirty-first session): s59 and s60 on one H100 (s60's Ray pass ran, its summary
@@ -177,17 +177,6 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
-    ;;
-  s64)
-    # thirty-second session: the trusted copies of each call's outputs by the exchange's copy kernel
-    # (EvalSettings.copy_kernel) against the copy engine, side by side on one machine (MHA forward and
-    # GEMM experts, 4 turns, no cross-check turn), after the exchange's GPU test (both copies exact)
-    timeout 60 bash bench/gpu_tests.sh "$out/exchange" --timeout 50 -q tests/evaluation/test_exchange.py
-    timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_copy_kernel.txt" \
-      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn \
-      --set copy_kernel=true
-    timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_copy_engine.txt" \
-      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn
     ;;
   s63)
     # thirty-first session, for the next: the per-call guard and input checks read once per trial

@@ -228,14 +228,6 @@ class EvalSettings(BaseModel):
         "of the evaluator's process cannot lengthen it. False: the Python path (the comparison in "
         "``bench/throughput.py --set native_wall=false``).",
     )
-    copy_kernel: bool = Field(
-        False,
-        description="With ``native_wall``, the trusted copies of each call's outputs, inside its wall, by a "
-        "copy kernel on the SMs (``runner/exchange.cc``: 16-byte loads and stores, PTX the driver compiles "
-        "once per context) instead of a copy engine (``cuMemcpyDtoDAsync``); a buffer not 16-byte aligned "
-        "and sized stays on the copy engine. The same bytes copied, the call's wall ends after them either "
-        "way; off until measured on a GPU (``bench/copy_probe.py``, ``bench/gpu_session.sh s64``).",
-    )
     runner_spin_us: int = Field(
         0,
         ge=0,

@@ -40,11 +40,10 @@ STATUS = {
     8: "the CUDA driver's copy entry points were not found",
     9: "the trusted copies of the outputs failed",
     10: "a reply was waiting before the command was written",
-    11: "the copy kernel is not loaded in the current context",
 }
 """``ptxgym_timed_exchange``'s failure codes, as ``ExchangeError.status`` carries them."""
 WRITE_TIMEOUT, WRITE_ERROR, NO_REPLY, STALLED, EOF, BAD_LENGTH, READ_ERROR = range(1, 8)
-NO_CUDA, CUDA_ERROR, AHEAD, NO_KERNEL = range(8, 12)
+NO_CUDA, CUDA_ERROR, AHEAD = range(8, 11)
 
 
 class ExchangeError(Exception):
@@ -99,13 +98,11 @@ def _library() -> ctypes.CDLL | None:
                     ctypes.c_void_p,
                     ctypes.c_int,
                     ctypes.c_void_p,
-                    ctypes.c_int,
                     ctypes.POINTER(ctypes.c_double),
                     ctypes.POINTER(ctypes.c_uint64),
                     ctypes.POINTER(ctypes.c_int),
                 ]
                 lib.ptxgym_exchange_cuda.restype = ctypes.c_int
-                lib.ptxgym_exchange_kernel.restype = ctypes.c_int
                 _lib = lib
             except Exception as exc:  # noqa: BLE001 - no compiler or a failed build: the Python path measures
                 _why = f"the timed exchange library is unavailable: {exc}"[:500]
@@ -127,21 +124,6 @@ def unavailable(copies: bool = False) -> str:
     return ""
 
 
-def kernel_unavailable() -> str:
-    """Why the copy kernel cannot copy in the calling thread's current CUDA context ('' when it can).
-
-    Loads it there on first use (``ptxgym_exchange_kernel``: PTX text the driver compiles, once per
-    context); the caller makes the arena's device current first.
-    """
-    why = unavailable(copies=True)
-    if why:
-        return why
-    lib = _library()
-    assert lib is not None
-    code = lib.ptxgym_exchange_kernel()
-    return "" if code == 0 else f"the copy kernel did not load (CUDA error {code})"
-
-
 def _reply_buffer() -> ctypes.Array:
     buf = getattr(_buffers, "reply", None)
     if buf is None:
@@ -158,12 +140,8 @@ def exchange(
     grace_s: float,
     copies: Sequence[tuple[int, int, int]] = (),
     stream: int = 0,
-    kernel: bool = False,
 ) -> Exchanged:
     """Write ``frame``, read one reply frame, run ``copies`` (destination, source, bytes) on ``stream``.
-
-    ``kernel``: the copies of 16-byte aligned and sized buffers by the copy kernel on the SMs (loaded in
-    the current context by ``kernel_unavailable`` first), the others by a copy engine.
 
     Raises ``ExchangeError`` (its ``status`` one of this module's codes) when it cannot finish; the caller
     turns that into the worker's usual exceptions (``pool.WorkerHandle.timed_request``).
@@ -188,7 +166,6 @@ def exchange(
         ctypes.cast(flat, ctypes.c_void_p),
         len(copies),
         ctypes.c_void_p(stream or None),
-        int(kernel),
         times,
         ctypes.byref(size),
         ctypes.byref(code),

@@ -224,21 +224,15 @@ class WorkerHandle:
         )
 
     def timed_request(
-        self,
-        cmd: Command,
-        timeout_s: float,
-        copies: Sequence[tuple[int, int, int]],
-        stream: int,
-        kernel: bool = False,
+        self, cmd: Command, timeout_s: float, copies: Sequence[tuple[int, int, int]], stream: int
     ) -> tuple[Reply, float, float]:
         """``request`` for a timed call, its wall read off the interpreter's lock (``exchange.py``).
 
         ``copies`` (destination, source, bytes) are the trusted copies of the call's outputs, queued on
         ``stream`` once the reply is in and awaited inside the wall. Returns the reply, the command to
         reply time and the whole wall, in ms. Failures raise what ``send`` and ``receive`` raise.
-        ``kernel``: the copies by the exchange's copy kernel (``exchange.exchange``).
         """
-        return self.timed_exchange(self.timed_frame(cmd, timeout_s), timeout_s, copies, stream, kernel)
+        return self.timed_exchange(self.timed_frame(cmd, timeout_s), timeout_s, copies, stream)
 
     def timed_frame(self, cmd: Command, timeout_s: float) -> bytes:
         """``timed_exchange``'s command frame, numbered (outstanding only once ``timed_exchange`` sends it).
@@ -252,12 +246,7 @@ class WorkerHandle:
         return struct.pack("!i", len(frame)) + frame
 
     def timed_exchange(
-        self,
-        frame: bytes,
-        timeout_s: float,
-        copies: Sequence[tuple[int, int, int]],
-        stream: int,
-        kernel: bool = False,
+        self, frame: bytes, timeout_s: float, copies: Sequence[tuple[int, int, int]], stream: int
     ) -> tuple[Reply, float, float]:
         """The exchange of ``timed_frame``'s frame (``timed_request``)."""
         from ptxgym.evaluation.trusted import exchange as ex
@@ -273,7 +262,6 @@ class WorkerHandle:
                 FRAME_GRACE_S,
                 copies,
                 stream,
-                kernel,
             )
         except ex.ExchangeError as exc:
             raise self._exchange_failed(exc, timeout_s) from exc
@@ -301,7 +289,7 @@ class WorkerHandle:
             return self._sent_ahead()
         if exc.status == ex.BAD_LENGTH:
             return ProtocolViolation(f"unreadable or oversized reply ({exc})", self.log_tail())
-        if exc.status in (ex.NO_CUDA, ex.CUDA_ERROR, ex.NO_KERNEL):
+        if exc.status in (ex.NO_CUDA, ex.CUDA_ERROR):
             return RuntimeError(f"the trusted side's timed exchange failed: {exc}")
         if exc.status == ex.WRITE_ERROR:
             return self._died(f"the worker stopped reading commands ({exc})")

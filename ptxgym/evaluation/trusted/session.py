@@ -294,10 +294,7 @@ class Session:
         self._finish_due = False
         """A timing ended with its whole check and input check left to ``finish``."""
         self.wall_path = ""
-        """How the calls' trusted walls were read: "native" (``exchange.py``), with "copy kernel" or
-        "copy engine: <why>" where ``EvalSettings.copy_kernel`` asked for the kernel, or "python: <why>"."""
-        self._copy_kernel: bool | None = None
-        """Whether the exchange copies the outputs by its kernel (decided at the first native call)."""
+        """How the calls' trusted walls were read: "native" (``exchange.py``) or "python: <why>"."""
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -473,12 +470,8 @@ class Session:
                 stream = self.torch.cuda.current_stream(self.arena.device).cuda_stream if cuda else 0
                 walls: list[float] = []
 
-                kernel = self._use_copy_kernel()
-
                 def ask(timeout: float) -> Reply:
-                    reply, request_ms, wall_ms = self.worker.timed_exchange(
-                        frame, timeout, copies, stream, kernel
-                    )
+                    reply, request_ms, wall_ms = self.worker.timed_exchange(frame, timeout, copies, stream)
                     walls.extend((request_ms, wall_ms))
                     return reply
 
@@ -500,22 +493,6 @@ class Session:
         if result is not None:
             result.spend("inputs_wait", t)
         return time.perf_counter()
-
-    def _use_copy_kernel(self) -> bool:
-        """Whether this session's exchanges copy the outputs by the copy kernel (``EvalSettings.copy_kernel``).
-
-        Decided once, with the arena's device current (the kernel is loaded into that context here, not
-        within a call's wall); where it cannot load, the copy engine copies and ``wall_path`` says why.
-        """
-        if self._copy_kernel is None:
-            self._copy_kernel = False
-            if self.settings.copy_kernel:
-                from ptxgym.evaluation.trusted.exchange import kernel_unavailable
-
-                why = kernel_unavailable()
-                self._copy_kernel = not why
-                self.wall_path = "native, copy kernel" if not why else f"native, copy engine: {why}"
-        return self._copy_kernel
 
     def _native_slots(self, index: int) -> tuple[dict[str, Any], list[tuple[int, int, int]]] | None:
         """Set ``index``'s output copies for the exchange off the interpreter's lock (``exchange.py``).
@@ -540,8 +517,7 @@ class Session:
         if why:
             self.wall_path = f"python: {why}"
             return None
-        if self._copy_kernel is None:
-            self.wall_path = "native"
+        self.wall_path = "native"
         return slots
 
     def _trial(
