@@ -4,9 +4,12 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s63, s62 (or s62a); on an H200 (none lent for ten sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s62 (its Ray/local pair); on an H200 (none lent for ten sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
+# Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
+#   tests passed; the copy probe), s64 (a PTX copy kernel in the exchange against the copy engine: no gain,
+#   the kernel removed after), s62a and the audit's timed_overrun by hand, on one H100.
 # Done on 2026-12-07 (thirty-first session): s59 and s60 on one H100 (s60's Ray pass ran, its summary
 #   failed: fixed), s61 on another (the prebuilt sandbox library, the Ray pass). s62 got no device.
 # Done on 2026-12-07 (thirtieth session): s58 on an H100 (calibrations reused, --exit-now), then by hand
