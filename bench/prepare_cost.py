@@ -90,8 +90,8 @@ def measure(task_id: str, repeats: int) -> list[str]:
                 parts["compare (fused_inputs.differ_all, one host read)"] = lambda: fused_inputs.differ_all(
                     [(s.shared_in[n], drawn[n]) for n in arena.fresh], flag
                 )
-                parts["draw, signs and both copies (fused_inputs.fill)"] = lambda: [
-                    fused_inputs.fill(s.shared_in[n], s.base_in[n], one, keys, k, False)
+                parts["draw, signs and both writes (fused_inputs.fill)"] = lambda: [
+                    fused_inputs.fill(s.shared_in[n], one, keys, k)
                     for k, n in enumerate(arena.fresh)
                 ]
             lines = [

@@ -36,12 +36,10 @@ def _keys(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64, device=DEVICE)
 
 
-def _fill(dtype, keys, index=0, signs=None, source=None, shape=SHAPE):
+def _fill(dtype, keys, index=0, signs=None, shape=SHAPE):
     shared = torch.full(shape, 7.0, dtype=dtype, device=DEVICE)
-    use = source is not None
-    src = source if use else torch.zeros(shape, dtype=dtype, device=DEVICE)
     one = torch.ones(1, device=DEVICE)
-    private = fused_inputs.fill(shared, src, one if signs is None else signs, keys, index, use)
+    private = fused_inputs.fill(shared, one if signs is None else signs, keys, index)
     return private, shared
 
 
@@ -79,17 +77,6 @@ def check_signs() -> None:
         want = plain * signs.reshape(*SHAPE[:2], 1, 1).to(dtype)
         assert torch.equal(signed, want) and torch.equal(shared, want), shape
         assert (plain.float().std() - 1).abs() < 0.1, shape
-
-
-def check_source() -> None:
-    """With ``use_source`` the source's values times the signs, bit for bit, and no draw among them."""
-    signs = _signs(4)
-    cases = [(torch.bfloat16, SHAPE), (torch.float16, SHAPE), (torch.float32, SHAPE)]
-    for dtype, shape in [*cases, (torch.float32, SMALL_GROUPS)]:
-        source = torch.randn(shape, generator=torch.Generator().manual_seed(9)).to(dtype).to(DEVICE)
-        private, shared = _fill(dtype, _keys(8), signs=signs, source=source, shape=shape)
-        want = source * signs.reshape(*SHAPE[:2], 1, 1).to(dtype)
-        assert torch.equal(private, want) and torch.equal(shared, want), shape
 
 
 def check_differ() -> None:
@@ -244,12 +231,14 @@ def check_arena_deferred() -> None:
 def check_arena() -> None:
     """The arena's fused path: the shared buffers equal the private copy.
 
-    A pool entry comes through times the set's signs as in the torch path, and a write into the inputs
-    is found by the fused comparison.
+    A pool entry is its keys alone (no values stored): a call on it gets ``fill``'s draw for those keys,
+    the same kernel and distribution as any timed call's, times the set's signs as in the torch path;
+    its stored reference checks the outputs. A write into the inputs is found by the fused comparison.
     """
     sys.path.insert(0, str(Path(__file__).parent))
     from evaltest_helpers import tiny_task
 
+    from ptxgym.evaluation.trusted import verified_pool
     from ptxgym.evaluation.trusted.arena import Arena
 
     task = tiny_task("MhaFwd-sm90a", B=2, H=3, S=16, D=8)
@@ -263,12 +252,17 @@ def check_arena() -> None:
         s = arena.sets[0]
         assert any((x < 0).any() for x in s.state), "the set has signs to apply"
         entry = arena.pool.entries[None][0]
+        assert entry.keys is not None and entry.fresh == {}
         arena.prepare(0, gen, fresh=True, entry=entry)
-        want = arena.perturb.expected_inputs(entry.fresh, s.state)
+        want = arena.perturb.expected_inputs(verified_pool.entry_values(arena, entry, 0), s.state)
         for name in ("Q", "K", "V"):
             assert torch.equal(s.fresh[name], want[name]), name
             assert torch.equal(s.shared_in[name], want[name]), name
         assert s.pool_reference is entry.reference
+        assert not arena.verify(0).passed  # the outputs poisoned: nothing computed yet
+        s.shared_out["O"].copy_(arena.expected_outputs(0)["O"])
+        s.shared_out["LSE"].copy_(arena.expected_outputs(0)["LSE"])
+        assert arena.verify(0).passed, "the stored reference of the keys' draw, times the output signs"
         arena.prepare(0, gen, fresh=True)
         for name in ("Q", "K", "V"):
             assert torch.equal(s.shared_in[name], s.fresh[name]) and not torch.equal(
@@ -280,6 +274,39 @@ def check_arena() -> None:
         arena.hold(0, False, {})  # the check right after the call (the fused comparison)
         s.shared_in["K"].view(-1)[5] = kept  # and puts it back before the next one
         assert arena.mutated_inputs() == ["K"], arena.mutated_inputs()
+        arena.close()
+
+
+def check_arena_pool_groups() -> None:
+    """A keyed pool entry on inputs ``fill`` draws group by group (GEMM A and B: rows of K = 1024).
+
+    The draw depends on the grouping (the programs' sizes follow a group's), so an entry's values are
+    drawn again with as many signs as the set's groups (``verified_pool.keyed_values``): a call on the
+    entry, after a correctness call changed the signs, holds exactly those values times the signs, and
+    its stored reference passes.
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    from evaltest_helpers import tiny_task
+
+    from ptxgym.evaluation.trusted import verified_pool
+    from ptxgym.evaluation.trusted.arena import Arena
+
+    task = tiny_task("Gemm-sm90a", M=16, N=16, K=1024)
+    with tempfile.TemporaryDirectory() as scratch:
+        device = 0 if DEVICE == "cuda" else "cpu"
+        arena = Arena(task, [1], device, Path(scratch), pool_size=1, fused=True)
+        assert arena.fused.startswith("on:"), arena.fused
+        s = arena.sets[0]
+        groups = {n: arena.fill_signs(s.state, g).numel() for n, g in arena.fill_plan.items()}
+        assert groups == {"A": 16, "B": 16}, groups  # sign groups of 1024: fill's grouped variant
+        gen = torch.Generator(device=arena.device).manual_seed(2)
+        arena.prepare(0, gen, perturb=True, fresh=False)
+        entry = arena.pool.entries[None][0]
+        arena.prepare(0, gen, fresh=True, entry=entry)
+        want = arena.perturb.expected_inputs(verified_pool.entry_values(arena, entry, 0), s.state)
+        assert all(torch.equal(s.shared_in[n], want[n]) for n in ("A", "B"))
+        s.shared_out["C"].copy_(arena.expected_outputs(0)["C"])
+        assert arena.verify(0).passed
         arena.close()
 
 
@@ -298,12 +325,12 @@ def check_compiled() -> None:
 
     assert not fused_inputs.interpreted(), "compiled variants: run without TRITON_INTERPRET"
     pointers = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
-    ints = dict.fromkeys(("seed_index", "n", "inner", "per_group", "use_source"), "i32")
+    ints = dict.fromkeys(("seed_index", "n", "inner", "per_group"), "i32")
     for arch in (90, 100):
         target = GPUTarget("cuda", arch, 32)
         for dtype in fused_inputs.FLOAT_DTYPES:
             ptr = pointers[dtype]
-            sig = {"priv": ptr, "shared": ptr, "source": ptr, "signs": "*fp32", "seeds": "*i64", **ints}
+            sig = {"priv": ptr, "shared": ptr, "signs": "*fp32", "seeds": "*i64", **ints}
             sig |= {"BLOCK": "constexpr", "GATHER": "constexpr"}
             for block in fused_inputs.FILL_BLOCKS:
                 for gather in (False, True):

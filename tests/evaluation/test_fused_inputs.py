@@ -24,7 +24,16 @@ from evaltest_helpers import tiny_task  # noqa: E402
 from ptxgym.evaluation.trusted.arena import Arena  # noqa: E402
 
 HERE = Path(__file__).parent
-CHECKS = ["draw", "signs", "source", "differ", "sampled", "arena", "arena_sampled", "arena_deferred"]
+CHECKS = [
+    "draw",
+    "signs",
+    "differ",
+    "sampled",
+    "arena",
+    "arena_sampled",
+    "arena_deferred",
+    "arena_pool_groups",
+]
 
 
 def _run(args: list[str], interpret: bool, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -79,19 +79,20 @@ def test_pool_calls_expect_exactly_the_reference_of_what_the_buffers_hold(tmp_pa
     arena.prepare(0, gen)  # a correctness call: signs of A's rows and B's rows now differ from +1
     assert any(bool((s < 0).any()) for s in arena.sets[0].state)
     entry = arena.pool.entries[None][0]
-    pristine = {n: t.clone() for n, t in entry.fresh.items()}
+    pristine = {n: t.clone() for n, t in verified_pool.entry_values(arena, entry, 0).items()}
     arena.prepare(0, gen, fresh=True, entry=entry)
     s = arena.sets[0]
     held = {n: t.clone() for n, t in s.shared_in.items()}
-    assert not torch.equal(held["A"], entry.fresh["A"])  # signed copies, not the entry itself
-    assert torch.equal(held["A"].abs(), entry.fresh["A"].abs())
+    assert not torch.equal(held["A"], pristine["A"])  # signed copies, not the entry itself
+    assert torch.equal(held["A"].abs(), pristine["A"].abs())
     want = run_reference(arena.task, arena.namespace, held)["C"]
     assert torch.equal(arena.expected_outputs(0)["C"], want)
     s.shared_out["C"].copy_(want)
     assert arena.verify(0).passed
     s.shared_in["A"][0, 0] += 1  # the candidate writes its input: the shared copy, never the entry
     assert not arena.verify(0).passed
-    assert all(torch.equal(entry.fresh[n], pristine[n]) for n in pristine)
+    values = verified_pool.entry_values(arena, entry, 0)
+    assert all(torch.equal(values[n], pristine[n]) for n in pristine)
     arena.prepare(0, gen, fresh=True)
     assert arena.mutated_inputs() == ["A"]
 
@@ -216,9 +217,9 @@ def test_a_verified_pool_call_is_prepared_with_the_same_work_as_any_timed_call(t
     fills: list[tuple] = []
     real_fill = fused_inputs.fill
 
-    def spy(shared, source, signs, keys, index, use_source):
-        fills.append((shared.shape, shared.dtype, source.shape, source.dtype, signs.numel(), index))
-        return real_fill(shared, source, signs, keys, index, use_source)
+    def spy(shared, signs, keys, index):
+        fills.append((shared.shape, shared.dtype, signs.numel(), keys.shape, keys.dtype, index))
+        return real_fill(shared, signs, keys, index)
 
     monkeypatch.setattr(fused_inputs, "fill", spy)
     drawn = prepare_ops(arena, 0, None)
@@ -258,8 +259,9 @@ class KnowsEntries:
     It knows the entries: their fingerprints leaked (printed by an earlier candidate into the observation).
     """
 
-    def __init__(self, entries, honest_calls: int) -> None:
-        self.keys = {self._key(e.fresh["A"]) for e in entries}
+    def __init__(self, arena, honest_calls: int) -> None:
+        values = [verified_pool.entry_values(arena, e, 0)["A"] for e in arena.pool.entries[None]]
+        self.keys = {self._key(v) for v in values}
         self.honest_calls, self.calls, self.skipped = honest_calls, 0, 0
 
     @staticmethod
@@ -278,13 +280,12 @@ class KnowsEntries:
 def test_new_draws_among_the_verified_calls_make_knowing_the_entries_worthless(tmp_path):
     """With every verified call served by the pool, a cheat that knows the entries computes only them."""
     arena = Arena(task_of("gemm"), [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
-    entries = arena.pool.entries[None]
-    cheat = KnowsEntries(entries, SETTINGS.correctness_sets)
+    cheat = KnowsEntries(arena, SETTINGS.correctness_sets)
     result, _ = judge(cheat, arena, tmp_path)  # pool_new_draws_per_trial=0: the hole
     assert result.failure is None and cheat.skipped > SETTINGS.trials * SETTINGS.iterations // 2
     default = SETTINGS.model_copy(update={"pool_new_draws_per_trial": 1})
     assert EvalSettings().pool_new_draws_per_trial == 2  # the default: stronger than this one
-    cheat = KnowsEntries(entries, SETTINGS.correctness_sets)
+    cheat = KnowsEntries(arena, SETTINGS.correctness_sets)
     result, session = run_in_session(cheat, arena, default, tmp_path, 11, pool=True)
     assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
     honest = run_in_session(
@@ -303,7 +304,7 @@ def test_a_shortened_session_draws_new_values_too(tmp_path):
     arena = Arena(task_of("gemm"), [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
     default = SETTINGS.model_copy(update={"pool_new_draws_per_trial": 1, "slow_probe_calls": 4})
     tiny = 1e-6  # any candidate is far below 0.1x of this baseline
-    cheat = KnowsEntries(arena.pool.entries[None], SETTINGS.correctness_sets)
+    cheat = KnowsEntries(arena, SETTINGS.correctness_sets)
     result, _ = run_in_session(cheat, arena, default, tmp_path, 11, pool=True, baseline_ms=tiny)
     assert result.failure is not None and result.failure.status is Status.INCORRECT_NUMERICAL
     honest = ByReference(load_reference(arena.task)["run"], 2)
@@ -365,7 +366,7 @@ def test_a_pool_that_cannot_be_allocated_leaves_the_path_without_one_with_the_re
     def out_of_memory(*a, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(verified_pool, "draw_fresh", out_of_memory)
+    monkeypatch.setattr(verified_pool, "run_reference", out_of_memory)  # each entry runs it, keyed or not
     task = task_of("gemm")
     arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED)
     assert not arena.pool.active and arena.pool.nbytes == 0
@@ -387,14 +388,15 @@ def test_a_pool_that_cannot_be_allocated_leaves_the_path_without_one_with_the_re
 def test_entries_are_renewed_after_serving_their_sessions(tmp_path):
     task = task_of("gemm")
     arena = Arena(task, [1, 2, 3], "cpu", tmp_path, pool_size=VERIFIED, pool_max_uses=2)
-    first = [e.fresh["A"].clone() for e in arena.pool.entries[None]]
+    first = [verified_pool.entry_values(arena, e, 0)["A"].clone() for e in arena.pool.entries[None]]
     run = load_reference(task)["run"]
     for seed in (1, 2):
         assert judge(ByReference(run, 2), arena, tmp_path, seed=seed)[0].failure is None
     assert arena.pool.renewed == 0 and all(e.uses == 2 for e in arena.pool.entries[None])
     result, _ = judge(ByReference(run, 2), arena, tmp_path, seed=3)  # renews before it starts
     assert result.failure is None and arena.pool.renewed == VERIFIED
-    assert not any(torch.equal(e.fresh["A"], f) for e in arena.pool.entries[None] for f in first)
+    again = [verified_pool.entry_values(arena, e, 0)["A"] for e in arena.pool.entries[None]]
+    assert not any(torch.equal(a, f) for a in again for f in first)
 
 
 def _report(state: str) -> SandboxReport:
@@ -428,7 +430,9 @@ def test_on_the_gpu_pool_entries_serve_verified_calls_and_the_reserve_is_kept(tm
     arena = Arena(task, [1, 2, 3], 0, tmp_path, pool_size=VERIFIED, pool_reserve=1 << 30)
     assert arena.pool.active and arena.pool.nbytes > 0
     entry = next(iter(arena.pool.entries.values()))[0]
-    assert all(t.is_cuda for t in (*entry.fresh.values(), *entry.reference.values()))
+    assert arena.fused.startswith("on"), arena.fused
+    assert entry.keys is not None and not entry.fresh  # the fused path keeps an entry's keys alone
+    assert all(t.is_cuda for t in (entry.keys, *entry.reference.values()))
     runs = count_references(monkeypatch)
     result, session = judge(ByReference(run, n_in), arena, tmp_path)
     assert result.failure is None and runs == []
@@ -455,6 +459,7 @@ def test_a_closed_arena_frees_its_pool_while_a_pending_turn_still_holds_it(tmp_p
     pending = [arena, draws]  # what a pending turn holds: the arena, its session's and result's draws
     entry = arena.pool.entries[None][0]
     tensors = [*entry.fresh.values(), *entry.reference.values(), arena.blob]
+    tensors += [entry.keys] if entry.keys is not None else []
     refs = [weakref.ref(t) for t in tensors]
     del entry, tensors
     arena.close()

@@ -51,11 +51,12 @@ The verified pool (``EvalSettings.verified_pool``) moves those references out of
 sessions allowed to use it: once per arena, K = 10 draws and references (per set for the backward),
 i.e. the 9 + 1 verified calls' reference work of one evaluation done once (``build_s["pool"]``; an
 estimate from the figures above: ~0.2 s GEMM, ~1 s MHA forward, more for the backward's 30), held on
-the device (2.7 GB, 8.1 GB, 24 GB: ``verified_pool.py``), and again for an entry after
-``verified_pool_uses`` sessions (amortised ~K/32 references per session). Before the call a verified
-call does exactly the work of any other timed call (a draw, the set's signs on the redrawn inputs of
-a sign group, a copy), the entry taking the draw's place: a shorter preparation before verified calls
-was a gap the candidate could time to know which calls are checked (on the MHA forward about 0.6 ms
+the device (1.2 GB, 2.0 GB, 18 GB with the fused preparation: ``verified_pool.py``), and again for an
+entry after ``verified_pool_uses`` sessions (amortised ~K/32 references per session). Before the
+call a verified call does exactly the work of any other timed call (a draw, the set's signs on the
+redrawn inputs of a sign group, a copy), the entry taking the draw's place (with the fused preparation,
+its keys the new keys' place: the same kernel, ``_fill_fresh``): a shorter preparation before verified
+calls was a gap the candidate could time to know which calls are checked (on the MHA forward about 0.6 ms
 of 1.7: the draw's 0.72 less the signs on V, bench/results/prepare_cost_2026-12-05.txt).
 Every draw-path call so pays one pass for the signs (GEMM A and B, MHA forward V). At verification an
 entry costs the stored outputs times the output signs (one pass): no reference run.
@@ -435,7 +436,7 @@ class Arena:
                 inner = shared.numel() // (1 if group is None else self.sets[0].state[group].numel())
                 scratch = torch.zeros(2 * inner, dtype=shared.dtype, device=self.device)
                 two = torch.ones(2, dtype=torch.float32, device=self.device)
-                fused_inputs.fill(scratch, scratch.clone(), two, keys, 0, False)
+                fused_inputs.fill(scratch, two, keys, 0)
                 fused_inputs.differ_all([(shared, shared)], self._flag)
                 # and the sampled comparison of a call's check (where the input has blocks to draw among)
                 fused_inputs.differ_all([(shared, shared)], self._flag, self.input_check_share, keys)
@@ -634,18 +635,28 @@ class Arena:
     def _fill_fresh(self, s: InputSet, generator, entry: PoolEntry | None) -> dict[str, Any]:
         """``prepare``'s fresh values by ``fused_inputs.fill``: the same kernel work, entry or not.
 
-        The entry's values or a new draw, times the set's signs, into the shared buffers and a private
-        copy; without an entry the kernel reads the set's seeded values of the input as its discarded
-        source, so that a verified call's preparation takes as long as any other's.
+        A new draw's keys come from the session's generator; an entry's are its stored ones (the keys are
+        drawn either way, so that a verified call's preparation launches what any other's does). The
+        draw, times the set's signs, goes into the shared buffers and a private copy.
         """
         assert self._fill is not None
         keys = fused_inputs.seeds(generator, len(self._fill), self.device)
+        if entry is not None:
+            assert entry.keys is not None, "the pool is built after the fused plan, its entries keyed"
+            keys = entry.keys
         fresh = {}
         for k, (name, group) in enumerate(self._fill.items()):
-            signs = s.state[group].reshape(-1) if group is not None else self._one
-            source = entry.fresh[name] if entry is not None else s.base_in[name]
-            fresh[name] = fused_inputs.fill(s.shared_in[name], source, signs, keys, k, entry is not None)
+            fresh[name] = fused_inputs.fill(s.shared_in[name], self.fill_signs(s.state, group), keys, k)
         return fresh
+
+    @property
+    def fill_plan(self) -> dict[str, int | None] | None:
+        """Per fresh input, the sign group ``fused_inputs.fill`` applies (None: the torch path)."""
+        return self._fill
+
+    def fill_signs(self, state, group: int | None):
+        """The signs ``fused_inputs.fill`` multiplies a fresh input by: its group's in ``state``, or one."""
+        return state[group].reshape(-1) if group is not None else self._one
 
     def _retire_fresh(self, s: InputSet, rewrite: bool) -> None:
         """Forget a set's fresh values, noting any the candidate overwrote; ``rewrite``: back to seeded."""

@@ -9,16 +9,18 @@ long as the expert kernel's 2.5 ms, paid on all 193 calls of an evaluation.
 
 ``fill`` does the draw, the signs and both writes in one kernel: each element is a standard normal
 (Box-Muller on two 16-bit halves of a Philox word: each lane's Philox call gives eight normals; radius
-bounded at 4.9) keyed by a secret seed drawn from the session's generator for each call and input, or
-the pool entry's value (``source``), times its sign, stored in the input's dtype into the private tensor
-and into the shared buffer: 6 bytes moved per bf16 element where the torch path moves about 14. A
-program works inside one sign group (one sign load, unmasked vector loads and stores but at a group's
-end); sign groups smaller than a program are the gather variant's (each element loads its sign: small
-inputs only, ``why_not``). A verified call's preparation must not be shorter or longer than any
-other's (the candidate could time the gap before its call, ``arena.py``), so the kernel does the same
-work either way: it always reads a source of the input's size (the pool entry, else the set's seeded
-values, read and discarded) and always draws; ``use_source`` is a run-time argument that Triton may not
-specialise on, so one compiled kernel serves both.
+bounded at 4.9) keyed by a secret key, times its sign, stored in the input's dtype into the private
+tensor and into the shared buffer: 4 bytes written per bf16 element where the torch path moves about
+14. A program works inside one sign group (one sign load, unmasked vector stores but at a group's end);
+sign groups smaller than a program are the gather variant's (each element loads its sign: small inputs
+only, ``why_not``). A verified call's preparation must not be shorter or longer than any other's (the
+candidate could time the gap before its call, ``arena.py``), and here it is the same kernel on the same
+sizes: a timed call's keys are drawn from the session's generator, a verified pool entry's were drawn
+once and stored with its reference (``verified_pool.py``: an entry is its keys, so its values are this
+kernel's draw, of the very distribution of every other timed call's, and need no memory of their own).
+Until the thirty-second session an entry held torch's draw and the kernel read it (or, for any other
+call, the set's seeded values, read and discarded, to take as long): a read of every fresh input per
+timed call, and a tell, since torch's normals pass 4.9 about once per million elements and these never.
 
 The first version (``tl.randn4x``: four normals per Philox call, libdevice's accurate sine and cosine,
 which reduce their argument through local memory, and a per-element sign index) was no cheaper than the
@@ -140,12 +142,12 @@ def seeds(generator, count: int, device):
     return torch.randint(0, 1 << 62, (count,), generator=generator, device=device, dtype=torch.int64)
 
 
-def fill(shared, source, signs, keys, index: int, use_source: bool):
+def fill(shared, signs, keys, index: int):
     """Fresh values for ``shared`` (written in place) and their private copy (returned).
 
-    ``source``: a tensor of ``shared``'s shape and dtype, read whatever ``use_source`` says (the pool
-    entry's values to use, or any values to read and discard). ``signs``: float32, one per index of the
-    input's leading sign axes (flattened), or a single 1.0. ``keys[index]``: the Philox key.
+    ``signs``: float32, one per index of the input's leading sign axes (flattened), or a single 1.0.
+    ``keys[index]``: the Philox key. The values depend on the key and on the grouping (``signs.numel()``),
+    so a draw is made again, bit for bit, with the same key and as many signs (``verified_pool.py``).
     """
     import torch
 
@@ -162,14 +164,12 @@ def fill(shared, source, signs, keys, index: int, use_source: bool):
         _kernels().fill_kernel[grid](
             private,
             shared,
-            source,
             signs,
             keys,
             index,
             n,
             inner,
             per_group,
-            int(use_source),
             BLOCK=block,
             GATHER=gather,
             num_warps=max(1, block // 256),  # at least 4 lanes a thread: vector accesses

@@ -59,14 +59,12 @@ def _normals(word):
 def _put(
     priv,
     shared,
-    source,
     signs,
     sign,
     inner,
     start,
     end,
     full,
-    use_source,
     r,
     BLOCK: tl.constexpr,
     GATHER: tl.constexpr,
@@ -76,43 +74,39 @@ def _put(
     Times ``sign``, or with ``GATHER`` each element's own sign (``signs[offset // inner]``).
     """
     offs = start + tl.arange(0, BLOCK)
-    if full:  # unmasked: vector loads and stores
-        s = tl.load(source + offs).to(tl.float32)
+    if full:  # unmasked: vector stores
         if GATHER:  # a new name: compiled, a block may not take a scalar's name (the interpreter allows it)
             times = tl.load(signs + offs // inner)
         else:
             times = sign
-        v = (tl.where(use_source != 0, s, r) * times).to(priv.dtype.element_ty)
+        v = (r * times).to(priv.dtype.element_ty)
         tl.store(priv + offs, v)
         tl.store(shared + offs, v)
     else:
         mask = offs < end
-        s = tl.load(source + offs, mask=mask, other=0.0).to(tl.float32)
         if GATHER:
             times = tl.load(signs + offs // inner, mask=mask, other=1.0)
         else:
             times = sign
-        v = (tl.where(use_source != 0, s, r) * times).to(priv.dtype.element_ty)
+        v = (r * times).to(priv.dtype.element_ty)
         tl.store(priv + offs, v, mask=mask)
         tl.store(shared + offs, v, mask=mask)
 
 
-@triton.jit(do_not_specialize=["seed_index", "n", "per_group", "use_source"])
+@triton.jit(do_not_specialize=["seed_index", "n", "per_group"])
 def fill_kernel(
     priv,
     shared,
-    source,
     signs,
     seeds,
     seed_index,
     n,
     inner,
     per_group,
-    use_source,
     BLOCK: tl.constexpr,
     GATHER: tl.constexpr,
 ):
-    """8 x BLOCK elements per program: a standard normal or ``source``'s value, times its sign.
+    """8 x BLOCK elements per program: a standard normal times its sign.
 
     Sign group ``g`` holds elements [g x inner, (g + 1) x inner). Grouped (the GPU's path), a program
     works in one group, ``per_group`` programs each: one sign per program. With ``GATHER`` (sign groups
@@ -134,17 +128,17 @@ def fill_kernel(
     seed = tl.load(seeds + seed_index)
     w0, w1, w2, w3 = tl.randint4x(seed, pid * BLOCK + tl.arange(0, BLOCK))
     a, b = _normals(w0)
-    _put(priv, shared, source, signs, sign, inner, start, end, full, use_source, a, BLOCK, GATHER)
-    _put(priv, shared, source, signs, sign, inner, start + BLOCK, end, full, use_source, b, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start, end, full, a, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start + BLOCK, end, full, b, BLOCK, GATHER)
     a, b = _normals(w1)
-    _put(priv, shared, source, signs, sign, inner, start + 2 * BLOCK, end, full, use_source, a, BLOCK, GATHER)
-    _put(priv, shared, source, signs, sign, inner, start + 3 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start + 2 * BLOCK, end, full, a, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start + 3 * BLOCK, end, full, b, BLOCK, GATHER)
     a, b = _normals(w2)
-    _put(priv, shared, source, signs, sign, inner, start + 4 * BLOCK, end, full, use_source, a, BLOCK, GATHER)
-    _put(priv, shared, source, signs, sign, inner, start + 5 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start + 4 * BLOCK, end, full, a, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start + 5 * BLOCK, end, full, b, BLOCK, GATHER)
     a, b = _normals(w3)
-    _put(priv, shared, source, signs, sign, inner, start + 6 * BLOCK, end, full, use_source, a, BLOCK, GATHER)
-    _put(priv, shared, source, signs, sign, inner, start + 7 * BLOCK, end, full, use_source, b, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start + 6 * BLOCK, end, full, a, BLOCK, GATHER)
+    _put(priv, shared, signs, sign, inner, start + 7 * BLOCK, end, full, b, BLOCK, GATHER)
 
 
 @triton.jit

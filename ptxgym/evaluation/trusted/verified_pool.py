@@ -5,11 +5,17 @@ them, run while the GPU is held for the candidate (H200: ~16 ms per GEMM 8192x71
 per MHA forward 4x48x4096x128 call, more for the backward; issue 11). The pool moves that work out of
 the step: K secret draws of the ``fresh`` inputs, from the arena's own secret generator (never a
 session's), each kept on the device with its reference, built once with the arena (``Arena.build_s``
-``"pool"``). A verified timed call copies one entry (times its set's current signs, below) into its
-set's shared buffers where an unverified one copies a new ``draw_fresh``: same distribution, dtype,
-buffers and place (``Arena.prepare``, outside the timed window), so values tell the candidate nothing.
-The entries are private: the shared buffers get a copy, so a candidate writing its inputs damages only
-the copy (``Arena._retire_fresh`` and the input check see it as before).
+``"pool"``). A verified timed call puts one entry (times its set's current signs, below) into its
+set's shared buffers where an unverified one puts a new draw: same distribution, dtype, buffers and
+place (``Arena.prepare``, outside the timed window), so values tell the candidate nothing. Where the
+arena prepares timed calls with ``fused_inputs.fill`` (the default on a GPU) an entry is the Philox keys
+of its draw: the call's fill draws with them where another call draws with new keys, the same kernel
+and the same distribution, and the entry holds no values (before the thirty-second session it held
+``torch.randn``'s, whose normals pass the fill's bound of 4.9 about once per million elements: a
+verified call's inputs could be told by a scan). On the torch path the entry holds its values and the
+call copies them where another copies a new ``draw_fresh``. The entries are private: the shared buffers
+get a copy, so a candidate writing its inputs damages only the copy (``Arena._retire_fresh`` and the
+input check see it as before).
 
 Signs. An entry's reference is for its fresh values beside its set's *pristine* other inputs. A call
 on an entry puts into the buffers what a seeded set would hold with the entry as its base: every input
@@ -60,10 +66,11 @@ with one new draw per trial a reviewer's cheat passed 8% of its sessions at f ~ 
 predicts). An entry so serves verified calls in place of references only for the other calls: one per
 trial by default (``verified_per_trial`` - 2).
 
-Memory (entry = the fresh inputs plus the reference outputs, in the definition's dtypes; K = 10, the
-default ``trials x verified_per_trial + 1``): GEMM 8192x7168x5120 A 84 MB + B 73 MB + C 117 MB = 275 MB,
-2.7 GB per arena; MHA forward 4x48x4096x128 Q, K, V 604 MB + O 201 MB + LSE 3 MB = 808 MB, 8.1 GB; MHA
-backward dO 201 MB + dQ, dK, dV 604 MB = 805 MB per entry and set, 24 GB for 3 sets. A pool that
+Memory (K = 10, the default ``trials x verified_per_trial + 1``; the definition's dtypes). A keyed
+entry (``fused_inputs.fill``) is its reference outputs: GEMM 8192x7168x5120 C 117 MB, 1.2 GB per
+arena; MHA forward 4x48x4096x128 O 201 MB + LSE 3 MB, 2.0 GB; MHA backward dQ, dK, dV 604 MB per entry
+and set, 18 GB for 3 sets. On the torch path an entry also holds its fresh inputs: GEMM A 84 MB + B
+73 MB (2.7 GB in all), MHA forward Q, K, V 604 MB (8.1 GB), MHA backward dO 201 MB (24 GB). A pool that
 would leave less than ``reserve`` bytes of the device free, or whose allocation fails, is not built
 and the arena runs without one (``VerifiedPool.error`` says why; a verdict's
 ``details["verified_pool"]``).
@@ -77,6 +84,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ptxgym.evaluation.protocol import SandboxReport
+from ptxgym.evaluation.trusted import fused_inputs
 from ptxgym.evaluation.trusted.inputs import draw_fresh, run_reference
 
 
@@ -85,11 +93,14 @@ class PoolEntry:
     """One secret draw of the fresh inputs and its reference outputs (private, never shared)."""
 
     fresh: dict[str, Any]
-    """The fresh inputs' values, as drawn (no signs)."""
+    """The fresh inputs' values, as drawn (no signs); empty for a keyed entry (``keys``)."""
     reference: dict[str, Any]
-    """The reference outputs for ``fresh`` beside its set's pristine kept inputs."""
+    """The reference outputs for the draw beside its set's pristine kept inputs."""
     uses: int = 0
     """Sessions this entry served since it was drawn."""
+    keys: Any = None
+    """Where the arena prepares fresh inputs with ``fused_inputs.fill``: the draw's Philox keys (one per
+    fresh input, on the device), the draw itself made again by every call that takes the entry."""
 
 
 @dataclass
@@ -147,7 +158,7 @@ def build_pool(arena, size: int, reserve: int, max_uses: int, generator) -> Veri
     keys: list[int | None] = list(range(len(arena.sets))) if kept else [None]
     try:
         first = _draw(arena, 0 if keys[0] is None else keys[0], generator)
-        need = entry_bytes(first.fresh) + entry_bytes(first.reference)
+        need = entry_bytes(first.fresh) + entry_bytes(first.reference) + entry_bytes({"keys": first.keys})
         total = need * size * len(keys)
         if arena.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(arena.device)
@@ -170,11 +181,43 @@ def build_pool(arena, size: int, reserve: int, max_uses: int, generator) -> Veri
 
 
 def _draw(arena, index: int, generator) -> PoolEntry:
-    """One entry for set ``index``: new fresh values and the reference beside the set's pristine inputs."""
-    fresh = draw_fresh(arena.task, arena.fresh, generator, arena.device)
+    """One entry for set ``index``: new fresh values and the reference beside the set's pristine inputs.
+
+    With the arena's fused preparation (``Arena.fill_plan``) the values are ``fused_inputs.fill``'s draw
+    for new secret keys (``keyed_values``) and only the keys are kept: every timed call's values then
+    come from one kernel and one distribution, and the entry holds its reference alone.
+    """
+    keys = None
+    if arena.fill_plan is None:
+        fresh = draw_fresh(arena.task, arena.fresh, generator, arena.device)
+    else:
+        keys = fused_inputs.seeds(generator, len(arena.fill_plan), arena.device)
+        fresh = keyed_values(arena, keys, index)
     inputs = dict(arena.sets[index].base_in)
     inputs.update(fresh)
-    return PoolEntry(fresh=fresh, reference=run_reference(arena.task, arena.namespace, inputs))
+    reference = run_reference(arena.task, arena.namespace, inputs)
+    return PoolEntry(fresh={} if keys is not None else fresh, reference=reference, keys=keys)
+
+
+def keyed_values(arena, keys, index: int) -> dict[str, Any]:
+    """The fresh values a keyed entry stands for on set ``index``: ``fill``'s draw, signs all +1.
+
+    The same grouping as a call's (as many signs as the set's group has), so a call that multiplies the
+    draw by its set's signs gets these values times those signs, bit for bit.
+    """
+    import torch
+
+    s = arena.sets[index]
+    values = {}
+    for k, (name, group) in enumerate(arena.fill_plan.items()):
+        ones = torch.ones_like(arena.fill_signs(s.state, group))
+        values[name] = fused_inputs.fill(torch.empty_like(s.base_in[name]), ones, keys, k)
+    return values
+
+
+def entry_values(arena, entry: PoolEntry, index: int) -> dict[str, Any]:
+    """An entry's fresh values for set ``index`` (unsigned): stored, or drawn again from its keys."""
+    return entry.fresh if entry.keys is None else keyed_values(arena, entry.keys, index)
 
 
 def renew(arena, pool: VerifiedPool, generator) -> float:
