@@ -4,7 +4,7 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s62 (its Ray/local pair); on an H200 (none lent for ten sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s66 (with build/abold: see the stage), s62b; on an H200 (none lent for ten sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
@@ -180,6 +180,29 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s66)
+    # thirty-second session: verified pool entries as Philox keys (fill draws them again; 26c2f6f) against
+    # entries holding torch's draw (the package of 0df7e04, carried in build/abold: PYTHONPATH), the
+    # experts' GPU cost side by side on one machine; first the GPU tests of the pool, the fused kernels
+    # and the fresh values at this tree
+    timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
+      tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
+    for p in "" "$PWD/build/abold"; do (cd / && PYTHONPATH=$p python3 -c "import ptxgym; print('ptxgym from', ptxgym.__file__)"); done
+    PYTHONPATH="$PWD/build/abold" COMMIT=0df7e04 timeout 100 python3 bench/gpu_cost.py \
+      --out "$out/gpu_cost_stored_entries.txt" --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks \
+      --no-crosscheck-turn
+    timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_keyed_entries.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn
+    ;;
+  s62b)
+    # s62's Ray backend and local one side by side on one machine (16 envs streaming, 128 candidates)
+    # shellcheck disable=SC1091
+    source bench/carried_ray.sh
+    for ev in ray local; do
+      timeout 140 python3 bench/throughput.py --evaluator "$ev" --sizes 16 --schedule stream --candidates 128 \
+        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_$ev.txt"
+    done
     ;;
   s63)
     # thirty-first session, for the next: the per-call guard and input checks read once per trial
