@@ -91,8 +91,7 @@ def measure(task_id: str, repeats: int) -> list[str]:
                     [(s.shared_in[n], drawn[n]) for n in arena.fresh], flag
                 )
                 parts["draw, signs and both writes (fused_inputs.fill)"] = lambda: [
-                    fused_inputs.fill(s.shared_in[n], one, keys, k)
-                    for k, n in enumerate(arena.fresh)
+                    fused_inputs.fill(s.shared_in[n], one, keys, k) for k, n in enumerate(arena.fresh)
                 ]
             lines = [
                 f"{task_id}: fresh inputs {list(arena.fresh)} {fresh_bytes / 1e6:.0f} MB, outputs "
