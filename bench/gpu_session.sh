@@ -185,7 +185,8 @@ case "$stage" in
     # thirty-second session: verified pool entries as Philox keys (fill draws them again; 26c2f6f) against
     # entries holding torch's draw (the package of 0df7e04, carried in build/abold: PYTHONPATH), the
     # experts' GPU cost side by side on one machine; first the GPU tests of the pool, the fused kernels
-    # and the fresh values at this tree
+    # and the fresh values at this tree. Before: `mkdir -p build/abold && git archive 0df7e04 ptxgym |
+    # tar -x -C build/abold`, and carry build/abold with .whl
     timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
       tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
     for p in "" "$PWD/build/abold"; do (cd / && PYTHONPATH=$p python3 -c "import ptxgym; print('ptxgym from', ptxgym.__file__)"); done
