@@ -4,7 +4,7 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s66 (with build/abold: see the stage), s62b; on an H200 (none lent for ten sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
@@ -60,7 +60,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s63, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s67, s66, s63, s62b, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -180,6 +180,11 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s67)
+    # s66 then s62b in one device call (~8 minutes: one start for both); carry .whl, build/abold, .raybundle
+    bash "$0" s66 "$out/s66"
+    bash "$0" s62b "$out/s62b"
     ;;
   s66)
     # thirty-second session: verified pool entries as Philox keys (fill draws them again; 26c2f6f) against
