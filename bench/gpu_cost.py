@@ -216,7 +216,8 @@ def play(ev, subject: str, turns: int, say, crosscheck: bool = True, phases: boo
                 say(f"#   {subject} turn {turn} profile's GPU phase (s, from the GPU's taking): {split}")
         else:
             row = _play_turn(ev, subject, task, turn, first_correct, simt, say)
-        row["crosscheck"] = drawn
+        # a plain turn where the secret draw itself fell counts as drawn too (as ``rows_from`` reads it)
+        row["crosscheck"] = drawn or row["walls"].get("proof_gpu", 0.0) > 0
         rows.append(row)
         first_correct = first_correct and row["status"] != "PASSED"
     return rows
@@ -333,9 +334,10 @@ def prepare_cost(ev, task_ids: list[str], say) -> None:
 def summary(rows: list[dict], say, fraction: float) -> None:
     """Per subject: mean GPU seconds, floor and excess over its verified correct turns.
 
-    The turns without the cross-check give the means; a turn with it drawn (``play``) adds its proofs'
-    GPU seconds (``proof_gpu``: the tool's GPU phase; its start-up and read-back hold no GPU) times the
-    share of candidates that draw it (``fraction``): the expected excess per candidate. Then the same for
+    The turns without the cross-check give the means; the turns with it drawn (``play``'s, or a plain
+    turn the secret draw fell on) add their proofs' GPU seconds (``proof_gpu``, their mean: the tool's GPU
+    phase; its start-up and read-back hold no GPU) times the share of candidates that draw it
+    (``fraction``): the expected excess per candidate. Then the same for
     the later turns alone (every plain turn after the subject's first: what a long episode pays per
     candidate once the task is resident, first-use costs outside the one-time split included).
     """
@@ -358,9 +360,11 @@ def summary(rows: list[dict], say, fraction: float) -> None:
         extra, tail = 0.0, "- | -"
         if drawn:
             w = drawn[0]["walls"]
-            extra = w.get("proof_gpu", 0.0)
+            extra = statistics.mean(r["walls"].get("proof_gpu", 0.0) for r in drawn)
+            several = f"mean of {len(drawn)} drawn; the first's " if len(drawn) > 1 else ""
             tail = (
-                f"{extra:.2f} (execute {w.get('execute', 0.0):.2f}, boot {w.get('proof_boot', 0.0):.2f}, "
+                f"{extra:.2f} ({several}execute {w.get('execute', 0.0):.2f}, "
+                f"boot {w.get('proof_boot', 0.0):.2f}, "
                 f"taken {w.get('proof_read', 0.0):.2f}, converted {w.get('proof_convert', 0.0):.2f}) | "
                 f"{excess - one_time + fraction * extra:.2f}"
             )

@@ -45,6 +45,14 @@ def test_summary_counts_only_verified_turns_and_splits_the_one_time_share():
     # the drawn turn is not in the means; its proofs' GPU seconds, amortised: 8.36 + 0.05 x 2.0
     drawn_part = "2.00 (execute 7.50, boot 3.25, taken 0.50, converted 1.25)"
     assert lines[1] == f"g | 2 | 10.50 | 0.14 | 10.36 | 8.36 | {drawn_part} | 8.46"
+    # a second turn the draw fell on (4.0 s): the mean of both, 8.36 + 0.05 x 3.0
+    natural = row(4, "PASSED", 9.5, {"proof_gpu": 4.0, "execute": 6.0})
+    lines.clear()
+    gpu_cost.summary(
+        [*rows, {**drawn, "crosscheck": True}, {**natural, "crosscheck": True}], lines.append, 0.05
+    )
+    several = "3.00 (mean of 2 drawn; the first's execute 7.50, boot 3.25, taken 0.50, converted 1.25)"
+    assert lines[1] == f"g | 2 | 10.50 | 0.14 | 10.36 | 8.36 | {several} | 8.51"
 
 
 def test_phase_spy_places_the_gpu_phase_between_the_go_and_the_tools_end():
