@@ -239,12 +239,7 @@ case "$stage" in
       audit --evaluator local --case timed_scratch \
       --case input_mutating --case pointer_cache --case call_counting --case noop --case naive; } \
       > "$out/audit_inputs.txt" 2>&1
-    # shellcheck disable=SC1091
-    source bench/carried_ray.sh
-    for ev in ray local; do
-      timeout 140 python3 bench/throughput.py --evaluator "$ev" --sizes 16 --schedule stream --candidates 128 \
-        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128_$ev.txt"
-    done
+    bash "$0" s62b "$out"
     ;;
   s61)
     # thirty-first session, later: the drawn cross-check with the driver's sandbox library built by the
