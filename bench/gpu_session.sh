@@ -4,7 +4,7 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s68 (s67 on an H100); s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
@@ -180,6 +180,22 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s68)
+    # thirty-third session: on an H200 (none lent for twelve sessions) the keyed pool's GPU tests first
+    # (its evaluator change has not run on a GPU yet), then s53 without its experts' tests (the GPU cost
+    # of the experts and the SIMT control, the cross-check turn, one 16-env pass of 128): a second call
+    # runs s66's A/B and the experts; on an H100, s67
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
+        tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
+      timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_keyed_defaults.txt" \
+        --subjects mha_fwd_expert gemm_expert gemm_simt --turns 4 --prepare-tasks
+      timeout 140 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128.txt"
+    else
+      bash "$0" s67 "$out"
+    fi
     ;;
   s67)
     # s66 then s62b in one device call (~8 minutes: one start for both); carry .whl, build/abold, .raybundle
