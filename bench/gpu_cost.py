@@ -62,6 +62,7 @@ SHOWN = (
     "worker_sandbox",
     "worker_settle",
     "worker_calibrate",
+    "settle_late",
     "spare_attach_hw_prepare",
     "spare_attach_hw_prepare_failed",
     "spare_attach_hw_warm",

@@ -4,7 +4,7 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s68 (s67 on an H100); s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s68 (s67 on an H100), s69 and s69b; s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
@@ -180,6 +180,17 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s69|s69b)
+    # thirty-third session: the spares awaited before the first timed call where the calibration is kept
+    # (late_spare_settle) against before the calibration (the default), 16 envs streaming, 128 candidates,
+    # the cross-check off, side by side on one machine (s69: on then off; s69b: off then on)
+    order="true false"; [ "$stage" = s69b ] && order="false true"
+    for late in $order; do
+      timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --set late_spare_settle=$late \
+        --out "$out/throughput_128_late_$late.txt"
+    done
     ;;
   s68)
     # thirty-third session: on an H200 (none lent for twelve sessions) the keyed pool's GPU tests first

@@ -298,6 +298,8 @@ def run_pass(evaluator, size: int, n: int, tag: str, schedule: str = "waves") ->
         "worker_s": sum(walls(fb, ("worker",)) for fb in feedbacks),
         "discard_s": sum(walls(fb, ("discard",)) for fb in feedbacks),  # the runner killed and reaped
         "worker_parts": {p: sum(walls(fb, (f"worker_{p}",)) for fb in feedbacks) for p in WORKER_PARTS},
+        # the spares' wait before the first timed call instead (``late_spare_settle``)
+        "settle_late_s": sum(walls(fb, ("settle_late",)) for fb in feedbacks),
         # a runner's attach steps (``spare_attach_<step>``: a spare's warm-up, mostly before the turn)
         "attach_steps": {p: sum(walls(fb, (f"spare_attach_{p}",)) for fb in feedbacks) for p in steps},
         "prepare_s": sum(walls(fb, ("prepare",)) for fb in feedbacks),
@@ -389,6 +391,7 @@ def format_pass(r: dict) -> list[str]:
         f"passed on a second timing {r.get('retimed', 0)}",
         "         worker stage: "
         + ", ".join(f"{p} {s:.1f}" for p, s in r.get("worker_parts", {}).items())
+        + f"; before the first timed call, the late settle {r.get('settle_late_s', 0):.1f}"
         + f"; after the calls, the runner's discard {r.get('discard_s', 0):.1f}",
         "         activity trials' ends (cupti_spans.settle_flush): "
         + (

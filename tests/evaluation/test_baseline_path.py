@@ -520,6 +520,50 @@ def test_spares_are_awaited_after_the_sandbox_and_before_the_calibration(tmp_pat
     assert "worker_settle" in verdict.stage_wall_s
 
 
+@pytest.mark.parametrize("late", [False, True])
+def test_a_late_settle_waits_for_the_spares_before_the_first_timed_call_where_the_calibration_is_kept(
+    tmp_path, late
+):
+    """``late_spare_settle``: with a kept calibration the spares are awaited after the correctness calls.
+
+    The first worker of each kind measures its calibration: the wait stays before it. A later candidate
+    reuses it: its load and correctness calls overlap the spares' start-up, the wait comes just before
+    its first timed call (the ``settle_late`` wall), and a wrong one never waits. Off: as before.
+    """
+    workers = Workers(tmp_path)
+    settings = SETTINGS.model_copy(update={"late_spare_settle": late})
+    ev = cpu_evaluator(tmp_path, workers, settings)
+    seen: list[list[str]] = []
+
+    class Spares(_Pool):
+        def settle(self, ready) -> int:
+            seen.append(list(workers.made[-1].transcript) if workers.made else [])
+            return 1
+
+    ev.native.pool = Spares()  # type: ignore[assignment]
+    task = gemm_task()
+    ev.baseline(task)
+    first = ev.evaluate(task, built(task, 1).model_copy(update={"artifact_sha256": "1" * 64}))
+    assert first.status is Status.PASSED, first.message
+    assert [before[-1] for before in seen] == ["sandbox", "sandbox"]  # both calibrations measured
+    second = ev.evaluate(task, built(task, 2).model_copy(update={"artifact_sha256": "2" * 64}))
+    assert second.status is Status.PASSED, second.message
+    assert second.details["calibration_source"].startswith("reused"), second.details["calibration_source"]
+    assert len(seen) == 3
+    if late:
+        before = seen[2]
+        assert "load:so" in before and not [c for c in before if c.endswith(":True:True")], before
+        checks = [c for c in before if c.startswith("call:")]
+        assert len(checks) == settings.correctness_sets, before  # every correctness call, no timed one
+        assert "settle_late" in second.stage_wall_s and "spares" in second.stage_wall_s
+    else:
+        assert seen[2][-1] == "sandbox" and "settle_late" not in second.stage_wall_s
+    workers.candidate = wrong
+    third = ev.evaluate(task, built(task, 3).model_copy(update={"artifact_sha256": "3" * 64}))
+    assert third.status is Status.INCORRECT_NUMERICAL, third.message
+    assert len(seen) == (3 if late else 4)  # a wrong answer ends before any timed call: no wait
+
+
 def test_python_spares_stay_few_while_the_runners_serve_and_pools_follow_the_runners(tmp_path):
     """With runners wanted (the default) the Python workers serve only baselines and plain arenas.
 

@@ -353,6 +353,20 @@ class EvalSettings(BaseModel):
         "``throughput_2026-12-06_s38_early_refill_*_h100.txt``): the spares' CUDA start-ups, not the "
         "discard, make the wait.",
     )
+    late_spare_settle: bool = Field(
+        False,
+        description="With quiet spares (``local.QUIET_SPARES``) and a reused calibration (nothing to "
+        "measure before the candidate loads), wait for the starting spares just before the first timed "
+        "call instead of before the calibration, so that their CUDA start-ups overlap the subject's load "
+        "and correctness calls (untimed), and a subject that fails those never waits for them (the next "
+        "one does, for what is left). The timed calls, the counted calls and a measured calibration stay "
+        "quiet as before. The memory check after the correctness calls then also counts what the warming "
+        "spares took since the worker was set up (their contexts), so its limit "
+        "(``max_candidate_gpu_gb``) is stricter by that much for such a subject, never looser. The wait "
+        "was 30.7 s of 95.2 s of GPU over 128 candidates at 16 envs (H100, "
+        "``throughput_2026-12-07_s60_local_h100.txt``). Off until measured: the wait before the "
+        "calibration, as before 2026-12-07.",
+    )
     hw_count_in_trial: bool = Field(
         True,
         description="Make the hardware-counted call inside the CUPTI activity trial: its kernels join the "

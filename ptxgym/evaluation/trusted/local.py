@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -71,7 +71,7 @@ from ptxgym.evaluation.trusted.baseline_store import (
     with_fallback,
 )
 from ptxgym.evaluation.trusted.budget import StepBudget, StepBudgetExceeded, exceeded_verdict
-from ptxgym.evaluation.trusted.calibration_reuse import CalibrationReuse
+from ptxgym.evaluation.trusted.calibration_reuse import CalibrationReuse, Kept
 from ptxgym.evaluation.trusted.census import in_band_census
 from ptxgym.evaluation.trusted.gpu_queue import GpuQueue
 from ptxgym.evaluation.trusted.gpuinfo import device_facts, pci_bus_id, sm_clock_mhz
@@ -251,6 +251,9 @@ class LocalGpuEvaluator(Evaluator):
         """Spares replaced only after a subject's timed calls and awaited before the next calibration
         (``QUIET_SPARES``); False: replaced at once, warming beside the timing (for measurements)."""
         self.spares_wait_s = 0.0
+        self.spares_pending = False
+        """The spares are awaited before this turn's first timed call, not before its calibration
+        (``EvalSettings.late_spare_settle``, ``_settle_late``)."""
         self.calibrations = CalibrationReuse()
         """Recent workers' calibrations, each serving the next workers of its kind (``calibration_reuse``)."""
         if self.settings.native_wall:  # its library compiled now, never inside a GPU turn's first call
@@ -765,9 +768,10 @@ class LocalGpuEvaluator(Evaluator):
         infrastructure error, not the candidate's. ``pool``: the native runners' (None: the Python workers').
         ``hw_prepare``: a runner queries its hardware-counter availability before its jail (the subject
         will get the hardware-counted call; ``ApplySandbox.hw_prepare``). The spares are awaited just
-        before the calibration (``QUIET_SPARES``), not when the worker is taken: a spare the last subject
-        started then starts beside this worker's attach and sandbox (on the H200 the ``worker`` stage grew
-        from 0.08 s a candidate at 1 env to 0.30 s at 16 and 64: that wait, it seems;
+        before the calibration (``QUIET_SPARES``; with ``late_spare_settle`` and a kept calibration,
+        before the first timed call instead: ``_settle_late``), not when the worker is taken: a spare the
+        last subject started then starts beside this worker's attach and sandbox (on the H200 the
+        ``worker`` stage grew from 0.08 s a candidate at 1 env to 0.30 s at 16 and 64: that wait, it seems;
         throughput_2026-12-05_native_h200.txt). ``walls``: the parts' wall seconds (``worker_restore``,
         ``worker_take``, ``worker_attach``, ``worker_sandbox``, ``worker_settle``, ``worker_calibrate``).
         ``candidate``: a candidate's worker, not the baseline's (they never share a calibration,
@@ -806,10 +810,12 @@ class LocalGpuEvaluator(Evaluator):
                 session.sandbox(self.sandbox_mode, hw_prepare)
             part("sandbox")
             self.spares_wait_s = 0.0
-            if self.quiet_spares:  # a spare started after the last timed calls may still be starting:
-                self._settle_spares()  # it had this worker's attach and sandbox to do it in
+            cal_key, kept = self._kept_calibration(arena, (candidate, pool is not None, sandboxed), match_ms)
+            self.spares_pending = self.quiet_spares and kept is not None and self.settings.late_spare_settle
+            if self.quiet_spares and not self.spares_pending:  # a spare started after the last timed
+                self._settle_spares()  # calls may still be starting: it had this attach and sandbox
             part("settle")
-            self._calibrate(session, arena, (candidate, pool is not None, sandboxed), match_ms)
+            self._calibrate(session, cal_key, kept, match_ms)
             part("calibrate")
         except (WorkerError, CandidateFault) as exc:
             handle.discard()
@@ -819,21 +825,28 @@ class LocalGpuEvaluator(Evaluator):
             raise
         return session, handle, self._free_bytes()
 
-    def _calibrate(
-        self, session: Session, arena: Arena, kind: tuple[bool, bool, bool], match_ms: float | None
-    ) -> None:
-        """Measure the worker's calibration, or reuse a recent one of the same kind (``calibration_reuse``).
+    def _kept_calibration(
+        self, arena: Arena, kind: tuple[bool, bool, bool], match_ms: float | None
+    ) -> tuple[Hashable, tuple[Kept, str] | None]:
+        """The calibration key of a worker of this kind, and a recent calibration it may reuse (or None).
 
         ``kind``: a candidate's worker (else the baseline's: the first of each measures its own, so the
-        baseline's commands stay a candidate's), a native runner, sandboxed. ``session.calibration_source``
-        says which (the verdict's ``details["calibration_source"]``).
+        baseline's commands stay a candidate's), a native runner, sandboxed (``calibration_reuse``).
         """
         key = (arena.id, *kind, self.sandbox_mode, self.backend, match_ms)
         s = self.settings
-        found = self.calibrations.take(key, s.calibration_reuse, s.calibration_max_age_s)
-        if found is not None:
-            kept, session.calibration_source = found
-            session.use_calibration(kept.cal, kept.matched)
+        return key, self.calibrations.take(key, s.calibration_reuse, s.calibration_max_age_s)
+
+    def _calibrate(
+        self, session: Session, key: Hashable, kept: tuple[Kept, str] | None, match_ms: float | None
+    ) -> None:
+        """Use the kept calibration (``_kept_calibration``), else measure one and keep it for the next.
+
+        ``session.calibration_source`` says which (the verdict's ``details["calibration_source"]``).
+        """
+        if kept is not None:
+            found, session.calibration_source = kept
+            session.use_calibration(found.cal, found.matched)
             return
         session.calibrate(match_ms=match_ms)
         assert session.cal is not None
@@ -1029,6 +1042,7 @@ class LocalGpuEvaluator(Evaluator):
             if hog or (strict and result.failure is not None):
                 self._early_refill(turn, handle, hog)
                 return self._failed(turn, hog)
+            self._settle_late(turn)
             turn.stage = Stage.TIME
             with turn.timed("time"):
                 base = turn.baseline.stats if turn.baseline is not None else None
@@ -1095,6 +1109,19 @@ class LocalGpuEvaluator(Evaluator):
             with turn.timed("discard"):
                 handle.discard()
         return self._timed_verdict(turn)
+
+    def _settle_late(self, turn: Turn) -> None:
+        """Wait for the starting spares before the first timed call, where ``_session`` did not.
+
+        Only with ``late_spare_settle`` and a reused calibration (``spares_pending``): the wait is the
+        turn's ``settle_late`` wall, and it joins the ``spares`` wall.
+        """
+        if not self.spares_pending:
+            return
+        self.spares_pending = False
+        with turn.timed("settle_late"):
+            self._settle_spares()
+        turn.walls["spares"] = round(turn.walls.get("spares", 0.0) + self.spares_wait_s, 4)
 
     def _early_refill(self, turn: Turn, handle: WorkerHandle, hog: str) -> None:
         """Replace the spares now, the subject's last memory check made and clean (``early_refill``).
