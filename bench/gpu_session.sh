@@ -4,7 +4,7 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s68 (s67 on an H100), s69 and s69b; s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s68 (s66 on an H100), s69 and s69b, s62b; s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
@@ -196,7 +196,7 @@ case "$stage" in
     # thirty-third session: on an H200 (none lent for twelve sessions) the keyed pool's GPU tests first
     # (its evaluator change has not run on a GPU yet), then s53 without its experts' tests (the GPU cost
     # of the experts and the SIMT control, the cross-check turn, one 16-env pass of 128): a second call
-    # runs s66's A/B and the experts; on an H100, s67
+    # runs s66's A/B and the experts; on an H100, s66 (s67 with s62b may pass the 600 s a call may take)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
         tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
@@ -205,7 +205,7 @@ case "$stage" in
       timeout 140 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
         --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --out "$out/throughput_128.txt"
     else
-      bash "$0" s67 "$out"
+      bash "$0" s66 "$out"
     fi
     ;;
   s67)
