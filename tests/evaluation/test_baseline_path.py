@@ -494,14 +494,8 @@ def test_an_infra_error_says_whether_the_candidate_had_been_loaded(tmp_path, mon
     assert before.status is Status.INFRA_ERROR and not before.candidate_ran
 
 
-def test_spares_are_awaited_after_the_sandbox_and_before_the_calibration(tmp_path):
-    """``QUIET_SPARES``: a spare starts beside the worker's attach and sandbox, never beside its timing.
-
-    The wait sits between the sandbox command and the calibration's first load, so a spare the last
-    subject started has the set-up's time to finish in (it was awaited when the worker was taken).
-    """
-    workers = Workers(tmp_path)
-    ev = cpu_evaluator(tmp_path, workers)
+def watch_settles(ev, workers: Workers) -> list[list[str]]:
+    """The runners' pool made one whose every settle records the last worker's transcript so far."""
     seen: list[list[str]] = []
 
     class Spares(_Pool):
@@ -510,6 +504,18 @@ def test_spares_are_awaited_after_the_sandbox_and_before_the_calibration(tmp_pat
             return 1
 
     ev.native.pool = Spares()  # type: ignore[assignment]
+    return seen
+
+
+def test_spares_are_awaited_after_the_sandbox_and_before_the_calibration(tmp_path):
+    """``QUIET_SPARES``: a spare starts beside the worker's attach and sandbox, never beside its timing.
+
+    The wait sits between the sandbox command and the calibration's first load, so a spare the last
+    subject started has the set-up's time to finish in (it was awaited when the worker was taken).
+    """
+    workers = Workers(tmp_path)
+    ev = cpu_evaluator(tmp_path, workers)
+    seen = watch_settles(ev, workers)
     task = gemm_task()
     ev.baseline(task)
     verdict = ev.evaluate(task, built(task))
@@ -533,14 +539,7 @@ def test_a_late_settle_waits_for_the_spares_before_the_first_timed_call_where_th
     workers = Workers(tmp_path)
     settings = SETTINGS.model_copy(update={"late_spare_settle": late})
     ev = cpu_evaluator(tmp_path, workers, settings)
-    seen: list[list[str]] = []
-
-    class Spares(_Pool):
-        def settle(self, ready) -> int:
-            seen.append(list(workers.made[-1].transcript) if workers.made else [])
-            return 1
-
-    ev.native.pool = Spares()  # type: ignore[assignment]
+    seen = watch_settles(ev, workers)
     task = gemm_task()
     ev.baseline(task)
     first = ev.evaluate(task, built(task, 1).model_copy(update={"artifact_sha256": "1" * 64}))
