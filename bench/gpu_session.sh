@@ -4,7 +4,7 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s68 (s66 on an H100), s69 and s69b, s62b; s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s70 (the pool's tests, s69), then s66, s69b, s62b; on an H200 s68; s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
@@ -180,6 +180,13 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s70)
+    # thirty-third session, one call for little device time: the keyed pool's GPU tests (its evaluator
+    # change has not run on a GPU yet), then s69's pair (late_spare_settle on, then off)
+    timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
+      tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
+    bash "$0" s69 "$out"
     ;;
   s69|s69b)
     # thirty-third session: the spares awaited before the first timed call where the calibration is kept
