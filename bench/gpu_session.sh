@@ -183,10 +183,16 @@ case "$stage" in
     ;;
   s70)
     # thirty-third session, one call for little device time: the keyed pool's GPU tests (its evaluator
-    # change has not run on a GPU yet), then s69's pair (late_spare_settle on, then off)
+    # change has not run on a GPU yet: 18 s in s52), then s69's pair (late_spare_settle on, then off), then
+    # s66's cost pair (stored entries, keyed ones) if the call's 600 s allow (~420 s expected)
     timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
       tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
     bash "$0" s69 "$out"
+    PYTHONPATH="$PWD/build/abold" COMMIT=0df7e04 timeout 100 python3 bench/gpu_cost.py \
+      --out "$out/gpu_cost_stored_entries.txt" --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks \
+      --no-crosscheck-turn
+    timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_keyed_entries.txt" \
+      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn
     ;;
   s69|s69b)
     # thirty-third session: the spares awaited before the first timed call where the calibration is kept
