@@ -4,7 +4,8 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s70 (the pool's tests, s69, s66's cost pair), then s69b, s62b; on an H200 s68; s67 (= s66, with build/abold: see the stage, then s62b); on an H200 (none lent for twelve sessions) s57 (which then runs s53 too), then s41's command, s40,
+# Next: s70 (the keyed pool's GPU tests, s69, s66's cost pair; make build/abold first: see s66), then s69b,
+#   s62b; on an H200 (none lent for thirteen sessions) s68, s57 (which then runs s53 too), s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Thirty-third session (2026-12-07): no device run (eleven refused or withdrawn starts; s70 did not run).
