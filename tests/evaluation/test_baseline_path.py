@@ -563,6 +563,33 @@ def test_a_late_settle_waits_for_the_spares_before_the_first_timed_call_where_th
     assert len(seen) == (3 if late else 4)  # a wrong answer ends before any timed call: no wait
 
 
+def test_the_late_settle_is_left_out_of_the_step_budget(tmp_path):
+    """The spares' wait before the first timed call is the trusted side's: the subject's budget skips it.
+
+    The second candidate's settle lasts longer than its whole run budget; it still passes (left in the
+    budget, the wait made it a TIMEOUT: seen with ``StepClock.exclude`` disabled).
+    """
+    workers = Workers(tmp_path)
+    settings = SETTINGS.model_copy(update={"late_spare_settle": True, "budget_base_s": 1.0})
+    ev = cpu_evaluator(tmp_path, workers, settings)
+    sleep = [0.0]
+
+    class Slow(_Pool):
+        def settle(self, ready) -> int:
+            time.sleep(sleep[0])
+            return 1
+
+    ev.native.pool = Slow()  # type: ignore[assignment]
+    task = gemm_task()
+    ev.baseline(task)
+    first = ev.evaluate(task, built(task, 1).model_copy(update={"artifact_sha256": "1" * 64}))
+    assert first.status is Status.PASSED, first.message
+    sleep[0] = first.details["step_budget"]["run_s"] + 0.5
+    second = ev.evaluate(task, built(task, 2).model_copy(update={"artifact_sha256": "2" * 64}))
+    assert second.status is Status.PASSED, second.message
+    assert second.stage_wall_s["settle_late"] >= sleep[0]
+
+
 def test_python_spares_stay_few_while_the_runners_serve_and_pools_follow_the_runners(tmp_path):
     """With runners wanted (the default) the Python workers serve only baselines and plain arenas.
 

@@ -126,6 +126,13 @@ class StepClock:
         """Seconds left for the whole step."""
         return self.budget.total_s - self.elapsed()
 
+    def exclude(self, seconds: float) -> None:
+        """Leave out of the step's time ``seconds`` the trusted side spent on its own work meanwhile.
+
+        The candidate's process idled then (``LocalGpuEvaluator._settle_late``: the spares' wait).
+        """
+        self.start += max(0.0, seconds)
+
 
 class StepBudgetExceeded(WorkerTimeout):
     """The step ran past its run budget; the command in flight was abandoned."""

@@ -1114,13 +1114,16 @@ class LocalGpuEvaluator(Evaluator):
         """Wait for the starting spares before the first timed call, where ``_session`` did not.
 
         Only with ``late_spare_settle`` and a reused calibration (``spares_pending``): the wait is the
-        turn's ``settle_late`` wall, and it joins the ``spares`` wall.
+        turn's ``settle_late`` wall, and it joins the ``spares`` wall. It is the trusted side's, not the
+        subject's: the step's budget clock leaves it out (``StepClock.exclude``).
         """
         if not self.spares_pending:
             return
         self.spares_pending = False
         with turn.timed("settle_late"):
             self._settle_spares()
+        if turn.session is not None and turn.session.clock is not None:
+            turn.session.clock.exclude(self.spares_wait_s)
         turn.walls["spares"] = round(turn.walls.get("spares", 0.0) + self.spares_wait_s, 4)
 
     def _early_refill(self, turn: Turn, handle: WorkerHandle, hog: str) -> None:
