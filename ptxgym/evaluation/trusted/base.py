@@ -362,7 +362,8 @@ class EvalSettings(BaseModel):
         "one does, for what is left). The timed calls, the counted calls and a measured calibration stay "
         "quiet as before. The memory check after the correctness calls then also counts what the warming "
         "spares took since the worker was set up (their contexts), so its limit "
-        "(``max_candidate_gpu_gb``) is stricter by that much for such a subject, never looser. The wait "
+        "(``max_candidate_gpu_gb``) is stricter by that much for such a subject, never looser; the wait "
+        "is left out of the subject's step budget (``StepClock.exclude``). The wait before the calibration "
         "was 30.7 s of 95.2 s of GPU over 128 candidates at 16 envs (H100, "
         "``throughput_2026-12-07_s60_local_h100.txt``). Off until measured: the wait before the "
         "calibration, as before 2026-12-07.",
