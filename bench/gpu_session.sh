@@ -8,7 +8,8 @@
 #   s62b; on an H200 (none lent for thirteen sessions) s68, s57 (which then runs s53 too), s41's command, s40,
 #   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
 #   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
-# Thirty-third session (2026-12-07): no device run (eleven refused or withdrawn starts; s70 did not run).
+# Thirty-third session (2026-12-07): no device run (about fifteen refused starts, one machine taken back
+#   before its call finished; s70 did not run).
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
 #   tests passed; the copy probe), s64 (a PTX copy kernel in the exchange against the copy engine: no gain,
 #   the kernel removed after), s62a and the audit's timed_overrun by hand, on one H100.
@@ -62,7 +63,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s67, s66, s63, s62b, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s70, s69, s69b, s68, s67, s66, s66_pair, pool_tests, s63, s62b, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -187,14 +188,9 @@ case "$stage" in
     # thirty-third session, one call for little device time: the keyed pool's GPU tests (its evaluator
     # change has not run on a GPU yet: 18 s in s52), then s69's pair (late_spare_settle on, then off), then
     # s66's cost pair (stored entries, keyed ones) if the call's 600 s allow (~420 s expected)
-    timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
-      tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
+    bash "$0" pool_tests "$out"
     bash "$0" s69 "$out"
-    PYTHONPATH="$PWD/build/abold" COMMIT=0df7e04 timeout 100 python3 bench/gpu_cost.py \
-      --out "$out/gpu_cost_stored_entries.txt" --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks \
-      --no-crosscheck-turn
-    timeout 100 python3 bench/gpu_cost.py --out "$out/gpu_cost_keyed_entries.txt" \
-      --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks --no-crosscheck-turn
+    bash "$0" s66_pair "$out"
     ;;
   s69|s69b)
     # thirty-third session: the spares awaited before the first timed call where the calibration is kept
@@ -213,8 +209,7 @@ case "$stage" in
     # of the experts and the SIMT control, the cross-check turn, one 16-env pass of 128): a second call
     # runs s66's A/B and the experts; on an H100, s66 (s67 with s62b may pass the 600 s a call may take)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
-        tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
+      bash "$0" pool_tests "$out"
       timeout 110 python3 bench/gpu_cost.py --out "$out/gpu_cost_keyed_defaults.txt" \
         --subjects mha_fwd_expert gemm_expert gemm_simt --turns 4 --prepare-tasks
       timeout 140 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
@@ -234,8 +229,16 @@ case "$stage" in
     # experts' GPU cost side by side on one machine; first the GPU tests of the pool, the fused kernels
     # and the fresh values at this tree. Before: `mkdir -p build/abold && git archive 0df7e04 ptxgym |
     # tar -x -C build/abold`, and carry build/abold with .whl
+    bash "$0" pool_tests "$out"
+    bash "$0" s66_pair "$out"
+    ;;
+  pool_tests)
+    # the GPU tests of the verified pool, the fused input kernels and the fresh values (s66, s68, s70)
     timeout 150 bash bench/gpu_tests.sh "$out/pool" --timeout 140 -q tests/evaluation/test_verified_pool.py \
       tests/evaluation/test_fused_inputs.py tests/evaluation/test_fresh_values.py
+    ;;
+  s66_pair)
+    # s66's cost pair: the package of 0df7e04 (stored entries, build/abold) then this tree (keyed entries)
     for p in "" "$PWD/build/abold"; do (cd / && PYTHONPATH=$p python3 -c "import ptxgym; print('ptxgym from', ptxgym.__file__)"); done
     PYTHONPATH="$PWD/build/abold" COMMIT=0df7e04 timeout 100 python3 bench/gpu_cost.py \
       --out "$out/gpu_cost_stored_entries.txt" --subjects mha_fwd_expert gemm_expert --turns 4 --prepare-tasks \
