@@ -365,8 +365,11 @@ class EvalSettings(BaseModel):
         "(``max_candidate_gpu_gb``) is stricter by that much for such a subject, never looser; the wait "
         "is left out of the subject's step budget (``StepClock.exclude``). The wait before the calibration "
         "was 30.7 s of 95.2 s of GPU over 128 candidates at 16 envs (H100, "
-        "``throughput_2026-12-07_s60_local_h100.txt``). Off until measured: the wait before the "
-        "calibration, as before 2026-12-07.",
+        "``throughput_2026-12-07_s60_local_h100.txt``). Measured against it on one H100, four passes "
+        "of 128 in two orders: 128.8 and 125.4 s on against 109.8 and 124.7 s off; the wait moved to the "
+        "next subject's take (12.8-14.0 s) instead of going away, and one honest GEMM variant failed its "
+        "wall cross-check (``throughput_2026-12-08_s70_late_*_h100.txt``, ``..._s69b_late_*_h100.txt``). "
+        "So it stays off: the wait before the calibration, as before 2026-12-07.",
     )
     hw_count_in_trial: bool = Field(
         True,
