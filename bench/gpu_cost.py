@@ -63,6 +63,7 @@ SHOWN = (
     "worker_settle",
     "worker_calibrate",
     "settle_late",
+    "spare_attach_hw_prepare_retried",
     "spare_attach_hw_prepare",
     "spare_attach_hw_prepare_failed",
     "spare_attach_hw_warm",

@@ -4,10 +4,14 @@
 # its header (the device copy's git metadata is stale: pass COMMIT).
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
-# Next: s70 (the keyed pool's GPU tests, s69, s66's cost pair; make build/abold first: see s66), then s69b,
-#   s62b; on an H200 (none lent for thirteen sessions) s68, s57 (which then runs s53 too), s41's command, s40,
-#   the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c,
-#   spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
+# Next: s71 (a spare's counter query tried 4, 1 or 0 times: the spares' wait grew from 18 to 30 s when the
+#   retries came), then s71b, s72 (the local backend with 2 spares against 4: Ray's edge); on an H200 (none
+#   lent for fourteen sessions) s68, s57 (which then runs s53 too), s41's command, s40, the in-trial window
+#   (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c, spares, ray_load,
+#   benches, gate. (s47's tests ran and passed in s52.)
+# Done on 2026-12-08 (thirty-fourth session), on one H100: s70 (the keyed pool's GPU tests passed; keyed
+#   against stored entries; the late settle on/off), s62b and s69b, then s62b's pair in the other order by
+#   hand (s62c).
 # Thirty-third session (2026-12-07): no device run (about fifteen refused starts, one machine taken back
 #   before its call finished; s70 did not run).
 # Done on 2026-12-07 (thirty-second session): s63 (deferred checks on/off: no gain; the hostile and guard GPU
@@ -63,7 +67,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s70, s69, s69b, s68, s67, s66, s66_pair, pool_tests, s63, s62b, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s72, s71, s71b, s70, s69, s69b, s68, s67, s66, s66_pair, pool_tests, s63, s62b, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -183,6 +187,30 @@ case "$stage" in
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
     timeout 90 python3 bench/gpu_cost.py --out "$out/gpu_cost_torch_ops.txt" --set fused_inputs=false \
       --subjects mha_fwd_expert gemm_expert --turns 3 --no-crosscheck-turn --prepare-tasks
+    ;;
+  s71|s71b)
+    # thirty-fourth session: a spare's counter query tried 4 times (the default), once, or not at all
+    # (spare_hw_prepare_attempts; 0: counted subjects query in their sandbox step), 16 envs streaming,
+    # 128 candidates, the cross-check off, side by side on one machine (s71: 4, 1, 0; s71b: 0, 1, 4);
+    # first the runner's GPU test of the attach's query steps (two runners attached at once)
+    timeout 90 bash bench/gpu_tests.sh "$out/attach_tries" --timeout 80 -q -s \
+      tests/evaluation/test_native_runner_gpu.py -k counter_query_tries
+    order="4 1 0"; [ "$stage" = s71b ] && order="0 1 4"
+    for tries in $order; do
+      timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --set spare_hw_prepare_attempts=$tries \
+        --out "$out/throughput_128_tries_$tries.txt"
+    done
+    ;;
+  s72)
+    # thirty-fourth session: why the Ray backend was 9-10% faster than the local one on one machine
+    # (s62b, s62c): its actor takes one call at a time, so it keeps 2 spares, and its evaluator has a
+    # process of its own; the local backend with 2 spares at most against its default (4), side by side
+    for spares in 2 4; do
+      PTXGYM_MAX_SPARES=$spares timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 \
+        --schedule stream --candidates 128 --candidates-per-env 8 --set ncu_crosscheck_fraction=0 \
+        --out "$out/throughput_128_spares_$spares.txt"
+    done
     ;;
   s70)
     # thirty-third session, one call for little device time: the keyed pool's GPU tests (its evaluator

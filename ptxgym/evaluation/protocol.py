@@ -109,6 +109,13 @@ class Attach(_Cmd):
         "the set-up (``ApplySandbox.hw_prepare``, made here on a spare's warm-up, off any GPU turn; the "
         "sandbox command then finds it done). The Python worker ignores it.",
     )
+    hw_prepare_attempts: int = Field(
+        4,
+        ge=1,
+        le=8,
+        description="With ``hw_prepare``: how many times the runner tries the query, 100 ms apart, before "
+        "it names the step ``hw_prepare_failed`` (``EvalSettings.spare_hw_prepare_attempts``).",
+    )
     hw_warm: bool = Field(
         False,
         description="With ``hw_prepare``: the runner also makes one hardware-counted cycle with no call in "
@@ -268,6 +275,7 @@ ATTACH_PHASES = (
     "map",
     "flush",
     "cupti",
+    "hw_prepare_retried",
     "hw_prepare",
     "hw_prepare_failed",
     "hw_warm",
@@ -275,8 +283,9 @@ ATTACH_PHASES = (
     "sets",
 )
 """The steps a native runner's attach reports (``AttachResult.phases_ms``): CUDA's start-up (driver,
-context, runtime), mapping the arena, the L2-flush buffer, CUPTI's start, the counter query (with its
-retries; named ``hw_prepare_failed`` where none worked, so the subject's sandbox step queries again),
+context, runtime), mapping the arena, the L2-flush buffer, CUPTI's start, the counter query's failed
+tries and their pauses (``Attach.hw_prepare_attempts``), its last try (named ``hw_prepare_failed`` where
+none worked, so the subject's sandbox step queries again),
 the warm cycle (``Attach.hw_warm``: named ``hw_warm_failed`` where the range profiler was not started),
 the sets."""
 

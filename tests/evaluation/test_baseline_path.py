@@ -700,19 +700,23 @@ def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may
     arena, _, _ = ev._prepare(gemm_task())
     assert arena.attach_command(1, False, hw_prepare=True).hw_prepare  # carried in the command
     assert arena.attach_command(1, False, hw_prepare=True, hw_warm=True).hw_warm
+    assert arena.attach_command(1, False, hw_prepare=True, hw_prepare_attempts=2).hw_prepare_attempts == 2
     # and in a guard-page arena's (the only kind a runner maps)
     run = SimpleNamespace(offset=0, size=2 << 20)
     layout = SimpleNamespace(mappings=[run], total=2 << 20, page=2 << 20)
     paged = SimpleNamespace(guard_pages=True, id="a", layout=layout, _layout=[])
     cmd = Arena.attach_command(paged, 1, False, hw_prepare=True, hw_warm=True)  # type: ignore[arg-type]
-    assert cmd.vmm is not None and cmd.hw_prepare and cmd.hw_warm
+    assert cmd.vmm is not None and cmd.hw_prepare and cmd.hw_warm and cmd.hw_prepare_attempts == 4
     monkeypatch.setattr(Arena, "guard_pages", property(lambda self: True))  # a runner maps only these
     asked: list[bool] = []
     warmed: list[bool] = []
 
-    def attach_command(*a, hw_prepare=False, hw_warm=False):
+    tries: list[int] = []
+
+    def attach_command(*a, hw_prepare=False, hw_warm=False, hw_prepare_attempts=4):
         asked.append(hw_prepare)
         warmed.append(hw_warm)
+        tries.append(hw_prepare_attempts)
 
     monkeypatch.setattr(arena, "attach_command", attach_command)
 
@@ -736,6 +740,11 @@ def test_the_primer_asks_a_spare_runner_for_the_counter_query_only_where_one_may
     ev._primer(spare(NativeHandle))
     ev._primer(spare(WorkerHandle))
     assert asked[-2:] == [True, False] and warmed[-2:] == [True, False]
+    assert set(tries) == {4}  # ``spare_hw_prepare_attempts``' default
+    for attempts, query in ((1, True), (0, False)):  # 0: no query on the warm-up (the sandbox step's)
+        ev.settings = settings.model_copy(update={"spare_hw_prepare_attempts": attempts})
+        ev._primer(spare(NativeHandle))
+        assert asked[-1] is query and tries[-1] == max(1, attempts)
 
     cmd = Attach(arena="a", blob=None, sets=[], flush_bytes=0, hw_prepare=True, hw_warm=True)
     sent = json.loads(spare(NativeHandle)._encode(cmd))

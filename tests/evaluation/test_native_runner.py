@@ -214,7 +214,16 @@ def test_an_attach_may_ask_for_the_counter_query(handle, blob):
     A host blob has no GPU to query: nothing happens there, the runner only parses the field.
     """
     fds, _ = blob
-    cmd = Attach(arena="a1", blob=None, vmm=VMM, sets=SETS, flush_bytes=0, cupti=False, hw_prepare=True)
+    cmd = Attach(
+        arena="a1",
+        blob=None,
+        vmm=VMM,
+        sets=SETS,
+        flush_bytes=0,
+        cupti=False,
+        hw_prepare=True,
+        hw_prepare_attempts=2,
+    )
     reply = handle.request(cmd, 30.0, fds=fds)
     assert reply.ok and reply.attach is not None and reply.attach.arena == "a1", reply
     sandbox = handle.request(ApplySandbox(mode="on", scratch=str(handle.scratch), hw_prepare=True), 30.0)

@@ -172,17 +172,25 @@ def kernel(tmp_path_factory) -> Path:
     return build_kernel(tmp_path_factory.mktemp("kernel"), _cublas_path(plan().cupti_lib))
 
 
-@pytest.mark.parametrize("jailed", [False, True], ids=["plain", "jailed"])
-def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
+def _guard_page_blob():
+    """A one-run guard-page blob (an unmapped page after the run) on device 0: (blob, fds, page)."""
     import torch
 
     from ptxgym.evaluation import vmm
-    from ptxgym.evaluation.trusted.native_worker import NativeHandle, native_spec
 
     torch.zeros(1, device="cuda:0")  # a current primary context in this (trusted) process
     page = vmm.granularity(0)
     handles, fds = vmm.create_runs([page], 0)
-    blob = vmm.MappedBlob(handles, 2 * page, page, [(0, page)], 0)  # an unmapped page after the run
+    return vmm.MappedBlob(handles, 2 * page, page, [(0, page)], 0), fds, page
+
+
+@pytest.mark.parametrize("jailed", [False, True], ids=["plain", "jailed"])
+def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
+    import torch
+
+    from ptxgym.evaluation.trusted.native_worker import NativeHandle, native_spec
+
+    blob, fds, page = _guard_page_blob()
     span = blob.tensor()
     a, b, c = (span[k * N * 4 : (k + 1) * N * 4].view(torch.float32) for k in range(3))
     a.copy_(torch.arange(N, dtype=torch.float32))
@@ -236,6 +244,61 @@ def test_runner_on_a_guard_page_blob(tmp_path, kernel, jailed):
             assert name not in maps, f"{name} is mapped into the runner"
     finally:
         handle.kill()
+        for fd in fds:
+            os.close(fd)
+        blob.release()
+
+
+def test_spares_report_their_counter_query_tries_in_the_attach_phases(tmp_path):
+    """``Attach.hw_prepare_attempts``: the attach's steps say what a spare's counter query cost.
+
+    Two pairs of runners with CUPTI, each pair attached at once (as a batch refill starts its spares),
+    the query tried once, then up to four times. Every step is one of ``ATTACH_PHASES``; the query ends
+    as ``hw_prepare`` or ``hw_prepare_failed``; with one try there is no ``hw_prepare_retried``, and
+    where there is one it holds at least one 100 ms pause. Printed: each runner's steps (whether a query
+    beside another fails at its first try is what ``gpu_session.sh s71`` weighs in the throughput mix).
+    """
+    pytest.importorskip("torch")
+    from ptxgym.evaluation.protocol import ATTACH_PHASES
+    from ptxgym.evaluation.trusted.native_worker import NativeHandle, NativeUnavailable, native_spec
+
+    blob, fds, page = _guard_page_blob()
+    try:
+        try:
+            spec = native_spec(0, cupti_needed=True)
+        except NativeUnavailable as exc:
+            pytest.fail(f"no runner with CUPTI on this GPU host: {exc}")
+        vmm_blob = VmmBlob(total=2 * page, page=page, runs=[VmmRun(offset=0, size=page)])
+        tensors = [TensorArg(role="in", offset=0, shape=(N,), dtype="float32")]
+        for attempts in (1, 4):
+            pair = [NativeHandle(spec, tmp_path, sandboxed=False) for _ in range(2)]
+            try:
+                cmd = Attach(
+                    arena="q",
+                    blob=None,
+                    vmm=vmm_blob,
+                    sets=[tensors],
+                    flush_bytes=1 << 20,
+                    cupti=False,
+                    hw_prepare=True,
+                    hw_prepare_attempts=attempts,
+                )
+                for handle in pair:
+                    assert handle.receive(60.0).hello is not None
+                    handle.send(cmd, None, fds)
+                for k, handle in enumerate(pair):
+                    reply = handle.receive(60.0)
+                    assert reply.ok and reply.attach is not None, (reply, handle.log_tail())
+                    phases = reply.attach.phases_ms
+                    print(f"{attempts} tries, runner {k}:", {n: round(ms, 1) for n, ms in phases.items()})
+                    assert set(phases) <= set(ATTACH_PHASES), phases
+                    assert ("hw_prepare" in phases) != ("hw_prepare_failed" in phases), phases
+                    retried = phases.get("hw_prepare_retried")
+                    assert retried is None or (attempts > 1 and retried >= 100.0), phases
+            finally:
+                for handle in pair:
+                    handle.kill()
+    finally:
         for fd in fds:
             os.close(fd)
         blob.release()

@@ -22,6 +22,7 @@
 #include <tvm/ffi/c_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -148,14 +149,18 @@ void spin_for(int fd, int64_t us) {
 // clock closes the step that ended now, taking only a clock reading (no formatting inside a call's timed
 // region); json() writes them as an object of step name -> ms.
 struct PhaseClock {
-  static constexpr int kMax = 8;
+  static constexpr int kMax = 10;
   const char* names[kMax] = {};
   double ms[kMax] = {};
   int n = 0;
   double t = now_ms();
-  void operator()(const char* name) {
+  void operator()(const char* name) {  // the wall since the last phase; the same name again adds to it
     double now = now_ms();
-    if (n < kMax) names[n] = name, ms[n++] = now - t;
+    if (n > 0 && std::strcmp(names[n - 1], name) == 0) {
+      ms[n - 1] += now - t;
+    } else if (n < kMax) {
+      names[n] = name, ms[n++] = now - t;
+    }
     t = now;
   }
   JsonWriter json() const {
@@ -228,7 +233,7 @@ class Runner {
   bool cupti_ = false;
   bool runtime_ready_ = false;
   bool hw_ready_ = false;  // the counter availability was queried with success (prepare_hw_counters)
-  static constexpr int kHwPrepareAttempts = 4;  // prepare_hw_counters_patiently
+  static constexpr int64_t kHwPrepareMaxAttempts = 8;  // prepare_hw_counters_patiently
 #ifdef PTXGYM_RUNNER_CUDA
   Cuda cuda_;
   std::unique_ptr<Device> dev_;
@@ -325,8 +330,12 @@ class Runner {
                                       : "not requested";
       phase("cupti");
       bool prepare = cmd.has("hw_prepare") && cmd.at("hw_prepare").b;
-      // a spare's warm-up (Attach.hw_prepare)
-      phase(!prepare || prepare_hw_counters_patiently() ? "hw_prepare" : "hw_prepare_failed");
+      // a spare's warm-up (Attach.hw_prepare, up to Attach.hw_prepare_attempts tries): the failed tries
+      // and their pauses are "hw_prepare_retried", the last try "hw_prepare" (or "hw_prepare_failed")
+      int64_t attempts = 4;  // Attach.hw_prepare_attempts' default
+      if (cmd.has("hw_prepare_attempts")) attempts = cmd.at("hw_prepare_attempts").as_int("hw_prepare_attempts");
+      bool ready = !prepare || prepare_hw_counters_patiently(attempts, [&] { phase("hw_prepare_retried"); });
+      phase(ready ? "hw_prepare" : "hw_prepare_failed");
       if (prepare && cmd.has("hw_warm") && cmd.at("hw_warm").b)  // EvalSettings.hw_warm_start
         phase(warm_hw_counters() ? "hw_warm" : "hw_warm_failed");
 #else
@@ -436,22 +445,27 @@ class Runner {
 #endif
   }
 
-  // A spare's query (Attach.hw_prepare), tried again up to kHwPrepareAttempts times 100 ms apart where it
-  // failed. Every MHA forward subject's third turn on an H100 paid ~0.12 s at its sandbox step, which is
-  // where the query is made again when the spare's failed (gpu_cost_2026-12-07_s5*_h100.txt); with the
-  // retries none did in ten later turns (gpu_cost_2026-12-07_s57*_h100.txt). Why the first query fails is
-  // not known (a guess: beside another runner's hardware-counted call). The attach's phase says whether
-  // it worked in the end ("hw_prepare", else "hw_prepare_failed"); its wall includes the retries, off the
-  // GPU turn. Whether it worked.
-  bool prepare_hw_counters_patiently() {
+  // A spare's query (Attach.hw_prepare), tried up to `attempts` times (Attach.hw_prepare_attempts, 1 to 8)
+  // 100 ms apart where it failed; `retried` is called after the last failed try's pause (the attach's
+  // "hw_prepare_retried" phase: what the retries cost the spare's warm-up). With 4 tries no MHA forward
+  // subject's sandbox step queried again in ten turns on an H100, where every third turn paid ~0.12 s
+  // there with one try (gpu_cost_2026-12-07_s5*_h100.txt); why a first try fails is not known (a guess:
+  // beside another runner's query or hardware-counted call). Whether it worked in the end.
+  template <typename Retried>
+  bool prepare_hw_counters_patiently(int64_t attempts, Retried retried) {
 #if defined(PTXR_WITH_CUPTI)
     if (!dev_ || host_) return false;
-    for (int attempt = 1;; ++attempt) {
+    attempts = std::min<int64_t>(std::max<int64_t>(attempts, 1), kHwPrepareMaxAttempts);
+    for (int64_t attempt = 1;; ++attempt) {
       prepare_hw_counters();
-      if (hw_ready_ || attempt >= kHwPrepareAttempts) return hw_ready_;
+      if (hw_ready_ || attempt >= attempts) break;
       usleep(100 * 1000);
+      retried();  // one phase over every failed try and pause (PhaseClock adds a repeated name up)
     }
+    return hw_ready_;
 #else
+    (void)attempts;
+    (void)retried;
     return false;
 #endif
   }

@@ -547,6 +547,7 @@ class Arena:
         module_census: bool = False,
         hw_prepare: bool = False,
         hw_warm: bool = False,
+        hw_prepare_attempts: int = 4,
     ) -> Attach:
         """The command that maps this arena into a worker (send it with ``attach_fds``)."""
         if not self.guard_pages:
@@ -559,6 +560,7 @@ class Arena:
                 module_census=module_census,
                 hw_prepare=hw_prepare,
                 hw_warm=hw_warm,
+                hw_prepare_attempts=hw_prepare_attempts,
             )
         runs = [VmmRun(offset=m.offset, size=m.size) for m in self.layout.mappings]
         spec = VmmBlob(total=self.layout.total, page=self.layout.page, runs=runs)
@@ -572,6 +574,7 @@ class Arena:
             module_census=module_census,
             hw_prepare=hw_prepare,
             hw_warm=hw_warm,
+            hw_prepare_attempts=hw_prepare_attempts,
         )
 
     def attach_fds(self) -> list[int]:

@@ -329,6 +329,21 @@ class EvalSettings(BaseModel):
         "profiler (attach phase ``hw_warm_failed``) (H100, ``bench/results/gpu_cost_2026-12-06_s37_"
         "warm_{false,true}_h100.txt``). The start is not a first-use cost the process can pay ahead.",
     )
+    spare_hw_prepare_attempts: int = Field(
+        4,
+        ge=0,
+        le=8,
+        description="How many times a spare runner tries its counter-availability query on its warm-up "
+        "(``Attach.hw_prepare_attempts``, 100 ms apart); 0: spares make none, and a subject that will be "
+        "hardware-counted queries in its sandbox step (~0.15 s of its GPU turn). Four since 2026-12-07 "
+        "(one before: every third MHA forward turn then queried again in its sandbox step, ~0.12 s; "
+        "``gpu_cost_2026-12-07_s57*_h100.txt``). With quiet spares the next subject waits for the warm-up "
+        "(``worker_settle``), retries included: over 128 candidates at 16 envs the spares' queries took "
+        "18-19 s with one try and 38-40 s with four, and that wait grew from 18 to 30 s "
+        "(``throughput_2026-12-07_s55_new_defaults_h100.txt``, ``..._s59_reuse_h100.txt``; other "
+        "changes and hosts between them). ``bench/gpu_session.sh s71`` plays 4, 1 and 0 side by side; "
+        "the attach's ``hw_prepare_retried`` step is what the retries cost.",
+    )
     defer_final_checks: bool = Field(
         True,
         description="Stop the subject's worker (SIGKILL of its process group) once its last call and memory "

@@ -638,13 +638,15 @@ class LocalGpuEvaluator(Evaluator):
             return
         if isinstance(handle, NativeHandle) and not arena.guard_pages:
             return  # a runner maps only guard-page blobs: it waits for such an arena
-        early = isinstance(handle, NativeHandle) and self._hw_possible()  # off the GPU turn (``Attach``)
+        attempts = self.settings.spare_hw_prepare_attempts  # 0: the subject's sandbox step queries
+        early = isinstance(handle, NativeHandle) and self._hw_possible() and attempts > 0  # off the GPU turn
         cmd = arena.attach_command(
             self.flush_bytes,
             self.backend != EVENTS,
             self.settings.module_census,
             hw_prepare=early,
             hw_warm=early and self.settings.hw_warm_start,
+            hw_prepare_attempts=max(1, attempts),
         )
         handle.send(cmd, ipc_pickle, arena.attach_fds())
         handle.primed = {"arena": arena.id}
