@@ -5,10 +5,10 @@
 #
 # A new checkout has no .whl/: `bash bench/make_wheels.sh` first (and bench/make_ray_bundle.sh for ray_load).
 # Next: s71 (a spare's counter query tried 4, 1 or 0 times: the spares' wait grew from 18 to 30 s when the
-#   retries came), then s71b, s72 (the local backend with 2 spares against 4: Ray's edge); on an H200 (none
-#   lent for fourteen sessions) s68, s57 (which then runs s53 too), s41's command, s40, the in-trial window
-#   (test_native_runner_gpu.py -k hardware_counters), s25, s21b, evaluator, s11c, spares, ray_load,
-#   benches, gate. (s47's tests ran and passed in s52.)
+#   retries came), then s71b, s73 (builds in processes against threads) and s72 (2 spares against 4): Ray's
+#   edge over the local backend; on an H200 (none lent for fourteen sessions) s68, s57 (which then runs s53
+#   too), s41's command, s40, the in-trial window (test_native_runner_gpu.py -k hardware_counters), s25,
+#   s21b, evaluator, s11c, spares, ray_load, benches, gate. (s47's tests ran and passed in s52.)
 # Done on 2026-12-08 (thirty-fourth session), on one H100: s70 (the keyed pool's GPU tests passed; keyed
 #   against stored entries; the late settle on/off), s62b and s69b, then s62b's pair in the other order by
 #   hand (s62c).
@@ -67,7 +67,7 @@
 #          (their tools' start-up outside the GPU turn: the default) and not (EvalSettings.gated_proofs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?stage: evaluator, s72, s71, s71b, s70, s69, s69b, s68, s67, s66, s66_pair, pool_tests, s63, s62b, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
+stage=${1:?stage: evaluator, s73, s73b, s72, s71, s71b, s70, s69, s69b, s68, s67, s66, s66_pair, pool_tests, s63, s62b, s62a, s62, s61, s60, s59, s58, s57, s56, s55, s54, s53, s52, s51, s50, s49, s48b, s48, s47, s46, s45b, s45, s44, s42, s41, s40, s39, s38, s37, s36, s35, s34, s34b, s33, s32, s31, s30, s21, s22, s22s, s23, s24, s25, s25s, s26, s27, s28, s29, s21b, s19, s17, s18, flip, flip2, s16, s15, s14, s13, s12, s11a, s11b, s11c, s10, s10min, s10gemm, checks, native_tp, round2, audit_native, spares, fixes, native, python, benches, throughput, ray_load, load or gate}
 out=${2:?outdir}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -210,6 +210,17 @@ case "$stage" in
       PTXGYM_MAX_SPARES=$spares timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 \
         --schedule stream --candidates 128 --candidates-per-env 8 --set ncu_crosscheck_fraction=0 \
         --out "$out/throughput_128_spares_$spares.txt"
+    done
+    ;;
+  s73|s73b)
+    # thirty-fourth session: the turns' CPU halves in 16 build processes (PTXGYM_BUILD_PROCESSES) against
+    # threads of the evaluator's process (the default), 16 envs streaming, 128 candidates, the cross-check
+    # off, side by side (s73: processes first; s73b: threads first): does the local backend then match Ray?
+    order="16 0"; [ "$stage" = s73b ] && order="0 16"
+    for procs in $order; do
+      PTXGYM_BUILD_PROCESSES=$procs timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 \
+        --schedule stream --candidates 128 --candidates-per-env 8 --set ncu_crosscheck_fraction=0 \
+        --out "$out/throughput_128_build_processes_$procs.txt"
     done
     ;;
   s70)

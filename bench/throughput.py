@@ -481,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     from ptxgym.cpu.jail import builds_idle
     from ptxgym.evaluation.choose import select_evaluator
     from ptxgym.evaluation.trusted.base import EvalSettings
-    from ptxgym.records.settings import candidate_process
+    from ptxgym.records.settings import build_processes, candidate_process
 
     overrides = dict(item.split("=", 1) for item in args.set)
     if args.memcheck:
@@ -504,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{getattr(evaluator, 'spares_range', '-')} refilled {getattr(evaluator, 'spare_refill', '-')} "
         f"({'quiet' if getattr(evaluator, 'quiet_spares', True) else 'noisy'}), "
         f"cores {getattr(getattr(evaluator, 'cores', None), 'timing', '-')} kept for timing; builds at "
-        f"{'idle' if builds_idle() else 'nice'} priority; "
+        f"{'idle' if builds_idle() else 'nice'} priority, in "
+        f"{build_processes() or 'no'} build processes (PTXGYM_BUILD_PROCESSES); "
         f"switch interval {sys.getswitchinterval() * 1e6:.0f} us; "
         f"overrides {overrides or 'none'}"
     )

@@ -21,25 +21,33 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
+import multiprocessing
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import ValidationError
 
+from ptxgym.confine import cores
+from ptxgym.confine.launch import idle_priority
 from ptxgym.cpu.build import BuildOutcome, build_solution
 from ptxgym.cpu.extract import extract_sources
+from ptxgym.cpu.jail import BUILD_NICE, build_cores, builds_idle
 from ptxgym.cpu.sass import sass_census
 from ptxgym.cpu.screen import check_source
 from ptxgym.cpu.signature import signature_problem
 from ptxgym.cpu.toolchain import find_toolchain
 from ptxgym.evaluation.trusted.base import BuiltCandidate, Evaluator, GpuVerdict, NullEvaluator
 from ptxgym.knowledge_packs.include_tree import pack_include_dirs
+from ptxgym.records import settings
 from ptxgym.records.errors import ToolchainNotFoundError, validation_summary
 from ptxgym.records.feedback import (
     EnvironmentInfo,
@@ -56,6 +64,7 @@ from ptxgym.records.schema import Definition, Solution, contract_differences
 from ptxgym.records.tasks import Task, solution_definition
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class _StageFailed(Exception):
@@ -144,9 +153,19 @@ class Pipeline:
     def prepare(self, sub: Submission) -> Prepared:
         """The CPU half (extract, screen, build, SASS): a finished Feedback, or a candidate to evaluate.
 
-        Never raises for anything in the action; a fault of ours is an ``INFRA_ERROR`` Feedback.
+        Never raises for anything in the action; a fault of ours is an ``INFRA_ERROR`` Feedback. With
+        ``PTXGYM_BUILD_PROCESSES`` above 0 it runs in one of that many build processes (``_elsewhere``).
         """
-        parts: dict = {"stage_wall_s": {}, "input_seed": sub.input_seed}
+        size = 0 if _IN_BUILD_PROCESS else settings.build_processes()
+        if size:
+            prepared = _elsewhere(size, self.task, sub)
+            if prepared is not None:
+                return prepared
+        return self._prepare_here(sub)
+
+    def _prepare_here(self, sub: Submission) -> Prepared:
+        """``prepare`` in this process."""
+        parts: dict = {"stage_wall_s": {}, "input_seed": sub.input_seed, "build_pid": os.getpid()}
         try:
             if isinstance(sub.action, Solution):
                 solution = sub.action
@@ -378,6 +397,83 @@ class Pipeline:
             cache_hit=v.cache_hit,
             candidate_ran=v.candidate_ran,
         )
+
+
+# ---------------------------------------------------------------------------------------- build processes
+# The CPU half's own Python (the screen's lexer, the SASS census, the jail's set-up: 0.07-0.26 s of the
+# interpreter per cold build on a CPU host, under cProfile) runs, by default, on threads of the process
+# that holds the local evaluator, whose trusted clock waits for the interpreter's lock after every
+# blocking call (``cpu/scan_helpers.py``). On one H100 the Ray backend, whose evaluator has a process of
+# its own, was 9-10% faster than the local one (``bench/results/throughput_2026-12-08_s62[bc]_*``).
+# ``PTXGYM_BUILD_PROCESSES=N`` moves the whole CPU half into N processes of ours (spawned, at the builds'
+# CPU priority and cores); one that fails (it died, or a result could not be carried back) makes that
+# turn's CPU half run here instead, as before, and the next turn starts a new pool.
+
+_IN_BUILD_PROCESS = False
+"""True in a build process (its turns' CPU halves run in it, never sent on)."""
+_build_pool: tuple[int, ProcessPoolExecutor] | None = None
+_build_pool_lock = threading.Lock()
+
+
+def _start_build_process() -> None:
+    """A build process's start: marked as one, at the builds' priority and on their cores."""
+    global _IN_BUILD_PROCESS
+    _IN_BUILD_PROCESS = True
+    os.nice(BUILD_NICE)
+    if builds_idle():
+        idle_priority(os.getpid())
+    cores.pin(os.getpid(), build_cores())
+
+
+def _prepare_in_build_process(task: Task, sub: Submission) -> Prepared:
+    """A build process's job: ``Pipeline.prepare`` of one submission, with no evaluator."""
+    return Pipeline(task).prepare(sub)
+
+
+def _build_processes(size: int) -> ProcessPoolExecutor:
+    """This process's pool of ``size`` build processes (a new one for a new size)."""
+    global _build_pool
+    with _build_pool_lock:
+        if _build_pool is None or _build_pool[0] != size:
+            if _build_pool is not None:
+                _build_pool[1].shutdown(wait=False, cancel_futures=True)
+            spawn = multiprocessing.get_context("spawn")  # never fork a process holding CUDA and threads
+            pool = ProcessPoolExecutor(size, mp_context=spawn, initializer=_start_build_process)
+            _build_pool = (size, pool)
+        return _build_pool[1]
+
+
+def _drop_build_processes(pool: ProcessPoolExecutor) -> None:
+    """Forget ``pool`` (broken): the next turn starts another."""
+    global _build_pool
+    with _build_pool_lock:
+        if _build_pool is not None and _build_pool[1] is pool:
+            _build_pool = None
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _elsewhere(size: int, task: Task, sub: Submission) -> Prepared | None:
+    """``prepare`` in a build process; None where that failed (the caller prepares here instead)."""
+    pool = _build_processes(size)
+    try:
+        return pool.submit(_prepare_in_build_process, task, sub).result()
+    except BrokenProcessPool as exc:
+        log.warning("a build process failed (%s): this turn builds in the evaluator's process", exc)
+        _drop_build_processes(pool)
+    except Exception as exc:  # noqa: BLE001 - e.g. a result that did not pickle: our fault, built here
+        log.warning(
+            "a turn's CPU half failed in a build process (%s: %s): built here", type(exc).__name__, exc
+        )
+    return None
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (an async vector env) has no build processes of its own yet."""
+    global _build_pool, _build_pool_lock
+    _build_pool, _build_pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # ------------------------------------------------------------------------------------------------ batches

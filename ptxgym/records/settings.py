@@ -22,6 +22,7 @@ one place and no other module calls ``os.environ`` for a ``PTXGYM_`` name.
 | ``PTXGYM_TIMING_CORES`` | hardware threads per GPU kept for runners and GPU turns, not builds | ``0`` |
 | ``PTXGYM_SCAN_HELPERS`` | most helper processes for the build's backstop scan; ``0``: in-process | 1 to 4 |
 | ``PTXGYM_BUILD_PRIORITY`` | builds' CPU priority: ``nice`` (+5) or ``idle`` (``SCHED_IDLE``) | ``nice`` |
+| ``PTXGYM_BUILD_PROCESSES`` | processes that run turns' CPU halves; ``0``: threads of this one | ``0`` |
 """
 
 from __future__ import annotations
@@ -153,6 +154,19 @@ def scan_helpers() -> int:
     if number is None:
         return max(1, min(4, len(os.sched_getaffinity(0)) // 2))  # the cores this process may use
     return number
+
+
+BUILD_PROCESSES_LIMIT = 256
+"""The most ``PTXGYM_BUILD_PROCESSES`` may ask for."""
+
+
+def build_processes() -> int:
+    """How many processes run turns' CPU halves (``pipeline.Pipeline.prepare``); 0 (default): threads.
+
+    Raises ``ValueError`` for a value that is not an integer from 0 to ``BUILD_PROCESSES_LIMIT``.
+    """
+    number = _count("BUILD_PROCESSES", BUILD_PROCESSES_LIMIT)
+    return 0 if number is None else number
 
 
 def build_cache_mb() -> int:

@@ -215,3 +215,60 @@ def test_the_feedback_keeps_whether_the_candidate_ran() -> None:
     for ran in (True, False):
         v = GpuVerdict(status=Status.INFRA_ERROR, stage=Stage.RUN, message="x", candidate_ran=ran)
         assert pipeline._merge({"stage_wall_s": {}}, 0, v).candidate_ran is ran
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_build_processes_prepare_the_turns_elsewhere_with_the_same_outcomes(monkeypatch) -> None:
+    """``PTXGYM_BUILD_PROCESSES``: every CPU half runs in a build process, with the statuses of threads.
+
+    The built candidate comes back usable (its .so on disk, its SASS census), the turn's Feedback the
+    same as in this process; the build ran in another process (``build_pid``).
+    """
+    import os
+
+    import ptxgym.pipeline as pipeline_module
+
+    monkeypatch.setenv("PTXGYM_BUILD_PROCESSES", "2")
+    evaluator = _Recording()
+    pipeline = Pipeline(get_task("Gemm-sm90a"), evaluator)
+    subs = [Submission(action, turn=i) for i, (action, _) in enumerate(MIXED)]
+    prepared = [pipeline.prepare(sub) for sub in subs[:2]]
+    assert prepared[0].candidate is not None and prepared[0].candidate.so_path.exists()
+    assert prepared[0].parts["sass"].kernels and prepared[1].feedback is not None
+    assert {p.parts["build_pid"] for p in prepared}.isdisjoint({os.getpid()})
+    feedbacks = pipeline.run_many(subs, max_workers=2)
+    assert [f.status for f in feedbacks] == [want for _, want in MIXED], [f.message for f in feedbacks]
+    assert sorted(evaluator.batches) == [[0], [4]]
+    monkeypatch.setenv("PTXGYM_BUILD_PROCESSES", "0")
+    assert pipeline.prepare(subs[1]).parts["build_pid"] == os.getpid()  # 0: threads of this process
+    assert pipeline_module._build_pool is not None  # the pool stays for the next turn that wants it
+
+
+def test_a_failed_build_process_builds_the_turn_here_and_the_next_turn_gets_a_new_pool(monkeypatch) -> None:
+    """Error path of our own code: a pool whose process died (``BrokenProcessPool``) loses no turn."""
+    import os
+    from concurrent.futures.process import BrokenProcessPool
+
+    import ptxgym.pipeline as pipeline_module
+
+    class _Dead:
+        def __init__(self) -> None:
+            self.shut = False
+
+        def submit(self, *args):  # type: ignore[no-untyped-def]
+            raise BrokenProcessPool("a build process died")
+
+        def shutdown(self, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            self.shut = True
+
+    dead = _Dead()
+    monkeypatch.setenv("PTXGYM_BUILD_PROCESSES", "3")
+    monkeypatch.setattr(pipeline_module, "_build_pool", (3, dead))
+    prepared = Pipeline(get_task("Gemm-sm90a")).prepare(Submission("no code here at all"))
+    assert prepared.feedback is not None and prepared.feedback.status is Status.EXTRACT_ERROR
+    assert prepared.parts["build_pid"] == os.getpid()  # built here instead
+    assert dead.shut and pipeline_module._build_pool is None  # dropped: the next turn starts another
+    monkeypatch.setenv("PTXGYM_BUILD_PROCESSES", "300")
+    with pytest.raises(ValueError, match="PTXGYM_BUILD_PROCESSES must be an integer from 0 to 256"):
+        Pipeline(get_task("Gemm-sm90a")).prepare(Submission("no code here at all"))
