@@ -73,6 +73,13 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 bash bench/carried_install.sh || exit 2
 header() { echo "# $1: $(date -u +%Y-%m-%dT%H:%MZ), commit ${COMMIT:-unknown}, $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"; }
+# one pass of the 128-candidate mix, 16 envs streaming, the cross-check off, with the local backend: $1 the
+# output file, the rest more throughput.py arguments (--set FIELD=VALUE); environment settings go before it
+pass128() {
+  local file=$1; shift
+  timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
+    --candidates-per-env 8 --set ncu_crosscheck_fraction=0 "$@" --out "$file"
+}
 # the experts GEMM and MHA forward in the default path, then the runner's GPU tests (the pool's, the
 # counted position's and the held checks' too); $1, $2: their time limits in seconds
 experts_and_runner() {
@@ -197,9 +204,7 @@ case "$stage" in
       tests/evaluation/test_native_runner_gpu.py -k counter_query_tries
     order="4 1 0"; [ "$stage" = s71b ] && order="0 1 4"
     for tries in $order; do
-      timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
-        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --set spare_hw_prepare_attempts=$tries \
-        --out "$out/throughput_128_tries_$tries.txt"
+      pass128 "$out/throughput_128_tries_$tries.txt" --set spare_hw_prepare_attempts="$tries"
     done
     ;;
   s72)
@@ -207,9 +212,7 @@ case "$stage" in
     # (s62b, s62c): its actor takes one call at a time, so it keeps 2 spares, and its evaluator has a
     # process of its own; the local backend with 2 spares at most against its default (4), side by side
     for spares in 2 4; do
-      PTXGYM_MAX_SPARES=$spares timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 \
-        --schedule stream --candidates 128 --candidates-per-env 8 --set ncu_crosscheck_fraction=0 \
-        --out "$out/throughput_128_spares_$spares.txt"
+      PTXGYM_MAX_SPARES=$spares pass128 "$out/throughput_128_spares_$spares.txt"
     done
     ;;
   s73|s73b)
@@ -218,9 +221,7 @@ case "$stage" in
     # off, side by side (s73: processes first; s73b: threads first): does the local backend then match Ray?
     order="16 0"; [ "$stage" = s73b ] && order="0 16"
     for procs in $order; do
-      PTXGYM_BUILD_PROCESSES=$procs timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 \
-        --schedule stream --candidates 128 --candidates-per-env 8 --set ncu_crosscheck_fraction=0 \
-        --out "$out/throughput_128_build_processes_$procs.txt"
+      PTXGYM_BUILD_PROCESSES=$procs pass128 "$out/throughput_128_build_processes_$procs.txt"
     done
     ;;
   s70)
@@ -237,9 +238,7 @@ case "$stage" in
     # the cross-check off, side by side on one machine (s69: on then off; s69b: off then on)
     order="true false"; [ "$stage" = s69b ] && order="false true"
     for late in $order; do
-      timeout 145 python3 bench/throughput.py --evaluator local --sizes 16 --schedule stream --candidates 128 \
-        --candidates-per-env 8 --set ncu_crosscheck_fraction=0 --set late_spare_settle=$late \
-        --out "$out/throughput_128_late_$late.txt"
+      pass128 "$out/throughput_128_late_$late.txt" --set late_spare_settle="$late"
     done
     ;;
   s68)
