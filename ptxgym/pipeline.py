@@ -416,9 +416,10 @@ _build_pool_lock = threading.Lock()
 
 
 def _start_build_process() -> None:
-    """A build process's start: marked as one, at the builds' priority and on their cores."""
+    """A build process's start: marked as one, scanning itself, at the builds' priority and cores."""
     global _IN_BUILD_PROCESS
     _IN_BUILD_PROCESS = True
+    settings.scan_here()
     os.nice(BUILD_NICE)
     if builds_idle():
         idle_priority(os.getpid())

@@ -144,12 +144,28 @@ SCAN_HELPERS_LIMIT = 64
 """The most ``PTXGYM_SCAN_HELPERS`` may ask for."""
 
 
+_SCANS_HERE = False
+"""Set by ``scan_here``: this process scans in its own interpreter, whatever the variable says."""
+
+
+def scan_here() -> None:
+    """From now on this process makes its backstop scans itself, whatever ``PTXGYM_SCAN_HELPERS`` says.
+
+    For a build process (``pipeline``): no evaluator's clock shares its interpreter lock, and N of them
+    would start N times the helpers.
+    """
+    global _SCANS_HERE
+    _SCANS_HERE = True
+
+
 def scan_helpers() -> int:
     """Most helper processes for the build's backstop scan (``cpu/scan_helpers.py``); 0: none.
 
-    Default: half the cores this process may run on, from 1 to 4. Raises ``ValueError`` for a value that
-    is not an integer from 0 to ``SCAN_HELPERS_LIMIT``.
+    Default: half the cores this process may run on, from 1 to 4; 0 after ``scan_here``. Raises
+    ``ValueError`` for a value that is not an integer from 0 to ``SCAN_HELPERS_LIMIT``.
     """
+    if _SCANS_HERE:
+        return 0
     number = _count("SCAN_HELPERS", SCAN_HELPERS_LIMIT)
     if number is None:
         return max(1, min(4, len(os.sched_getaffinity(0)) // 2))  # the cores this process may use

@@ -223,11 +223,14 @@ def test_build_processes_prepare_the_turns_elsewhere_with_the_same_outcomes(monk
     """``PTXGYM_BUILD_PROCESSES``: every CPU half runs in a build process, with the statuses of threads.
 
     The built candidate comes back usable (its .so on disk, its SASS census), the turn's Feedback the
-    same as in this process; the build ran in another process (``build_pid``).
+    same as in this process; the build ran in another process (``build_pid``), which makes its backstop
+    scans itself and runs at the builds' niceness.
     """
     import os
 
     import ptxgym.pipeline as pipeline_module
+    from ptxgym.cpu.jail import BUILD_NICE
+    from ptxgym.records import settings
 
     monkeypatch.setenv("PTXGYM_BUILD_PROCESSES", "2")
     evaluator = _Recording()
@@ -240,6 +243,12 @@ def test_build_processes_prepare_the_turns_elsewhere_with_the_same_outcomes(monk
     feedbacks = pipeline.run_many(subs, max_workers=2)
     assert [f.status for f in feedbacks] == [want for _, want in MIXED], [f.message for f in feedbacks]
     assert sorted(evaluator.batches) == [[0], [4]]
+    # a build process scans in its own interpreter (no helpers of its own) and runs at the builds' priority
+    monkeypatch.delenv("PTXGYM_SCAN_HELPERS", raising=False)
+    assert settings.scan_helpers() >= 1  # here, by default, helpers
+    pool = pipeline_module._build_processes(2)
+    assert pool.submit(settings.scan_helpers).result() == 0
+    assert pool.submit(os.nice, 0).result() >= min(19, os.nice(0) + BUILD_NICE)
     monkeypatch.setenv("PTXGYM_BUILD_PROCESSES", "0")
     assert pipeline.prepare(subs[1]).parts["build_pid"] == os.getpid()  # 0: threads of this process
     assert pipeline_module._build_pool is not None  # the pool stays for the next turn that wants it

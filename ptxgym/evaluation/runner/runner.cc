@@ -446,8 +446,8 @@ class Runner {
   }
 
   // A spare's query (Attach.hw_prepare), tried up to `attempts` times (Attach.hw_prepare_attempts, 1 to 8)
-  // 100 ms apart where it failed; `retried` is called after the last failed try's pause (the attach's
-  // "hw_prepare_retried" phase: what the retries cost the spare's warm-up). With 4 tries no MHA forward
+  // 100 ms apart where it failed; `retried` is called after each failed try's pause (the attach's
+  // "hw_prepare_retried" phase, one over them all: what the retries cost the spare's warm-up). With 4 tries no MHA forward
   // subject's sandbox step queried again in ten turns on an H100, where every third turn paid ~0.12 s
   // there with one try (gpu_cost_2026-12-07_s5*_h100.txt); why a first try fails is not known (a guess:
   // beside another runner's query or hardware-counted call). Whether it worked in the end.
