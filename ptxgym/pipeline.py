@@ -400,10 +400,10 @@ class Pipeline:
 
 
 # ---------------------------------------------------------------------------------------- build processes
-# The CPU half's own Python (the screen's lexer, the SASS census, the jail's set-up: 0.07-0.26 s of the
-# interpreter per cold build on a CPU host, under cProfile) runs, by default, on threads of the process
-# that holds the local evaluator, whose trusted clock waits for the interpreter's lock after every
-# blocking call (``cpu/scan_helpers.py``). On one H100 the Ray backend, whose evaluator has a process of
+# The CPU half's own Python (the screen's lexer, the SASS census, the jail's set-up: 0.07 s of the
+# interpreter per cold naive-GEMM build on a CPU host, bench/results/build_cpu_2026-12-08.txt) runs, by
+# default, on threads of the process that holds the local evaluator, whose trusted clock waits for the
+# interpreter's lock after every blocking call (``cpu/scan_helpers.py``). On one H100 the Ray backend, whose evaluator has a process of
 # its own, was 9-10% faster than the local one (``bench/results/throughput_2026-12-08_s62[bc]_*``).
 # ``PTXGYM_BUILD_PROCESSES=N`` moves the whole CPU half into N processes of ours (spawned, at the builds'
 # CPU priority and cores); one that fails (it died, or a result could not be carried back) makes that
