@@ -403,11 +403,12 @@ class Pipeline:
 # The CPU half's own Python (the screen's lexer, the SASS census, the jail's set-up: 0.07 s of the
 # interpreter per cold naive-GEMM build on a CPU host, bench/results/build_cpu_2026-12-08.txt) runs, by
 # default, on threads of the process that holds the local evaluator, whose trusted clock waits for the
-# interpreter's lock after every blocking call (``cpu/scan_helpers.py``). On one H100 the Ray backend, whose evaluator has a process of
-# its own, was 9-10% faster than the local one (``bench/results/throughput_2026-12-08_s62[bc]_*``).
-# ``PTXGYM_BUILD_PROCESSES=N`` moves the whole CPU half into N processes of ours (spawned, at the builds'
-# CPU priority and cores); one that fails (it died, or a result could not be carried back) makes that
-# turn's CPU half run here instead, as before, and the next turn starts a new pool.
+# interpreter's lock after every blocking call (``cpu/scan_helpers.py``). On one H100 the Ray backend,
+# whose evaluator has a process of its own, was 9-10% faster than the local one
+# (``bench/results/throughput_2026-12-08_s62[bc]_*``). ``PTXGYM_BUILD_PROCESSES=N`` moves the whole CPU
+# half into N processes of ours (spawned, at the builds' CPU priority and cores); one that fails (it died,
+# or a result could not be carried back) makes that turn's CPU half run here instead, as before, and the
+# next turn starts a new pool.
 
 _IN_BUILD_PROCESS = False
 """True in a build process (its turns' CPU halves run in it, never sent on)."""
