@@ -84,6 +84,10 @@ class VmmBlob(_Msg):
     runs: list[VmmRun] = Field(description="The mapped runs; every other byte of the range stays unmapped.")
 
 
+HW_PREPARE_ATTEMPTS = 4
+"""How many times a spare runner tries its counter query by default (``Attach.hw_prepare_attempts``)."""
+
+
 class Attach(_Cmd):
     """Map the arena's buffers (a blob shared through CUDA IPC, or a guard-page blob) into the worker."""
 
@@ -110,7 +114,7 @@ class Attach(_Cmd):
         "sandbox command then finds it done). The Python worker ignores it.",
     )
     hw_prepare_attempts: int = Field(
-        4,
+        HW_PREPARE_ATTEMPTS,
         ge=1,
         le=8,
         description="With ``hw_prepare``: how many times the runner tries the query, 100 ms apart, before "

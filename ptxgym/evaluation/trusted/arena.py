@@ -95,7 +95,7 @@ from pathlib import Path
 from typing import Any
 
 from ptxgym.evaluation.compare import SetCheck, check_call, compare_output, outcome, poison_, same_bits
-from ptxgym.evaluation.protocol import Arg, Attach, ScalarArg, TensorArg, VmmBlob, VmmRun
+from ptxgym.evaluation.protocol import HW_PREPARE_ATTEMPTS, Arg, Attach, ScalarArg, TensorArg, VmmBlob, VmmRun
 from ptxgym.evaluation.trusted import fused_inputs, sampled
 from ptxgym.evaluation.trusted.guards import GuardBreach, Guards, plain_layout, vmm_layout
 from ptxgym.evaluation.trusted.inputs import (
@@ -547,7 +547,7 @@ class Arena:
         module_census: bool = False,
         hw_prepare: bool = False,
         hw_warm: bool = False,
-        hw_prepare_attempts: int = 4,
+        hw_prepare_attempts: int = HW_PREPARE_ATTEMPTS,
     ) -> Attach:
         """The command that maps this arena into a worker (send it with ``attach_fds``)."""
         if not self.guard_pages:
